@@ -1,0 +1,1 @@
+"""Analysis of training runs: accuracy-curve summaries and terminal-cliff detection."""

@@ -1,0 +1,193 @@
+"""Pure functions that summarize per-cell accuracy curves.
+
+For each training run ("cell") we have the accuracy at each evaluated checkpoint,
+step 0 (the base model) included, each measured on ``n`` evaluation problems.
+
+- ``base``: accuracy at step 0, which must be the first checkpoint.
+- ``peak`` / ``peak_step``: best accuracy and the step where it first happened
+  (earliest on ties).
+- ``final``: accuracy at the last checkpoint; ``final_tail``: mean of the last
+  ``min(k, n_checkpoints)`` checkpoints.
+- ``gain`` = final - base; ``peak_gain`` = peak - base.
+- Terminal cliff: the run ends far below its own peak and does not recover.
+  A cell has a cliff iff all of
+    1. final <= peak - delta;
+    2. peak - final > noise_se * se, with the binomial standard error of the
+       difference se = sqrt(peak(1-peak)/n_peak + final(1-final)/n_final);
+    3. some checkpoint after the peak starts a run of checkpoints, lasting to
+       the end, that are all <= peak - delta.
+  ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
+  final unbroken run below the threshold, and after ``peak_step``), else None.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+# Absorbs float rounding in "<= peak - delta" (e.g. 0.7 - 0.1 == 0.5999999999999999).
+_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class CliffRule:
+    """Thresholds for a terminal cliff (they come from experiments.yaml ``analysis:``)."""
+
+    delta: float = 0.10
+    """Minimum drop below the peak (absolute accuracy) that counts as a collapse."""
+    noise_se: float = 2.0
+    """The peak-to-final drop must exceed this many binomial standard errors."""
+    final_tail_k: int = 3
+    """Number of trailing checkpoints averaged into ``final_tail``."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.delta) and self.delta >= 0):
+            raise ValueError(f"CliffRule.delta must be a finite number >= 0, got {self.delta!r}")
+        if not (math.isfinite(self.noise_se) and self.noise_se >= 0):
+            raise ValueError(f"CliffRule.noise_se must be a finite number >= 0, got {self.noise_se!r}")
+        if isinstance(self.final_tail_k, bool) or not isinstance(self.final_tail_k, int) or self.final_tail_k < 1:
+            raise ValueError(f"CliffRule.final_tail_k must be an int >= 1, got {self.final_tail_k!r}")
+
+
+@dataclass(frozen=True)
+class CurveSummary:
+    """Summary of one cell's accuracy curve (see the module docstring)."""
+
+    base: float
+    peak: float
+    peak_step: int
+    final: float
+    final_tail: float
+    gain: float
+    peak_gain: float
+    cliff: bool
+    cliff_onset: int | None
+    n_checkpoints: int
+
+
+def _as_int(value: object, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        as_float = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+    if not as_float.is_integer():
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    return int(as_float)
+
+
+def summarize_curve(
+    steps: Sequence[int],
+    accuracies: Sequence[float],
+    n_eval: int | Sequence[int],
+    rule: CliffRule,
+) -> CurveSummary:
+    """Summarize one accuracy curve.
+
+    ``n_eval`` is the number of evaluation problems, either one int for every
+    checkpoint or one per checkpoint.
+    """
+    step_list = [_as_int(s, "steps") for s in steps]
+    acc = [float(a) for a in accuracies]
+    if not step_list:
+        raise ValueError("need at least one checkpoint")
+    if len(step_list) != len(acc):
+        raise ValueError(f"steps and accuracies differ in length ({len(step_list)} vs {len(acc)})")
+    if any(b <= a for a, b in zip(step_list, step_list[1:])):
+        raise ValueError(f"steps must be strictly increasing, got {step_list}")
+    if step_list[0] != 0:
+        raise ValueError(f"first checkpoint must be step 0 (the base model), got step {step_list[0]}")
+    bad = [a for a in acc if not 0.0 <= a <= 1.0]  # also catches NaN
+    if bad:
+        raise ValueError(f"accuracies must be within [0, 1], got {bad[0]!r}")
+    if isinstance(n_eval, Sequence) or isinstance(n_eval, np.ndarray):
+        ns = [_as_int(n, "n_eval") for n in n_eval]
+        if len(ns) != len(acc):
+            raise ValueError(f"n_eval has {len(ns)} entries for {len(acc)} checkpoints")
+    else:
+        ns = [_as_int(n_eval, "n_eval")] * len(acc)
+    if any(n < 1 for n in ns):
+        raise ValueError(f"n_eval must be >= 1, got {min(ns)}")
+
+    last = len(acc) - 1
+    peak_i = int(np.argmax(acc))  # argmax returns the first maximum: earliest on ties
+    base, peak, final = acc[0], acc[peak_i], acc[last]
+    k = min(rule.final_tail_k, len(acc))
+    final_tail = float(np.mean(acc[-k:]))
+
+    threshold = peak - rule.delta
+    below = [a <= threshold + _TOL for a in acc]
+    run_start = len(acc)
+    while run_start > 0 and below[run_start - 1]:
+        run_start -= 1
+    # With delta == 0 the peak itself is "below"; the onset must still come after it.
+    onset_i = max(run_start, peak_i + 1)
+
+    drop = peak - final
+    se = math.sqrt(peak * (1 - peak) / ns[peak_i] + final * (1 - final) / ns[last])
+    cliff = below[last] and drop > rule.noise_se * se and onset_i <= last
+
+    return CurveSummary(
+        base=base,
+        peak=peak,
+        peak_step=step_list[peak_i],
+        final=final,
+        final_tail=final_tail,
+        gain=final - base,
+        peak_gain=peak - base,
+        cliff=bool(cliff),
+        cliff_onset=step_list[onset_i] if cliff else None,
+        n_checkpoints=len(acc),
+    )
+
+
+_SUMMARY_COLUMNS = [f.name for f in fields(CurveSummary)]
+_DTYPES = {
+    "base": "float64",
+    "peak": "float64",
+    "peak_step": "int64",
+    "final": "float64",
+    "final_tail": "float64",
+    "gain": "float64",
+    "peak_gain": "float64",
+    "cliff": "bool",
+    "cliff_onset": "Int64",
+    "n_checkpoints": "int64",
+}
+
+
+def summarize_cells(evals: pd.DataFrame, rule: CliffRule) -> pd.DataFrame:
+    """Summarize every cell of a long ``cell, step, accuracy, n`` frame.
+
+    Rows may come in any order. Returns one row per cell, sorted by cell, with
+    column ``cell`` followed by the :class:`CurveSummary` fields.
+    """
+    missing = [c for c in ("cell", "step", "accuracy", "n") if c not in evals.columns]
+    if missing:
+        raise ValueError(f"evals is missing column(s) {missing}")
+    if evals["cell"].isna().any():
+        raise ValueError("evals has rows with a missing cell")
+
+    records: list[tuple[object, ...]] = []
+    cells: list[object] = []
+    for cell, group in evals.groupby("cell", sort=True):
+        group = group.sort_values("step", kind="stable")
+        if not (group["step"] == 0).any():
+            raise ValueError(f"cell {cell!r} has no step-0 (base model) row")
+        try:
+            summary = summarize_curve(
+                group["step"].tolist(), group["accuracy"].tolist(), group["n"].tolist(), rule
+            )
+        except ValueError as exc:
+            raise ValueError(f"cell {cell!r}: {exc}") from exc
+        cells.append(cell)
+        records.append(astuple(summary))
+
+    out = pd.DataFrame.from_records(records, columns=_SUMMARY_COLUMNS)
+    out.insert(0, "cell", pd.Series(cells, dtype=evals["cell"].dtype))
+    return out.astype(_DTYPES)

@@ -1,0 +1,355 @@
+"""The ``matrixrl`` command: plan, run and report an experiment matrix."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from matrixrl.config import AXES, Config, ConfigError, load_config
+
+app = typer.Typer(
+    help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+# Off a terminal (pipes, CI logs) rich would squeeze tables into 80 columns.
+out = Console(highlight=False, width=None if os.isatty(1) else 200)
+err = Console(stderr=True, highlight=False)
+
+ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="Experiments file.", show_default=True)]
+OnlyOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--only", metavar="AXIS=V1,V2", help="Restrict the grid to these values of one axis (repeatable)."),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", metavar="KEY=VALUE", help="Override a setting; VALUE is parsed as YAML (repeatable)."),
+]
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    markdown = "markdown"
+    json = "json"
+
+
+def user_errors(command):
+    """Turn user-facing errors into one line on stderr and exit code 2, no traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from matrixrl.results import ResultFileError
+
+        try:
+            return command(*args, **kwargs)
+        except (ConfigError, ResultFileError) as exc:
+            err.print(f"Error: {exc}", markup=False, soft_wrap=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def _load(config: Path, only, sets) -> Config:
+    return load_config(config, sets=sets or [], only=only or [])
+
+
+# --- plan -------------------------------------------------------------------------------
+
+
+def planned_jobs(cfg: Config) -> list[dict]:
+    """Every job of the grid with its status, from one real Snakemake dry-run."""
+    from matrixrl import grid as G
+    from matrixrl.snake import pending_jobs
+
+    results = Path(cfg.results_dir)
+    if results.is_dir():
+        pending = pending_jobs(cfg, results)
+    else:
+        with tempfile.TemporaryDirectory() as empty:
+            pending = pending_jobs(cfg, Path(empty))
+    pending_keys = {(j["rule"], tuple(sorted(j["wildcards"].items()))) for j in pending}
+
+    def status(rule: str, **wildcards) -> str:
+        key = (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
+        return "pending" if key in pending_keys else "done"
+
+    cells = G.cells(cfg)
+    jobs = [
+        {"rule": "prepare_base", "cell": None, "scale": s, "step": None, "status": status("prepare_base", scale=s)}
+        for s in cfg.grid.scale
+    ]
+    for cell in cells:
+        jobs.append({"rule": "train", "cell": cell.id, "scale": cell.scale, "step": None, "status": status("train", cell=cell.id)})
+    for cell in cells:
+        for step in G.checkpoint_steps(cfg.train):
+            jobs.append(
+                {
+                    "rule": "evaluate",
+                    "cell": cell.id,
+                    "scale": cell.scale,
+                    "step": step,
+                    "status": status("evaluate", cell=cell.id, step=step),
+                }
+            )
+    jobs.append({"rule": "analyse", "cell": None, "scale": None, "step": None, "status": status("analyse")})
+    return jobs
+
+
+@app.command()
+@user_errors
+def plan(
+    config: ConfigOpt = Path("experiments.yaml"),
+    only: OnlyOpt = None,
+    set_: SetOpt = None,
+    format: Annotated[Format, typer.Option("--format", help="table or json (csv and markdown list every job).")] = Format.table,
+):
+    """Preview every job of the grid, done or pending, without running anything.
+
+    Examples:
+
+        matrixrl plan
+
+        matrixrl plan --only scale=tiny-s --set train.steps=4 --set train.eval_every=2
+
+        matrixrl plan --format json | jq '.[] | select(.status == "pending")'
+    """
+    cfg = _load(config, only, set_)
+    jobs = planned_jobs(cfg)
+    if format is Format.json:
+        print(json.dumps(jobs, indent=1))
+        return
+    if format in (Format.csv, Format.markdown):
+        import pandas as pd
+
+        _print_frame(pd.DataFrame(jobs), format)
+        return
+    by_rule = Table(title=f"{len(jobs)} jobs for {len(set(j['cell'] for j in jobs if j['cell']))} cells in {cfg.results_dir}")
+    for col in ("rule", "jobs", "done", "pending"):
+        by_rule.add_column(col, justify="left" if col == "rule" else "right")
+    for rule in dict.fromkeys(j["rule"] for j in jobs):
+        these = [j for j in jobs if j["rule"] == rule]
+        done = sum(j["status"] == "done" for j in these)
+        by_rule.add_row(rule, str(len(these)), str(done), _pending(len(these) - done))
+    out.print(by_rule)
+    per_cell = Table(title="per cell")
+    for col in ("cell", "train", "evaluations done"):
+        per_cell.add_column(col)
+    for cell_id in dict.fromkeys(j["cell"] for j in jobs if j["cell"]):
+        train = next(j for j in jobs if j["rule"] == "train" and j["cell"] == cell_id)
+        evals = [j for j in jobs if j["rule"] == "evaluate" and j["cell"] == cell_id]
+        done = sum(j["status"] == "done" for j in evals)
+        per_cell.add_row(cell_id, _status(train["status"]), f"{done}/{len(evals)}")
+    out.print(per_cell)
+    n_pending = sum(j["status"] == "pending" for j in jobs)
+    out.print("Nothing to run." if not n_pending else f"{n_pending} jobs pending: `matrixrl run` runs them.")
+
+
+def _pending(n: int) -> str:
+    return f"[yellow]{n}[/]" if n else "0"
+
+
+def _status(status: str) -> str:
+    return "[green]done[/]" if status == "done" else "[yellow]pending[/]"
+
+
+# --- run --------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def run(
+    config: ConfigOpt = Path("experiments.yaml"),
+    only: OnlyOpt = None,
+    set_: SetOpt = None,
+    cores: Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")] = os.cpu_count() or 1,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on with independent jobs when one fails.")] = False,
+    unlock: Annotated[bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit.")] = False,
+):
+    """Run the grid's pending jobs through Snakemake, showing progress.
+
+    Finished jobs are never rerun; a training job that was killed resumes from its
+    last checkpoint. Logs: RESULTS/logs/RULE/..., Snakemake's own in RESULTS/logs/snakemake/.
+
+    Examples:
+
+        matrixrl run --cores 2
+
+        matrixrl run --only seed=0 --set train.steps=4 --set train.eval_every=2
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from matrixrl.snake import CONFIG_FILE, run_with_events, snakemake_command, write_configfile
+
+    cfg = _load(config, only, set_)
+    results = Path(cfg.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    configfile = write_configfile(cfg, results / CONFIG_FILE)
+    extra = ["--keep-going"] if keep_going else []
+    if unlock:
+        extra.append("--unlock")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_path = results / "logs" / "snakemake" / f"{stamp}.log"
+    command = snakemake_command(cfg, configfile, cores, extra)
+
+    failures: list[dict] = []
+    state = {"nothing": False, "locked": False}
+    began = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("jobs", total=None)
+        current: dict | None = None
+
+        def on_event(event):
+            nonlocal current
+            if event.kind == "start" and event.rule != "all":
+                progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}")
+            elif event.kind == "progress":
+                progress.update(bar, completed=event.done, total=event.total)
+            elif event.kind == "nothing":
+                state["nothing"] = True
+            elif event.kind == "error":
+                current = {"rule": event.rule, "wildcards": "", "log": ""}
+                failures.append(current)
+            elif event.kind == "line" and current is not None:
+                text = event.text.strip()
+                if text.startswith("wildcards:"):
+                    current["wildcards"] = text.removeprefix("wildcards:").strip()
+                elif text.startswith("log:"):
+                    current["log"] = text.removeprefix("log:").split("(")[0].strip()
+                elif not text:
+                    current = None
+            if event.kind == "line" and "cannot be locked" in event.text:
+                state["locked"] = True
+
+        code = run_with_events(command, log_path, on_event)
+    elapsed = time.perf_counter() - began
+    if unlock:
+        if code:
+            raise _fail(f"snakemake --unlock failed; see {log_path}")
+        out.print(f"Unlocked {results}.")
+        return
+    if state["locked"]:
+        err.print(
+            f"Error: {results} is locked by another run. If none is running (a run was killed), "
+            "run `matrixrl run --unlock` and try again."
+        )
+        raise typer.Exit(1)
+    if code:
+        for failure in failures:
+            where = f" ({failure['wildcards']})" if failure["wildcards"] else ""
+            log_file = f"; log: {results / failure['log']}" if failure["log"] else ""
+            err.print(f"[red]✗[/] job {failure['rule']}{where} failed{log_file}")
+        err.print(f"Error: the run failed after {elapsed:.0f} s; Snakemake's log: {log_path}")
+        raise typer.Exit(1)
+    if state["nothing"]:
+        out.print("Nothing to run: every job is done.")
+    else:
+        out.print(f"Done in {elapsed:.0f} s. `matrixrl report` prints the tables.")
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"Error: {message}")
+    return typer.Exit(1)
+
+
+# --- report -----------------------------------------------------------------------------
+
+
+def summary_frame(cfg: Config):
+    import pandas as pd
+
+    from matrixrl import grid as G
+    from matrixrl.analysis.summary import summary_table
+    from matrixrl.store import ingest, read_table, store_path
+
+    results = Path(cfg.results_dir)
+    has_files = results.is_dir() and any(results.glob("cells/*/eval/step_*.json"))
+    if not has_files and not store_path(results).exists():
+        raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
+    ingest(results)
+    cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(cfg)])
+    table = summary_table(cells, read_table(results, "evaluations"), cfg.analysis)
+    if table.empty:
+        raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+    return table
+
+
+@app.command()
+@user_errors
+def report(
+    config: ConfigOpt = Path("experiments.yaml"),
+    only: OnlyOpt = None,
+    set_: SetOpt = None,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+):
+    """Print per-cell base, peak and final accuracy, gain and terminal cliffs.
+
+    Reads the result files into the store first (only new ones), so it works
+    during a run too. Thresholds come from the `analysis:` section.
+
+    Examples:
+
+        matrixrl report
+
+        matrixrl report --only scale=tiny-s --format markdown
+
+        matrixrl report --format json > summary.json
+    """
+    from matrixrl.analysis.summary import SUMMARY_COLUMNS
+
+    table = summary_frame(_load(config, only, set_))[SUMMARY_COLUMNS]
+    if format is Format.json:
+        print(table.to_json(orient="records", indent=1))
+    elif format is Format.table:
+        rich_table = Table(title="per-cell summary")
+        for col in SUMMARY_COLUMNS:
+            rich_table.add_column(col, justify="left" if col in AXES else "right")
+        for row in table.itertuples(index=False):
+            rich_table.add_row(*(_cell_text(v) for v in row))
+        out.print(rich_table)
+    else:
+        _print_frame(table, format)
+
+
+def _cell_text(value) -> str:
+    import pandas as pd
+
+    if value is None or value is pd.NA:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _print_frame(frame, format: Format) -> None:
+    if format is Format.csv:
+        print(frame.to_csv(index=False), end="")
+        return
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(_cell_text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    print("\n".join([header, rule, *rows]))
+
+
+def main() -> None:
+    app()

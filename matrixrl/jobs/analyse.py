@@ -1,0 +1,27 @@
+"""analyse: ingest every result file into the store and write the per-cell summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from matrixrl.analysis.summary import summary_table
+from matrixrl.config import Analysis
+from matrixrl.grid import Cell
+from matrixrl.jobs.logfile import file_logger
+from matrixrl.store import ingest, read_table
+
+
+def analyse_job(cells: list[dict], analysis: dict, output: str, log_path: str) -> None:
+    """The ``analyse`` rule's body. Runs on the submitting host (a local rule)."""
+    log = file_logger(log_path)
+    results_dir = Path(output).resolve().parent
+    log(f"ingested {ingest(results_dir)} new or changed result files")
+    grid = pd.DataFrame([{"cell": Cell(**c).id, **c} for c in cells])
+    table = summary_table(grid, read_table(results_dir, "evaluations"), Analysis(**analysis))
+    tmp = Path(output + ".tmp")
+    tmp.write_text(table.to_json(orient="records", indent=1))
+    tmp.replace(output)
+    log(f"summarised {len(table)} cells")

@@ -1,0 +1,54 @@
+"""evaluate: score one checkpoint greedily on the task's fixed evaluation set."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from matrixrl.grid import CellSpec
+from matrixrl.results import EvalResult, write_result
+
+
+def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
+    from transformers import AutoTokenizer
+
+    from matrixrl.models.policies import load_policy
+    from matrixrl.tasks import build_task
+    from matrixrl.train.rollout import make_generate
+    from matrixrl.workflows import build_workflow
+
+    began = time.perf_counter()
+    workflow = build_workflow(spec.cell.workflow)
+    task = build_task(spec.cell.task, spec.task)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    policy = load_policy(spec.cell.policy, checkpoint, workflow.roles)
+    generate = make_generate(
+        policy,
+        tokenizer,
+        max_new_tokens=spec.eval.max_new_tokens,
+        temperature=1.0,
+        sample=False,
+        batch_size=spec.eval.batch_size,
+    )
+    problems = task.eval_problems()
+    episodes = workflow.run(problems, list(range(len(problems))), generate)
+    n_correct = int(sum(task.score(e.problem, e.answer) for e in episodes))
+    result = EvalResult(
+        cell=spec.cell.id,
+        step=step,
+        accuracy=n_correct / len(problems),
+        n=len(problems),
+        n_correct=n_correct,
+        seconds=time.perf_counter() - began,
+    )
+    write_result(output, result)
+    log(f"{spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ({n_correct}/{len(problems)})")
+    return result
+
+
+def evaluate_job(spec_json: str, step: int, checkpoint: str, base_dir: str, output: str, log_path: str) -> None:
+    """The ``evaluate`` rule's body (runs inside the Snakemake process)."""
+    from matrixrl.jobs.logfile import file_logger
+
+    spec = CellSpec.model_validate_json(spec_json)
+    evaluate(spec, step, Path(checkpoint), Path(base_dir), Path(output), log=file_logger(log_path))

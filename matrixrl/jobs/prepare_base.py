@@ -1,0 +1,59 @@
+"""prepare_base: build a tiny scale and warm-start it on every task's role formats."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from matrixrl.grid import BaseSpec
+from matrixrl.results import BaseResult, write_result
+
+
+def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> BaseResult:
+    import torch
+
+    from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
+    from matrixrl.tasks import build_task
+    from matrixrl.train.warmstart import warm_start
+    from matrixrl.workflows import WORKFLOWS, build_workflow
+
+    began = time.perf_counter()
+    torch.set_num_threads(1)
+    scale, ws = spec.scale, spec.scale.warmstart
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(scale, tokenizer, seed=ws.seed)
+    tasks = [build_task(name, cfg) for name, cfg in spec.tasks.items()]
+    workflows = [build_workflow(name) for name in sorted(WORKFLOWS)]
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"warm-starting {spec.scale_name} ({n_params:,} parameters) for {ws.steps} steps")
+
+    def sample_pairs(rng, n):
+        # Each example comes from a random task and a random workflow's role formats.
+        pairs = []
+        for _ in range(n):
+            task = tasks[rng.integers(len(tasks))]
+            workflow = workflows[rng.integers(len(workflows))]
+            options = workflow.warmstart_pairs(task.warmstart_problems(rng, 1))
+            pairs.append(options[rng.integers(len(options))])
+        return pairs
+
+    def progress(step, loss):
+        if (step + 1) % max(1, ws.steps // 10) == 0:
+            log(f"  step {step + 1}/{ws.steps} loss {loss:.4f}")
+
+    loss = warm_start(
+        model,
+        tokenizer,
+        sample_pairs,
+        steps=ws.steps,
+        batch_size=ws.batch_size,
+        lr=ws.lr,
+        seed=ws.seed,
+        max_length=scale.max_length,
+        log=progress,
+    )
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    result = BaseResult(scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began)
+    write_result(output, result)
+    return result

@@ -1,0 +1,1 @@
+"""Models: tiny local scales, policies that route roles to parameters."""

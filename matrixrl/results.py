@@ -1,0 +1,83 @@
+"""Result files: what each job writes, read back with clear errors.
+
+Jobs never touch the store; each writes its own small JSON file atomically, and
+the ingest step reads them. A file that is unreadable or has the wrong shape
+raises ``ResultFileError`` naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class ResultFileError(Exception):
+    """A result file that cannot be used; the message is one line."""
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BaseResult(Result):
+    scale: str
+    params: int
+    warmstart_loss: float
+    seconds: float
+
+
+class EvalResult(Result):
+    cell: str
+    step: int
+    accuracy: float
+    n: int
+    n_correct: int
+    seconds: float
+
+
+class StepMetrics(Result):
+    step: int
+    reward_mean: float
+    reward_std: float
+    loss: float
+    entropy: float
+    response_length: float
+    grad_norm: float
+    clip_fraction: float
+    group_size: int
+    seconds: float
+
+
+class TrainResult(Result):
+    cell: str
+    axes: dict[str, str | int]
+    steps: int
+    metrics: list[StepMetrics]
+
+
+R = TypeVar("R", bound=Result)
+
+
+def write_result(path: Path, result: Result) -> None:
+    """Write atomically: readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(result.model_dump_json(indent=1))
+    os.replace(tmp, path)
+
+
+def read_result(path: Path, kind: type[R]) -> R:
+    fix = "delete it and run `matrixrl run` to recompute it"
+    try:
+        return kind.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ResultFileError(f"{path}: result file is missing; run `matrixrl run` to compute it")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ResultFileError(f"{path}: corrupt result file (not valid JSON); {fix}")
+    except ValidationError as exc:
+        where = ".".join(map(str, exc.errors()[0]["loc"])) or "top level"
+        raise ResultFileError(f"{path}: corrupt result file ({where}: {exc.errors()[0]['msg']}); {fix}")

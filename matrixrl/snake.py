@@ -1,0 +1,190 @@
+"""Talking to Snakemake: the resolved config it reads, dry-runs for `plan`, runs for `run`.
+
+Snakemake owns scheduling, resumption and retries. matrixrl hands it the resolved
+config as a ``--configfile`` (``--config`` would turn nested values into strings)
+and runs it as a CLI subprocess, the stable interface across releases. Dry-runs
+use the Python API in a fresh subprocess: one process must not evaluate two DAGs
+(the second answer comes back stale).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from matrixrl.config import Config
+
+SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
+CONFIG_FILE = ".matrixrl/config.yaml"
+
+
+def write_configfile(config: Config, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    os.replace(tmp, path)
+    return path
+
+
+def job_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    env.setdefault("TQDM_DISABLE", "1")
+    return env
+
+
+# --- dry-run ----------------------------------------------------------------------------
+
+
+def pending_jobs(config: Config, workdir: Path) -> list[dict]:
+    """Jobs a run would execute now: ``[{"rule": ..., "wildcards": {...}}]``.
+
+    ``workdir`` must exist; for a results directory that does not exist yet, pass an
+    empty temporary folder (everything is pending).
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        configfile = write_configfile(config, Path(tmp) / "config.yaml")
+        proc = subprocess.run(
+            [sys.executable, "-m", "matrixrl.snake", str(configfile), str(workdir)],
+            capture_output=True,
+            text=True,
+            env=job_environment(),
+        )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"snakemake dry-run failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
+    from snakemake.api import SnakemakeApi
+    from snakemake.logging import logger
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    jobs: list[dict] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if getattr(record, "event", None) == LogEvent.JOB_INFO:
+                jobs.append({"rule": record.rule_name, "wildcards": dict(record.wildcards or {})})
+
+    handler = Collect()
+    # Default output settings: "quiet" would also filter the JOB_INFO events we collect.
+    with SnakemakeApi(OutputSettings()) as api:
+        logger.addHandler(handler)
+        try:
+            workflow = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                config_settings=ConfigSettings(configfiles=[configfile]),
+                snakefile=SNAKEFILE,
+                workdir=workdir,
+            )
+            workflow.dag().execute_workflow(executor="local", pseudo_executor="dryrun")
+        finally:
+            logger.removeHandler(handler)
+    return jobs
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunEvent:
+    """What the run's progress display needs from Snakemake's log."""
+
+    kind: str  # "start" | "progress" | "error" | "nothing" | "line"
+    rule: str | None = None
+    wildcards: str | None = None
+    done: int = 0
+    total: int = 0
+    text: str = ""
+
+
+_PROGRESS = re.compile(r"(\d+) of (\d+) steps \(\d+%\) done")
+_RULE = re.compile(r"^(?:local)?rule (\w+):")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.*)")
+_ERROR = re.compile(r"^Error in rule (\w+):")
+
+
+def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        config.results_dir,
+        "--configfile",
+        str(configfile),
+        "--cores",
+        str(cores),
+        # run: rules (evaluate, analyse) execute in this process: imports paid once.
+        "--force-use-threads",
+        "--rerun-incomplete",
+        "--printshellcmds",
+        "--nocolor",
+        *extra,
+    ]
+
+
+def run_snakemake(command: list[str], log_path: Path) -> Iterator[RunEvent]:
+    """Run Snakemake, tee its log to ``log_path``, and yield parsed events; returns its exit code."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_environment()
+    )
+    pending_rule = None
+    with log_path.open("w") as log:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            line = line.rstrip("\n")
+            if m := _RULE.match(line):
+                pending_rule = m.group(1)
+            elif (m := _WILDCARDS.match(line)) and pending_rule:
+                yield RunEvent("start", rule=pending_rule, wildcards=m.group(1))
+                pending_rule = None
+            elif line.startswith("jobid:") or line.strip().startswith("jobid:"):
+                continue
+            elif m := _PROGRESS.search(line):
+                yield RunEvent("progress", done=int(m.group(1)), total=int(m.group(2)))
+            elif m := _ERROR.match(line):
+                yield RunEvent("error", rule=m.group(1), text=line)
+            elif "Nothing to be done" in line:
+                yield RunEvent("nothing", text=line)
+            else:
+                if pending_rule and line.strip() == "" :
+                    continue
+                yield RunEvent("line", text=line)
+    return proc.wait()
+
+
+def run_with_events(command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
+    events = run_snakemake(command, log_path)
+    while True:
+        try:
+            on_event(next(events))
+        except StopIteration as stop:
+            return stop.value
+
+
+if __name__ == "__main__":
+    # python -m matrixrl.snake CONFIGFILE WORKDIR → JSON list of pending jobs on stdout
+    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]))))

@@ -1,0 +1,117 @@
+"""GRPO pieces: group-relative advantages and the clipped, token-mean policy loss.
+
+Reuses TRL's tensor utilities (``selective_log_softmax``, ``entropy_from_logits``,
+``nanstd``, ``pad``) and follows TRL's clipped-loss formulation with asymmetric
+clipping (``epsilon_low`` / ``epsilon_high``) and no KL term.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from trl.trainer.utils import entropy_from_logits, nanstd, pad, selective_log_softmax
+
+from matrixrl.workflows.base import Episode, Turn
+
+EPS = 1e-4
+
+
+def assign_advantages(episodes: list[Episode], *, scale_rewards: bool) -> dict[str, int]:
+    """Set ``turn.advantage`` in place; return the group size seen per role.
+
+    Turns are grouped by (problem group, agent, turn index): the same agent's same
+    turn across the G rollouts of one problem. Advantage = reward − group mean,
+    divided by the group std (+eps) when ``scale_rewards``.
+    """
+    groups: dict[tuple, list[Turn]] = defaultdict(list)
+    for episode in episodes:
+        for turn in episode.turns:
+            groups[(episode.group, turn.agent, turn.index)].append(turn)
+    sizes: dict[str, int] = {}
+    for turns in groups.values():
+        rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
+        centred = rewards - rewards.mean()
+        if scale_rewards:
+            centred = centred / (nanstd(rewards) + EPS) if len(turns) > 1 else centred * 0
+        for turn, advantage in zip(turns, centred.tolist()):
+            turn.advantage = advantage
+        role = turns[0].role
+        sizes[role] = min(sizes.get(role, len(turns)), len(turns))
+    return sizes
+
+
+@dataclass
+class TurnBatch:
+    """Turns packed as [left-padded prompt | right-padded completion]."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    advantages: torch.Tensor
+
+    @classmethod
+    def from_turns(cls, turns: list[Turn], pad_token_id: int) -> "TurnBatch":
+        prompts = [torch.tensor(t.completion.prompt_ids) for t in turns]
+        completions = [torch.tensor(t.completion.completion_ids or [pad_token_id]) for t in turns]
+        prompt_ids = pad(prompts, padding_value=pad_token_id, padding_side="left")
+        prompt_mask = pad([torch.ones_like(p) for p in prompts], padding_side="left")
+        completion_ids = pad(completions, padding_value=pad_token_id, padding_side="right")
+        completion_mask = pad(
+            [torch.ones(len(t.completion.completion_ids), dtype=torch.long) for t in turns],
+            padding_side="right",
+        )
+        if completion_mask.shape[1] < completion_ids.shape[1]:  # every completion empty
+            completion_mask = torch.zeros_like(completion_ids)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        return cls(
+            input_ids=torch.cat([prompt_ids, completion_ids], dim=1),
+            attention_mask=attention_mask,
+            # Positions count real tokens only, as generate() numbered them.
+            position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+            completion_ids=completion_ids,
+            completion_mask=completion_mask.float(),
+            advantages=torch.tensor([t.advantage for t in turns], dtype=torch.float32),
+        )
+
+
+def completion_logps(model, batch: TurnBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities and entropies of the completion tokens."""
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+    ).logits
+    width = batch.completion_ids.shape[1]
+    logits = logits[:, -width - 1 : -1, :] / temperature
+    logps = selective_log_softmax(logits, batch.completion_ids)
+    with torch.no_grad():
+        entropy = entropy_from_logits(logits)
+    return logps, entropy
+
+
+def clipped_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    n_tokens: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum over tokens of the clipped surrogate, divided by ``n_tokens`` (token-mean).
+
+    Passing the step's total token count as ``n_tokens`` lets a step be split into
+    sub-batches (per role, per agent) whose losses add up to the whole step's loss.
+    Returns (loss, number of clipped tokens).
+    """
+    ratio = torch.exp(logps - old_logps)
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, clipped_ratio * adv)
+    is_clipped = ((ratio < 1 - epsilon_low) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
+    return (per_token * mask).sum() / max(n_tokens, 1.0), (is_clipped.float() * mask).sum()

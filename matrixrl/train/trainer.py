@@ -1,0 +1,199 @@
+"""The GRPO training loop for one cell (workflow × task × scale × policy × seed).
+
+Each step draws ``problems_per_step`` problems, rolls each out ``group_size`` times
+through the workflow (every role call batched over the whole group), scores the
+final answers, broadcasts each episode's reward to all its turns, computes
+group-relative advantages per (problem, agent, turn index), and takes one
+optimizer step per parameter set of the policy.
+
+Deviations from textbook GRPO, all deliberate:
+- One optimisation pass per batch (TRL's default ``num_iterations=1``): the old
+  log-probabilities are the current ones detached, so the ratio is 1 and clipping
+  is inactive; the clipped form is kept so ``ppo_epochs > 1`` can be added cleanly.
+- No KL penalty and no reference model (as DAPO and TRL's default ``beta=0``).
+- Token-mean aggregation over the whole step (DAPO), not a per-sequence mean.
+- Asymmetric clipping ``epsilon_low=0.2`` / ``epsilon_high=0.28`` (DAPO's clip-higher).
+
+Reproducibility and resumption: the problems and sampling noise of step ``s`` are
+drawn from generators seeded by ``(seed, s)``, so a run restarted from the
+checkpoint of step ``s`` (weights, optimizer state, step counter, RNG state)
+replays exactly the steps an uninterrupted run would have taken.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from matrixrl.grid import CellSpec, checkpoint_steps
+from matrixrl.models.policies import build_policy, load_causal_lm, load_policy
+from matrixrl.tasks import build_task
+from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
+from matrixrl.train.rollout import make_generate
+from matrixrl.workflows import build_workflow
+
+STATE_FILE = "trainer_state.pt"
+COMPLETE = "COMPLETE"
+
+
+def step_seed(seed: int, step: int) -> int:
+    return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
+
+
+def checkpoint_dir(cell_dir: Path, step: int) -> Path:
+    return cell_dir / "checkpoints" / f"step_{step}"
+
+
+def latest_checkpoint(cell_dir: Path) -> int | None:
+    """The newest checkpoint that was written completely (its COMPLETE marker exists)."""
+    steps = [
+        int(p.name.removeprefix("step_"))
+        for p in (cell_dir / "checkpoints").glob("step_*")
+        if (p / COMPLETE).exists()
+    ]
+    return max(steps, default=None)
+
+
+def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics: list[dict]) -> None:
+    """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
+    final = checkpoint_dir(cell_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    policy.save(tmp)
+    torch.save(
+        {
+            "step": step,
+            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+            "torch_rng": torch.get_rng_state(),
+            "metrics": metrics,
+        },
+        tmp / STATE_FILE,
+    )
+    (tmp / COMPLETE).write_text(str(step))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print) -> dict:
+    """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any."""
+    cfg = spec.train
+    torch.set_num_threads(cfg.threads)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    workflow = build_workflow(spec.cell.workflow)
+    task = build_task(spec.cell.task, spec.task)
+    saves = set(checkpoint_steps(cfg))
+
+    start = latest_checkpoint(cell_dir)
+    if start is None:
+        policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles)
+        metrics: list[dict] = []
+    else:
+        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles)
+        log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
+    optimizers = {
+        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+        for name, (_, params) in policy.parameter_sets().items()
+    }
+    if start is None:
+        start = 0
+        save_checkpoint(cell_dir, 0, policy, optimizers, metrics)
+    else:
+        state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False)
+        for name, opt in optimizers.items():
+            opt.load_state_dict(state["optimizers"][name])
+        torch.set_rng_state(state["torch_rng"])
+        metrics = state["metrics"]
+
+    generate = make_generate(
+        policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
+    )
+    for step in range(start, cfg.steps):
+        began = time.perf_counter()
+        rng = np.random.default_rng(step_seed(spec.cell.seed, step))
+        torch.manual_seed(step_seed(spec.cell.seed, step))
+        problems = task.train_problems(rng, cfg.problems_per_step)
+        batch = [p for p in problems for _ in range(cfg.group_size)]
+        groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
+
+        policy.train(False)
+        episodes = workflow.run(batch, groups, generate)
+        for episode in episodes:
+            episode.reward = task.score(episode.problem, episode.answer)
+            for turn in episode.turns:
+                turn.reward = episode.reward
+        group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
+
+        policy.train(True)
+        row = update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
+        rewards = [e.reward for e in episodes]
+        row.update(
+            step=step + 1,
+            reward_mean=float(np.mean(rewards)),
+            reward_std=float(np.std(rewards)),
+            group_size=min(group_sizes.values()),
+            seconds=time.perf_counter() - began,
+        )
+        metrics.append(row)
+        log(
+            f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} loss {row['loss']:+.4f} "
+            f"entropy {row['entropy']:.3f} len {row['response_length']:.2f} grad {row['grad_norm']:.3f}"
+        )
+        if step + 1 in saves:
+            save_checkpoint(cell_dir, step + 1, policy, optimizers, metrics)
+    return {"cell": spec.cell.id, "axes": spec.cell.axes(), "steps": cfg.steps, "metrics": metrics}
+
+
+def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> dict:
+    """One optimizer step per parameter set, each on the turns of the roles it serves."""
+    turns_by_role: dict[str, list] = {}
+    for episode in episodes:
+        for turn in episode.turns:
+            turns_by_role.setdefault(turn.role, []).append(turn)
+    total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_role.values() for t in ts)
+    stats = {"loss": 0.0, "entropy_sum": 0.0, "clipped": 0.0, "grad_norm": 0.0}
+    squared_norm = 0.0
+    for name, (roles, params) in policy.parameter_sets().items():
+        optimizer = optimizers[name]
+        optimizer.zero_grad(set_to_none=True)
+        turns = [t for role in roles for t in turns_by_role.get(role, [])]
+        if not turns:
+            continue  # a parameter set whose roles did not act this step stays untouched
+        for role in roles:
+            role_turns = turns_by_role.get(role)
+            if not role_turns:
+                continue
+            batch = TurnBatch.from_turns(role_turns, pad_token_id)
+            logps, entropy = completion_logps(policy.model_for(role), batch, cfg.temperature)
+            loss, clipped = clipped_loss(
+                logps,
+                logps.detach(),
+                batch.advantages,
+                batch.completion_mask,
+                epsilon_low=cfg.epsilon_low,
+                epsilon_high=cfg.epsilon_high,
+                n_tokens=total_tokens,
+            )
+            loss.backward()
+            stats["loss"] += loss.item()
+            stats["entropy_sum"] += (entropy * batch.completion_mask).sum().item()
+            stats["clipped"] += clipped.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        squared_norm += float(norm) ** 2
+        optimizer.step()
+    n_turns = sum(len(ts) for ts in turns_by_role.values())
+    return {
+        "loss": stats["loss"],
+        "entropy": stats["entropy_sum"] / max(total_tokens, 1),
+        "clip_fraction": stats["clipped"] / max(total_tokens, 1),
+        "grad_norm": squared_norm**0.5,
+        "response_length": total_tokens / max(n_turns, 1),
+    }

@@ -1,0 +1,58 @@
+"""Turns, episodes and the workflow interface.
+
+A *role* owns parameters (``generator``, ``aggregator``, ...); an *agent* is one
+instance of a role inside an episode (``generator0``). A workflow turns a batch of
+problems into episodes by calling ``generate(role, prompts)`` once per role and
+stage for the whole batch, never once per episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from matrixrl.tasks.base import Problem
+
+
+@dataclass
+class Completion:
+    """One sampled answer to one prompt, with the tokens the trainer scores."""
+
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+@dataclass
+class Turn:
+    role: str
+    agent: str
+    index: int  # this agent's turn number within the episode
+    prompt: str
+    completion: Completion
+    reward: float = 0.0
+    advantage: float = 0.0
+
+
+@dataclass
+class Episode:
+    problem: Problem
+    group: int  # which of the step's problems this rolls out (GRPO group key)
+    turns: list[Turn] = field(default_factory=list)
+    answer: str = ""
+    reward: float = 0.0
+
+
+class Generate(Protocol):
+    def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
+
+
+class Workflow(Protocol):
+    name: str
+    roles: tuple[str, ...]
+
+    def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
+        """Roll out one episode per problem; ``groups[i]`` tags episode i's GRPO group."""
+
+    def warmstart_pairs(self, problems: list[Problem]) -> list[tuple[str, str]]:
+        """(prompt, completion) examples of every role's format for the warm-start."""

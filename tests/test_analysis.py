@@ -1,0 +1,182 @@
+"""Known-answer tests for matrixrl.analysis.curves on hand-constructed curves."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from matrixrl.analysis.curves import CliffRule, CurveSummary, summarize_cells, summarize_curve
+
+RULE = CliffRule()  # delta=0.10, noise_se=2.0, final_tail_k=3
+approx = pytest.approx
+
+
+def test_rising_curve_has_gain_and_no_cliff() -> None:
+    s = summarize_curve([0, 100, 200, 300], [0.2, 0.3, 0.4, 0.5], 500, RULE)
+    assert s.base == 0.2 and s.peak == 0.5 and s.final == 0.5
+    assert s.peak_step == 300
+    assert s.gain == approx(0.3) and s.peak_gain == approx(0.3)
+    assert s.final_tail == approx(0.4)  # mean(0.3, 0.4, 0.5)
+    assert s.cliff is False and s.cliff_onset is None
+    assert s.n_checkpoints == 4
+
+
+def test_peak_then_collapse_is_a_cliff_with_exact_onset() -> None:
+    # peak 0.7 @ 20; threshold 0.6; 0.5, 0.2, 0.1 stay below -> onset 30.
+    # se = sqrt(.7*.3/1000 + .1*.9/1000) = 0.0173; drop 0.6 >> 2 se.
+    s = summarize_curve([0, 10, 20, 30, 40, 50], [0.3, 0.6, 0.7, 0.5, 0.2, 0.1], 1000, RULE)
+    assert s.peak == 0.7 and s.peak_step == 20
+    assert s.final == 0.1 and s.gain == approx(-0.2) and s.peak_gain == approx(0.4)
+    assert s.final_tail == approx((0.5 + 0.2 + 0.1) / 3)
+    assert s.cliff is True and s.cliff_onset == 30
+
+
+def test_drop_then_recovery_above_threshold_is_not_a_cliff() -> None:
+    s = summarize_curve([0, 1, 2, 3], [0.3, 0.7, 0.4, 0.65], 1000, RULE)
+    assert s.peak_step == 1
+    assert s.cliff is False and s.cliff_onset is None
+
+
+def test_drop_of_exactly_delta_counts() -> None:
+    # 0.7 - 0.1 == 0.5999999999999999 in floats; the tolerance keeps 0.6 "<= peak - delta".
+    s = summarize_curve([0, 5, 10], [0.3, 0.7, 0.6], 10_000, RULE)
+    assert s.cliff is True and s.cliff_onset == 10
+    just_above = summarize_curve([0, 5, 10], [0.3, 0.7, 0.6 + 1e-6], 10_000, RULE)
+    assert just_above.cliff is False and just_above.cliff_onset is None
+
+
+def test_drop_within_noise_depends_on_n() -> None:
+    steps, acc = [0, 10, 20], [0.2, 0.5, 0.35]
+    # n=10: se = sqrt(.25/10 + .2275/10) = 0.2185, 2 se = 0.437 > drop 0.15.
+    small = summarize_curve(steps, acc, 10, RULE)
+    assert small.cliff is False and small.cliff_onset is None
+    # n=1000: se = 0.0219, 2 se = 0.0437 < 0.15.
+    large = summarize_curve(steps, acc, 1000, RULE)
+    assert large.cliff is True and large.cliff_onset == 20
+
+
+def test_per_checkpoint_n_uses_peak_and_final_rows() -> None:
+    steps, acc = [0, 10, 20], [0.3, 0.7, 0.55]
+    assert summarize_curve(steps, acc, 1000, RULE).cliff is True
+    # Peak measured on only 10 problems: se = sqrt(.21/10 + .2475/1000) = 0.146, 2 se > 0.15.
+    assert summarize_curve(steps, acc, [1000, 10, 1000], RULE).cliff is False
+
+
+def test_onset_is_start_of_final_run_not_first_dip() -> None:
+    # peak 0.8 @ 50, threshold 0.7: dips at 100, recovers at 150/200, collapses from 250.
+    steps = [0, 50, 100, 150, 200, 250, 300]
+    acc = [0.3, 0.8, 0.5, 0.75, 0.78, 0.4, 0.3]
+    s = summarize_curve(steps, acc, 1000, RULE)
+    assert s.peak_step == 50
+    assert s.cliff is True and s.cliff_onset == 250
+
+
+def test_peak_at_last_checkpoint() -> None:
+    s = summarize_curve([0, 1, 2], [0.2, 0.4, 0.6], 100, RULE)
+    assert s.peak_step == 2 and s.peak == s.final == 0.6
+    assert s.gain == s.peak_gain == approx(0.4)
+    assert s.cliff is False and s.cliff_onset is None
+
+
+def test_peak_ties_take_earliest_step() -> None:
+    s = summarize_curve([0, 10, 20, 30, 40], [0.2, 0.6, 0.5, 0.6, 0.55], 100, RULE)
+    assert s.peak == 0.6 and s.peak_step == 10
+
+
+def test_zero_delta_onset_still_comes_after_peak() -> None:
+    # With delta=0 every point is "<= peak", the peak included; the onset must follow it.
+    rule = CliffRule(delta=0.0, noise_se=0.0)
+    s = summarize_curve([0, 10, 20], [0.3, 0.7, 0.69], 100, rule)
+    assert s.cliff is True and s.cliff_onset == 20
+
+
+def test_final_tail_with_k_larger_than_curve() -> None:
+    s = summarize_curve([0, 1, 2], [0.2, 0.5, 0.8], 100, CliffRule(final_tail_k=10))
+    assert s.final_tail == approx(0.5)
+
+
+def test_single_checkpoint() -> None:
+    s = summarize_curve([0], [0.4], 100, RULE)
+    assert (s.base, s.peak, s.final, s.final_tail) == (0.4, 0.4, 0.4, 0.4)
+    assert s.peak_step == 0 and s.gain == 0 and s.cliff is False and s.n_checkpoints == 1
+
+
+@pytest.mark.parametrize(
+    ("steps", "acc", "n", "message"),
+    [
+        ([10, 20], [0.1, 0.2], 100, "step 0"),
+        ([0, 20, 10], [0.1, 0.2, 0.3], 100, "strictly increasing"),
+        ([0, 10, 10], [0.1, 0.2, 0.3], 100, "strictly increasing"),
+        ([0, 10], [0.1, 1.2], 100, r"within \[0, 1\]"),
+        ([0, 10], [0.1, float("nan")], 100, r"within \[0, 1\]"),
+        ([0, 10], [0.1], 100, "length"),
+        ([], [], 100, "at least one checkpoint"),
+        ([0, 10], [0.1, 0.2], 0, ">= 1"),
+        ([0, 10], [0.1, 0.2], [100], "entries"),
+    ],
+)
+def test_validation_errors(steps, acc, n, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        summarize_curve(steps, acc, n, RULE)
+
+
+def test_rule_validation() -> None:
+    with pytest.raises(ValueError, match="final_tail_k"):
+        CliffRule(final_tail_k=0)
+    with pytest.raises(ValueError, match="delta"):
+        CliffRule(delta=-0.1)
+
+
+def _long(cell: str, steps: list[int], acc: list[float], n: int) -> pd.DataFrame:
+    return pd.DataFrame({"cell": cell, "step": steps, "accuracy": acc, "n": n})
+
+
+def test_summarize_cells_shuffled_multi_cell() -> None:
+    evals = pd.concat(
+        [
+            _long("b", [0, 10, 20, 30, 40, 50], [0.3, 0.6, 0.7, 0.5, 0.2, 0.1], 1000),
+            _long("c", [0, 1, 2, 3], [0.3, 0.7, 0.4, 0.65], 1000),
+            _long("a", [0, 100, 200, 300], [0.2, 0.3, 0.4, 0.5], 500),
+        ],
+        ignore_index=True,
+    ).sample(frac=1.0, random_state=0)
+    out = summarize_cells(evals, RULE)
+
+    assert list(out.columns) == ["cell"] + [f.name for f in dataclasses.fields(CurveSummary)]
+    assert out["cell"].tolist() == ["a", "b", "c"]
+    assert list(out.index) == [0, 1, 2]
+    assert str(out["cliff_onset"].dtype) == "Int64"
+    assert out["peak_step"].dtype == "int64" and out["n_checkpoints"].dtype == "int64"
+    assert out["cliff"].dtype == bool
+    assert out["cliff"].tolist() == [False, True, False]
+    assert out["cliff_onset"].isna().tolist() == [True, False, True]
+    assert out.loc[1, "cliff_onset"] == 30
+    assert out["peak_step"].tolist() == [300, 20, 1]
+    assert out["n_checkpoints"].tolist() == [4, 6, 4]
+    assert out["final_tail"].tolist() == approx([0.4, (0.5 + 0.2 + 0.1) / 3, (0.7 + 0.4 + 0.65) / 3])
+
+
+def test_summarize_cells_uses_per_row_n() -> None:
+    evals = pd.DataFrame(
+        {"cell": "x", "step": [20, 0, 10], "accuracy": [0.55, 0.3, 0.7], "n": [1000, 1000, 10]}
+    )
+    assert summarize_cells(evals, RULE)["cliff"].tolist() == [False]
+
+
+def test_summarize_cells_missing_step0_names_cell() -> None:
+    evals = pd.concat([_long("ok", [0, 1], [0.1, 0.2], 10), _long("bad-cell", [1, 2], [0.1, 0.2], 10)])
+    with pytest.raises(ValueError, match="bad-cell"):
+        summarize_cells(evals, RULE)
+
+
+def test_summarize_cells_duplicate_step_names_cell() -> None:
+    evals = _long("dup", [0, 5, 5], [0.1, 0.2, 0.3], 10)
+    with pytest.raises(ValueError, match="dup.*strictly increasing"):
+        summarize_cells(evals, RULE)
+
+
+def test_summarize_cells_missing_column() -> None:
+    with pytest.raises(ValueError, match="'n'"):
+        summarize_cells(pd.DataFrame({"cell": ["a"], "step": [0], "accuracy": [0.5]}), RULE)
