@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -161,15 +161,17 @@ class Config(Strict):
 
 def _describe(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
     """The pydantic model that owns the field at ``loc`` (to list valid keys)."""
-    for part in loc[:-1]:
-        if model is None:
-            return None
-        field = model.model_fields.get(part) if isinstance(part, str) else None
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
         if field is None:
-            # Inside a dict or discriminated union: the key after it is a value, not a field.
-            continue
-        annotation = field.annotation
-        model = _model_in(annotation)
+            return None
+        if get_origin(field.annotation) is dict:
+            if not parts:
+                return None  # the unknown key is a name (of a scale, a task): any name is valid
+            parts.pop(0)  # the dict key (a scale's or task's name), not a field
+        model = _model_in(field.annotation)
     return model
 
 
@@ -183,38 +185,93 @@ def _model_in(annotation) -> type[BaseModel] | None:
     return None
 
 
+def _kinds(section: str) -> tuple[str, ...]:
+    """The valid ``kind:`` values of the entries under ``scales:`` or ``tasks:``."""
+    model = _model_in(Config.model_fields[section].annotation)
+    return get_args(model.model_fields["kind"].annotation) if model else ()
+
+
+def _path(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "an empty value"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+_EXPECTED = {
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected a list, e.g. [a, b]",
+    "dict_type": "expected a mapping of key: value pairs",
+    "model_type": "expected a mapping of key: value pairs",
+    "model_attributes_type": "expected a mapping of key: value pairs",
+}
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
-    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p in ("tiny", "arith")))
-    path = ".".join(str(p) for p in loc) or "(top level)"
+    loc = tuple(first["loc"])
+    if len(loc) > 2 and loc[0] in ("scales", "tasks"):
+        # (section, name, kind tag, ...): the discriminated union adds the tag.
+        loc = loc[:2] + loc[3:]
+    path = _path(loc)
     kind = first["type"]
+    ctx = first.get("ctx") or {}
+    got = first.get("input")
     if kind == "extra_forbidden":
         owner = _describe(Config, loc)
-        allowed = f"; valid keys here: {', '.join(owner.model_fields)}" if owner else ""
+        allowed = f"; valid keys here: {', '.join(owner.model_fields)}" if owner else "; remove it"
         return f"{source}: {path}: unknown key{allowed}"
     if kind == "missing":
         return f"{source}: {path}: required key is missing; add it"
-    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        return f"{source}: {path}: 'kind' must be one of {first['ctx'].get('expected_tags', '')}"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        kinds = ", ".join(_kinds(loc[0])) if loc and loc[0] in ("scales", "tasks") else ""
+        if kind == "union_tag_not_found":
+            return f"{source}: {path}.kind: required key is missing; add it (one of: {kinds})"
+        return f"{source}: {path}.kind: unknown kind {ctx.get('tag')!r}; use one of: {kinds}"
+    if isinstance(ctx.get("error"), ConfigError):
+        return f"{source}: {ctx['error']}"
+    if kind == "too_short" and ctx.get("min_length") == 1:
+        return f"{source}: {path}: the list is empty; list at least one value"
+    if kind in _EXPECTED:
+        return f"{source}: {path}: {_EXPECTED[kind]} (got {_shown(got)})"
     message = first["msg"]
-    if isinstance(first.get("ctx"), dict) and isinstance(first["ctx"].get("error"), ConfigError):
-        return f"{source}: {first['ctx']['error']}"
     if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
-    got = first.get("input")
-    shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        return f"{source}: {path}: {message[len('Value error, ') :]}"
+    if message.startswith("Input should be "):
+        message = "must be " + message[len("Input should be ") :]
+    shown = "" if isinstance(got, (dict, list)) else f" (got {_shown(got)})"
     return f"{source}: {path}: {message[0].lower()}{message[1:]}{shown}"
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:
     key, sep, raw = assignment.partition("=")
-    if not sep or not key.strip():
+    path = [part.strip() for part in key.split(".")]
+    if not sep or not all(path):
         raise ConfigError(f"--set {assignment!r}: expected dotted.key=VALUE, e.g. --set train.steps=4")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set {assignment}: the value is not valid YAML; quote it or fix its syntax")
-    return key.strip().split("."), value
+        raise ConfigError(f"--set {assignment!r}: the value is not valid YAML; quote it or fix its syntax")
+    return path, value
 
 
 def apply_set(raw: dict, assignment: str) -> None:
@@ -226,7 +283,10 @@ def apply_set(raw: dict, assignment: str) -> None:
             child = node[part] = {}
         if not isinstance(child, dict):
             where = ".".join(path[: i + 1])
-            raise ConfigError(f"--set {assignment}: {where} is not a mapping, so it has no key {path[i + 1]!r}")
+            raise ConfigError(
+                f"--set {assignment!r}: {where} is a single value, not a section, so it has no key "
+                f"{path[i + 1]!r}; use --set {where}=VALUE"
+            )
         node = child
     node[path[-1]] = value
 
@@ -234,12 +294,20 @@ def apply_set(raw: dict, assignment: str) -> None:
 def parse_only(assignment: str) -> tuple[str, list[str]]:
     axis, sep, raw = assignment.partition("=")
     axis = axis.strip()
-    if not sep or axis not in AXES or not raw.strip():
+    wanted = [v.strip() for v in raw.split(",") if v.strip()]
+    if sep and axis and axis not in AXES:
+        raise ConfigError(
+            f"--only {assignment!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}, e.g. --only seed=0,1"
+        )
+    if not sep or not axis or not wanted:
         raise ConfigError(
             f"--only {assignment!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(AXES)}, "
             "e.g. --only seed=0,1"
         )
-    return axis, [v.strip() for v in raw.split(",") if v.strip()]
+    repeated = sorted({w for w in wanted if wanted.count(w) > 1}, key=wanted.index)
+    if repeated:
+        raise ConfigError(f"--only {assignment!r}: {', '.join(repeated)} given more than once; list each value once")
+    return axis, wanted
 
 
 def apply_only(raw: dict, assignment: str) -> None:
@@ -252,7 +320,7 @@ def apply_only(raw: dict, assignment: str) -> None:
     missing = [w for w in wanted if w not in by_text]
     if missing:
         raise ConfigError(
-            f"--only {assignment}: {', '.join(missing)} not in grid.{axis} "
+            f"--only {assignment!r}: {', '.join(missing)} not in grid.{axis} "
             f"[{', '.join(map(str, values))}]; --only narrows the grid, "
             f"use --set grid.{axis}=[...] to change it"
         )
@@ -275,6 +343,10 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
+        context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and start and (start.line, start.column) != (getattr(mark, "line", None), getattr(mark, "column", None)):
+            # Where the broken construct began: usually the line to fix.
+            problem += f" ({context} that starts at line {start.line + 1}, column {start.column + 1})"
         raise ConfigError(f"{source}: not valid YAML{where}: {problem}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections (grid:, scales:, ...) at the top level")

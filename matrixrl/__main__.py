@@ -1,0 +1,3 @@
+from matrixrl.cli import main
+
+main()

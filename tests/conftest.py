@@ -1,0 +1,41 @@
+"""Shared test setup: offline Hugging Face, a private copy of experiments.yaml, a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Tests never reach the network, and nothing they start may try to.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENTS = REPO / "experiments.yaml"
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    """A copy of the repository's experiments.yaml in ``tmp_path``.
+
+    ``results_dir`` is relative to the file, so the copy's results land in
+    ``tmp_path / "results"``, never in the repository's own results.
+    """
+    path = tmp_path / "experiments.yaml"
+    shutil.copyfile(EXPERIMENTS, path)
+    return path
+
+
+def run_cli(*args: str):
+    """Invoke ``matrixrl ARGS...`` in-process; returns click's ``Result``.
+
+    With click >= 8.2 stdout and stderr are captured separately:
+    ``result.stdout``, ``result.stderr`` (``result.output`` interleaves both).
+    """
+    from typer.testing import CliRunner
+
+    from matrixrl.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])

@@ -1,0 +1,414 @@
+"""experiments.yaml validation, --set and --only: the exact one-line error messages."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from matrixrl.config import (
+    AXES,
+    Config,
+    ConfigError,
+    apply_only,
+    apply_set,
+    load_config,
+    parse_only,
+    parse_set,
+    validate,
+)
+
+from conftest import EXPERIMENTS
+
+TRAIN_KEYS = (
+    "steps, eval_every, problems_per_step, group_size, lr, temperature, max_new_tokens, "
+    "epsilon_low, epsilon_high, scale_rewards, max_grad_norm, threads"
+)
+ONLY_FORM = "expected AXIS=V1,V2 with AXIS one of workflow, task, scale, policy, seed, e.g. --only seed=0,1"
+
+
+@pytest.fixture
+def raw() -> dict:
+    """The repository's experiments.yaml as plain data, to break one thing at a time."""
+    return yaml.safe_load(EXPERIMENTS.read_text())
+
+
+def error_of(raw: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate(raw, "E.yaml")
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def load_error(path: Path, sets=(), only=()) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, sets=list(sets), only=list(only))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# --- the default file ----------------------------------------------------------------------
+
+
+def test_default_file_loads() -> None:
+    cfg = load_config(EXPERIMENTS)
+    assert isinstance(cfg, Config)
+    assert cfg.grid.scale == ["tiny-s", "tiny-m"]
+    assert cfg.grid.seed == [0, 1]
+    assert set(cfg.scales) == {"tiny-s", "tiny-m"} and set(cfg.tasks) == {"arith"}
+    assert cfg.results_dir == str((EXPERIMENTS.parent / "results").resolve())
+
+
+def test_results_dir_is_relative_to_the_config_file(tmp_path: Path, monkeypatch, raw: dict) -> None:
+    sub = tmp_path / "study"
+    sub.mkdir()
+    path = write(sub / "exp.yaml", {**raw, "results_dir": "out/here"})
+    monkeypatch.chdir(tmp_path)  # a relative -c path, from another directory
+    cfg = load_config(Path("study/exp.yaml"))
+    assert cfg.results_dir == str(sub.resolve() / "out" / "here")
+    absolute = tmp_path / "elsewhere"
+    write(path, {**raw, "results_dir": str(absolute)})
+    assert load_config(path).results_dir == str(absolute.resolve())
+
+
+def test_experiment_fixture_points_results_into_tmp(experiment: Path, tmp_path: Path) -> None:
+    assert load_config(experiment).results_dir == str((tmp_path / "results").resolve())
+
+
+# --- unknown keys ----------------------------------------------------------------------------
+
+
+def test_unknown_top_level_key(raw: dict) -> None:
+    raw["resutls_dir"] = "x"
+    assert error_of(raw) == (
+        "E.yaml: resutls_dir: unknown key; valid keys here: "
+        "results_dir, grid, scales, tasks, train, eval, analysis"
+    )
+
+
+def test_unknown_nested_key_lists_valid_keys(raw: dict) -> None:
+    raw["train"]["stepz"] = 4
+    assert error_of(raw) == f"E.yaml: train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
+
+
+def test_unknown_key_in_a_grid(raw: dict) -> None:
+    raw["grid"]["seeds"] = [0]
+    assert error_of(raw) == (
+        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed"
+    )
+
+
+def test_unknown_key_in_a_named_scale_keeps_its_name(raw: dict) -> None:
+    raw["scales"]["tiny-s"]["hiden_size"] = 64
+    assert error_of(raw) == (
+        "E.yaml: scales.tiny-s.hiden_size: unknown key; valid keys here: kind, hidden_size, "
+        "num_layers, num_heads, num_kv_heads, intermediate_size, max_length, warmstart"
+    )
+
+
+def test_unknown_key_in_a_task_named_like_its_kind(raw: dict) -> None:
+    # The task is named "arith" and is of kind "arith": the path keeps the name.
+    raw["tasks"]["arith"]["digitz"] = 2
+    assert error_of(raw) == (
+        "E.yaml: tasks.arith.digitz: unknown key; valid keys here: kind, digits, terms, "
+        "warmstart_terms, warmstart_digits, warmstart_hard_fraction, n_eval, seed"
+    )
+
+
+def test_unknown_key_in_a_scale_named_like_its_kind(raw: dict) -> None:
+    raw["scales"]["tiny"] = copy.deepcopy(raw["scales"]["tiny-s"])
+    raw["scales"]["tiny"]["warmstart"]["stepz"] = 1
+    assert error_of(raw) == (
+        "E.yaml: scales.tiny.warmstart.stepz: unknown key; valid keys here: steps, batch_size, lr, seed"
+    )
+
+
+# --- wrong values ----------------------------------------------------------------------------
+
+
+def test_wrong_type(raw: dict) -> None:
+    raw["train"]["steps"] = "abc"
+    assert error_of(raw) == "E.yaml: train.steps: expected an integer (got 'abc')"
+
+
+def test_wrong_type_in_a_file(tmp_path: Path) -> None:
+    text = EXPERIMENTS.read_text().replace("  steps: 100\n", "  steps: abc\n")
+    path = tmp_path / "experiments.yaml"
+    path.write_text(text)
+    assert load_error(path) == f"{path}: train.steps: expected an integer (got 'abc')"
+
+
+def test_out_of_range(raw: dict) -> None:
+    raw["train"]["steps"] = 0
+    assert error_of(raw) == "E.yaml: train.steps: must be greater than or equal to 1 (got 0)"
+
+
+def test_out_of_range_in_a_named_task(raw: dict) -> None:
+    raw["tasks"]["arith"]["digits"] = 9
+    assert error_of(raw) == "E.yaml: tasks.arith.digits: must be less than or equal to 6 (got 9)"
+
+
+def test_wrong_boolean(raw: dict) -> None:
+    raw["train"]["scale_rewards"] = "maybe"
+    assert error_of(raw) == "E.yaml: train.scale_rewards: expected true or false (got 'maybe')"
+
+
+def test_section_that_is_not_a_mapping(raw: dict) -> None:
+    raw["grid"] = ["tiny-s"]
+    assert error_of(raw) == "E.yaml: grid: expected a mapping of key: value pairs (got a list)"
+
+
+def test_negative_seed_names_its_position(raw: dict) -> None:
+    raw["grid"]["seed"] = [0, -1]
+    assert error_of(raw) == "E.yaml: grid.seed[1]: must be greater than or equal to 0 (got -1)"
+
+
+def test_empty_axis(raw: dict) -> None:
+    raw["grid"]["seed"] = []
+    assert error_of(raw) == "E.yaml: grid.seed: the list is empty; list at least one value"
+
+
+def test_missing_grid(raw: dict) -> None:
+    del raw["grid"]
+    assert error_of(raw) == "E.yaml: grid: required key is missing; add it"
+
+
+def test_missing_axis(raw: dict) -> None:
+    del raw["grid"]["seed"]
+    assert error_of(raw) == "E.yaml: grid.seed: required key is missing; add it"
+
+
+def test_unknown_kind(raw: dict) -> None:
+    raw["scales"]["tiny-s"]["kind"] = "huge"
+    assert error_of(raw) == "E.yaml: scales.tiny-s.kind: unknown kind 'huge'; use one of: tiny"
+
+
+def test_missing_kind(raw: dict) -> None:
+    del raw["tasks"]["arith"]["kind"]
+    assert error_of(raw) == "E.yaml: tasks.arith.kind: required key is missing; add it (one of: arith)"
+
+
+def test_cross_field_check(raw: dict) -> None:
+    raw["scales"]["tiny-m"]["num_heads"] = 5
+    assert error_of(raw) == "E.yaml: scales.tiny-m: hidden_size 192 must be a multiple of num_heads 5"
+
+
+# --- grid values -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "axis, value, message",
+    [
+        ("scale", "tiny-xl", "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'"),
+        ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith or define it under 'tasks:'"),
+        ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single"),
+        ("policy", "separate", "grid.policy: unknown policy 'separate'; use one of: shared"),
+    ],
+)
+def test_unknown_grid_value_names_axis_and_valid_values(raw: dict, axis: str, value: str, message: str) -> None:
+    raw["grid"][axis] = [*raw["grid"][axis], value]
+    assert error_of(raw) == f"E.yaml: {message}"
+
+
+@pytest.mark.parametrize(
+    "axis, values, shown",
+    [("seed", [0, 1, 0], "[0, 1, 0]"), ("scale", ["tiny-s", "tiny-s"], "['tiny-s', 'tiny-s']")],
+)
+def test_duplicate_axis_values(raw: dict, axis: str, values: list, shown: str) -> None:
+    raw["grid"][axis] = values
+    assert error_of(raw) == f"E.yaml: grid.{axis}: values repeat in {shown}; list each once"
+
+
+# --- the file itself -------------------------------------------------------------------------
+
+
+def test_yaml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("results_dir: results\ngrid: [a, b\nscales: {}\n")
+    assert load_error(path) == (
+        f"{path}: not valid YAML at line 3, column 7: expected ',' or ']', but got ':' "
+        "(while parsing a flow sequence that starts at line 2, column 7)"
+    )
+
+
+def test_yaml_unterminated_quote(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text('results_dir: "results\n')
+    assert load_error(path) == (
+        f"{path}: not valid YAML at line 2, column 1: found unexpected end of stream "
+        "(while scanning a quoted scalar that starts at line 1, column 14)"
+    )
+
+
+def test_yaml_tab_indent(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("grid:\n\tseed: [0]\n")
+    assert load_error(path) == (
+        f"{path}: not valid YAML at line 2, column 1: found character '\\t' that cannot start any token"
+    )
+
+
+@pytest.mark.parametrize("text", ["- grid\n- scales\n", "just text\n", ""])
+def test_top_level_not_a_mapping(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text(text)
+    assert load_error(path) == (
+        f"{path}: expected a mapping of sections (grid:, scales:, ...) at the top level"
+    )
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert load_error(path) == f"{path}: no such file; pass -c PATH or create experiments.yaml"
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    assert load_error(tmp_path) == f"{tmp_path}: cannot read it (Is a directory)"
+
+
+# --- --set -----------------------------------------------------------------------------------
+
+
+def test_parse_set_parses_yaml_values() -> None:
+    assert parse_set("train.steps=4") == (["train", "steps"], 4)
+    assert parse_set("train.lr=1e-3") == (["train", "lr"], "1e-3")  # YAML 1.1: no dot, no float
+    assert parse_set("train.lr=1.0e-3") == (["train", "lr"], 1.0e-3)
+    assert parse_set("train.scale_rewards=false") == (["train", "scale_rewards"], False)
+    assert parse_set("grid.seed=[0,1,2]") == (["grid", "seed"], [0, 1, 2])
+    assert parse_set("grid.scale=[tiny-s]") == (["grid", "scale"], ["tiny-s"])
+    assert parse_set(" results_dir = out ") == (["results_dir"], "out")
+    assert parse_set("results_dir='a=b'") == (["results_dir"], "a=b")
+    assert parse_set("train.steps=") == (["train", "steps"], None)
+
+
+def test_set_creates_nested_sections() -> None:
+    raw: dict = {"train": {"steps": 1}}
+    apply_set(raw, "scales.tiny-xs.warmstart.steps=10")
+    apply_set(raw, "train.lr=0.5")
+    assert raw == {"train": {"steps": 1, "lr": 0.5}, "scales": {"tiny-xs": {"warmstart": {"steps": 10}}}}
+
+
+def test_set_overrides_through_load_config(experiment: Path) -> None:
+    cfg = load_config(experiment, sets=["grid.seed=[0,1,2]", "train.steps=4", "scales.tiny-s.warmstart.steps=7"])
+    assert cfg.grid.seed == [0, 1, 2]
+    assert cfg.train.steps == 4
+    assert cfg.scales["tiny-s"].warmstart.steps == 7
+
+
+@pytest.mark.parametrize("bad", ["train.steps", "=4", "train..steps=4", ".steps=4"])
+def test_set_without_a_key_or_equals(bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_set(bad)
+    assert str(info.value) == f"--set {bad!r}: expected dotted.key=VALUE, e.g. --set train.steps=4"
+
+
+def test_set_invalid_yaml_value() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_set("grid.seed=[0,1")
+    assert str(info.value) == "--set 'grid.seed=[0,1': the value is not valid YAML; quote it or fix its syntax"
+
+
+def test_set_below_a_scalar(raw: dict) -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_set(raw, "train.steps.max=4")
+    assert str(info.value) == (
+        "--set 'train.steps.max=4': train.steps is a single value, not a section, "
+        "so it has no key 'max'; use --set train.steps=VALUE"
+    )
+
+
+def test_set_of_an_unknown_key_is_reported_by_validation(experiment: Path) -> None:
+    assert load_error(experiment, sets=["train.stepz=4"]) == (
+        f"{experiment}: train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
+    )
+
+
+def test_set_of_a_wrong_type(experiment: Path) -> None:
+    assert load_error(experiment, sets=["train.steps=[4]"]) == (
+        f"{experiment}: train.steps: expected an integer (got a list)"
+    )
+    assert load_error(experiment, sets=["train.steps="]) == (
+        f"{experiment}: train.steps: expected an integer (got an empty value)"
+    )
+
+
+# --- --only ----------------------------------------------------------------------------------
+
+
+def test_parse_only() -> None:
+    assert parse_only("seed=0,1") == ("seed", ["0", "1"])
+    assert parse_only(" scale = tiny-m , tiny-s ") == ("scale", ["tiny-m", "tiny-s"])
+
+
+def test_only_narrows_in_the_given_order_and_parses_seeds(raw: dict) -> None:
+    apply_only(raw, "scale=tiny-m")
+    apply_only(raw, "seed=1,0")
+    assert raw["grid"]["scale"] == ["tiny-m"]
+    assert raw["grid"]["seed"] == [1, 0]
+    assert all(isinstance(s, int) for s in raw["grid"]["seed"])
+
+
+def test_only_through_load_config(experiment: Path) -> None:
+    cfg = load_config(experiment, only=["seed=1", "scale=tiny-s"])
+    assert cfg.grid.seed == [1] and cfg.grid.scale == ["tiny-s"]
+    assert set(cfg.scales) == {"tiny-s", "tiny-m"}  # definitions stay; only the grid narrows
+
+
+def test_only_after_set_narrows_the_set_grid(experiment: Path) -> None:
+    cfg = load_config(experiment, sets=["grid.seed=[0,1,2,3]"], only=["seed=3,2"])
+    assert cfg.grid.seed == [3, 2]
+
+
+def test_only_unknown_axis() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_only("color=red")
+    assert str(info.value) == (
+        "--only 'color=red': unknown axis 'color'; use one of: workflow, task, scale, policy, seed, "
+        "e.g. --only seed=0,1"
+    )
+
+
+@pytest.mark.parametrize("bad", ["seed", "seed=", "seed=,", "=0,1"])
+def test_only_bad_form(bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_only(bad)
+    assert str(info.value) == f"--only {bad!r}: {ONLY_FORM}"
+
+
+def test_only_repeated_value() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_only("seed=0,1,0")
+    assert str(info.value) == "--only 'seed=0,1,0': 0 given more than once; list each value once"
+
+
+def test_only_value_not_in_grid(raw: dict) -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_only(raw, "seed=1,5")
+    assert str(info.value) == (
+        "--only 'seed=1,5': 5 not in grid.seed [0, 1]; --only narrows the grid, "
+        "use --set grid.seed=[...] to change it"
+    )
+
+
+def test_only_value_not_in_grid_through_load_config(experiment: Path) -> None:
+    assert load_error(experiment, only=["scale=tiny-xl,tiny-s"]) == (
+        "--only 'scale=tiny-xl,tiny-s': tiny-xl not in grid.scale [tiny-s, tiny-m]; "
+        "--only narrows the grid, use --set grid.scale=[...] to change it"
+    )
+
+
+def test_every_axis_can_be_narrowed(raw: dict) -> None:
+    for axis in AXES:
+        first = raw["grid"][axis][0]
+        narrowed = copy.deepcopy(raw)
+        apply_only(narrowed, f"{axis}={first}")
+        assert narrowed["grid"][axis] == [first]

@@ -1,0 +1,212 @@
+"""End to end: real `matrixrl run` through Snakemake into a real SQLite store.
+
+These are the slow tests (`pytest -m "not slow"` skips them); CI runs them all.
+One tiny grid is run once per module and then grown, rerun and interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {
+    "scales.tiny-s.warmstart.steps": 30,
+    "train.steps": 4,
+    "train.eval_every": 2,
+    "train.problems_per_step": 8,
+    "train.group_size": 4,
+    "tasks.arith.n_eval": 64,
+}
+
+
+def small_experiment(folder: Path, **overrides) -> Path:
+    """The default experiments.yaml shrunk to one cell that runs in seconds."""
+    raw = yaml.safe_load((REPO / "experiments.yaml").read_text())
+    raw["grid"].update(scale=["tiny-s"], seed=[0])
+    for key, value in {**SMALL, **overrides}.items():
+        node = raw
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "experiments.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def matrixrl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "matrixrl", *args], capture_output=True, text=True, timeout=900
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"matrixrl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def stored(results: Path, query: str) -> list[tuple]:
+    with sqlite3.connect(results / "matrixrl.sqlite") as db:
+        return db.execute(query).fetchall()
+
+
+def accuracies(results: Path, cell: str) -> list[tuple[int, float]]:
+    return stored(results, f"select step, accuracy from evaluations where cell = '{cell}' order by step")
+
+
+def plan(config: Path, *extra: str) -> list[dict]:
+    return json.loads(matrixrl("plan", "-c", str(config), "--format", "json", *extra).stdout)
+
+
+def jobs_started(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line.split("▶ ", 1)[1] for line in proc.stderr.splitlines() if "▶ " in line]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("grid")
+    config = small_experiment(folder)
+    before = plan(config)
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    return config, folder / "results", before, proc
+
+
+CELL0 = "single-arith-tiny-s-shared-s0"
+CELL1 = "single-arith-tiny-s-shared-s1"
+
+
+def test_run_fills_the_store_with_every_checkpoint(ran):
+    config, results, before, proc = ran
+    assert {j["status"] for j in before} == {"pending"}
+    assert [(j["rule"], j["step"]) for j in before if j["cell"] == CELL0] == [
+        ("train", None),
+        ("evaluate", 0),
+        ("evaluate", 2),
+        ("evaluate", 4),
+    ]
+    started = jobs_started(proc)
+    assert "prepare_base scale=tiny-s" in started
+    assert f"train cell={CELL0}" in started
+    assert [s for s, _ in accuracies(results, CELL0)] == [0, 2, 4]
+    assert [s for (s,) in stored(results, f"select step from train_steps where cell = '{CELL0}' order by step")] == [1, 2, 3, 4]
+    assert all(0.0 <= a <= 1.0 for _, a in accuracies(results, CELL0))
+    assert {j["status"] for j in plan(config)} == {"done"}
+
+
+def test_second_run_with_nothing_changed_runs_no_job(ran):
+    config, results, _, _ = ran
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    assert jobs_started(proc) == []
+    assert "Nothing to run" in proc.stdout
+
+
+def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
+    config, results, _, _ = ran
+    rows = json.loads(matrixrl("report", "-c", str(config), "--format", "json").stdout)
+    assert len(rows) == 1
+    row = rows[0]
+    assert list(row) == [
+        "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step",
+        "final", "gain", "cliff", "cliff_onset", "n_checkpoints",
+    ]  # fmt: skip
+    curve = accuracies(results, CELL0)
+    peak = max(a for _, a in curve)
+    assert row["base"] == curve[0][1]
+    assert row["peak"] == peak
+    assert row["peak_step"] == next(s for s, a in curve if a == peak)
+    assert row["final"] == curve[-1][1]
+    assert math.isclose(row["gain"], curve[-1][1] - curve[0][1])
+    assert row["n_checkpoints"] == 3
+    csv = matrixrl("report", "-c", str(config), "--format", "csv").stdout.splitlines()
+    assert csv[0] == "workflow,task,scale,policy,seed,base,peak,peak_step,final,gain,cliff,cliff_onset,n_checkpoints"
+    assert csv[1].startswith(f"single,arith,tiny-s,shared,0,{row['base']},")
+    markdown = matrixrl("report", "-c", str(config), "--format", "markdown").stdout.splitlines()
+    assert markdown[0].startswith("| workflow | task | scale |") and markdown[1].startswith("|---|")
+
+
+def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
+    config, results, _, _ = ran
+    grown = ["--set", "grid.seed=[0, 1]"]
+    mtimes = {p: p.stat().st_mtime_ns for p in (results / "cells" / CELL0).rglob("*.json")}
+    pending = [(j["rule"], j["cell"]) for j in plan(config, *grown) if j["status"] == "pending"]
+    assert sorted(pending, key=str) == sorted(
+        [("train", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("analyse", None)], key=str
+    )
+    proc = matrixrl("run", "-c", str(config), "--cores", "2", *grown)
+    started = jobs_started(proc)
+    assert started and all(CELL1 in job or job.startswith("analyse") for job in started), started
+    assert mtimes == {p: p.stat().st_mtime_ns for p in (results / "cells" / CELL0).rglob("*.json")}
+    assert [s for s, _ in accuracies(results, CELL1)] == [0, 2, 4]
+
+
+def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
+    config, results, _, _ = ran
+    first = accuracies(results, CELL0)
+    rewards = stored(results, f"select step, reward_mean, loss from train_steps where cell = '{CELL0}' order by step")
+    shutil.rmtree(results / "cells" / CELL0)
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    assert f"train cell={CELL0}" in jobs_started(proc)
+    assert accuracies(results, CELL0) == first
+    assert stored(results, f"select step, reward_mean, loss from train_steps where cell = '{CELL0}' order by step") == rewards
+
+
+def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path):
+    _, first_results, _, _ = ran
+    longer = {"train.steps": 24, "train.eval_every": 4}
+
+    def fresh(name: str) -> tuple[Path, Path]:
+        config = small_experiment(tmp_path / name, **longer)
+        results = tmp_path / name / "results"
+        # Reuse the module's base model: only the training job is under test.
+        shutil.copytree(first_results / "base", results / "base")
+        return config, results
+
+    reference_config, reference = fresh("uninterrupted")
+    matrixrl("run", "-c", str(reference_config), "--cores", "1")
+
+    config, results = fresh("killed")
+    checkpoints = results / "cells" / CELL0 / "checkpoints"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (checkpoints / "step_8" / "COMPLETE").exists():
+            assert time.monotonic() < deadline, "training never reached step 8"
+            assert runner.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.02)
+        trainer = subprocess.run(["pgrep", "-f", f"matrixrl.jobs train .*{CELL0}"], capture_output=True, text=True)
+        pids = [int(p) for p in trainer.stdout.split()]
+        assert pids, "no training process to kill"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        assert runner.wait(timeout=120) != 0
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert not (results / "cells" / CELL0 / "train.json").exists(), "killed too late to test resumption"
+
+    matrixrl("run", "-c", str(config), "--cores", "1")
+    log = (results / "logs" / "train" / f"{CELL0}.log").read_text()
+    assert "resuming" in log and "from its checkpoint at step" in log
+    resumed_from = int(log.split("from its checkpoint at step ")[1].split()[0])
+    assert resumed_from >= 8
+    assert accuracies(results, CELL0) == accuracies(reference, CELL0)
+    query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
+    assert stored(results, query) == stored(reference, query)
