@@ -88,6 +88,18 @@ class ArithTaskConfig(Strict):
     seed: int = Field(0, ge=0, description="seeds the evaluation set")
 
 
+    @model_validator(mode="after")
+    def _enough_distinct_problems(self):
+        distinct = 10 ** (self.digits * self.terms)
+        if self.n_eval * 2 > distinct:
+            raise ValueError(
+                f"n_eval {self.n_eval} leaves too few training problems: digits={self.digits}, "
+                f"terms={self.terms} give {distinct} distinct problems; keep n_eval at most "
+                f"{distinct // 2} or raise digits or terms"
+            )
+        return self
+
+
 TaskConfig = Annotated[Union[ArithTaskConfig], Field(discriminator="kind")]
 
 

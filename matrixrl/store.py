@@ -92,8 +92,19 @@ def _upsert(session: Session, table, rows: list[dict]) -> None:
     session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
 
 
-def _changed_files(session: Session, results_dir: Path) -> list[tuple[Path, str, object]]:
-    known = {row.path: (row.size, row.mtime_ns) for row in session.scalars(select(IngestedFile))}
+def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
+    if not store_path(results_dir).exists():
+        return {}
+    engine = engine_for(results_dir)
+    try:
+        with Session(engine) as session:
+            return {row.path: (row.size, row.mtime_ns) for row in session.scalars(select(IngestedFile))}
+    finally:
+        engine.dispose()
+
+
+def _changed_files(results_dir: Path) -> list[tuple[Path, str, object]]:
+    known = _known_files(results_dir)
     found = []
     for pattern, kind in (("cells/*/train.json", TrainResult), ("cells/*/eval/step_*.json", EvalResult)):
         for path in sorted(results_dir.glob(pattern)):
@@ -107,15 +118,19 @@ def _changed_files(session: Session, results_dir: Path) -> list[tuple[Path, str,
 def ingest(results_dir: str | Path) -> int:
     """Upsert new or changed result files; returns how many files were read.
 
-    Raises ``ResultFileError`` for an unusable file before anything is written.
+    Every file is read and validated before the store is opened for writing, so an
+    unusable one raises ``ResultFileError`` with nothing written (not even a new,
+    empty store).
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         return 0
+    pending = _changed_files(results_dir)
+    parsed = [(path, rel, read_result(path, kind)) for path, rel, kind in pending]
+    if not parsed:
+        return 0
     engine = engine_for(results_dir)
     with Session(engine) as session, session.begin():
-        pending = _changed_files(session, results_dir)
-        parsed = [(path, rel, read_result(path, kind)) for path, rel, kind in pending]
         for path, rel, result in parsed:
             if isinstance(result, TrainResult):
                 _upsert(session, CellRow, [{"cell": result.cell, **result.axes}])
@@ -126,7 +141,7 @@ def ingest(results_dir: str | Path) -> int:
             stat = path.stat()
             _upsert(session, IngestedFile, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ok": True}])
     engine.dispose()
-    return len(pending)
+    return len(parsed)
 
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:

@@ -242,10 +242,6 @@ def test_corrupt_file_without_a_store_is_named(experiment: Path) -> None:
     assert bad.read_text() == "{not json"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store.ingest opens (and so creates) an empty matrixrl.sqlite before it validates the files",
-)
 def test_corrupt_file_without_a_store_creates_no_store(experiment: Path) -> None:
     results = results_of(experiment)
     bad = results / eval_result(CELL.id, 0)

@@ -412,3 +412,12 @@ def test_every_axis_can_be_narrowed(raw: dict) -> None:
         narrowed = copy.deepcopy(raw)
         apply_only(narrowed, f"{axis}={first}")
         assert narrowed["grid"][axis] == [first]
+
+
+def test_too_few_distinct_problems_for_the_eval_set(experiment: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(experiment, sets=["tasks.arith.terms=2"])
+    assert str(caught.value) == (
+        f"{experiment}: tasks.arith: n_eval 256 leaves too few training problems: digits=1, "
+        "terms=2 give 100 distinct problems; keep n_eval at most 50 or raise digits or terms"
+    )

@@ -12,10 +12,13 @@ from matrixrl.grid import Cell, base_spec, cell_spec
 from matrixrl.jobs.prepare_base import prepare_base
 from matrixrl.train.trainer import checkpoint_dir, train_cell
 
+pytestmark = pytest.mark.slow
+
 EASY = [
     # One-digit, two-term sums: the warm-start shape itself, so the base model is
     # partly right and GRPO has a clear signal to follow.
     "tasks.arith.terms=2",
+    "tasks.arith.n_eval=40",
     "tasks.arith.warmstart_hard_fraction=1.0",
     "scales.tiny-s.warmstart.steps=120",
     "train.steps=30",
