@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 # Off a terminal (pipes, CI logs) rich would squeeze tables into 80 columns.
 out = Console(highlight=False, width=None if os.isatty(1) else 200)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="Experiments file.", show_default=True)]
 OnlyOpt = Annotated[
@@ -203,7 +203,7 @@ def run(
     log_path = results / "logs" / "snakemake" / f"{stamp}.log"
     command = snakemake_command(cfg, configfile, cores, extra)
 
-    failures: list[dict] = []
+    failures: list = []
     state = {"nothing": False, "locked": False}
     began = time.perf_counter()
     with Progress(
@@ -212,32 +212,18 @@ def run(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
-        transient=False,
     ) as progress:
         bar = progress.add_task("jobs", total=None)
-        current: dict | None = None
 
         def on_event(event):
-            nonlocal current
             if event.kind == "start" and event.rule != "all":
-                progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}")
+                progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}".rstrip())
             elif event.kind == "progress":
                 progress.update(bar, completed=event.done, total=event.total)
-            elif event.kind == "nothing":
-                state["nothing"] = True
-            elif event.kind == "error":
-                current = {"rule": event.rule, "wildcards": "", "log": ""}
-                failures.append(current)
-            elif event.kind == "line" and current is not None:
-                text = event.text.strip()
-                if text.startswith("wildcards:"):
-                    current["wildcards"] = text.removeprefix("wildcards:").strip()
-                elif text.startswith("log:"):
-                    current["log"] = text.removeprefix("log:").split("(")[0].strip()
-                elif not text:
-                    current = None
-            if event.kind == "line" and "cannot be locked" in event.text:
-                state["locked"] = True
+            elif event.kind == "failed":
+                failures.append(event)
+            elif event.kind in ("nothing", "locked"):
+                state[event.kind] = True
 
         code = run_with_events(command, log_path, on_event)
     elapsed = time.perf_counter() - began
@@ -254,9 +240,9 @@ def run(
         raise typer.Exit(1)
     if code:
         for failure in failures:
-            where = f" ({failure['wildcards']})" if failure["wildcards"] else ""
-            log_file = f"; log: {results / failure['log']}" if failure["log"] else ""
-            err.print(f"[red]✗[/] job {failure['rule']}{where} failed{log_file}")
+            where = f" ({failure.wildcards})" if failure.wildcards else ""
+            log_file = f"; log: {results / failure.log}" if failure.log else ""
+            err.print(f"[red]✗[/] job {failure.rule}{where} failed{log_file}")
         err.print(f"Error: the run failed after {elapsed:.0f} s; Snakemake's log: {log_path}")
         raise typer.Exit(1)
     if state["nothing"]:

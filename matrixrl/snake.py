@@ -107,18 +107,18 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
 class RunEvent:
     """What the run's progress display needs from Snakemake's log."""
 
-    kind: str  # "start" | "progress" | "error" | "nothing" | "line"
+    kind: str  # "start" | "failed" | "progress" | "nothing" | "locked" | "line"
     rule: str | None = None
-    wildcards: str | None = None
+    wildcards: str = ""
+    log: str = ""
     done: int = 0
     total: int = 0
     text: str = ""
 
 
 _PROGRESS = re.compile(r"(\d+) of (\d+) steps \(\d+%\) done")
-_RULE = re.compile(r"^(?:local)?rule (\w+):")
-_WILDCARDS = re.compile(r"^\s+wildcards: (.*)")
-_ERROR = re.compile(r"^Error in rule (\w+):")
+_BLOCK = re.compile(r"^(?:(?:local)?rule|Error in rule) (\w+):$")
+_FIELD = re.compile(r"^\s+(\w+): (.*)$")
 
 
 def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str]) -> list[str]:
@@ -144,35 +144,50 @@ def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[
 
 
 def run_snakemake(command: list[str], log_path: Path) -> Iterator[RunEvent]:
-    """Run Snakemake, tee its log to ``log_path``, and yield parsed events; returns its exit code."""
+    """Run Snakemake, tee its log to ``log_path`` and yield parsed events; returns its exit code.
+
+    Snakemake reports a job as a block: ``rule NAME:`` (or ``Error in rule NAME:``)
+    followed by indented ``key: value`` lines. An error block names the job only by
+    its jobid, so wildcards are remembered from the job's start block.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_environment()
     )
-    pending_rule = None
+    wildcards_of: dict[str, str] = {}
+    block: dict | None = None
+
+    def close(block: dict) -> RunEvent:
+        wildcards = block.get("wildcards") or wildcards_of.get(block.get("jobid", ""), "")
+        if block["error"]:
+            return RunEvent("failed", rule=block["rule"], wildcards=wildcards, log=block.get("log", "").split(" (")[0])
+        wildcards_of[block.get("jobid", "")] = wildcards
+        return RunEvent("start", rule=block["rule"], wildcards=wildcards)
+
     with log_path.open("w") as log:
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
             log.flush()
             line = line.rstrip("\n")
-            if m := _RULE.match(line):
-                pending_rule = m.group(1)
-            elif (m := _WILDCARDS.match(line)) and pending_rule:
-                yield RunEvent("start", rule=pending_rule, wildcards=m.group(1))
-                pending_rule = None
-            elif line.startswith("jobid:") or line.strip().startswith("jobid:"):
-                continue
-            elif m := _PROGRESS.search(line):
-                yield RunEvent("progress", done=int(m.group(1)), total=int(m.group(2)))
-            elif m := _ERROR.match(line):
-                yield RunEvent("error", rule=m.group(1), text=line)
+            if block is not None:
+                if field := _FIELD.match(line):
+                    block.setdefault(field.group(1), field.group(2).strip())
+                    continue
+                yield close(block)
+                block = None
+            if match := _BLOCK.match(line):
+                block = {"rule": match.group(1), "error": line.startswith("Error")}
+            elif match := _PROGRESS.search(line):
+                yield RunEvent("progress", done=int(match.group(1)), total=int(match.group(2)))
             elif "Nothing to be done" in line:
                 yield RunEvent("nothing", text=line)
+            elif "cannot be locked" in line:
+                yield RunEvent("locked", text=line)
             else:
-                if pending_rule and line.strip() == "" :
-                    continue
                 yield RunEvent("line", text=line)
+        if block is not None:
+            yield close(block)
     return proc.wait()
 
 

@@ -152,6 +152,18 @@ def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
     assert [s for s, _ in accuracies(results, CELL1)] == [0, 2, 4]
 
 
+def test_a_failed_job_is_named_with_its_log(ran):
+    config, results, _, _ = ran
+    # Losing a checkpoint makes its evaluation job rerun and fail.
+    shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_2")
+    (results / "cells" / CELL0 / "eval" / "step_2.json").unlink()
+    proc = matrixrl("run", "-c", str(config), "--cores", "2", check=False)
+    assert proc.returncode == 1
+    log = results / "logs" / "evaluate" / CELL0 / "step_2.log"
+    assert f"✗ job evaluate (cell={CELL0}, step=2) failed; log: {log}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
     config, results, _, _ = ran
     first = accuracies(results, CELL0)

