@@ -32,6 +32,10 @@ OnlyOpt = Annotated[
     Optional[list[str]],
     typer.Option("--only", metavar="AXIS=V1,V2", help="Restrict the grid to these values of one axis (repeatable)."),
 ]
+ProfileOpt = Annotated[
+    Optional[Path],
+    typer.Option("--profile", help="Snakemake profile folder (e.g. profiles/slurm) for cluster runs."),
+]
 SetOpt = Annotated[
     Optional[list[str]],
     typer.Option("--set", metavar="KEY=VALUE", help="Override a setting; VALUE is parsed as YAML (repeatable)."),
@@ -51,10 +55,11 @@ def user_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from matrixrl.results import ResultFileError
+        from matrixrl.snake import ProfileError
 
         try:
             return command(*args, **kwargs)
-        except (ConfigError, ResultFileError) as exc:
+        except (ConfigError, ResultFileError, ProfileError) as exc:
             err.print(f"Error: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(2)
 
@@ -113,6 +118,7 @@ def plan(
     config: ConfigOpt = Path("experiments.yaml"),
     only: OnlyOpt = None,
     set_: SetOpt = None,
+    profile: ProfileOpt = None,
     format: Annotated[Format, typer.Option("--format", help="table or json (csv and markdown list every job).")] = Format.table,
 ):
     """Preview every job of the grid, done or pending, without running anything.
@@ -124,9 +130,17 @@ def plan(
         matrixrl plan --only scale=tiny-s --set train.steps=4 --set train.eval_every=2
 
         matrixrl plan --format json | jq '.[] | select(.status == "pending")'
+
+        matrixrl plan --profile profiles/slurm     # also the resources each rule requests
     """
+    from matrixrl.snake import rule_resources
+
     cfg = _load(config, only, set_)
     jobs = planned_jobs(cfg)
+    resources = rule_resources(_check_profile(profile), list(dict.fromkeys(j["rule"] for j in jobs))) if profile else None
+    if resources is not None:
+        for job in jobs:
+            job["resources"] = resources[job["rule"]]
     if format is Format.json:
         print(json.dumps(jobs, indent=1))
         return
@@ -138,10 +152,15 @@ def plan(
     by_rule = Table(title=f"{len(jobs)} jobs for {len(set(j['cell'] for j in jobs if j['cell']))} cells in {cfg.results_dir}")
     for col in ("rule", "jobs", "done", "pending"):
         by_rule.add_column(col, justify="left" if col == "rule" else "right")
+    if resources is not None:
+        by_rule.add_column(f"resources ({profile})")
     for rule in dict.fromkeys(j["rule"] for j in jobs):
         these = [j for j in jobs if j["rule"] == rule]
         done = sum(j["status"] == "done" for j in these)
-        by_rule.add_row(rule, str(len(these)), str(done), _pending(len(these) - done))
+        row = [rule, str(len(these)), str(done), _pending(len(these) - done)]
+        if resources is not None:
+            row.append(", ".join(f"{k}={v}" for k, v in resources[rule].items()) or "—")
+        by_rule.add_row(*row)
     out.print(by_rule)
     per_cell = Table(title="per cell")
     for col in ("cell", "train", "evaluations done"):
@@ -176,6 +195,7 @@ def run(
     cores: Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")] = os.cpu_count() or 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on with independent jobs when one fails.")] = False,
     unlock: Annotated[bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit.")] = False,
+    profile: ProfileOpt = None,
 ):
     """Run the grid's pending jobs through Snakemake, showing progress.
 
@@ -187,16 +207,20 @@ def run(
         matrixrl run --cores 2
 
         matrixrl run --only seed=0 --set train.steps=4 --set train.eval_every=2
+
+        matrixrl run --profile profiles/slurm      # every job through SLURM
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from matrixrl.snake import CONFIG_FILE, run_with_events, snakemake_command, write_configfile
 
     cfg = _load(config, only, set_)
+    extra = ["--keep-going"] if keep_going else []
+    if profile:
+        extra += ["--profile", str(_check_profile(profile).resolve())]
     results = Path(cfg.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     configfile = write_configfile(cfg, results / CONFIG_FILE)
-    extra = ["--keep-going"] if keep_going else []
     if unlock:
         extra.append("--unlock")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -249,6 +273,15 @@ def run(
         out.print("Nothing to run: every job is done.")
     else:
         out.print(f"Done in {elapsed:.0f} s. `matrixrl report` prints the tables.")
+
+
+def _check_profile(profile: Path) -> Path:
+    from matrixrl.snake import ProfileError, profile_config
+
+    if not profile.is_dir():
+        raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
+    profile_config(profile)  # readable and a mapping
+    return profile
 
 
 def _fail(message: str) -> typer.Exit:
