@@ -328,7 +328,8 @@ def _placed_in_etc(conf_dir: Path) -> Iterator[None]:
         yield
     finally:
         for target in linked:
-            if target.is_symlink() and Path(os.readlink(target)) == conf_dir / target.name:
+            ours = conf_dir / target.name
+            if target.is_symlink() and Path(os.readlink(target)) == ours:
                 target.unlink()
         for aside, target in moved:
             if not (target.exists() or target.is_symlink()):
@@ -394,7 +395,9 @@ def _wait(what: str, ready, procs: dict[str, subprocess.Popen], cluster, timeout
         if ready():
             return
         time.sleep(0.2)
-    raise RuntimeError(f"timed out after {timeout} s waiting for {what}\n{cluster.log_tails()}")
+    raise RuntimeError(
+        f"timed out after {timeout} s waiting for {what}\n{cluster.log_tails()}"
+    )
 
 
 @contextlib.contextmanager
@@ -485,7 +488,9 @@ def slurm_cluster(
             finally:
                 if procs.get("slurmctld") and procs["slurmctld"].poll() is None:
                     with contextlib.suppress(Exception):
-                        cluster.run("scancel", "--user", "root", check=False, timeout=10)
+                        cluster.run(
+                            "scancel", "--user", "root", check=False, timeout=10
+                        )
                         deadline = time.monotonic() + 10
                         while time.monotonic() < deadline and any(
                             j["state"] not in TERMINAL_STATES for j in cluster.jobs()
