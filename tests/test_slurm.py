@@ -33,7 +33,8 @@ def write_profile(folder: Path, partition: str) -> Path:
         "slurm-keep-successful-logs": True,
         "seconds-between-status-checks": 5,
         "default-resources": {"slurm_partition": partition, "runtime": 10, "mem_mb": 2000, "cpus_per_task": 1},
-        "set-resources": {"train": {"mem_mb": 3000}},
+        # The training job asks for the node's (fake) GPU through the plugin's resources.
+        "set-resources": {"train": {"mem_mb": 3000, "gpu": 1}},
     }
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))
@@ -55,7 +56,9 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
         planned = matrixrl("plan", "-c", str(config), "--profile", str(profile), "--format", "json")
         assert planned.returncode == 0, planned.stderr
         train_job = next(j for j in yaml.safe_load(planned.stdout) if j["rule"] == "train")
-        assert train_job["resources"] == {"slurm_partition": cluster.partition, "runtime": 10, "mem_mb": 3000, "cpus_per_task": 1}
+        assert train_job["resources"] == {
+            "slurm_partition": cluster.partition, "runtime": 10, "mem_mb": 3000, "cpus_per_task": 1, "gpu": 1,
+        }  # fmt: skip
 
         began = time.monotonic()
         first = matrixrl("run", "-c", str(config), "--profile", str(profile), "--cores", "2")
@@ -74,6 +77,11 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
         }, slurm_logs
         slurm_ids = {log.stem for log in slurm_logs}
         assert all(i.isdigit() for i in slurm_ids) and len(slurm_ids) == 5
+        (train_id,) = [log.stem for log in by_rule["rule_train"]]
+        train_record = cluster.run("scontrol", "show", "job", train_id).stdout
+        assert "gpu:1" in train_record or "gpu=1" in train_record, train_record
+        (eval_id, *_) = [log.stem for log in by_rule["rule_evaluate"]]
+        assert "gpu" not in cluster.run("scontrol", "show", "job", eval_id).stdout
         snakemake_log = next((results / "logs" / "snakemake").glob("*.log")).read_text()
         for job_id in slurm_ids:
             assert f"SLURM jobid {job_id}" in snakemake_log
