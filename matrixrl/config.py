@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 WORKFLOWS = ("single",)
-POLICIES = ("shared",)
+POLICIES = ("shared", "isolated")
 
 
 class ConfigError(Exception):
@@ -103,6 +103,24 @@ class ArithTaskConfig(Strict):
 TaskConfig = Annotated[Union[ArithTaskConfig], Field(discriminator="kind")]
 
 
+class LoraSettings(Strict):
+    """LoRA adapters (PEFT) used when ``policies.adapter`` is ``lora``."""
+
+    rank: int = Field(8, ge=1)
+    alpha: float = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+
+
+class Policies(Strict):
+    """How both policy modes are built (the grid's ``policy`` axis picks the mode)."""
+
+    adapter: Literal["full", "lora"] = Field(
+        "full", description="train whole models (isolated: one copy per role) or LoRA adapters"
+    )
+    lora: LoraSettings = LoraSettings()
+
+
 class Train(Strict):
     """GRPO settings shared by every cell (see matrixrl.train.trainer)."""
 
@@ -140,6 +158,7 @@ class Config(Strict):
     grid: Grid
     scales: dict[str, Scale]
     tasks: dict[str, TaskConfig]
+    policies: Policies = Policies()
     train: Train = Train()
     eval: Evaluate = Evaluate()
     analysis: Analysis = Analysis()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from matrixrl.config import AXES, Config, Evaluate, TaskConfig, TinyScale, Train
+from matrixrl.config import AXES, Config, Evaluate, Policies, TaskConfig, TinyScale, Train
 
 STORE_FILE = "matrixrl.sqlite"
 SUMMARY_FILE = "summary.json"
@@ -70,6 +70,7 @@ class CellSpec(BaseModel):
     cell: Cell
     scale: TinyScale
     task: TaskConfig
+    policies: Policies
     train: Train
     eval: Evaluate
 
@@ -79,6 +80,7 @@ def cell_spec(config: Config, cell: Cell) -> CellSpec:
         cell=cell,
         scale=config.scales[cell.scale],
         task=config.tasks[cell.task],
+        policies=config.policies,
         train=config.train,
         eval=config.eval,
     )

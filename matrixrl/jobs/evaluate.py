@@ -28,7 +28,7 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
         workflow = build_workflow(spec.cell.workflow)
         task = build_task(spec.cell.task, spec.task)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles)
+        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, base_dir)
     generate = make_generate(
         policy,
         tokenizer,

@@ -1,40 +1,25 @@
 """Policies: which trainable parameters answer for which role.
 
-``shared`` routes every role to one model and one parameter set. The interface is
-per role (``model_for``, ``parameter_sets``) so that ``isolated`` — one set per
-role, each with its own optimizer — slots in beside it.
+- ``shared`` (SP): every role's turns update one parameter set.
+- ``isolated`` (IP): each role owns a parameter set, updated only by its own turns,
+  with its own optimizer; a role absent from a step is untouched.
+
+Either mode trains the whole model (``adapter: full``; under isolated, one full copy
+per role) or LoRA adapters on a frozen base (``adapter: lora``; under isolated, one
+PEFT adapter per role, switched with ``set_adapter``). Parallel agents of one role
+always share that role's parameters.
+
+A checkpoint folder holds one subfolder per parameter set (``shared/`` or one per
+role); LoRA subfolders hold only the adapter, re-attached to the base model on load.
 """
 
 from __future__ import annotations
 
+import copy
+from abc import ABC, abstractmethod
 from pathlib import Path
 
-
-class SharedPolicy:
-    """Every role's turns update one set of trainable parameters."""
-
-    mode = "shared"
-
-    def __init__(self, model, roles: tuple[str, ...]):
-        self.model = model
-        self.roles = roles
-
-    def model_for(self, role: str):
-        return self.model
-
-    def parameter_sets(self) -> dict[str, tuple[tuple[str, ...], list]]:
-        """Name → (roles it serves, trainable parameters); one optimizer per set."""
-        return {"shared": (self.roles, [p for p in self.model.parameters() if p.requires_grad])}
-
-    def train(self, mode: bool = True) -> None:
-        self.model.train(mode)
-
-    def save(self, folder: Path) -> None:
-        self.model.save_pretrained(folder / "shared")
-
-    @classmethod
-    def load(cls, folder: Path, roles: tuple[str, ...]) -> "SharedPolicy":
-        return cls(load_causal_lm(folder / "shared"), roles)
+SHARED = "shared"
 
 
 def load_causal_lm(folder: Path):
@@ -45,12 +30,157 @@ def load_causal_lm(folder: Path):
     return model
 
 
-POLICIES = {"shared": SharedPolicy}
+def _lora_config(settings):
+    from peft import LoraConfig
+
+    lora = settings.lora
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias="none",
+    )
 
 
-def build_policy(mode: str, model, roles: tuple[str, ...]):
-    return POLICIES[mode](model, roles)
+class Policy(ABC):
+    """Routes roles to models and names the parameter sets the trainer steps."""
+
+    def __init__(self, mode: str, roles: tuple[str, ...], settings):
+        self.mode = mode
+        self.roles = tuple(roles)
+        self.settings = settings
+
+    def set_names(self) -> tuple[str, ...]:
+        return (SHARED,) if self.mode == SHARED else self.roles
+
+    def set_of(self, role: str) -> str:
+        return SHARED if self.mode == SHARED else role
+
+    @abstractmethod
+    def model_for(self, role: str): ...
+
+    @abstractmethod
+    def parameters_of(self, name: str) -> list: ...
+
+    @abstractmethod
+    def save(self, folder: Path) -> None: ...
+
+    def parameter_sets(self) -> dict[str, tuple[tuple[str, ...], list]]:
+        """Name → (roles it serves, its trainable parameters); one optimizer per set."""
+        return {
+            name: (tuple(r for r in self.roles if self.set_of(r) == name), self.parameters_of(name))
+            for name in self.set_names()
+        }
+
+    def train(self, mode: bool = True) -> None:
+        for model in self._models():
+            model.train(mode)
+
+    @abstractmethod
+    def _models(self) -> list: ...
 
 
-def load_policy(mode: str, folder: Path, roles: tuple[str, ...]):
-    return POLICIES[mode].load(folder, roles)
+class FullPolicy(Policy):
+    """Whole models: one (shared) or one copy per role (isolated)."""
+
+    def __init__(self, mode, roles, settings, models: dict):
+        super().__init__(mode, roles, settings)
+        self.models = models
+
+    @classmethod
+    def from_base(cls, mode, base, roles, settings):
+        names = (SHARED,) if mode == SHARED else tuple(roles)
+        # The first set takes the loaded model itself; the others are copies of it.
+        models = {name: base if i == 0 else copy.deepcopy(base) for i, name in enumerate(names)}
+        return cls(mode, roles, settings, models)
+
+    def model_for(self, role):
+        return self.models[self.set_of(role)]
+
+    def parameters_of(self, name):
+        return [p for p in self.models[name].parameters() if p.requires_grad]
+
+    def _models(self):
+        return list(self.models.values())
+
+    def save(self, folder: Path) -> None:
+        for name, model in self.models.items():
+            model.save_pretrained(folder / name)
+
+    @classmethod
+    def load(cls, mode, folder: Path, roles, settings, base_dir: Path):
+        names = (SHARED,) if mode == SHARED else tuple(roles)
+        return cls(mode, roles, settings, {name: load_causal_lm(folder / name) for name in names})
+
+
+class LoraPolicy(Policy):
+    """LoRA adapters on one frozen base: one adapter (shared) or one per role (isolated)."""
+
+    def __init__(self, mode, roles, settings, model=None):
+        super().__init__(mode, roles, settings)
+        self.model = model  # a PeftModel holding every adapter
+        self._active = None
+
+    @classmethod
+    def from_base(cls, mode, base, roles, settings):
+        from peft import get_peft_model
+
+        policy = cls(mode, roles, settings)
+        names = policy.set_names()
+        model = get_peft_model(base, _lora_config(settings), adapter_name=names[0])
+        for name in names[1:]:
+            model.add_adapter(name, _lora_config(settings))
+        policy.model = model
+        return policy
+
+    def model_for(self, role):
+        name = self.set_of(role)
+        if self._active != name:
+            # set_adapter also makes only this adapter trainable: other roles get no gradient.
+            self.model.set_adapter(name)
+            self._active = name
+        return self.model
+
+    def parameters_of(self, name):
+        marker = f".{name}."
+        return [p for n, p in self.model.named_parameters() if "lora_" in n and marker in n]
+
+    def _models(self):
+        return [self.model]
+
+    def save(self, folder: Path) -> None:
+        for name in self.set_names():
+            self.model.save_pretrained(folder / "lora", selected_adapters=[name])
+
+    @classmethod
+    def load(cls, mode, folder: Path, roles, settings, base_dir: Path):
+        from peft import PeftModel
+
+        policy = cls(mode, roles, settings)
+        names = policy.set_names()
+        model = PeftModel.from_pretrained(
+            load_causal_lm(base_dir), _adapter_dir(folder, names[0]), adapter_name=names[0], is_trainable=True
+        )
+        for name in names[1:]:
+            model.load_adapter(_adapter_dir(folder, name), adapter_name=name, is_trainable=True)
+        model.eval()
+        policy.model = model
+        return policy
+
+
+def _adapter_dir(folder: Path, name: str) -> Path:
+    # PEFT saves a non-"default" adapter in a subfolder named after it.
+    return folder / "lora" / name
+
+
+def _policy_class(adapter: str) -> type[Policy]:
+    return FullPolicy if adapter == "full" else LoraPolicy
+
+
+def build_policy(mode: str, base_model, roles: tuple[str, ...], settings) -> Policy:
+    return _policy_class(settings.adapter).from_base(mode, base_model, roles, settings)
+
+
+def load_policy(mode: str, folder: Path, roles: tuple[str, ...], settings, base_dir: Path) -> Policy:
+    return _policy_class(settings.adapter).load(mode, folder, roles, settings, base_dir)

@@ -94,10 +94,10 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
 
     start = latest_checkpoint(cell_dir)
     if start is None:
-        policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles)
+        policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles, spec.policies)
         metrics: list[dict] = []
     else:
-        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles)
+        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, base_dir)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
     optimizers = {
         name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
