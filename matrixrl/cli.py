@@ -42,6 +42,11 @@ SetOpt = Annotated[
 ]
 
 
+class TableName(str, Enum):
+    summary = "summary"
+    diagnostics = "diagnostics"
+
+
 class Format(str, Enum):
     table = "table"
     csv = "csv"
@@ -292,11 +297,11 @@ def _fail(message: str) -> typer.Exit:
 # --- report -----------------------------------------------------------------------------
 
 
-def summary_frame(cfg: Config):
+def report_frame(cfg: Config, table: TableName):
     import pandas as pd
 
     from matrixrl import grid as G
-    from matrixrl.analysis.summary import summary_table
+    from matrixrl.analysis.summary import DIAGNOSTICS_COLUMNS, SUMMARY_COLUMNS, diagnostics_table, summary_table
     from matrixrl.store import ingest, read_table, store_path
 
     results = Path(cfg.results_dir)
@@ -305,10 +310,13 @@ def summary_frame(cfg: Config):
         raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
     ingest(results)
     cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(cfg)])
-    table = summary_table(cells, read_table(results, "evaluations"), cfg.analysis)
-    if table.empty:
-        raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
-    return table
+    if table is TableName.diagnostics:
+        frame, columns, what = diagnostics_table(cells, read_table(results, "diagnostics")), DIAGNOSTICS_COLUMNS, "gradient diagnostics"
+    else:
+        frame, columns, what = summary_table(cells, read_table(results, "evaluations"), cfg.analysis), SUMMARY_COLUMNS, "evaluations"
+    if frame.empty:
+        raise ConfigError(f"{results}: no {what} stored for the cells of this grid; run `matrixrl run` first")
+    return frame[columns]
 
 
 @app.command()
@@ -317,9 +325,14 @@ def report(
     config: ConfigOpt = Path("experiments.yaml"),
     only: OnlyOpt = None,
     set_: SetOpt = None,
+    table: Annotated[TableName, typer.Option("--table", help="summary: accuracies and cliffs; diagnostics: per-role gradients.")] = TableName.summary,
     format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
 ):
     """Print per-cell base, peak and final accuracy, gain and terminal cliffs.
+
+    `--table diagnostics` prints per-cell gradient diagnostics instead: the dominant
+    role and its mean gradient-mass share, and the amplification of the role with
+    several parallel agents (mean and max over updates).
 
     Reads the result files into the store first (only new ones), so it works
     during a run too. Thresholds come from the `analysis:` section.
@@ -331,27 +344,27 @@ def report(
         matrixrl report --only scale=tiny-s --format markdown
 
         matrixrl report --format json > summary.json
-    """
-    from matrixrl.analysis.summary import SUMMARY_COLUMNS
 
-    table = summary_frame(_load(config, only, set_))[SUMMARY_COLUMNS]
+        matrixrl report --table diagnostics
+    """
+    frame = report_frame(_load(config, only, set_), table)
     if format is Format.json:
-        print(table.to_json(orient="records", indent=1))
+        print(frame.to_json(orient="records", indent=1))
     elif format is Format.table:
-        rich_table = Table(title="per-cell summary")
-        for col in SUMMARY_COLUMNS:
-            rich_table.add_column(col, justify="left" if col in AXES else "right")
-        for row in table.itertuples(index=False):
+        rich_table = Table(title=f"per-cell {table.value}")
+        for col in frame.columns:
+            rich_table.add_column(col, justify="left" if col in AXES or col.endswith("role") else "right")
+        for row in frame.itertuples(index=False):
             rich_table.add_row(*(_cell_text(v) for v in row))
         out.print(rich_table)
     else:
-        _print_frame(table, format)
+        _print_frame(frame, format)
 
 
 def _cell_text(value) -> str:
     import pandas as pd
 
-    if value is None or value is pd.NA:
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"

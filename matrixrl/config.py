@@ -15,8 +15,12 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
+from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
+from matrixrl.workflows.single import Settings as SingleSettings
+from matrixrl.workflows.voting import Settings as VotingSettings
+
 AXES = ("workflow", "task", "scale", "policy", "seed")
-WORKFLOWS = ("single",)
 POLICIES = ("shared", "isolated")
 
 
@@ -121,6 +125,18 @@ class Policies(Strict):
     lora: LoraSettings = LoraSettings()
 
 
+class Workflows(Strict):
+    """Parameters of each workflow (design.md §1); a workflow's cells use its entry."""
+
+    single: SingleSettings = SingleSettings()
+    voting: VotingSettings = VotingSettings()
+    eval_opt: EvalOptSettings = EvalOptSettings()
+    orch_workers: OrchWorkersSettings = OrchWorkersSettings()
+
+
+WORKFLOWS = tuple(Workflows.model_fields)
+
+
 class Train(Strict):
     """GRPO settings shared by every cell (see matrixrl.train.trainer)."""
 
@@ -158,6 +174,7 @@ class Config(Strict):
     grid: Grid
     scales: dict[str, Scale]
     tasks: dict[str, TaskConfig]
+    workflows: Workflows = Workflows()
     policies: Policies = Policies()
     train: Train = Train()
     eval: Evaluate = Evaluate()

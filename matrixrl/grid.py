@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from matrixrl.config import AXES, Config, Evaluate, Policies, TaskConfig, TinyScale, Train
+from matrixrl.config import AXES, Config, Evaluate, Policies, TaskConfig, TinyScale, Train, Workflows
 
 STORE_FILE = "matrixrl.sqlite"
 SUMMARY_FILE = "summary.json"
@@ -70,6 +70,7 @@ class CellSpec(BaseModel):
     cell: Cell
     scale: TinyScale
     task: TaskConfig
+    workflow: dict  # this cell's workflow settings (not every workflow's)
     policies: Policies
     train: Train
     eval: Evaluate
@@ -80,6 +81,7 @@ def cell_spec(config: Config, cell: Cell) -> CellSpec:
         cell=cell,
         scale=config.scales[cell.scale],
         task=config.tasks[cell.task],
+        workflow=getattr(config.workflows, cell.workflow).model_dump(),
         policies=config.policies,
         train=config.train,
         eval=config.eval,
@@ -89,7 +91,8 @@ def cell_spec(config: Config, cell: Cell) -> CellSpec:
 class BaseSpec(BaseModel):
     """What a scale's base model is computed from: its definition and the tasks it warm-starts on.
 
-    It names every task defined under ``tasks:`` (not just the grid's) so that
+    It names every task defined under ``tasks:`` and every workflow (not just the
+    grid's), because the warm-start teaches all their role formats, so that
     narrowing the grid with ``--only`` never re-prepares a base model.
     """
 
@@ -98,6 +101,7 @@ class BaseSpec(BaseModel):
     scale_name: str
     scale: TinyScale
     tasks: dict[str, TaskConfig]
+    workflows: Workflows
 
 
 def base_spec(config: Config, scale: str) -> BaseSpec:
@@ -105,6 +109,7 @@ def base_spec(config: Config, scale: str) -> BaseSpec:
         scale_name=scale,
         scale=config.scales[scale],
         tasks=dict(sorted(config.tasks.items())),
+        workflows=config.workflows,
     )
 
 

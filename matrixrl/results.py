@@ -52,11 +52,23 @@ class StepMetrics(Result):
     seconds: float
 
 
+class DiagnosticRow(Result):
+    """One gradient diagnostic of one update (see matrixrl.train.diagnostics)."""
+
+    step: int
+    kind: str
+    role: str | None
+    agent: str | None
+    other: str | None
+    value: float
+
+
 class TrainResult(Result):
     cell: str
     axes: dict[str, str | int]
     steps: int
     metrics: list[StepMetrics]
+    diagnostics: list[DiagnosticRow] = []  # absent from files written before diagnostics existed
 
 
 R = TypeVar("R", bound=Result)

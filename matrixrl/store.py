@@ -59,6 +59,18 @@ class TrainStepRow(Base):
     seconds: Mapped[float] = mapped_column(Float)
 
 
+class DiagnosticRowTable(Base):
+    __tablename__ = "diagnostics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cell: Mapped[str] = mapped_column(String, index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String)
+    role: Mapped[str | None] = mapped_column(String, nullable=True)
+    agent: Mapped[str | None] = mapped_column(String, nullable=True)
+    other: Mapped[str | None] = mapped_column(String, nullable=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
 class IngestedFile(Base):
     __tablename__ = "ingested_files"
     path: Mapped[str] = mapped_column(String, primary_key=True)
@@ -136,6 +148,10 @@ def ingest(results_dir: str | Path) -> int:
                 _upsert(session, CellRow, [{"cell": result.cell, **result.axes}])
                 session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
                 _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
+                session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
+                rows = [{"cell": result.cell, **d.model_dump()} for d in result.diagnostics]
+                if rows:
+                    session.execute(DiagnosticRowTable.__table__.insert(), rows)
             else:
                 _upsert(session, EvaluationRow, [result.model_dump()])
             stat = path.stat()

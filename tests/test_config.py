@@ -91,7 +91,7 @@ def test_unknown_top_level_key(raw: dict) -> None:
     raw["resutls_dir"] = "x"
     assert error_of(raw) == (
         "E.yaml: resutls_dir: unknown key; valid keys here: "
-        "results_dir, grid, scales, tasks, policies, train, eval, analysis"
+        "results_dir, grid, scales, tasks, workflows, policies, train, eval, analysis"
     )
 
 
@@ -210,7 +210,7 @@ def test_cross_field_check(raw: dict) -> None:
     [
         ("scale", "tiny-xl", "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'"),
         ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith or define it under 'tasks:'"),
-        ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single"),
+        ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single, voting, eval_opt, orch_workers"),
         ("policy", "separate", "grid.policy: unknown policy 'separate'; use one of: shared, isolated"),
     ],
 )

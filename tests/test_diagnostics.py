@@ -8,14 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from matrixrl.train.diagnostics import (
-    KINDS,
-    SUMMARY_COLUMNS,
-    AgentGrad,
-    flat_grad,
-    gradient_diagnostics,
-    summarize_diagnostics,
-)
+from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS, summarize_diagnostics
+from matrixrl.train.diagnostics import KINDS, AgentGrad, flat_grad, gradient_diagnostics
 
 
 def g(role: str, agent: str, values, tokens: int = 1) -> AgentGrad:

@@ -225,3 +225,32 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
     assert accuracies(results, CELL0) == accuracies(reference, CELL0)
     query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
     assert stored(results, query) == stored(reference, query)
+
+
+def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_step(tmp_path):
+    from matrixrl.config import POLICIES, WORKFLOWS
+
+    config = small_experiment(tmp_path, **{"train.problems_per_step": 4})
+    raw = yaml.safe_load(config.read_text())
+    raw["grid"].update(workflow=list(WORKFLOWS), policy=list(POLICIES))
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    results = tmp_path / "results"
+    matrixrl("run", "-c", str(config), "--cores", "2")
+
+    cells = [f"{w}-arith-tiny-s-{p}-s0" for w in WORKFLOWS for p in POLICIES]
+    for cell in cells:
+        assert [s for s, _ in accuracies(results, cell)] == [0, 2, 4], cell
+        steps = stored(results, f"select distinct step from diagnostics where cell = '{cell}' and kind = 'agent_norm' order by step")
+        assert [s for (s,) in steps] == [1, 2, 3, 4], cell
+    # Parallel agents are measured one by one: voting has three generators per step.
+    agents = stored(results, "select distinct agent from diagnostics where cell = 'voting-arith-tiny-s-isolated-s0' and kind = 'agent_norm'")
+    assert sorted(a for (a,) in agents) == ["aggregator0", "generator0", "generator1", "generator2"]
+    assert stored(results, "select count(*) from diagnostics where cell = 'voting-arith-tiny-s-shared-s0' and kind = 'role_total_cosine'")[0][0] > 0
+    assert stored(results, "select count(*) from diagnostics where cell = 'voting-arith-tiny-s-isolated-s0' and kind = 'role_cosine'")[0][0] == 0
+
+    rows = json.loads(matrixrl("report", "-c", str(config), "--table", "diagnostics", "--format", "json").stdout)
+    assert [(r["workflow"], r["policy"]) for r in rows] == [(w, p) for w in WORKFLOWS for p in POLICIES]
+    by_workflow = {(r["workflow"], r["policy"]): r for r in rows}
+    assert by_workflow[("voting", "shared")]["amplified_role"] == "generator"
+    assert by_workflow[("orch_workers", "isolated")]["amplified_role"] == "worker"
+    assert by_workflow[("single", "shared")]["amplified_role"] is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from matrixrl.analysis.curves import CliffRule, summarize_cells
+from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
+from matrixrl.analysis.diagnostics import summarize_diagnostics
 from matrixrl.config import AXES, Analysis
 
 SUMMARY_COLUMNS = [
@@ -33,3 +35,15 @@ def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) 
     per_cell = summarize_cells(evals[["cell", "step", "accuracy", "n"]], cliff_rule(analysis))
     table = cells.merge(per_cell, on="cell", how="inner")
     return table[["cell", *SUMMARY_COLUMNS]].reset_index(drop=True)
+
+
+DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
+
+
+def diagnostics_table(cells: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """Per cell of ``cells`` with stored diagnostics: dominant role, amplification (design.md §3)."""
+    diagnostics = diagnostics[diagnostics["cell"].isin(cells["cell"])]
+    if diagnostics.empty:
+        return pd.DataFrame(columns=["cell", *DIAGNOSTICS_COLUMNS])
+    per_cell = summarize_diagnostics(diagnostics)
+    return cells.merge(per_cell, on="cell", how="inner")[["cell", *DIAGNOSTICS_COLUMNS]].reset_index(drop=True)

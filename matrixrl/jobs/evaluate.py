@@ -25,7 +25,7 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
         from matrixrl.workflows import build_workflow
 
         began = time.perf_counter()
-        workflow = build_workflow(spec.cell.workflow)
+        workflow = build_workflow(spec.cell.workflow, spec.workflow)
         task = build_task(spec.cell.task, spec.task)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, base_dir)

@@ -23,7 +23,7 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(scale, tokenizer, seed=ws.seed)
     tasks = [build_task(name, cfg) for name, cfg in spec.tasks.items()]
-    workflows = [build_workflow(name) for name in sorted(WORKFLOWS)]
+    workflows = [build_workflow(name, getattr(spec.workflows, name)) for name in sorted(WORKFLOWS)]
     n_params = sum(p.numel() for p in model.parameters())
     log(f"warm-starting {spec.scale_name} ({n_params:,} parameters) for {ws.steps} steps")
 
@@ -33,7 +33,7 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
         for _ in range(n):
             task = tasks[rng.integers(len(tasks))]
             workflow = workflows[rng.integers(len(workflows))]
-            options = workflow.warmstart_pairs(task.warmstart_problems(rng, 1))
+            options = workflow.warmstart_pairs(task.warmstart_problems(rng, 1), rng)
             pairs.append(options[rng.integers(len(options))])
         return pairs
 

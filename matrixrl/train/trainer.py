@@ -34,6 +34,7 @@ import torch
 from matrixrl.grid import CellSpec, checkpoint_steps
 from matrixrl.models.policies import build_policy, load_causal_lm, load_policy
 from matrixrl.tasks import build_task
+from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
 from matrixrl.train.rollout import make_generate
 from matrixrl.workflows import build_workflow
@@ -60,7 +61,7 @@ def latest_checkpoint(cell_dir: Path) -> int | None:
     return max(steps, default=None)
 
 
-def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics: list[dict]) -> None:
+def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics: list[dict], diagnostics: list[dict]) -> None:
     """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
     final = checkpoint_dir(cell_dir, step)
     tmp = final.with_name(final.name + ".tmp")
@@ -73,6 +74,7 @@ def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics
             "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
             "torch_rng": torch.get_rng_state(),
             "metrics": metrics,
+            "diagnostics": diagnostics,
         },
         tmp / STATE_FILE,
     )
@@ -88,7 +90,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    workflow = build_workflow(spec.cell.workflow)
+    workflow = build_workflow(spec.cell.workflow, spec.workflow)
     task = build_task(spec.cell.task, spec.task)
     saves = set(checkpoint_steps(cfg))
 
@@ -96,6 +98,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     if start is None:
         policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles, spec.policies)
         metrics: list[dict] = []
+        diagnostics: list[dict] = []
     else:
         policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, base_dir)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
@@ -105,13 +108,14 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     }
     if start is None:
         start = 0
-        save_checkpoint(cell_dir, 0, policy, optimizers, metrics)
+        save_checkpoint(cell_dir, 0, policy, optimizers, metrics, diagnostics)
     else:
         state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False)
         for name, opt in optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
         torch.set_rng_state(state["torch_rng"])
         metrics = state["metrics"]
+        diagnostics = state["diagnostics"]
 
     generate = make_generate(
         policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
@@ -133,7 +137,8 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
 
         policy.train(True)
-        row = update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
+        row, step_diagnostics = update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
+        diagnostics.extend({"step": step + 1, **d} for d in step_diagnostics)
         rewards = [e.reward for e in episodes]
         row.update(
             step=step + 1,
@@ -148,30 +153,41 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
             f"entropy {row['entropy']:.3f} len {row['response_length']:.2f} grad {row['grad_norm']:.3f}"
         )
         if step + 1 in saves:
-            save_checkpoint(cell_dir, step + 1, policy, optimizers, metrics)
-    return {"cell": spec.cell.id, "axes": spec.cell.axes(), "steps": cfg.steps, "metrics": metrics}
+            save_checkpoint(cell_dir, step + 1, policy, optimizers, metrics, diagnostics)
+    return {
+        "cell": spec.cell.id,
+        "axes": spec.cell.axes(),
+        "steps": cfg.steps,
+        "metrics": metrics,
+        "diagnostics": diagnostics,
+    }
 
 
-def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> dict:
-    """One optimizer step per parameter set, each on the turns of the roles it serves."""
-    turns_by_role: dict[str, list] = {}
+def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[dict, list[dict]]:
+    """One optimizer step per parameter set, each on the turns of the roles it serves.
+
+    Every agent's turns get their own backward pass, and the change in the
+    accumulated ``.grad`` is that agent's gradient (design.md §3: cheaper than a
+    separate ``autograd.grad`` per role). ``.grad`` still ends as the sum, so the
+    step is the same as one backward over all turns. Returns the step's metrics
+    and its gradient diagnostics rows.
+    """
+    turns_by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
         for turn in episode.turns:
-            turns_by_role.setdefault(turn.role, []).append(turn)
-    total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_role.values() for t in ts)
-    stats = {"loss": 0.0, "entropy_sum": 0.0, "clipped": 0.0, "grad_norm": 0.0}
+            turns_by_agent.setdefault((turn.role, turn.agent), []).append(turn)
+    total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_agent.values() for t in ts)
+    stats = {"loss": 0.0, "entropy_sum": 0.0, "clipped": 0.0}
     squared_norm = 0.0
+    agent_grads: list[AgentGrad] = []
     for name, (roles, params) in policy.parameter_sets().items():
+        acting = [(key, turns) for key, turns in sorted(turns_by_agent.items()) if key[0] in roles]
+        if not acting:
+            continue  # a parameter set whose roles did not act this step stays untouched
         optimizer = optimizers[name]
         optimizer.zero_grad(set_to_none=True)
-        turns = [t for role in roles for t in turns_by_role.get(role, [])]
-        if not turns:
-            continue  # a parameter set whose roles did not act this step stays untouched
-        for role in roles:
-            role_turns = turns_by_role.get(role)
-            if not role_turns:
-                continue
-            batch = TurnBatch.from_turns(role_turns, pad_token_id)
+        for (role, agent), turns in acting:
+            batch = TurnBatch.from_turns(turns, pad_token_id)
             logps, entropy = completion_logps(policy.model_for(role), batch, cfg.temperature)
             loss, clipped = clipped_loss(
                 logps,
@@ -182,18 +198,21 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> dict:
                 epsilon_high=cfg.epsilon_high,
                 n_tokens=total_tokens,
             )
+            before = flat_grad(params)
             loss.backward()
+            agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, int(batch.completion_mask.sum())))
             stats["loss"] += loss.item()
             stats["entropy_sum"] += (entropy * batch.completion_mask).sum().item()
             stats["clipped"] += clipped.item()
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         squared_norm += float(norm) ** 2
         optimizer.step()
-    n_turns = sum(len(ts) for ts in turns_by_role.values())
-    return {
+    n_turns = sum(len(ts) for ts in turns_by_agent.values())
+    metrics = {
         "loss": stats["loss"],
         "entropy": stats["entropy_sum"] / max(total_tokens, 1),
         "clip_fraction": stats["clipped"] / max(total_tokens, 1),
         "grad_norm": squared_norm**0.5,
         "response_length": total_tokens / max(n_turns, 1),
     }
+    return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared")

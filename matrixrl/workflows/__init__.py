@@ -1,13 +1,28 @@
-"""Workflows: one module per topology; ``build_workflow`` maps a name to it."""
+"""Workflows: one module per topology; ``build_workflow`` maps a name to it.
 
+Adding a workflow means one module (a class with ``name``, ``roles``, ``run`` and
+``warmstart_pairs``, plus its ``Settings``) and one line here.
+"""
+
+from matrixrl.workflows import eval_opt, orch_workers, single, voting
 from matrixrl.workflows.base import Completion, Episode, Turn, Workflow
-from matrixrl.workflows.single import Single
 
-WORKFLOWS = {"single": Single}
+WORKFLOWS = {
+    "single": single.Single,
+    "voting": voting.Voting,
+    "eval_opt": eval_opt.EvalOpt,
+    "orch_workers": orch_workers.OrchWorkers,
+}
+SETTINGS = {
+    "single": single.Settings,
+    "voting": voting.Settings,
+    "eval_opt": eval_opt.Settings,
+    "orch_workers": orch_workers.Settings,
+}
 
 
 def build_workflow(name: str, settings=None) -> Workflow:
     return WORKFLOWS[name](settings)
 
 
-__all__ = ["Completion", "Episode", "Turn", "Workflow", "build_workflow"]
+__all__ = ["Completion", "Episode", "Turn", "Workflow", "WORKFLOWS", "SETTINGS", "build_workflow"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from matrixrl.tasks.base import Problem
 
 
@@ -54,5 +56,6 @@ class Workflow(Protocol):
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         """Roll out one episode per problem; ``groups[i]`` tags episode i's GRPO group."""
 
-    def warmstart_pairs(self, problems: list[Problem]) -> list[tuple[str, str]]:
-        """(prompt, completion) examples of every role's format for the warm-start."""
+    def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
+        """(prompt, completion) examples of every role's format for the warm-start,
+        deliberately imperfect where a role judges or chooses, so RL has signal."""

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn
 from matrixrl.workflows.prompts import generator_compact
+
+
+class Settings(BaseModel):
+    """``single`` has no parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Single:
     name = "single"
     roles = ("generator",)
 
-    def __init__(self, settings=None):
-        self.settings = settings
+    def __init__(self, settings: Settings | dict | None = None):
+        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         prompts = [generator_compact(p) for p in problems]
@@ -27,5 +36,5 @@ class Single:
             for problem, group, prompt, completion in zip(problems, groups, prompts, completions)
         ]
 
-    def warmstart_pairs(self, problems: list[Problem]) -> list[tuple[str, str]]:
+    def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
         return [(generator_compact(p), p.answer) for p in problems]

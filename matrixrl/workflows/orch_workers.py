@@ -1,0 +1,85 @@
+"""``orch_workers``: an orchestrator proposes N strategies, N workers solve, a synthesizer decides.
+
+Stages, each one batched ``generate`` call: the ``orchestrator`` answers
+``orchestrator_compact(problem)`` with strategy tokens (``LRP``), parsed into exactly
+``n_workers`` strategies (``parse_strategies`` pads short answers); the ``worker`` role
+answers ``worker_compact(problem, strategy_a)`` for every (worker a, episode),
+``n_workers × B`` prompts in agent-major order; the ``synthesizer`` sees the workers'
+answers in agent order and emits the final answer.
+Episode turns: ``orchestrator0``, ``worker0..N-1``, ``synthesizer0`` (index 0 each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from matrixrl.tasks.base import Problem
+from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.prompts import (
+    STRATEGIES,
+    format_strategies,
+    noisy_candidates,
+    orchestrator_compact,
+    parse_strategies,
+    pick_target,
+    synthesizer_compact,
+    worker_compact,
+)
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_workers: int = Field(3, ge=2, description="parallel worker agents (and strategies) per episode")
+
+
+class OrchWorkers:
+    name = "orch_workers"
+    roles = ("orchestrator", "worker", "synthesizer")
+
+    def __init__(self, settings: Settings | dict | None = None):
+        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+
+    def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
+        n, size = self.settings.n_workers, len(problems)
+        plan_prompts = [orchestrator_compact(p) for p in problems]
+        plans = generate("orchestrator", plan_prompts)
+        strategies = [parse_strategies(c.text, n) for c in plans]
+        work_prompts = [worker_compact(problems[i], strategies[i][a]) for a in range(n) for i in range(size)]
+        answers = generate("worker", work_prompts)  # worker a, episode i → answers[a * size + i]
+        episodes = []
+        for i, (problem, group) in enumerate(zip(problems, groups)):
+            turns = [Turn("orchestrator", "orchestrator0", 0, plan_prompts[i], plans[i])]
+            turns += [
+                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i]) for a in range(n)
+            ]
+            episodes.append(Episode(problem=problem, group=group, turns=turns))
+        synth_prompts = [
+            synthesizer_compact(e.problem, [t.completion.text for t in e.turns[1:]]) for e in episodes
+        ]
+        finals = generate("synthesizer", synth_prompts)
+        for episode, prompt, completion in zip(episodes, synth_prompts, finals):
+            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion))
+            episode.answer = completion.text
+        return episodes
+
+    def _random_strategies(self, rng: np.random.Generator) -> list[str]:
+        vocab = list(STRATEGIES)
+        n = self.settings.n_workers
+        picks = rng.choice(len(vocab), size=n, replace=n > len(vocab))
+        return [vocab[int(k)] for k in picks]
+
+    def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
+        """Per problem: random strategies, a worker's right answer under one, a synthesizer choice."""
+        others = [p.answer for p in problems]
+        pairs = []
+        for p in problems:
+            strategies = self._random_strategies(rng)
+            candidates = noisy_candidates(p.answer, self.settings.n_workers, rng, others)
+            pairs += [
+                (orchestrator_compact(p), format_strategies(strategies)),
+                (worker_compact(p, strategies[int(rng.integers(len(strategies)))]), p.answer),
+                (synthesizer_compact(p, candidates), pick_target(candidates, p.answer)),
+            ]
+        return pairs

@@ -1,0 +1,57 @@
+"""``voting``: N parallel generators answer the same prompt; an aggregator picks the final answer.
+
+Stages (each one batched ``generate`` call): the ``generator`` role answers
+``generator_compact(problem)`` for every (agent, episode), ``n_votes × B`` prompts in
+agent-major order; the ``aggregator`` then sees the N answers in agent order and emits
+the final answer. Episode turns: ``generator0..N-1`` (index 0 each), ``aggregator0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from matrixrl.tasks.base import Problem
+from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.prompts import aggregator_compact, generator_compact, noisy_candidates, pick_target
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_votes: int = Field(3, ge=2, description="parallel generator agents per episode")
+
+
+class Voting:
+    name = "voting"
+    roles = ("generator", "aggregator")
+
+    def __init__(self, settings: Settings | dict | None = None):
+        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+
+    def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
+        n, size = self.settings.n_votes, len(problems)
+        prompts = [generator_compact(p) for p in problems]
+        answers = generate("generator", prompts * n)  # agent a, episode i → answers[a * size + i]
+        episodes = []
+        for i, (problem, group) in enumerate(zip(problems, groups)):
+            turns = [Turn("generator", f"generator{a}", 0, prompts[i], answers[a * size + i]) for a in range(n)]
+            episodes.append(Episode(problem=problem, group=group, turns=turns))
+        agg_prompts = [
+            aggregator_compact(e.problem, [t.completion.text for t in e.turns]) for e in episodes
+        ]
+        finals = generate("aggregator", agg_prompts)
+        for episode, prompt, completion in zip(episodes, agg_prompts, finals):
+            episode.turns.append(Turn("aggregator", "aggregator0", 0, prompt, completion))
+            episode.answer = completion.text
+        return episodes
+
+    def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
+        """Per problem: the generator's answer, and an aggregator choice among noisy candidates."""
+        others = [p.answer for p in problems]
+        pairs = []
+        for p in problems:
+            candidates = noisy_candidates(p.answer, self.settings.n_votes, rng, others)
+            pairs.append((generator_compact(p), p.answer))
+            pairs.append((aggregator_compact(p, candidates), pick_target(candidates, p.answer)))
+        return pairs
