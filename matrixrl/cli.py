@@ -60,10 +60,13 @@ def user_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from matrixrl.results import ResultFileError
-        from matrixrl.snake import ProfileError
+        from matrixrl.snake import ProfileError, SnakemakeError
 
         try:
             return command(*args, **kwargs)
+        except SnakemakeError as exc:
+            err.print(f"Error: {exc}", markup=False, soft_wrap=True)
+            raise typer.Exit(1)
         except (ConfigError, ResultFileError, ProfileError) as exc:
             err.print(f"Error: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(2)

@@ -150,6 +150,11 @@ class Train(Strict):
     epsilon_low: float = Field(0.2, ge=0)
     epsilon_high: float = Field(0.28, ge=0)
     scale_rewards: bool = True
+    reward: Literal["outcome", "per_agent"] = Field(
+        "outcome",
+        description="outcome: the final answer's score for every turn; per_agent: each turn's own "
+        "answer (evaluators: whether their verdict was right; others: the outcome)",
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     threads: int = Field(1, ge=1, description="torch threads per training job")
 

@@ -30,6 +30,15 @@ class BaseResult(Result):
     seconds: float
 
 
+class RoleMetric(Result):
+    """A role's own performance (see matrixrl.train.metrics); ``step`` only in training."""
+
+    step: int | None = None
+    role: str
+    metric: str
+    value: float
+
+
 class EvalResult(Result):
     cell: str
     step: int
@@ -37,6 +46,7 @@ class EvalResult(Result):
     n: int
     n_correct: int
     seconds: float
+    roles: list[RoleMetric] = []
 
 
 class StepMetrics(Result):
@@ -69,6 +79,7 @@ class TrainResult(Result):
     steps: int
     metrics: list[StepMetrics]
     diagnostics: list[DiagnosticRow] = []  # absent from files written before diagnostics existed
+    roles: list[RoleMetric] = []
 
 
 R = TypeVar("R", bound=Result)

@@ -65,15 +65,16 @@ def pending_jobs(config: Config, workdir: Path) -> list[dict]:
             env=job_environment(),
         )
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"snakemake dry-run failed: {tail}")
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        reason = next((line for line in reversed(lines) if "Error" in line or "Exception" in line), lines[-1] if lines else "no output")
+        raise SnakemakeError(f"snakemake's dry-run of {workdir} failed ({reason}); run it by hand for details: snakemake -n --directory {workdir}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
     from snakemake.api import SnakemakeApi
     from snakemake.logging import logger
-    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
     from snakemake_interface_logger_plugins.common import LogEvent
 
     jobs: list[dict] = []
@@ -94,7 +95,8 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
                 snakefile=SNAKEFILE,
                 workdir=workdir,
             )
-            workflow.dag().execute_workflow(executor="local", pseudo_executor="dryrun")
+            # As `matrixrl run` passes --rerun-incomplete: a killed job's outputs are pending, not an error.
+            workflow.dag(DAGSettings(force_incomplete=True)).execute_workflow(executor="local", pseudo_executor="dryrun")
         finally:
             logger.removeHandler(handler)
     return jobs
@@ -224,6 +226,10 @@ def profile_config(profile: Path) -> dict:
 
 class ProfileError(Exception):
     """A Snakemake profile that cannot be used; one line."""
+
+
+class SnakemakeError(Exception):
+    """Snakemake could not evaluate the workflow; one line."""
 
 
 def _as_mapping(value, where: str) -> dict:

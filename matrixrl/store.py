@@ -71,6 +71,18 @@ class DiagnosticRowTable(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class RoleMetricRow(Base):
+    """A role's own metric, per training step (``source='train'``) or checkpoint (``'eval'``)."""
+
+    __tablename__ = "role_metrics"
+    cell: Mapped[str] = mapped_column(String, primary_key=True)
+    source: Mapped[str] = mapped_column(String, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String, primary_key=True)
+    metric: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
 class IngestedFile(Base):
     __tablename__ = "ingested_files"
     path: Mapped[str] = mapped_column(String, primary_key=True)
@@ -152,8 +164,14 @@ def ingest(results_dir: str | Path) -> int:
                 rows = [{"cell": result.cell, **d.model_dump()} for d in result.diagnostics]
                 if rows:
                     session.execute(DiagnosticRowTable.__table__.insert(), rows)
+                _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
             else:
-                _upsert(session, EvaluationRow, [result.model_dump()])
+                _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles"})])
+                _upsert(
+                    session,
+                    RoleMetricRow,
+                    [{"cell": result.cell, "source": "eval", **r.model_dump(), "step": result.step} for r in result.roles],
+                )
             stat = path.stat()
             _upsert(session, IngestedFile, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ok": True}])
     engine.dispose()

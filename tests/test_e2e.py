@@ -216,6 +216,8 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
     assert not (results / "cells" / CELL0 / "train.json").exists(), "killed too late to test resumption"
+    # The killed job's outputs are incomplete: plan shows them pending (no error).
+    assert next(j for j in plan(config) if j["rule"] == "train")["status"] == "pending"
 
     matrixrl("run", "-c", str(config), "--cores", "1")
     log = (results / "logs" / "train" / f"{CELL0}.log").read_text()
@@ -247,6 +249,12 @@ def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_st
     assert sorted(a for (a,) in agents) == ["aggregator0", "generator0", "generator1", "generator2"]
     assert stored(results, "select count(*) from diagnostics where cell = 'voting-arith-tiny-s-shared-s0' and kind = 'role_total_cosine'")[0][0] > 0
     assert stored(results, "select count(*) from diagnostics where cell = 'voting-arith-tiny-s-isolated-s0' and kind = 'role_cosine'")[0][0] == 0
+
+    # Per-role metrics of every checkpoint: the evaluator's verdict accuracy at base included.
+    base_roles = stored(results, "select role, metric from role_metrics where cell = 'eval_opt-arith-tiny-s-shared-s0' and source = 'eval' and step = 0")
+    assert {("evaluator", "verdict_acc"), ("generator", "answer_acc"), ("episode", "any_correct")} <= set(base_roles)
+    train_steps = stored(results, "select distinct step from role_metrics where cell = 'voting-arith-tiny-s-shared-s0' and source = 'train' and metric = 'answer_acc' and role = 'aggregator'")
+    assert [s for (s,) in train_steps] == [1, 2, 3, 4]
 
     rows = json.loads(matrixrl("report", "-c", str(config), "--table", "diagnostics", "--format", "json").stdout)
     assert [(r["workflow"], r["policy"]) for r in rows] == [(w, p) for w in WORKFLOWS for p in POLICIES]

@@ -21,6 +21,7 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
 
         from matrixrl.models.policies import load_policy
         from matrixrl.tasks import build_task
+        from matrixrl.train.metrics import role_metrics
         from matrixrl.train.rollout import make_generate
         from matrixrl.workflows import build_workflow
 
@@ -40,6 +41,7 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
     problems = task.eval_problems()
     episodes = workflow.run(problems, list(range(len(problems))), generate)
     n_correct = int(sum(task.score(e.problem, e.answer) for e in episodes))
+    roles = role_metrics(episodes, task)
     result = EvalResult(
         cell=spec.cell.id,
         step=step,
@@ -47,6 +49,7 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
         n=len(problems),
         n_correct=n_correct,
         seconds=time.perf_counter() - began,
+        roles=roles,
     )
     write_result(output, result)
     log(f"{spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ({n_correct}/{len(problems)})")

@@ -36,6 +36,7 @@ from matrixrl.models.policies import build_policy, load_causal_lm, load_policy
 from matrixrl.tasks import build_task
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
+from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rollout import make_generate
 from matrixrl.workflows import build_workflow
 
@@ -61,7 +62,7 @@ def latest_checkpoint(cell_dir: Path) -> int | None:
     return max(steps, default=None)
 
 
-def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics: list[dict], diagnostics: list[dict]) -> None:
+def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]]) -> None:
     """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
     final = checkpoint_dir(cell_dir, step)
     tmp = final.with_name(final.name + ".tmp")
@@ -73,8 +74,7 @@ def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, metrics
             "step": step,
             "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
             "torch_rng": torch.get_rng_state(),
-            "metrics": metrics,
-            "diagnostics": diagnostics,
+            **logs,  # per-step metrics so far: a resumed run continues the same lists
         },
         tmp / STATE_FILE,
     )
@@ -99,6 +99,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles, spec.policies)
         metrics: list[dict] = []
         diagnostics: list[dict] = []
+        roles: list[dict] = []
     else:
         policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, base_dir)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
@@ -108,7 +109,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     }
     if start is None:
         start = 0
-        save_checkpoint(cell_dir, 0, policy, optimizers, metrics, diagnostics)
+        save_checkpoint(cell_dir, 0, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles})
     else:
         state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False)
         for name, opt in optimizers.items():
@@ -116,6 +117,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         torch.set_rng_state(state["torch_rng"])
         metrics = state["metrics"]
         diagnostics = state["diagnostics"]
+        roles = state["roles"]
 
     generate = make_generate(
         policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
@@ -130,10 +132,8 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
 
         policy.train(False)
         episodes = workflow.run(batch, groups, generate)
-        for episode in episodes:
-            episode.reward = task.score(episode.problem, episode.answer)
-            for turn in episode.turns:
-                turn.reward = episode.reward
+        assign_rewards(episodes, task, cfg.reward)
+        roles.extend({"step": step + 1, **r} for r in role_metrics(episodes, task))
         group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
 
         policy.train(True)
@@ -153,14 +153,39 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
             f"entropy {row['entropy']:.3f} len {row['response_length']:.2f} grad {row['grad_norm']:.3f}"
         )
         if step + 1 in saves:
-            save_checkpoint(cell_dir, step + 1, policy, optimizers, metrics, diagnostics)
+            save_checkpoint(cell_dir, step + 1, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles})
     return {
         "cell": spec.cell.id,
         "axes": spec.cell.axes(),
         "steps": cfg.steps,
         "metrics": metrics,
         "diagnostics": diagnostics,
+        "roles": roles,
     }
+
+
+def assign_rewards(episodes, task, mode: str) -> None:
+    """Score each episode's final answer, then give every turn its reward.
+
+    ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
+    scores a turn that proposes an answer on that answer, a judging turn on whether
+    its verdict (``Y`` = correct) matched the judged answer's correctness, and any
+    other turn (an orchestrator's plan) on the outcome.
+    """
+    from matrixrl.workflows.prompts import parse_verdict
+
+    for episode in episodes:
+        episode.reward = task.score(episode.problem, episode.answer)
+        for turn in episode.turns:
+            if mode == "outcome":
+                turn.reward = episode.reward
+            elif turn.answer is not None:
+                turn.reward = task.score(episode.problem, turn.answer)
+            elif turn.judged is not None:
+                approved, _ = parse_verdict(turn.completion.text)
+                turn.reward = float(approved == (task.score(episode.problem, turn.judged) == 1.0))
+            else:
+                turn.reward = episode.reward
 
 
 def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[dict, list[dict]]:

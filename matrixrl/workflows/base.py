@@ -32,6 +32,8 @@ class Turn:
     index: int  # this agent's turn number within the episode
     prompt: str
     completion: Completion
+    answer: str | None = None  # the answer this turn proposes (scored under per-agent rewards)
+    judged: str | None = None  # for a judging turn: the answer it judged
     reward: float = 0.0
     advantage: float = 0.0
 

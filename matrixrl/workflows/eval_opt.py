@@ -47,7 +47,7 @@ class EvalOpt:
         for attempt in range(self.settings.max_iterations):
             drafts = generate("generator", prompts)
             for i, prompt, draft in zip(active, prompts, drafts):
-                episodes[i].turns.append(Turn("generator", "generator0", attempt, prompt, draft))
+                episodes[i].turns.append(Turn("generator", "generator0", attempt, prompt, draft, answer=draft.text))
                 episodes[i].answer = draft.text
             if attempt + 1 == self.settings.max_iterations:
                 break
@@ -56,7 +56,7 @@ class EvalOpt:
             still, prompts = [], []
             for i, prompt, verdict in zip(active, judge_prompts, verdicts):
                 episode = episodes[i]
-                episode.turns.append(Turn("evaluator", "evaluator0", attempt, prompt, verdict))
+                episode.turns.append(Turn("evaluator", "evaluator0", attempt, prompt, verdict, judged=episode.answer))
                 satisfied, feedback = parse_verdict(verdict.text)
                 if not satisfied:
                     still.append(i)

@@ -52,7 +52,8 @@ class OrchWorkers:
         for i, (problem, group) in enumerate(zip(problems, groups)):
             turns = [Turn("orchestrator", "orchestrator0", 0, plan_prompts[i], plans[i])]
             turns += [
-                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i]) for a in range(n)
+                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i], answer=answers[a * size + i].text)
+                for a in range(n)
             ]
             episodes.append(Episode(problem=problem, group=group, turns=turns))
         synth_prompts = [
@@ -60,7 +61,7 @@ class OrchWorkers:
         ]
         finals = generate("synthesizer", synth_prompts)
         for episode, prompt, completion in zip(episodes, synth_prompts, finals):
-            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion))
+            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion, answer=completion.text))
             episode.answer = completion.text
         return episodes
 

@@ -30,7 +30,7 @@ class Single:
             Episode(
                 problem=problem,
                 group=group,
-                turns=[Turn("generator", "generator0", 0, prompt, completion)],
+                turns=[Turn("generator", "generator0", 0, prompt, completion, answer=completion.text)],
                 answer=completion.text,
             )
             for problem, group, prompt, completion in zip(problems, groups, prompts, completions)

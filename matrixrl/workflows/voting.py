@@ -35,14 +35,15 @@ class Voting:
         answers = generate("generator", prompts * n)  # agent a, episode i → answers[a * size + i]
         episodes = []
         for i, (problem, group) in enumerate(zip(problems, groups)):
-            turns = [Turn("generator", f"generator{a}", 0, prompts[i], answers[a * size + i]) for a in range(n)]
+            turns = [Turn("generator", f"generator{a}", 0, prompts[i], answers[a * size + i], answer=answers[a * size + i].text)
+                for a in range(n)]
             episodes.append(Episode(problem=problem, group=group, turns=turns))
         agg_prompts = [
             aggregator_compact(e.problem, [t.completion.text for t in e.turns]) for e in episodes
         ]
         finals = generate("aggregator", agg_prompts)
         for episode, prompt, completion in zip(episodes, agg_prompts, finals):
-            episode.turns.append(Turn("aggregator", "aggregator0", 0, prompt, completion))
+            episode.turns.append(Turn("aggregator", "aggregator0", 0, prompt, completion, answer=completion.text))
             episode.answer = completion.text
         return episodes
 

@@ -1,0 +1,49 @@
+"""Per-role metrics of a batch of episodes: how good each role's own output is.
+
+Used at every training step (sampled episodes) and at every evaluation (greedy),
+so the store holds, per role, the accuracy of its own answers where it proposes
+one (``generator``, ``worker``, ``aggregator``...), the accuracy of its verdicts
+where it judges (``evaluator``), and its mean response length; plus
+``any_correct``, the fraction of episodes in which some turn proposed a correct
+answer (the ceiling an aggregator or synthesizer could reach).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from matrixrl.workflows.prompts import parse_verdict
+
+
+def role_metrics(episodes, task) -> list[dict]:
+    """Long rows ``{"role", "metric", "value"}``; role ``"episode"`` for episode-level ones."""
+    answers: dict[str, list[float]] = defaultdict(list)
+    verdicts: dict[str, list[float]] = defaultdict(list)
+    lengths: dict[str, list[int]] = defaultdict(list)
+    any_correct = []
+    for episode in episodes:
+        correct_somewhere = False
+        for turn in episode.turns:
+            lengths[turn.role].append(len(turn.completion.completion_ids))
+            if turn.answer is not None:
+                score = task.score(episode.problem, turn.answer)
+                answers[turn.role].append(score)
+                correct_somewhere |= score == 1.0
+            if turn.judged is not None:
+                approved, _ = parse_verdict(turn.completion.text)
+                verdicts[turn.role].append(float(approved == (task.score(episode.problem, turn.judged) == 1.0)))
+        any_correct.append(float(correct_somewhere))
+    rows = []
+    for role in sorted(lengths):
+        rows.append({"role": role, "metric": "response_length", "value": _mean(lengths[role])})
+        if answers[role]:
+            rows.append({"role": role, "metric": "answer_acc", "value": _mean(answers[role])})
+        if verdicts[role]:
+            rows.append({"role": role, "metric": "verdict_acc", "value": _mean(verdicts[role])})
+    if any_correct:
+        rows.append({"role": "episode", "metric": "any_correct", "value": _mean(any_correct)})
+    return rows
+
+
+def _mean(values) -> float:
+    return float(sum(values) / len(values))
