@@ -68,7 +68,7 @@ def write_cell(results: Path, cell: Cell = CELL, steps=(0,)) -> None:
 
 TRAIN_KEYS = (
     "steps, eval_every, problems_per_step, group_size, lr, temperature, max_new_tokens, "
-    "epsilon_low, epsilon_high, scale_rewards, max_grad_norm, threads"
+    "epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads"
 )
 
 

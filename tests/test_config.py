@@ -24,7 +24,7 @@ from conftest import EXPERIMENTS
 
 TRAIN_KEYS = (
     "steps, eval_every, problems_per_step, group_size, lr, temperature, max_new_tokens, "
-    "epsilon_low, epsilon_high, scale_rewards, max_grad_norm, threads"
+    "epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads"
 )
 ONLY_FORM = "expected AXIS=V1,V2 with AXIS one of workflow, task, scale, policy, seed, e.g. --only seed=0,1"
 
