@@ -24,6 +24,9 @@ SHARED = "shared"
 
 def load_causal_lm(folder: Path):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per load drowns job logs and benchmarks
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32")
     model.eval()
