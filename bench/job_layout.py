@@ -35,7 +35,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = yaml.safe_load((REPO / "experiments.yaml").read_text())
-        raw["grid"].update(scale=["tiny-s"], seed=[0])
+        raw["grid"].update(workflow=["single"], scale=["tiny-s"], policy=["shared"], seed=[0])
         raw["scales"]["tiny-s"]["warmstart"]["steps"] = 30
         raw["train"].update(steps=2 * (args.checkpoints - 1), eval_every=2)
         config_path = Path(tmp) / "experiments.yaml"

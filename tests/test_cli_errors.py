@@ -18,7 +18,7 @@ from matrixrl.results import EvalResult, StepMetrics, TrainResult, write_result
 from conftest import run_cli
 
 CELL = Cell(workflow="single", task="arith", scale="tiny-s", policy="shared", seed=0)
-ONE_CELL = ("--only", "scale=tiny-s", "--only", "seed=0")  # the grid of exactly CELL
+ONE_CELL = ("--only", "workflow=single", "--only", "scale=tiny-s", "--only", "policy=shared", "--only", "seed=0")  # the grid of exactly CELL
 FIX = "delete it and run `matrixrl run` to recompute it"
 
 
@@ -81,9 +81,9 @@ def _edit(experiment: Path, old: str, new: str) -> None:
 # (how to break the file, extra arguments, the message after "Error: <file>: " or None for an option error)
 CASES = {
     "yaml-syntax": (lambda e: _edit(e, "  seed: [0, 1]\n", "  seed: [0, 1\n"), (), None),
-    "unknown-key": (lambda e: _edit(e, "  steps: 100\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
-    "wrong-type": (lambda e: _edit(e, "  steps: 100\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
-    "out-of-range": (lambda e: _edit(e, "  steps: 100\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
+    "unknown-key": (lambda e: _edit(e, "  steps: 60\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
+    "wrong-type": (lambda e: _edit(e, "  steps: 60\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
+    "out-of-range": (lambda e: _edit(e, "  steps: 60\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
     "unknown-scale": (
         lambda e: _edit(e, "  scale: [tiny-s, tiny-m]\n", "  scale: [tiny-s, tiny-xl]\n"),
         (),
@@ -144,7 +144,7 @@ def test_missing_config_file(tmp_path: Path, command: str) -> None:
 
 def test_console_script_prints_no_traceback(experiment: Path) -> None:
     """The real entry point, in a subprocess: what a user's terminal shows."""
-    _edit(experiment, "  steps: 100\n", "  steps: abc\n")
+    _edit(experiment, "  steps: 60\n", "  steps: abc\n")
     proc = subprocess.run(
         [sys.executable, "-c", "from matrixrl.cli import main; main()", "report", "-c", str(experiment)],
         capture_output=True,

@@ -141,7 +141,7 @@ def test_wrong_type(raw: dict) -> None:
 
 
 def test_wrong_type_in_a_file(tmp_path: Path) -> None:
-    text = EXPERIMENTS.read_text().replace("  steps: 100\n", "  steps: abc\n")
+    text = EXPERIMENTS.read_text().replace("  steps: 60\n", "  steps: abc\n")
     path = tmp_path / "experiments.yaml"
     path.write_text(text)
     assert load_error(path) == f"{path}: train.steps: expected an integer (got 'abc')"

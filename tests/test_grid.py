@@ -5,7 +5,10 @@ from matrixrl.grid import Cell, cell_spec, cells, checkpoint_steps
 
 
 def test_cells_cover_every_combination_in_axis_order(experiment):
-    cfg = load_config(experiment, sets=["grid.seed=[0, 1]", "grid.scale=[tiny-s, tiny-m]"])
+    cfg = load_config(
+        experiment,
+        sets=["grid.workflow=[single]", "grid.policy=[shared]", "grid.seed=[0, 1]", "grid.scale=[tiny-s, tiny-m]"],
+    )
     ids = [c.id for c in cells(cfg)]
     assert ids == [
         "single-arith-tiny-s-shared-s0",

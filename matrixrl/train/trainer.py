@@ -135,6 +135,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         assign_rewards(episodes, task, cfg.reward)
         roles.extend({"step": step + 1, **r} for r in role_metrics(episodes, task))
         group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
+        roles.extend({"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items())
 
         policy.train(True)
         row, step_diagnostics = update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
