@@ -15,11 +15,11 @@ completions of at most 8 new tokens, with one torch thread each:
   ``dapo`` loss, ``beta=0``, ``num_iterations=1``, clip 0.2 / 0.28, temperature 1,
   top-k/top-p off, AdamW lr 5e-4 betas (0.9, 0.99), grad-norm clip 1, fp32, CPU).
 
-A matrixrl update is timed as the body of ``train_cell``'s step loop, rebuilt from
-the public functions: draw the problems, roll out (``make_generate`` +
-``workflow.run``), score (``assign_rewards`` + ``role_metrics``), group advantages
-(``assign_advantages``) and ``update`` (backward per agent with its gradient
-diagnostics, clipping, optimizer step). Checkpointing is left out. A TRL update is
+A matrixrl update is timed as ``grpo_step``, the body of ``train_cell``'s loop: draw
+the problems, roll out (``make_generate`` + ``workflow.run``), score
+(``assign_rewards`` + ``role_metrics``), group advantages (``assign_advantages``) and
+``update`` (backward per agent with its gradient diagnostics, clipping, optimizer
+step). Checkpointing is left out. A TRL update is
 one optimizer step, timed from ``on_step_begin`` to ``on_step_end`` with a
 ``TrainerCallback``; it includes TRL's generation, reward, advantage, loss and
 optimizer work, and its per-step metric bookkeeping.
@@ -83,16 +83,13 @@ def train_config():
 
 def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[list[float], list[int]]:
     """Seconds and completion tokens of each timed update (the warm-up step excluded)."""
-    import numpy as np
     import torch
     from transformers import AutoTokenizer
 
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
-    from matrixrl.train.grpo import assign_advantages
-    from matrixrl.train.metrics import role_metrics
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import assign_rewards, step_seed, update
+    from matrixrl.train.trainer import grpo_step
     from matrixrl.workflows import build_workflow
 
     cfg = train_config()
@@ -109,25 +106,10 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
 
     seconds, tokens = [], []
     for step in range(1 + steps):
-        began = time.perf_counter()
-        rng = np.random.default_rng(step_seed(SEED, step))
-        torch.manual_seed(step_seed(SEED, step))
-        problems = task.train_problems(rng, cfg.problems_per_step)
-        batch = [p for p in problems for _ in range(cfg.group_size)]
-        groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
-
-        policy.train(False)
-        episodes = workflow.run(batch, groups, generate)
-        assign_rewards(episodes, task, cfg.reward)
-        role_metrics(episodes, task)
-        assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
-
-        policy.train(True)
-        update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
-        elapsed = time.perf_counter() - began
-        if step > 0:
-            seconds.append(elapsed)
-            tokens.append(sum(len(t.completion.completion_ids) for e in episodes for t in e.turns))
+        row, _, _ = grpo_step(step, SEED, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg)
+        if step > 0:  # the first update warms up
+            seconds.append(row["seconds"])
+            tokens.append(row["completion_tokens"])
     return seconds, tokens
 
 

@@ -60,6 +60,7 @@ class StepMetrics(Result):
     clip_fraction: float
     group_size: int
     seconds: float
+    completion_tokens: int = 0  # absent from files written before it was recorded
 
 
 class DiagnosticRow(Result):

@@ -57,6 +57,7 @@ class TrainStepRow(Base):
     clip_fraction: Mapped[float] = mapped_column(Float)
     group_size: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class DiagnosticRowTable(Base):

@@ -123,31 +123,11 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
     )
     for step in range(start, cfg.steps):
-        began = time.perf_counter()
-        rng = np.random.default_rng(step_seed(spec.cell.seed, step))
-        torch.manual_seed(step_seed(spec.cell.seed, step))
-        problems = task.train_problems(rng, cfg.problems_per_step)
-        batch = [p for p in problems for _ in range(cfg.group_size)]
-        groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
-
-        policy.train(False)
-        episodes = workflow.run(batch, groups, generate)
-        assign_rewards(episodes, task, cfg.reward)
-        roles.extend({"step": step + 1, **r} for r in role_metrics(episodes, task))
-        group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
-        roles.extend({"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items())
-
-        policy.train(True)
-        row, step_diagnostics = update(policy, optimizers, episodes, tokenizer.pad_token_id, cfg)
-        diagnostics.extend({"step": step + 1, **d} for d in step_diagnostics)
-        rewards = [e.reward for e in episodes]
-        row.update(
-            step=step + 1,
-            reward_mean=float(np.mean(rewards)),
-            reward_std=float(np.std(rewards)),
-            group_size=min(group_sizes.values()),
-            seconds=time.perf_counter() - began,
+        row, step_roles, step_diagnostics = grpo_step(
+            step, spec.cell.seed, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg
         )
+        roles.extend(step_roles)
+        diagnostics.extend(step_diagnostics)
         metrics.append(row)
         log(
             f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} loss {row['loss']:+.4f} "
@@ -163,6 +143,40 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         "diagnostics": diagnostics,
         "roles": roles,
     }
+
+
+def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate, pad_token_id: int, cfg):
+    """One GRPO update (step index ``step``, 0-based): sample, score, advantages, optimizer step.
+
+    Returns the step's metrics row, its per-role metric rows and its gradient
+    diagnostics rows, each tagged with the 1-based step number.
+    """
+    began = time.perf_counter()
+    rng = np.random.default_rng(step_seed(seed, step))
+    torch.manual_seed(step_seed(seed, step))
+    problems = task.train_problems(rng, cfg.problems_per_step)
+    batch = [p for p in problems for _ in range(cfg.group_size)]
+    groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
+
+    policy.train(False)
+    episodes = workflow.run(batch, groups, generate)
+    assign_rewards(episodes, task, cfg.reward)
+    roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task)]
+    group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
+    roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
+
+    policy.train(True)
+    row, step_diagnostics = update(policy, optimizers, episodes, pad_token_id, cfg)
+    rewards = [e.reward for e in episodes]
+    row.update(
+        step=step + 1,
+        reward_mean=float(np.mean(rewards)),
+        reward_std=float(np.std(rewards)),
+        group_size=min(group_sizes.values()),
+        seconds=time.perf_counter() - began,
+        completion_tokens=sum(len(t.completion.completion_ids) for e in episodes for t in e.turns),
+    )
+    return row, roles, [{"step": step + 1, **d} for d in step_diagnostics]
 
 
 def assign_rewards(episodes, task, mode: str) -> None:
