@@ -255,6 +255,9 @@ def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_st
     assert {("evaluator", "verdict_acc"), ("generator", "answer_acc"), ("episode", "any_correct")} <= set(base_roles)
     train_steps = stored(results, "select distinct step from role_metrics where cell = 'voting-arith-tiny-s-shared-s0' and source = 'train' and metric = 'answer_acc' and role = 'aggregator'")
     assert [s for (s,) in train_steps] == [1, 2, 3, 4]
+    for metric in ("answer_acc", "response_length", "entropy", "group_size"):
+        per_step = stored(results, f"select distinct step from role_metrics where cell = 'voting-arith-tiny-s-isolated-s0' and source = 'train' and metric = '{metric}' and role = 'generator'")
+        assert [s for (s,) in per_step] == [1, 2, 3, 4], metric
 
     rows = json.loads(matrixrl("report", "-c", str(config), "--table", "diagnostics", "--format", "json").stdout)
     assert [(r["workflow"], r["policy"]) for r in rows] == [(w, p) for w in WORKFLOWS for p in POLICIES]

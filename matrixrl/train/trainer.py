@@ -167,6 +167,7 @@ def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate
 
     policy.train(True)
     row, step_diagnostics = update(policy, optimizers, episodes, pad_token_id, cfg)
+    roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
     rewards = [e.reward for e in episodes]
     row.update(
         step=step + 1,
@@ -218,6 +219,7 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
             turns_by_agent.setdefault((turn.role, turn.agent), []).append(turn)
     total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_agent.values() for t in ts)
     stats = {"loss": 0.0, "entropy_sum": 0.0, "clipped": 0.0}
+    role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
     squared_norm = 0.0
     agent_grads: list[AgentGrad] = []
     for name, (roles, params) in policy.parameter_sets().items():
@@ -242,7 +244,11 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
             loss.backward()
             agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, int(batch.completion_mask.sum())))
             stats["loss"] += loss.item()
-            stats["entropy_sum"] += (entropy * batch.completion_mask).sum().item()
+            entropy_sum = (entropy * batch.completion_mask).sum().item()
+            stats["entropy_sum"] += entropy_sum
+            totals = role_entropy.setdefault(role, [0.0, 0])
+            totals[0] += entropy_sum
+            totals[1] += int(batch.completion_mask.sum())
             stats["clipped"] += clipped.item()
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         squared_norm += float(norm) ** 2
@@ -254,5 +260,6 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
         "clip_fraction": stats["clipped"] / max(total_tokens, 1),
         "grad_norm": squared_norm**0.5,
         "response_length": total_tokens / max(n_turns, 1),
+        "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},
     }
     return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared")
