@@ -12,8 +12,19 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from matrixrl.tasks.base import Problem
+
+
+class WorkflowSettings(BaseModel):
+    """Base of each workflow's ``Settings``: strict, immutable, built from a dict or None."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def coerce(cls, settings: "WorkflowSettings | dict | None"):
+        return settings if isinstance(settings, cls) else cls.model_validate(settings or {})
 
 
 @dataclass

@@ -13,10 +13,10 @@ attempt is not evaluated (its verdict could change nothing), so an episode has a
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
 from matrixrl.workflows.prompts import (
     evaluator_compact,
     generator_compact,
@@ -27,9 +27,7 @@ from matrixrl.workflows.prompts import (
 )
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Settings(WorkflowSettings):
     max_iterations: int = Field(3, ge=1, description="generator attempts per episode, first draft included")
 
 
@@ -38,7 +36,7 @@ class EvalOpt:
     roles = ("generator", "evaluator")
 
     def __init__(self, settings: Settings | dict | None = None):
-        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+        self.settings = Settings.coerce(settings)
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         episodes = [Episode(problem=p, group=g) for p, g in zip(problems, groups)]

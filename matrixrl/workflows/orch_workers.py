@@ -12,10 +12,10 @@ Episode turns: ``orchestrator0``, ``worker0..N-1``, ``synthesizer0`` (index 0 ea
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
 from matrixrl.workflows.prompts import (
     STRATEGIES,
     format_strategies,
@@ -28,9 +28,7 @@ from matrixrl.workflows.prompts import (
 )
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Settings(WorkflowSettings):
     n_workers: int = Field(3, ge=2, description="parallel worker agents (and strategies) per episode")
 
 
@@ -39,7 +37,7 @@ class OrchWorkers:
     roles = ("orchestrator", "worker", "synthesizer")
 
     def __init__(self, settings: Settings | dict | None = None):
-        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+        self.settings = Settings.coerce(settings)
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         n, size = self.settings.n_workers, len(problems)

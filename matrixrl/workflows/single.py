@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
 from matrixrl.workflows.prompts import generator_compact
 
 
-class Settings(BaseModel):
+class Settings(WorkflowSettings):
     """``single`` has no parameters."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Single:
@@ -21,7 +18,7 @@ class Single:
     roles = ("generator",)
 
     def __init__(self, settings: Settings | dict | None = None):
-        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+        self.settings = Settings.coerce(settings)
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         prompts = [generator_compact(p) for p in problems]

@@ -9,16 +9,14 @@ the final answer. Episode turns: ``generator0..N-1`` (index 0 each), ``aggregato
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
 from matrixrl.workflows.prompts import aggregator_compact, generator_compact, noisy_candidates, pick_target
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Settings(WorkflowSettings):
     n_votes: int = Field(3, ge=2, description="parallel generator agents per episode")
 
 
@@ -27,7 +25,7 @@ class Voting:
     roles = ("generator", "aggregator")
 
     def __init__(self, settings: Settings | dict | None = None):
-        self.settings = settings if isinstance(settings, Settings) else Settings.model_validate(settings or {})
+        self.settings = Settings.coerce(settings)
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         n, size = self.settings.n_votes, len(problems)
