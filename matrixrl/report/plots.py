@@ -1,0 +1,340 @@
+"""PNG figures of a study: learning curves, and one cell's gradient diagnostics.
+
+- ``learning_curve_figures``: one figure per task, one panel per (workflow, scale)
+  of that task (rows: workflows, columns: scales, in the grid's order). Each panel
+  overlays the policy modes, each in its fixed colour (``POLICY_COLOURS``): the
+  mean accuracy over seeds as a line, the seeds' min–max as a band, every seed's
+  peak as a triangle and every seed's cliff onset as a dashed vertical line. Peaks
+  and cliffs come from ``matrixrl.analysis.curves.summarize_cells``, so they are
+  the numbers of ``matrixrl report``.
+- ``diagnostics_figure``: one cell's per-role gradient norm and gradient-mass
+  share at every update (plus amplification, for roles with parallel agents),
+  with the cell's peak and cliff onset marked.
+
+Figures are plain ``matplotlib.figure.Figure`` objects (no pyplot, no display, no
+global state); ``png_bytes`` renders one with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from matrixrl.analysis.curves import CliffRule, summarize_cells
+from matrixrl.config import Config, ConfigError
+
+# Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
+POLICY_COLOURS = {"shared": "#0072B2", "isolated": "#D55E00"}
+_ROLE_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+PNG_DPI = 110
+PANEL_SIZE = (4.2, 2.8)  # inches per learning-curve panel
+SMOOTH_UPDATES = 5  # per-update diagnostics are noisy; the thick line averages this many updates
+
+
+def policy_colour(policy: str) -> str:
+    """The colour of a policy mode, the same in every figure."""
+    return POLICY_COLOURS[policy]
+
+
+def role_colours() -> dict[str, str]:
+    """A fixed colour per role of every registered workflow (the same in every figure)."""
+    from matrixrl.workflows import WORKFLOWS
+
+    roles = dict.fromkeys(role for workflow in WORKFLOWS.values() for role in workflow.roles)
+    return {role: _ROLE_PALETTE[i % len(_ROLE_PALETTE)] for i, role in enumerate(roles)}
+
+
+def curves_name(task: str) -> str:
+    """File stem of a task's learning-curve figure."""
+    return f"curves-{task}"
+
+
+def diagnostics_name(cell: str) -> str:
+    """File stem of a cell's diagnostics figure."""
+    return f"diagnostics-{cell}"
+
+
+# --- the study's data -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Study:
+    """What the figures are drawn from: the grid's cells and the store's rows for them."""
+
+    cells: pd.DataFrame  # cell + the grid axes, in the grid's order
+    evals: pd.DataFrame  # the store's evaluations of these cells
+    diagnostics: pd.DataFrame  # the store's gradient diagnostics of these cells
+    rule: CliffRule
+
+
+def load_study(config: Config) -> Study:
+    """Ingest new result files into the store and read the grid's rows back.
+
+    Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
+    """
+    from matrixrl import grid as G
+    from matrixrl.analysis.summary import cliff_rule
+    from matrixrl.store import ingest, read_table, store_path
+
+    results = Path(config.results_dir)
+    has_files = results.is_dir() and any(results.glob("cells/*/eval/step_*.json"))
+    if not has_files and not store_path(results).exists():
+        raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
+    ingest(results)
+    cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)])
+    evals = read_table(results, "evaluations")
+    evals = evals[evals["cell"].isin(cells["cell"])]
+    if evals.empty:
+        raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+    diagnostics = read_table(results, "diagnostics")
+    return Study(cells, evals, diagnostics[diagnostics["cell"].isin(cells["cell"])], cliff_rule(config.analysis))
+
+
+def cliff_cells(study: Study) -> list[str]:
+    """Cells (grid order) whose curve ends in a terminal cliff and that have diagnostics."""
+    summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n"]], study.rule)
+    with_cliff = set(summaries.loc[summaries["cliff"], "cell"])
+    with_diagnostics = set(study.diagnostics["cell"])
+    return [c for c in study.cells["cell"] if c in with_cliff and c in with_diagnostics]
+
+
+def study_figures(study: Study, diagnostics_cells: Sequence[str] = ()) -> dict[str, Figure]:
+    """The learning curves of every task, then the diagnostics of each cell asked for.
+
+    A cell that is not in the grid, or that has no diagnostics stored yet, is a
+    user error (``ConfigError`` naming ``--cell``).
+    """
+    known = list(study.cells["cell"])
+    for cell in diagnostics_cells:
+        if cell not in known:
+            raise ConfigError(f"--cell {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
+        if not (study.diagnostics["cell"] == cell).any():
+            raise ConfigError(f"--cell {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
+    figures = learning_curve_figures(study.cells, study.evals, study.rule)
+    for cell in dict.fromkeys(diagnostics_cells):
+        figures[diagnostics_name(cell)] = diagnostics_figure(cell, study.diagnostics, study.evals, study.rule)
+    return figures
+
+
+# --- learning curves --------------------------------------------------------------------
+
+
+def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, rule: CliffRule) -> dict[str, Figure]:
+    """One learning-curve figure per task of ``cells`` (see the module docstring).
+
+    ``cells``: columns ``cell`` and the grid axes, in the grid's order; ``evals``:
+    the store's evaluations (``cell, step, accuracy, n``), other cells ignored.
+    Panels of (workflow, scale) pairs with no evaluation yet say so.
+    Returns ``{curves_name(task): figure}`` in the grid's task order.
+    """
+    evals = evals[evals["cell"].isin(cells["cell"])]
+    summaries = summarize_cells(evals[["cell", "step", "accuracy", "n"]], rule).set_index("cell")
+    figures = {}
+    for task in cells["task"].drop_duplicates():
+        of_task = cells[cells["task"] == task]
+        workflows = list(of_task["workflow"].drop_duplicates())
+        scales = list(of_task["scale"].drop_duplicates())
+        fig = Figure(
+            figsize=(PANEL_SIZE[0] * len(scales), PANEL_SIZE[1] * len(workflows) + 1.0),
+            layout="constrained",
+        )
+        axes = fig.subplots(len(workflows), len(scales), sharex=True, sharey=True, squeeze=False)
+        policies_drawn: list[str] = []
+        for r, workflow in enumerate(workflows):
+            for c, scale in enumerate(scales):
+                ax = axes[r][c]
+                panel = of_task[(of_task["workflow"] == workflow) & (of_task["scale"] == scale)]
+                drawn = _curve_panel(ax, panel, evals, summaries)
+                policies_drawn += [p for p in drawn if p not in policies_drawn]
+                ax.set_title(f"{workflow} · {scale}")
+                ax.grid(True, alpha=0.3)
+                if r == len(workflows) - 1:
+                    ax.set_xlabel("training step")
+                if c == 0:
+                    ax.set_ylabel("accuracy")
+        axes[0][0].set_ylim(bottom=0)
+        n_seeds = of_task["seed"].nunique()
+        fig.suptitle(f"{task}: accuracy vs training step (line: mean of {n_seeds} seed(s), band: min–max)")
+        fig.legend(handles=_curve_legend(policies_drawn), loc="outside lower center", ncols=4, frameon=False)
+        figures[curves_name(task)] = fig
+    return figures
+
+
+def _curve_panel(ax, panel: pd.DataFrame, evals: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
+    """Draw one (workflow, task, scale) panel; returns the policies it drew."""
+    drawn = []
+    for policy in panel["policy"].drop_duplicates():
+        cell_ids = panel.loc[panel["policy"] == policy, "cell"]
+        curves = evals[evals["cell"].isin(cell_ids)]
+        if curves.empty:
+            continue
+        colour = policy_colour(policy)
+        # Later policies draw thinner on top, so identical curves (``single`` has one role) both stay visible.
+        width = max(3.2 - 1.2 * len(drawn), 1.2)
+        # seeds as columns; a seed still running contributes to the steps it has reached
+        by_step = curves.pivot_table(index="step", columns="cell", values="accuracy", aggfunc="mean").sort_index()
+        ax.plot(by_step.index, by_step.mean(axis=1), color=colour, linewidth=width)
+        if by_step.shape[1] > 1:
+            ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=colour, alpha=0.2, linewidth=0)
+        for cell in by_step.columns:
+            summary = summaries.loc[cell]
+            ax.plot([summary["peak_step"]], [summary["peak"]], marker="^", markersize=8, color=colour,
+                    markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
+            if summary["cliff"]:
+                ax.axvline(int(summary["cliff_onset"]), color=colour, linestyle="--", linewidth=1.2)
+        drawn.append(policy)
+    if not drawn:
+        ax.text(0.5, 0.5, "no evaluations yet", transform=ax.transAxes, ha="center", va="center", color="grey")
+    return drawn
+
+
+def _curve_legend(policies: Iterable[str]) -> list:
+    handles = []
+    for policy in policies:
+        handles.append(Line2D([], [], color=policy_colour(policy), linewidth=2, label=f"{policy} (mean)"))
+        handles.append(Patch(color=policy_colour(policy), alpha=0.2, label=f"{policy} (seed min–max)"))
+    handles.append(Line2D([], [], marker="^", color="grey", markeredgecolor="black", linestyle="none", label="peak (per seed)"))
+    handles.append(Line2D([], [], color="grey", linestyle="--", label="cliff onset (per seed)"))
+    return handles
+
+
+# --- gradient diagnostics ---------------------------------------------------------------
+
+
+def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame, rule: CliffRule) -> Figure:
+    """One cell's per-role gradient norm, share and amplification at every update.
+
+    ``diagnostics``: the store's long diagnostics rows (``cell, step, kind, role,
+    agent, other, value``); ``evals``: the store's evaluations, used for the
+    cell's peak and cliff onset (the same numbers as ``matrixrl report``).
+    Raises ``ValueError`` if the cell has no ``role_norm`` rows.
+    """
+    rows = diagnostics[diagnostics["cell"] == cell]
+    norms = rows[rows["kind"] == "role_norm"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
+    if norms.empty:
+        raise ValueError(f"cell {cell!r} has no gradient diagnostics")
+    shares = _share_table(rows)
+    amplification = rows[rows["kind"] == "amplification"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
+    colours = role_colours()
+    fallback = iter(_ROLE_PALETTE[::-1])
+
+    def colour(role: str) -> str:
+        if role not in colours:  # a role of a workflow this build does not know
+            colours[role] = next(fallback)
+        return colours[role]
+
+    n_panels = 3 if not amplification.empty else 2
+    fig = Figure(figsize=(4.6 * n_panels, 3.6), layout="constrained")
+    axes = fig.subplots(1, n_panels, sharex=True)
+    panels = [
+        (axes[0], norms.sort_index(), "gradient L2 norm per role", "‖g_role‖ (before clipping)"),
+        (axes[1], shares, "gradient-mass share per role", "share of the step's total norm"),
+    ]
+    if not amplification.empty:
+        panels.append((axes[2], amplification.sort_index(), "amplification of parallel agents", "‖Σ g_i‖ / mean ‖g_i‖"))
+    for ax, table, title, ylabel in panels:
+        for role in table.columns:
+            ax.plot(table.index, table[role], color=colour(role), linewidth=0.8, alpha=0.35)
+            smooth = table[role].rolling(SMOOTH_UPDATES, center=True, min_periods=1).mean()
+            ax.plot(table.index, smooth, color=colour(role), linewidth=2, label=role)
+        ax.set_title(title)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    for ax in axes:
+        ax.set_ylim(bottom=0)  # norms, shares and amplification are all >= 0
+    axes[1].set_ylim(0, 1)
+    if not amplification.empty:
+        _amplification_references(axes[2], rows)
+    _mark_peak_and_cliff(axes, cell, evals, rule)
+    fig.suptitle(f"{cell}: gradient diagnostics (thin: every update; thick: rolling mean of {SMOOTH_UPDATES})")
+    handles = [Line2D([], [], color=colour(role), linewidth=1.5, label=role) for role in norms.columns]
+    handles += [h for h in axes[0].get_lines() if h.get_label() in ("peak", "cliff onset")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    return fig
+
+
+def _share_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Step × role gradient-mass shares, 0 where a role did not act.
+
+    Updates without any gradient (all advantages zero) store share 0 for every
+    role; there the share is undefined, so they are left out (a gap, not a dip).
+    """
+    shares = rows[rows["kind"] == "role_share"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
+    shares = shares.fillna(0.0)
+    return shares[shares.sum(axis=1) > 0].sort_index()
+
+
+def _amplification_references(ax, rows: pd.DataFrame) -> None:
+    """Dotted lines at N (aligned agents) and √N (orthogonal) for each amplified role's N."""
+    agents = rows[rows["kind"] == "agent_norm"].groupby("role")["agent"].nunique()
+    amplified = rows.loc[rows["kind"] == "amplification", "role"].unique()
+    for n in sorted({int(agents[role]) for role in amplified if role in agents.index}):
+        for level, what in ((n, "aligned"), (math.sqrt(n), "orthogonal")):
+            ax.axhline(level, color="grey", linestyle=":", linewidth=1)
+            ax.annotate(f"{what} (N={n})", (1, level), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                        fontsize=8, color="grey")
+        ax.set_ylim(0, max(ax.get_ylim()[1], n * 1.1))
+
+
+def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, rule: CliffRule) -> None:
+    curve = evals[evals["cell"] == cell]
+    if curve.empty:
+        return
+    summary = summarize_cells(curve[["cell", "step", "accuracy", "n"]], rule).iloc[0]
+    for ax in axes:
+        ax.axvline(int(summary["peak_step"]), color="black", linestyle=":", linewidth=1, label="peak")
+        if summary["cliff"]:
+            ax.axvline(int(summary["cliff_onset"]), color="black", linestyle="--", linewidth=1.2, label="cliff onset")
+
+
+# --- files ------------------------------------------------------------------------------
+
+
+def png_bytes(fig: Figure, dpi: int = PNG_DPI) -> bytes:
+    """The figure as PNG bytes (Agg backend; no display needed)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_pngs(figures: Mapping[str, Figure], out_dir: Path) -> list[Path]:
+    """Render every figure first, then write ``out_dir/NAME.png`` for each; returns the paths."""
+    rendered = {name: png_bytes(fig) for name, fig in figures.items()}
+    paths = []
+    for name, data in rendered.items():
+        path = Path(out_dir) / f"{name}.png"
+        write_atomic(path, data)
+        paths.append(path)
+    return paths
+
