@@ -5,14 +5,23 @@ quick to regenerate. ``ingest`` upserts files that are new or changed since they
 were last read (keyed by path, size and mtime), all in one transaction, after
 validating every one of them — a corrupt file aborts the ingest with nothing
 written. Only the submitting host writes the store (never a cluster job).
+
+For incremental reports the store also keeps, per cell, a digest of every result
+it holds for that cell (``cell_inputs``: one row per train or eval result) and the
+cell's cached summary with the fingerprint it was computed from
+(``cell_summaries``); see :class:`Store` and ``matrixrl.report.tables``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
-from sqlalchemy import Boolean, Float, Integer, String, create_engine, event, select
+from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, select
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -84,6 +93,26 @@ class RoleMetricRow(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class CellInputRow(Base):
+    """A digest of one result stored for a cell: ``part`` is ``train`` or ``eval/step_N``."""
+
+    __tablename__ = "cell_inputs"
+    cell: Mapped[str] = mapped_column(String, primary_key=True)
+    part: Mapped[str] = mapped_column(String, primary_key=True)
+    digest: Mapped[str] = mapped_column(String)
+
+
+class CellSummaryRow(Base):
+    """A cell's cached per-cell summary (JSON) and the fingerprint of what it was computed from."""
+
+    __tablename__ = "cell_summaries"
+    cell: Mapped[str] = mapped_column(String, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String)
+    summary: Mapped[str] = mapped_column(Text)
+    computations: Mapped[int] = mapped_column(Integer, default=1)
+    computed_at: Mapped[float] = mapped_column(Float)
+
+
 class IngestedFile(Base):
     __tablename__ = "ingested_files"
     path: Mapped[str] = mapped_column(String, primary_key=True)
@@ -97,7 +126,12 @@ def store_path(results_dir: str | Path) -> Path:
 
 
 def engine_for(results_dir: str | Path):
-    engine = create_engine(f"sqlite:///{store_path(results_dir)}")
+    return engine_at(store_path(results_dir))
+
+
+def engine_at(db_file: str | Path):
+    """An engine on the SQLite file ``db_file`` (created, with every table, if missing)."""
+    engine = create_engine(f"sqlite:///{db_file}")
 
     @event.listens_for(engine, "connect")
     def _pragmas(conn, _):
@@ -108,13 +142,48 @@ def engine_for(results_dir: str | Path):
     return engine
 
 
+# SQLite allows at most 32,766 bound values per statement; stay well below it.
+_MAX_VALUES = 30_000
+
+
 def _upsert(session: Session, table, rows: list[dict]) -> None:
     if not rows:
         return
     keys = [c.name for c in table.__table__.primary_key.columns]
-    stmt = insert(table.__table__).values(rows)
-    updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
-    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+    per_statement = max(1, _MAX_VALUES // len(rows[0]))
+    for start in range(0, len(rows), per_statement):
+        stmt = insert(table.__table__).values(rows[start : start + per_statement])
+        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+        session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+
+
+def _digest(result: TrainResult | EvalResult) -> str:
+    return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
+
+
+def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
+    """Replace everything the store holds from this one result, and record its digest."""
+    if isinstance(result, TrainResult):
+        _upsert(session, CellRow, [{"cell": result.cell, **result.axes}])
+        session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
+        _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
+        session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
+        rows = [{"cell": result.cell, **d.model_dump()} for d in result.diagnostics]
+        if rows:
+            session.execute(DiagnosticRowTable.__table__.insert(), rows)
+        _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
+        part = "train"
+    elif isinstance(result, EvalResult):
+        _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles"})])
+        _upsert(
+            session,
+            RoleMetricRow,
+            [{"cell": result.cell, "source": "eval", **r.model_dump(), "step": result.step} for r in result.roles],
+        )
+        part = f"eval/step_{result.step}"
+    else:
+        raise TypeError(f"expected a TrainResult or EvalResult, got {type(result).__name__}")
+    _upsert(session, CellInputRow, [{"cell": result.cell, "part": part, "digest": _digest(result)}])
 
 
 def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
@@ -123,7 +192,12 @@ def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
     engine = engine_for(results_dir)
     try:
         with Session(engine) as session:
-            return {row.path: (row.size, row.mtime_ns) for row in session.scalars(select(IngestedFile))}
+            known = {row.path: (row.size, row.mtime_ns) for row in session.scalars(select(IngestedFile))}
+            if known and session.scalars(select(CellInputRow.cell).limit(1)).first() is None:
+                # A store written before per-cell digests existed: read every file once more
+                # so each cell gets its digests (and incremental reports see it).
+                return {}
+            return known
     finally:
         engine.dispose()
 
@@ -157,22 +231,7 @@ def ingest(results_dir: str | Path) -> int:
     engine = engine_for(results_dir)
     with Session(engine) as session, session.begin():
         for path, rel, result in parsed:
-            if isinstance(result, TrainResult):
-                _upsert(session, CellRow, [{"cell": result.cell, **result.axes}])
-                session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
-                _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
-                session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
-                rows = [{"cell": result.cell, **d.model_dump()} for d in result.diagnostics]
-                if rows:
-                    session.execute(DiagnosticRowTable.__table__.insert(), rows)
-                _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
-            else:
-                _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles"})])
-                _upsert(
-                    session,
-                    RoleMetricRow,
-                    [{"cell": result.cell, "source": "eval", **r.model_dump(), "step": result.step} for r in result.roles],
-                )
+            _write_result(session, result)
             stat = path.stat()
             _upsert(session, IngestedFile, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ok": True}])
     engine.dispose()
@@ -187,3 +246,92 @@ def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
             return pd.read_sql_table(table, conn)
     finally:
         engine.dispose()
+
+
+# SQLite's limit on bound values also caps ``cell IN (...)`` lists.
+_IN_CHUNK = 10_000
+
+
+class Store:
+    """One store file: per-cell reads, the results API, and the per-cell summary cache.
+
+    ``Store(path)`` opens (or creates) the SQLite file at ``path``; use it as a
+    context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, db_file: str | Path):
+        self.path = Path(db_file)
+        self.engine = engine_at(self.path)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def add_results(self, results: Iterable[TrainResult | EvalResult]) -> int:
+        """Store results as ``ingest`` would store their files (one transaction); returns how many."""
+        count = 0
+        with Session(self.engine) as session, session.begin():
+            for result in results:
+                _write_result(session, result)
+                count += 1
+        return count
+
+    def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
+        """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""
+        sql_table = Base.metadata.tables[table]
+        frames = []
+        with self.engine.connect() as conn:
+            for start in range(0, max(len(cells), 1), _IN_CHUNK):
+                query = select(sql_table).where(sql_table.c.cell.in_(list(cells[start : start + _IN_CHUNK])))
+                for column, wanted in equal.items():
+                    values = [wanted] if isinstance(wanted, str) else list(wanted)
+                    query = query.where(sql_table.c[column].in_(values))
+                frames.append(pd.read_sql(query, conn))
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    def input_digests(self, cells: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Per cell, the sorted ``(part, digest)`` of every result stored for it; cells with none are absent."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for row in self.rows("cell_inputs", cells).sort_values(["cell", "part"]).itertuples(index=False):
+            found.setdefault(row.cell, []).append((row.part, row.digest))
+        return found
+
+    def cached_summaries(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
+        """Per cell, the cached ``(fingerprint, summary)``; cells never summarized are absent."""
+        frame = self.rows("cell_summaries", cells)
+        return {row.cell: (row.fingerprint, json.loads(row.summary)) for row in frame.itertuples(index=False)}
+
+    def save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
+        """Cache ``{cell: (fingerprint, summary)}``, counting each cell's computations."""
+        if not summaries:
+            return
+        now = time.time()
+        rows = [
+            {"cell": cell, "fingerprint": fp, "summary": json.dumps(summary, allow_nan=False), "computations": 1, "computed_at": now}
+            for cell, (fp, summary) in summaries.items()
+        ]
+        table = CellSummaryRow.__table__
+        with Session(self.engine) as session, session.begin():
+            for start in range(0, len(rows), _MAX_VALUES // 5):
+                stmt = insert(table).values(rows[start : start + _MAX_VALUES // 5])
+                session.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["cell"],
+                        set_={
+                            "fingerprint": stmt.excluded.fingerprint,
+                            "summary": stmt.excluded.summary,
+                            "computed_at": stmt.excluded.computed_at,
+                            "computations": table.c.computations + 1,
+                        },
+                    )
+                )
+
+    def computations(self) -> dict[str, int]:
+        """How many times each cell's summary has been computed (it is cached in between)."""
+        with self.engine.connect() as conn:
+            return dict(conn.execute(select(CellSummaryRow.cell, CellSummaryRow.computations)).all())
