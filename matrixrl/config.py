@@ -167,11 +167,21 @@ class Evaluate(Strict):
 
 
 class Analysis(Strict):
-    """Thresholds of the summary tables (design.md §2)."""
+    """Thresholds of the report tables (design.md §2, §3; matrixrl.analysis)."""
 
     cliff_delta: float = Field(0.10, ge=0, le=1, description="drop below peak that counts")
     cliff_noise_se: float = Field(2.0, ge=0, description="binomial SEs the drop must exceed")
     final_tail_k: int = Field(3, ge=1, description="checkpoints averaged into final_tail")
+    confidence: float = Field(0.95, gt=0, lt=1, description="level of the Student-t intervals across seeds")
+    mechanism_baseline_steps: int = Field(
+        5, ge=1, description="first training updates whose mean signal is the cell's baseline"
+    )
+    mechanism_rise: float = Field(
+        0.25, gt=0, description="relative increase over the baseline that counts as a rise (0.25: +25%)"
+    )
+    mechanism_smooth_steps: int = Field(
+        3, ge=1, description="trailing updates averaged before the signal is compared with the baseline"
+    )
 
 
 class Config(Strict):

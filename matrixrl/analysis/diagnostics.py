@@ -1,29 +1,86 @@
-"""Per-cell summaries of the per-update gradient diagnostics (design.md §3)."""
+"""Per-cell summaries of the per-update gradient diagnostics (design.md §3).
+
+Input everywhere: the long rows of ``gradient_diagnostics`` (``kind, role, agent,
+other, value``) with ``cell`` and ``step`` columns added.
+
+An update in which no role had any gradient (every group's rewards were equal, so
+every advantage was zero) stores a share of 0 for every role: the share is
+undefined there, so such steps are left out of share and norm averages.
+"""
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
 SUMMARY_COLUMNS = ["cell", "dominant_role", "dominant_share", "amplification_mean", "amplification_max", "amplified_role"]
 
+AMP_MEAN, AMP_MAX, NORM_RATIO = "amp_mean", "amp_max", "norm_ratio"
+"""Suffixes of the per-role columns: ``{role}_amp_mean``, ``{role}_amp_max``, ``{role}_norm_ratio``."""
+
+
+def share_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One cell's role shares as a step × role table, 0 where a role did not act.
+
+    Steps whose shares are all zero (no gradient at all) are dropped.
+    """
+    shares = frame[frame["kind"] == "role_share"]
+    if shares.empty:
+        return pd.DataFrame()
+    table = shares.pivot_table(index="step", columns="role", values="value", aggfunc="mean").fillna(0.0)
+    table = table[table.sum(axis=1) > 0]
+    return table.sort_index().sort_index(axis=1)
+
+
+def cell_diagnostics(frame: pd.DataFrame) -> dict:
+    """One cell's diagnostics summary (missing values are ``None``).
+
+    - ``dominant_role`` / ``dominant_share``: the role with the highest mean share
+      over the cell's updates (0 where it did not act), and that mean; ties go to
+      the role whose name sorts first.
+    - ``amplified_role``, ``amplification_mean``, ``amplification_max``: among roles
+      with several agents, the one with the highest mean amplification over the
+      updates where it was defined, with that mean and its maximum.
+    - ``{role}_amp_mean`` / ``{role}_amp_max`` for every role with several agents.
+    - ``{role}_norm_ratio``: the role's mean gradient norm (over the updates where
+      it acted) divided by the smallest such mean among the cell's roles; missing
+      for every role when that smallest mean is 0.
+    """
+    row: dict = {
+        "dominant_role": None,
+        "dominant_share": None,
+        "amplification_mean": None,
+        "amplification_max": None,
+        "amplified_role": None,
+    }
+    shares = share_table(frame)
+    if not shares.empty:
+        means = shares.mean(axis=0)
+        best = means.idxmax()  # columns are sorted: the first maximum is the alphabetically first
+        row["dominant_role"] = str(best)
+        row["dominant_share"] = float(means[best])
+    amp = frame[frame["kind"] == "amplification"]
+    if not amp.empty:
+        stats = amp.groupby("role", sort=True)["value"].agg(["mean", "max"])
+        best = stats["mean"].idxmax()
+        row["amplified_role"] = str(best)
+        row["amplification_mean"] = float(stats.loc[best, "mean"])
+        row["amplification_max"] = float(stats.loc[best, "max"])
+        for role, values in stats.iterrows():
+            row[f"{role}_{AMP_MEAN}"] = float(values["mean"])
+            row[f"{role}_{AMP_MAX}"] = float(values["max"])
+    norms = frame[frame["kind"] == "role_norm"]
+    if not shares.empty:
+        norms = norms[norms["step"].isin(shares.index)]
+    if not norms.empty:
+        mean_norm = norms.groupby("role", sort=True)["value"].mean()
+        smallest = float(mean_norm.min())
+        for role, value in mean_norm.items():
+            row[f"{role}_{NORM_RATIO}"] = float(value) / smallest if smallest > 0 else None
+    return row
+
 
 def summarize_diagnostics(rows_per_step: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell from the long rows of many updates.
-
-    Input: the rows of ``gradient_diagnostics`` with ``cell`` and ``step`` columns
-    added. Output columns (``SUMMARY_COLUMNS``), cells sorted:
-
-    - ``dominant_role`` / ``dominant_share``: the role with the highest mean
-      ``role_share`` over the cell's steps, and that mean. A role missing from a
-      step that has ``role_share`` rows (it did not act) counts as share 0 there,
-      so the mean shares of a cell still sum to at most 1. Ties go to the role
-      whose name sorts first. Missing when the cell has no ``role_share`` rows.
-    - ``amplified_role``, ``amplification_mean``, ``amplification_max``: among
-      roles with ``amplification`` rows (roles with several agents), the one with
-      the highest mean amplification over the steps where it was defined, with
-      that mean and its maximum. Missing when no role has several agents.
+    """One row per cell (sorted) with the ``SUMMARY_COLUMNS`` of :func:`cell_diagnostics`.
 
     "Missing" means ``pd.isna(value)`` is true: NaN in the float columns, and in
     the role columns whatever missing marker the installed pandas stores for a
@@ -31,23 +88,8 @@ def summarize_diagnostics(rows_per_step: pd.DataFrame) -> pd.DataFrame:
     """
     if rows_per_step.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    out = []
-    for cell, frame in rows_per_step.groupby("cell", sort=True):
-        row = {"cell": cell, "dominant_role": None, "dominant_share": math.nan,
-               "amplification_mean": math.nan, "amplification_max": math.nan, "amplified_role": None}
-        shares = frame[frame["kind"] == "role_share"]
-        if not shares.empty:
-            table = shares.pivot_table(index="step", columns="role", values="value", aggfunc="mean")
-            means = table.fillna(0.0).mean(axis=0).sort_index()
-            best = means.idxmax()
-            row["dominant_role"] = best
-            row["dominant_share"] = float(means[best])
-        amp = frame[frame["kind"] == "amplification"]
-        if not amp.empty:
-            stats = amp.groupby("role", sort=True)["value"].agg(["mean", "max"])
-            best = stats["mean"].idxmax()
-            row["amplified_role"] = best
-            row["amplification_mean"] = float(stats.loc[best, "mean"])
-            row["amplification_max"] = float(stats.loc[best, "max"])
-        out.append(row)
-    return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
+    out = [{"cell": cell, **cell_diagnostics(frame)} for cell, frame in rows_per_step.groupby("cell", sort=True)]
+    table = pd.DataFrame(out).reindex(columns=SUMMARY_COLUMNS)
+    for column in ("dominant_share", "amplification_mean", "amplification_max"):
+        table[column] = table[column].astype(float)
+    return table

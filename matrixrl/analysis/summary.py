@@ -1,13 +1,27 @@
-"""The per-cell summary table of ``matrixrl report`` (design.md §2)."""
+"""The per-cell tables of ``matrixrl report`` (design.md §2, §3): summary and diagnostics.
+
+Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
+
+Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
+``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
+``cliff``, ``cliff_onset``, ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
+then, per role and per accuracy metric the role has (``answer_acc`` for roles that
+propose an answer, ``verdict_acc`` for roles that judge one), its value at the base
+checkpoint, at the cell's peak checkpoint and at the final checkpoint:
+``{role}_{metric}_base``, ``..._peak``, ``..._final``.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from matrixrl.analysis.curves import CliffRule, summarize_cells
+from matrixrl.analysis.curves import CliffRule
+from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
-from matrixrl.analysis.diagnostics import summarize_diagnostics
 from matrixrl.config import AXES, Analysis
+
+ROLE_METRICS = ("answer_acc", "verdict_acc")
+CHECKPOINTS = ("base", "peak", "final")
 
 SUMMARY_COLUMNS = [
     *AXES,
@@ -15,35 +29,83 @@ SUMMARY_COLUMNS = [
     "peak",
     "peak_step",
     "final",
+    "final_tail",
     "gain",
     "cliff",
     "cliff_onset",
     "n_checkpoints",
 ]
+ROLE_ACCURACY_SUFFIXES = tuple(f"{metric}_{at}" for metric in ROLE_METRICS for at in CHECKPOINTS)
+
+DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
+DIAGNOSTIC_ROLE_SUFFIXES = (AMP_MEAN, AMP_MAX, NORM_RATIO)
 
 
 def cliff_rule(analysis: Analysis) -> CliffRule:
     return CliffRule(delta=analysis.cliff_delta, noise_se=analysis.cliff_noise_se, final_tail_k=analysis.final_tail_k)
 
 
-def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
-    """One row per cell of ``cells`` (columns ``cell`` + AXES) that has evaluations.
+def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str, float | None]:
+    """``{role}_{metric}_{at}`` for one cell's eval-time role metrics (``step, role, metric, value``).
 
-    Rows follow the order of ``cells`` (the grid's order), so tables are stable.
+    ``steps`` maps ``base``/``peak``/``final`` to checkpoint steps; a value missing
+    at that step is None.
     """
+    out: dict[str, float | None] = {}
+    rows = role_rows[role_rows["metric"].isin(ROLE_METRICS)]
+    for (role, metric), group in rows.groupby(["role", "metric"], sort=True):
+        by_step = dict(zip(group["step"].astype(int), group["value"].astype(float)))
+        for at, step in steps.items():
+            out[f"{role}_{metric}_{at}"] = by_step.get(step)
+    return out
+
+
+def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:
+    """The ``{role}_{suffix}`` columns among ``columns``, by role name, then in ``suffixes`` order."""
+    found = []
+    for column in columns:
+        for rank, suffix in enumerate(suffixes):
+            if column.endswith("_" + suffix) and len(column) > len(suffix) + 1:
+                found.append((column[: -len(suffix) - 1], rank, column))
+                break
+    return [column for _, _, column in sorted(found)]
+
+
+def summary_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
+    """Cells with a base evaluation: ``cell``, ``SUMMARY_COLUMNS``, then per-role accuracies."""
+    rows = per_cell[per_cell["base"].notna()]
+    columns = role_columns(rows.columns, ROLE_ACCURACY_SUFFIXES)
+    # A role's metric keeps all three columns (base, peak, final) if it has any value.
+    measured = {c.rsplit("_", 1)[0] for c in columns if rows[c].notna().any()}
+    roles = [c for c in columns if c.rsplit("_", 1)[0] in measured]
+    table = rows[["cell", *SUMMARY_COLUMNS, *roles]].reset_index(drop=True)
+    return table.astype({"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"})
+
+
+def diagnostics_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
+    """Cells with gradient diagnostics: ``cell``, ``DIAGNOSTICS_COLUMNS``, then per-role columns.
+
+    Per role: ``{role}_amp_mean`` / ``{role}_amp_max`` for roles with several agents
+    and ``{role}_norm_ratio`` for every role (see ``cell_diagnostics``).
+    """
+    rows = per_cell[per_cell["has_diagnostics"].astype(bool)]
+    amp = [c for c in role_columns(rows.columns, (AMP_MEAN, AMP_MAX)) if rows[c].notna().any()]
+    ratio = [c for c in role_columns(rows.columns, (NORM_RATIO,)) if rows[c].notna().any()]
+    return rows[["cell", *DIAGNOSTICS_COLUMNS, *amp, *ratio]].reset_index(drop=True)
+
+
+def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
+    """The summary of every cell of ``cells`` (``cell`` + AXES) from its evaluations alone.
+
+    Rows follow the order of ``cells``. (The ``analyse`` job's ``summary.json``.)
+    """
+    from matrixrl.analysis.cell import cell_record, records_frame
+
     evals = evals[evals["cell"].isin(cells["cell"])]
-    per_cell = summarize_cells(evals[["cell", "step", "accuracy", "n"]], cliff_rule(analysis))
-    table = cells.merge(per_cell, on="cell", how="inner")
-    return table[["cell", *SUMMARY_COLUMNS]].reset_index(drop=True)
-
-
-DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
-
-
-def diagnostics_table(cells: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
-    """Per cell of ``cells`` with stored diagnostics: dominant role, amplification (design.md §3)."""
-    diagnostics = diagnostics[diagnostics["cell"].isin(cells["cell"])]
-    if diagnostics.empty:
-        return pd.DataFrame(columns=["cell", *DIAGNOSTICS_COLUMNS])
-    per_cell = summarize_diagnostics(diagnostics)
-    return cells.merge(per_cell, on="cell", how="inner")[["cell", *DIAGNOSTICS_COLUMNS]].reset_index(drop=True)
+    empty = pd.DataFrame(columns=["step", "role", "metric", "value"])
+    records = {
+        cell: cell_record(None, rows, empty, pd.DataFrame(), analysis)
+        for cell, rows in evals.groupby("cell", sort=False)
+    }
+    per_cell = records_frame(records, cells[cells["cell"].isin(list(records))])
+    return summary_rows(per_cell)

@@ -1,0 +1,88 @@
+"""One record per cell: everything the report tables need, from that cell's rows alone.
+
+A record depends only on the cell's evaluations, its eval-time role metrics, its
+gradient diagnostics, its policy mode and the ``analysis:`` settings — which is
+what lets the store cache records per cell and recompute only cells whose inputs
+changed (``matrixrl.report.tables``). Every table is then built from the frame of
+records (:func:`records_frame`): the per-cell tables select columns from it, the
+seed and comparison tables aggregate it.
+
+A cell without a step-0 (base model) evaluation yet has no curve fields (all
+None): it is left out of the accuracy tables until its base is evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+
+import pandas as pd
+
+from matrixrl.analysis.curves import CurveSummary, summarize_curve
+from matrixrl.analysis.diagnostics import cell_diagnostics
+from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
+from matrixrl.analysis.mechanism import MechanismRule, assess, signal_of
+from matrixrl.analysis.summary import cliff_rule, role_accuracies
+from matrixrl.config import AXES, Analysis
+
+CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
+
+_DTYPES = {
+    **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain"], "float64"),
+    **dict.fromkeys(["dominant_share", "amplification_mean", "amplification_max", "baseline", "change"], "float64"),
+    **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "rise_step", "lead"], "Int64"),
+    **dict.fromkeys(["cliff", "rose"], "boolean"),
+    "has_diagnostics": "bool",
+    **dict.fromkeys(["dominant_role", "amplified_role", "signal", "signal_role", "verdict"], "object"),
+}
+
+
+def mechanism_rule(analysis: Analysis) -> MechanismRule:
+    return MechanismRule(
+        baseline_steps=analysis.mechanism_baseline_steps,
+        rise=analysis.mechanism_rise,
+        smooth_steps=analysis.mechanism_smooth_steps,
+    )
+
+
+def cell_record(
+    policy: str | None,
+    evals: pd.DataFrame,
+    roles: pd.DataFrame,
+    diagnostics: pd.DataFrame,
+    analysis: Analysis,
+) -> dict:
+    """One cell's record (JSON-able: numbers, strings, booleans, None).
+
+    ``evals``: ``step, accuracy, n``; ``roles``: eval-time ``step, role, metric,
+    value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty).
+    """
+    record: dict = dict.fromkeys(CURVE_FIELDS)
+    record["has_diagnostics"] = not diagnostics.empty
+    summary = cell_diagnostics(diagnostics) if not diagnostics.empty else {}
+    record.update(summary)
+    record.update(dict.fromkeys(MECHANISM_FIELDS))
+    if evals.empty or not (evals["step"] == 0).any():
+        return record
+    evals = evals.sort_values("step", kind="stable")
+    steps = [int(s) for s in evals["step"].tolist()]
+    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), cliff_rule(analysis))
+    record.update(asdict(curve))
+    record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
+    signal = signal_of(diagnostics, policy, summary.get("dominant_role")) if policy else None
+    record.update(assess(signal, curve.cliff_onset, steps, mechanism_rule(analysis)))
+    return record
+
+
+def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell of ``cells`` (``cell`` + AXES, in its order) that has a record.
+
+    Columns: ``cell``, AXES, every record field; typed (nullable ints and booleans
+    where a field can be missing).
+    """
+    rows = [{**axes, **records[axes["cell"]]} for axes in cells.to_dict("records") if axes["cell"] in records]
+    per_role = [key for row in rows for key in row]  # the role columns some records have
+    columns = list(dict.fromkeys(["cell", *AXES, *CURVE_FIELDS, *_DTYPES, *per_role]))
+    frame = pd.DataFrame(rows, columns=columns)
+    dtypes = {column: _DTYPES.get(column, "float64") for column in columns if column not in ("cell", *AXES)}
+    return frame.astype({**dtypes, "seed": "int64"})

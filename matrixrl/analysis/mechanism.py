@@ -1,0 +1,154 @@
+"""The mechanism test (design.md §3): does the claimed signal rise before a cliff?
+
+The study claims that under isolated policies (IP) parallel same-role agents add up
+their gradients and drive the late collapse, and that under a shared policy (SP)
+the role with the most gradient mass captures the policy. Per cell:
+
+**Signal** (one value per training update, from the gradient diagnostics):
+
+- ``isolated``: ``amplification`` — at each update, the largest amplification
+  ‖Σ g_i‖ / mean ‖g_i‖ among the roles with several agents. A cell without such a
+  role (``single``, ``eval_opt``) has no signal.
+- ``shared``: ``share`` — the dominant role's gradient-mass share at each update
+  (the dominant role is the one with the highest mean share over the run, as in
+  the diagnostics table; 0 at updates where it did not act). Updates without any
+  gradient are skipped. A cell with one role (``single``) has no signal: its share
+  is 1 at every update.
+
+**Rise.** ``baseline`` is the mean signal over the first ``baseline_steps``
+updates that have a value. The signal is smoothed by a trailing mean over
+``smooth_steps`` updates (no look-ahead). The signal *rises* at the first update
+after the baseline window whose smoothed value exceeds ``baseline × (1 + rise)``;
+``rise_step`` is that update's step (1-based, as stored). ``change`` is the largest
+smoothed value in the tested span relative to the baseline, minus 1 (so ``rose``
+iff ``change > rise``; missing when the baseline is 0). The tested span runs from
+the end of the baseline window to ``cliff_onset`` in a cliff cell, and to the last
+update in a cell without a cliff.
+
+**Verdict** of a cliff cell, where the cliff happened between the checkpoint
+before the onset (step P) and the onset checkpoint (step O):
+
+- ``precedes``: the signal rose at an update ≤ P, before the checkpoint interval
+  in which the cliff happened; ``lead`` = O − rise_step, in training steps;
+- ``coincides``: it first rose within that interval (P < rise_step ≤ O);
+- ``absent``: it did not rise by O;
+- ``n/a``: no signal, or the onset falls inside the baseline window.
+
+Cells without a cliff get the same ``baseline``, ``change``, ``rose`` and
+``rise_step`` over their whole run and the verdict ``no cliff`` (``n/a`` without
+a signal), so one can see whether the signal rises as often where nothing
+collapses — that is, whether it discriminates at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from matrixrl.analysis.diagnostics import share_table
+from matrixrl.config import AXES
+
+VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff")
+FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict")
+
+
+@dataclass(frozen=True)
+class MechanismRule:
+    """Thresholds of the mechanism test (from experiments.yaml ``analysis:``)."""
+
+    baseline_steps: int = 5
+    rise: float = 0.25
+    smooth_steps: int = 3
+
+    def __post_init__(self) -> None:
+        if self.baseline_steps < 1 or self.smooth_steps < 1:
+            raise ValueError("MechanismRule.baseline_steps and smooth_steps must be >= 1")
+        if not (math.isfinite(self.rise) and self.rise > 0):
+            raise ValueError(f"MechanismRule.rise must be a finite number > 0, got {self.rise!r}")
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    """``amplification`` or ``share``."""
+    role: str
+    """The role(s) it is measured on (``+``-joined when several roles have several agents)."""
+    values: pd.Series
+    """Indexed by training step, increasing."""
+
+
+def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None) -> Signal | None:
+    """The cell's signal (see the module docstring) from its diagnostics rows, or None."""
+    if frame.empty:
+        return None
+    if policy == "isolated":
+        amp = frame[frame["kind"] == "amplification"]
+        if amp.empty:
+            return None
+        values = amp.groupby("step", sort=True)["value"].max()
+        return Signal("amplification", "+".join(sorted(amp["role"].unique())), values.astype(float))
+    shares = share_table(frame)
+    if shares.shape[1] < 2 or dominant_role not in shares.columns:
+        return None
+    return Signal("share", dominant_role, shares[dominant_role].astype(float))
+
+
+def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int], rule: MechanismRule) -> dict:
+    """The mechanism fields of one cell (``FIELDS``; see the module docstring)."""
+    out = {"signal": None, "signal_role": None, "baseline": None, "change": None, "rose": None,
+           "rise_step": None, "lead": None, "verdict": "n/a"}  # fmt: skip
+    if signal is None:
+        return out
+    out["signal"], out["signal_role"] = signal.name, signal.role
+    values = signal.values.sort_index()
+    k = rule.baseline_steps
+    if len(values) <= k:
+        return out
+    baseline = float(values.iloc[:k].mean())
+    out["baseline"] = baseline
+    smoothed = values.rolling(rule.smooth_steps, min_periods=1).mean().iloc[k:]
+    if cliff_onset is not None:
+        smoothed = smoothed[smoothed.index <= cliff_onset]
+    if smoothed.empty:
+        return out  # the onset falls inside the baseline window: nothing to test
+    risen = smoothed[smoothed > baseline * (1 + rule.rise)]
+    rise_step = int(risen.index[0]) if not risen.empty else None
+    out["change"] = float(smoothed.max()) / baseline - 1 if baseline > 0 else None
+    out["rose"] = rise_step is not None
+    out["rise_step"] = rise_step
+    if cliff_onset is None:
+        out["verdict"] = "no cliff"
+        return out
+    before = [s for s in eval_steps if s < cliff_onset]
+    interval_start = max(before) if before else 0
+    if rise_step is None:
+        out["verdict"] = "absent"
+    else:
+        out["lead"] = cliff_onset - rise_step
+        out["verdict"] = "precedes" if rise_step <= interval_start else "coincides"
+    return out
+
+
+def mechanism_caption(table: pd.DataFrame) -> str:
+    """One line: how often the signal preceded cliffs, and how often it rose without one."""
+    cliffs = table[table["cliff"].astype(bool)]
+    counted = cliffs[cliffs["verdict"] != "n/a"]
+    calm = table[(~table["cliff"].astype(bool)) & (table["verdict"] == "no cliff")]
+    count = counted["verdict"].value_counts()
+    rose = int(calm["rose"].astype(bool).sum())
+    return (
+        f"cliff cells with a signal: {count.get('precedes', 0)} precede, {count.get('coincides', 0)} coincide, "
+        f"{count.get('absent', 0)} absent (of {len(counted)}); "
+        f"cells without a cliff: the signal rose in {rose} of {len(calm)}"
+    )
+
+
+MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS]
+
+
+def mechanism_table(per_cell: pd.DataFrame) -> pd.DataFrame:
+    """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``."""
+    rows = per_cell[per_cell["base"].notna()]
+    return rows[["cell", *AXES, *MECHANISM_COLUMNS]].astype({"cliff": "bool"}).reset_index(drop=True)
