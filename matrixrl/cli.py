@@ -44,7 +44,18 @@ SetOpt = Annotated[
 
 class TableName(str, Enum):
     summary = "summary"
+    seeds = "seeds"
+    compare = "compare"
     diagnostics = "diagnostics"
+    mechanism = "mechanism"
+
+
+class ReportFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    markdown = "markdown"
+    latex = "latex"
+    json = "json"
 
 
 class Format(str, Enum):
@@ -300,26 +311,30 @@ def _fail(message: str) -> typer.Exit:
 # --- report -----------------------------------------------------------------------------
 
 
-def report_frame(cfg: Config, table: TableName):
-    import pandas as pd
+def report_frame(cfg: Config, table: str, group_by: str | None = None, selected: Config | None = None):
+    """Ingest new result files, then one report table of ``cfg``'s grid (with a ``cell`` column).
 
-    from matrixrl import grid as G
-    from matrixrl.analysis.summary import DIAGNOSTICS_COLUMNS, SUMMARY_COLUMNS, diagnostics_table, summary_table
-    from matrixrl.store import ingest, read_table, store_path
+    ``selected``: the config narrowed by ``--only``, whose cells' rows are kept
+    (comparisons still take their controls from ``cfg``'s whole grid).
+    """
+    from matrixrl.report.tables import check_group_by, report_table
+    from matrixrl.store import ingest, store_path
 
+    check_group_by(table, group_by)
     results = Path(cfg.results_dir)
     has_files = results.is_dir() and any(results.glob("cells/*/eval/step_*.json"))
     if not has_files and not store_path(results).exists():
         raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
     ingest(results)
-    cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(cfg)])
-    if table is TableName.diagnostics:
-        frame, columns, what = diagnostics_table(cells, read_table(results, "diagnostics")), DIAGNOSTICS_COLUMNS, "gradient diagnostics"
-    else:
-        frame, columns, what = summary_table(cells, read_table(results, "evaluations"), cfg.analysis), SUMMARY_COLUMNS, "evaluations"
-    if frame.empty:
-        raise ConfigError(f"{results}: no {what} stored for the cells of this grid; run `matrixrl run` first")
-    return frame[columns]
+    only = {axis: getattr(selected.grid, axis) for axis in AXES} if selected is not None else None
+    return report_table(results, cfg, table, group_by, only=only)
+
+
+TABLE_HELP = (
+    "summary: per cell accuracies, cliffs, per-role accuracies; seeds: mean and 95% interval over seeds; "
+    "compare: isolated - shared and each workflow - single; diagnostics: per-role gradients; "
+    "mechanism: does the signal rise before the cliff?"
+)
 
 
 @app.command()
@@ -328,17 +343,28 @@ def report(
     config: ConfigOpt = Path("experiments.yaml"),
     only: OnlyOpt = None,
     set_: SetOpt = None,
-    table: Annotated[TableName, typer.Option("--table", help="summary: accuracies and cliffs; diagnostics: per-role gradients.")] = TableName.summary,
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+    table: Annotated[TableName, typer.Option("--table", help=TABLE_HELP)] = TableName.summary,
+    format: Annotated[ReportFormat, typer.Option("--format", help="Output format.")] = ReportFormat.table,
+    group_by: Annotated[
+        Optional[str],
+        typer.Option("--group-by", metavar="AXIS[,AXIS]", help="Sort rows by these axes first (a rule between groups in the table format)."),
+    ] = None,
 ):
-    """Print per-cell base, peak and final accuracy, gain and terminal cliffs.
+    """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
-    `--table diagnostics` prints per-cell gradient diagnostics instead: the dominant
-    role and its mean gradient-mass share, and the amplification of the role with
-    several parallel agents (mean and max over updates).
+    `--table summary` (default): per cell base, peak, final, final_tail, gain, cliff
+    and its onset, and each role's accuracy at base, peak and final.
+    `--table seeds`: per workflow, task, scale and policy, the mean and Student-t
+    interval over seeds of base, peak, final and gain, and the cliff rate.
+    `--table compare`: isolated minus shared, and each multi-agent workflow minus
+    `single`, paired by seed. `--table diagnostics`: dominant role and its share,
+    amplification per role with parallel agents, gradient-norm ratios.
+    `--table mechanism`: per cell, whether the amplification (isolated) or the
+    dominant role's share (shared) rose before the cliff onset.
 
     Reads the result files into the store first (only new ones), so it works
-    during a run too. Thresholds come from the `analysis:` section.
+    during a run too; per-cell summaries are cached in the store and recomputed
+    only for cells with new results. Thresholds come from the `analysis:` section.
 
     Examples:
 
@@ -346,22 +372,31 @@ def report(
 
         matrixrl report --only scale=tiny-s --format markdown
 
-        matrixrl report --format json > summary.json
+        matrixrl report --table seeds --group-by policy
 
-        matrixrl report --table diagnostics
+        matrixrl report --table compare --format latex > compare.tex
+
+        matrixrl report --table mechanism --format json > mechanism.json
     """
-    frame = report_frame(_load(config, only, set_), table)
-    if format is Format.json:
-        print(frame.to_json(orient="records", indent=1))
-    elif format is Format.table:
-        rich_table = Table(title=f"per-cell {table.value}")
-        for col in frame.columns:
-            rich_table.add_column(col, justify="left" if col in AXES or col.endswith("role") else "right")
-        for row in frame.itertuples(index=False):
-            rich_table.add_row(*(_cell_text(v) for v in row))
-        out.print(rich_table)
+    from matrixrl.report.formats import render
+    from matrixrl.report.tables import TABLES, parse_group_by
+
+    # The whole grid: comparisons need their controls even where --only leaves them out.
+    cfg = _load(config, None, set_)
+    selected = _load(config, only, set_) if only else None
+    frame = report_frame(cfg, table.value, group_by, selected)
+    shown = frame.drop(columns="cell", errors="ignore")
+    rendered = render(
+        shown,
+        format.value,
+        title=TABLES[table.value].title,
+        group_by=parse_group_by(group_by),
+        caption=frame.attrs.get("caption"),
+    )
+    if isinstance(rendered, str):
+        print(rendered, end="")
     else:
-        _print_frame(frame, format)
+        out.print(rendered)
 
 
 def _cell_text(value) -> str:

@@ -1,0 +1,282 @@
+"""The tables of ``matrixrl report``, built from the store with a per-cell cache.
+
+Every table is computed from one record per cell (``matrixrl.analysis.cell``).
+A record depends only on that cell's stored results and the ``analysis:``
+settings, so the store caches it (``cell_summaries``) under a fingerprint of
+exactly those inputs: the digests the store keeps of each of the cell's stored
+results (``cell_inputs``; one per train or eval result), the analysis settings
+and :data:`RECORD_VERSION`. A report reads the fingerprints, recomputes only the
+cells whose fingerprint changed (a new evaluation, a re-trained cell, another
+threshold), and aggregates the records into the requested tables.
+
+Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
+axes first — each axis in the order experiments.yaml lists its values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from matrixrl import grid as G
+from matrixrl.analysis.cell import cell_record, records_frame
+from matrixrl.analysis.compare import CONTROL, compare_table
+from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
+from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
+from matrixrl.analysis.summary import ROLE_METRICS, diagnostics_rows, summary_rows
+from matrixrl.config import AXES, Config, ConfigError
+from matrixrl.report import TABLE_NAMES
+from matrixrl.store import Store
+
+RECORD_VERSION = "1"
+"""Part of every fingerprint: bump it when a record's computation changes, so caches refresh."""
+
+DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
+"""The gradient-diagnostic kinds a record reads (the store holds more)."""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One report table: how to build it from the per-cell frame, and how to describe it."""
+
+    build: Callable[[pd.DataFrame, float], pd.DataFrame]
+    """(per-cell frame of the cells it covers, confidence level) → the table."""
+    axes: tuple[str, ...]
+    """The axes the table has a column for (what ``group_by`` may name)."""
+    title: str
+    needs: str
+    """What must be stored for it to have rows (named in the error when it has none)."""
+
+
+def _summary(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    return summary_rows(per_cell)
+
+
+def _seeds(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    return seeds_table(per_cell[per_cell["base"].notna()], confidence)
+
+
+def _compare(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    return compare_table(per_cell[per_cell["base"].notna()], confidence)
+
+
+def _diagnostics(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    return diagnostics_rows(per_cell)
+
+
+def _mechanism(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    return mechanism_table(per_cell)
+
+
+TABLES: dict[str, TableSpec] = {
+    "summary": TableSpec(_summary, AXES, "per-cell summary", "evaluations"),
+    "seeds": TableSpec(_seeds, GROUP_AXES, "across seeds", "evaluations"),
+    "compare": TableSpec(_compare, GROUP_AXES, "comparisons", "evaluations"),
+    "diagnostics": TableSpec(_diagnostics, AXES, "per-cell gradient diagnostics", "gradient diagnostics"),
+    "mechanism": TableSpec(_mechanism, AXES, "mechanism: does the signal rise before the cliff?", "evaluations"),
+}
+assert tuple(TABLES) == TABLE_NAMES
+
+
+def parse_group_by(group_by: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``"workflow,policy"`` or ``["workflow", "policy"]`` → checked axes; ConfigError names the problem."""
+    if group_by is None:
+        return ()
+    text = group_by if isinstance(group_by, str) else ",".join(group_by)
+    axes = [a.strip() for a in text.split(",") if a.strip()]
+    if not axes:
+        raise ConfigError(f"--group-by {text!r}: expected AXIS[,AXIS] with AXIS one of {', '.join(AXES)}")
+    for axis in axes:
+        if axis not in AXES:
+            raise ConfigError(f"--group-by {text!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}")
+    repeated = sorted({a for a in axes if axes.count(a) > 1}, key=axes.index)
+    if repeated:
+        raise ConfigError(f"--group-by {text!r}: {', '.join(repeated)} given more than once; list each axis once")
+    return tuple(axes)
+
+
+def check_group_by(name: str, group_by: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The checked ``group_by`` axes for table ``name``; ConfigError if the table has no such column."""
+    if name not in TABLES:
+        raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLE_NAMES)}")
+    axes = TABLES[name].axes
+    parsed = parse_group_by(group_by)
+    for axis in parsed:
+        if axis not in axes:
+            raise ConfigError(
+                f"--group-by {axis}: the {name} table has no {axis} column (it aggregates over {axis}s); "
+                f"use one of: {', '.join(axes)}"
+            )
+    return parsed
+
+
+def fingerprint(parts: Sequence[tuple[str, str]], settings: Mapping) -> str:
+    """What a cell's record is computed from: its results' digests, the settings, the record version."""
+    blob = json.dumps({"inputs": list(parts), "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _jsonable(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+
+
+def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> dict[str, dict]:
+    """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows."""
+    ids = list(cells)
+    evals = store.rows("evaluations", ids)
+    roles = store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS)
+    diagnostics = store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS)
+    by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in
+               (("evals", evals), ("roles", roles), ("diagnostics", diagnostics))}  # fmt: skip
+    records = {}
+    for cell, policy in cells.items():
+        def rows_of(name: str, like: pd.DataFrame) -> pd.DataFrame:
+            return by_cell[name].get(cell, like.iloc[0:0])
+
+        try:
+            records[cell] = _jsonable(
+                cell_record(policy, rows_of("evals", evals), rows_of("roles", roles),
+                            rows_of("diagnostics", diagnostics), config.analysis)  # fmt: skip
+            )
+        except ValueError as exc:
+            raise ValueError(f"cell {cell!r}: {exc}") from exc
+    return records
+
+
+def cell_records(store: Store, cells: pd.DataFrame, config: Config) -> dict[str, dict]:
+    """The records of every cell of ``cells`` (``cell`` + AXES) with stored results.
+
+    Cached records are reused when their fingerprint still matches; the others are
+    recomputed and cached (only then is the store written).
+    """
+    digests = store.input_digests(cells["cell"].tolist())
+    settings = config.analysis.model_dump()
+    fingerprints = {cell: fingerprint(parts, settings) for cell, parts in digests.items()}
+    cached = store.cached_summaries(list(fingerprints))
+    stale = [cell for cell, fp in fingerprints.items() if cached.get(cell, (None,))[0] != fp]
+    policies = dict(zip(cells["cell"], cells["policy"]))
+    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config) if stale else {}
+    store.save_summaries({cell: (fingerprints[cell], fresh[cell]) for cell in stale})
+    return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in fingerprints}
+
+
+def _grid_frame(config: Config) -> pd.DataFrame:
+    return pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)], columns=["cell", *AXES])
+
+
+def _selected(frame: pd.DataFrame, only: Mapping[str, Sequence] | None, skip: tuple[str, ...] = ()) -> pd.Series:
+    keep = pd.Series(True, index=frame.index)
+    for axis, values in (only or {}).items():
+        if axis in skip or axis not in frame.columns:
+            continue
+        wanted = {str(v) for v in values}
+        keep &= frame[axis].isna() | frame[axis].astype(str).isin(wanted)
+    return keep
+
+
+def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ()) -> pd.DataFrame:
+    """Stable sort by ``group_by``, then the other axes, each in experiments.yaml's order.
+
+    A missing axis value (``policy`` of an ``isolated - shared`` row) sorts first.
+    """
+    keys = [*group_by, *(a for a in AXES if a not in group_by)]
+    keys = [k for k in keys if k in frame.columns]
+    if frame.empty or not keys:
+        return frame.reset_index(drop=True)
+
+    def position(column: pd.Series) -> pd.Series:
+        order = {str(v): i for i, v in enumerate(getattr(config.grid, column.name))}
+        return column.map(lambda v: -1 if pd.isna(v) else order.get(str(v), len(order)))
+
+    return frame.sort_values(keys, key=position, kind="stable").reset_index(drop=True)
+
+
+def build_tables(
+    store_path: str | Path,
+    config: Config,
+    names: Sequence[str] | None = None,
+    group_by: str | Sequence[str] | None = None,
+    *,
+    only: Mapping[str, Sequence] | None = None,
+) -> dict[str, pd.DataFrame]:
+    """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
+
+    ``store_path`` is the SQLite file (``matrixrl.store.store_path(results_dir)``);
+    this reads it and refreshes its per-cell cache, it does not ingest result files.
+    ``group_by`` (``"workflow,policy"`` or a list) sorts rows by those axes first;
+    ConfigError if an axis is unknown or the table aggregates over it.
+    ``only`` (``{axis: values}``, e.g. from ``--only``) keeps the rows of those
+    cells; ``compare`` still takes its controls (the other policy mode, the
+    ``single`` workflow) from the whole grid of ``config``, and keeps a row when
+    every axis it names is selected. Per-cell tables (summary, diagnostics,
+    mechanism) have a ``cell`` column first; tables may be empty. The mechanism
+    table's one-line tally is in ``frame.attrs["caption"]``.
+    """
+    frames, _ = _build(store_path, config, names, group_by, only)
+    return frames
+
+
+def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    names = list(TABLE_NAMES if names is None else names)
+    for name in names:
+        check_group_by(name, group_by)
+    axes = parse_group_by(group_by)
+    store_path = Path(store_path)
+    if not store_path.is_file():
+        raise ConfigError(f"{store_path}: no store yet; run `matrixrl run` first")
+
+    grid = _grid_frame(config)
+    selected = grid[_selected(grid, only)]
+    needed = selected
+    if "compare" in names:
+        # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
+        controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
+        needed = grid[grid["cell"].isin(selected["cell"]) | controls]
+    with Store(store_path) as store:
+        records = cell_records(store, needed, config)
+    per_cell = records_frame(records, needed)
+    per_selected = per_cell[per_cell["cell"].isin(selected["cell"])]
+
+    frames = {}
+    for name in names:
+        if name == "compare":
+            table = TABLES[name].build(per_cell, config.analysis.confidence)
+            table = table[_selected(table, only)]
+        else:
+            table = TABLES[name].build(per_selected, config.analysis.confidence)
+        table = sort_rows(table, config, axes)
+        if name == "mechanism":
+            table.attrs["caption"] = mechanism_caption(table)
+        frames[name] = table
+    return frames, per_selected
+
+
+def report_table(
+    results_dir: str | Path,
+    config: Config,
+    name: str,
+    group_by: str | Sequence[str] | None = None,
+    *,
+    only: Mapping[str, Sequence] | None = None,
+) -> pd.DataFrame:
+    """One table for ``matrixrl report``; ConfigError (one line, how to fix) when it has no rows."""
+    from matrixrl.store import store_path
+
+    results = Path(results_dir)
+    frames, per_cell = _build(store_path(results), config, [name], group_by, only)
+    table = frames[name]
+    if table.empty:
+        needs = TABLES[name].needs
+        if name == "compare" and per_cell["base"].notna().any():
+            raise ConfigError(
+                f"{results}: nothing to compare for the cells of this grid; compare needs cells of both "
+                f"policy modes, or of {CONTROL} and another workflow, with the same task, scale and seed"
+            )
+        raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; run `matrixrl run` first")
+    return table
