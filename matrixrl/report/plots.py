@@ -31,6 +31,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from matrixrl.analysis.curves import CliffRule, summarize_cells
+from matrixrl.analysis.diagnostics import share_table
 from matrixrl.config import Config, ConfigError
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -223,7 +224,7 @@ def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame
     norms = rows[rows["kind"] == "role_norm"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
     if norms.empty:
         raise ValueError(f"cell {cell!r} has no gradient diagnostics")
-    shares = _share_table(rows)
+    shares = share_table(rows)  # updates without any gradient are left out: a gap, not a dip to 0
     amplification = rows[rows["kind"] == "amplification"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
     colours = role_colours()
     fallback = iter(_ROLE_PALETTE[::-1])
@@ -264,17 +265,6 @@ def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame
     return fig
 
 
-def _share_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Step × role gradient-mass shares, 0 where a role did not act.
-
-    Updates without any gradient (all advantages zero) store share 0 for every
-    role; there the share is undefined, so they are left out (a gap, not a dip).
-    """
-    shares = rows[rows["kind"] == "role_share"].pivot_table(index="step", columns="role", values="value", aggfunc="mean")
-    shares = shares.fillna(0.0)
-    return shares[shares.sum(axis=1) > 0].sort_index()
-
-
 def _amplification_references(ax, rows: pd.DataFrame) -> None:
     """Dotted lines at N (aligned agents) and √N (orthogonal) for each amplified role's N."""
     agents = rows[rows["kind"] == "agent_norm"].groupby("role")["agent"].nunique()
@@ -302,10 +292,20 @@ def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, rule: CliffRule) 
 
 
 def png_bytes(fig: Figure, dpi: int = PNG_DPI) -> bytes:
-    """The figure as PNG bytes (Agg backend; no display needed)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    return buffer.getvalue()
+    """The figure as PNG bytes (Agg backend; no display needed).
+
+    Stored with a 256-colour palette: a third of the size of the full-colour
+    image (it is embedded in the HTML report, which users mail), with no visible loss.
+    """
+    from PIL import Image  # Pillow: a dependency of matplotlib
+
+    rendered = io.BytesIO()
+    fig.savefig(rendered, format="png", dpi=dpi, facecolor="white")
+    rendered.seek(0)
+    image = Image.open(rendered).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    out = io.BytesIO()
+    image.save(out, format="png", optimize=True)
+    return out.getvalue()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
