@@ -1,0 +1,257 @@
+"""Child side of :mod:`matrixrl.sandbox`: run one untrusted program and its tests.
+
+Started by the sandbox as ``python -I -S -B -u _sandbox_child.py`` and never imported.
+The job arrives on stdin (marshalled: nonce, compiled program, compiled tests,
+sandbox directory, limits); the verdict leaves on stdout, which this script keeps
+for itself and never lets the untrusted code print to. See the module docstring of
+``matrixrl.sandbox`` for the design; the rule that matters here is that everything
+the harness touches after the untrusted code starts is a local variable bound
+before it started, so rebinding builtins, module attributes or ``__main__`` globals
+cannot change what the harness does.
+"""
+
+import builtins
+import marshal
+import os
+import resource
+import stat
+import sys
+import types  # noqa: F401  (imported now: at import it reads a traceback's frame)
+
+# Frame introspection is denied with an exception that is also a ValueError: the
+# standard library's own callers of sys._getframe (typing, enum, namedtuple,
+# logging) already fall back quietly on ValueError.
+class SandboxDenied(PermissionError, ValueError):
+    """An operation the sandbox does not allow."""
+
+
+# Any of these fails the run even when the program catches the exception.
+DENIED_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+    "os.startfile", "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill",
+    "resource.setrlimit", "resource.prlimit", "os.symlink",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "sys.settrace", "sys.setprofile", "sys._current_frames", "sys._current_exceptions",
+    "sys.addaudithook", "code.__new__", "cpython.PyInterpreterState_New",
+    "sqlite3.enable_load_extension", "sqlite3.load_extension",
+})
+DENIED_PREFIXES = ("socket.", "ctypes.", "syslog.", "_winapi.", "winreg.")
+# Modules that reach around the audit hook: native calls, unaudited process
+# creation, subinterpreters (which do not inherit the hook), fresh copies of the
+# modules whose dangerous functions are removed below.
+DENIED_MODULES = frozenset({
+    "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",
+    "_interpreters", "_interpchannels", "_interpqueues", "_testcapi", "_testinternalcapi",
+    "_testmultiphase", "_signal", "posix", "_dbm", "_gdbm",
+})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+# Events whose listed argument positions are paths the event writes to.
+WRITE_EVENTS = {
+    "os.mkdir": (0,), "os.rmdir": (0,), "os.remove": (0,), "os.rename": (0, 1),
+    "os.link": (0, 1), "os.chmod": (0,), "os.chown": (0,), "os.truncate": (0,),
+    "os.utime": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,),
+    "os.lchflags": (0,), "sqlite3.connect": (0,), "shutil.chown": (0,),
+}
+READABLE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
+HIDDEN_TREES = ("/proc", "/sys", "/dev")
+UNCHECKABLE = "(a path with '..' or not a str)"
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_EXCL
+
+
+def install_guard(sandbox_dir, violations):
+    """Add the audit hook; denied operations are appended to ``violations``.
+
+    The hook never calls an object the program could have supplied or rebound: it
+    accepts only exact ``str``/``bytes``/``int`` arguments and uses builtins and
+    functions bound here, before the program runs.
+    """
+    type_, str_, bytes_, int_ = type, str, bytes, int
+    getcwd, getcwdb, stat_, append = os.getcwd, os.getcwdb, os.stat, violations.append
+    is_dir, readable_by_all = stat.S_ISDIR, stat.S_IROTH
+    denied_events, denied_prefixes, denied_modules = DENIED_EVENTS, DENIED_PREFIXES, DENIED_MODULES
+    frame_attributes, write_events = FRAME_ATTRIBUTES, WRITE_EVENTS
+    readable_devices, hidden_trees, write_flags = READABLE_DEVICES, HIDDEN_TREES, WRITE_FLAGS
+    denied_error, error_types, uncheckable = SandboxDenied, (OSError, ValueError), UNCHECKABLE
+    root = sandbox_dir.rstrip("/")
+
+    def absolute(path):
+        """``path`` made absolute as a str, or None if it is not a plain path or uses '..'.
+
+        '..' is refused rather than folded: with symlinks (/dev/fd -> /proc/self/fd)
+        a textual '..' does not say where the kernel ends up.
+        """
+        if type_(path) is bytes_:
+            cwd = getcwdb()
+            if not (path.isascii() and cwd.isascii()):
+                return None  # non-ASCII byte paths are not needed; no codec runs here
+            path, cwd = path.decode("ascii"), cwd.decode("ascii")
+        elif type_(path) is str_:
+            cwd = getcwd()
+        else:
+            return None  # PathLike objects could answer differently the second time
+        if not path.startswith("/"):
+            path = cwd + "/" + path
+        parts = []
+        for part in path.split("/"):
+            if part == "..":
+                return None
+            if part and part != ".":
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    def inside(path):
+        return path == root or path.startswith(root + "/")
+
+    def deny(event, what=""):
+        entry = event + " " + what if what else event
+        if not violations:  # the first one is the verdict's detail; keep memory flat
+            append(entry)
+        raise denied_error("sandbox: not allowed: " + entry)
+
+    def check_write(event, path):
+        if type_(path) is int_:
+            return
+        resolved = absolute(path)
+        if resolved is None or not inside(resolved):
+            deny(event, resolved or uncheckable)
+
+    def check_open(path, flags):
+        if type_(path) is int_:
+            return  # wraps a descriptor the process already has
+        if type_(flags) is not int_ or flags & write_flags:
+            return check_write("open", path)
+        resolved = absolute(path)
+        if resolved is None:
+            deny("open", uncheckable)
+        if inside(resolved) or resolved in readable_devices:
+            return
+        for tree in hidden_trees:
+            if resolved == tree or resolved.startswith(tree + "/"):
+                deny("open", resolved)
+        try:
+            mode = stat_(resolved).st_mode
+        except error_types:
+            return  # the open itself fails
+        if is_dir(mode) or not mode & readable_by_all:
+            deny("open", resolved)
+
+    def hook(event, args):
+        if event in denied_events or event.startswith(denied_prefixes):
+            deny(event)
+        elif event == "open":
+            check_open(args[0], args[2])
+        elif event in write_events:
+            for index in write_events[event]:
+                check_write(event, args[index])
+        elif event == "import":
+            name = args[0]
+            if type_(name) is not str_ or name.partition(".")[0] in denied_modules:
+                deny(event, name if type_(name) is str_ else "?")
+        elif event == "sys._getframe" or (
+            event == "object.__getattr__" and args[1] in frame_attributes
+        ):
+            # Not a violation (the standard library asks for frames by itself),
+            # just refused: a frame would lead to the harness's locals.
+            raise denied_error("sandbox: frame introspection is not available")
+
+    sys.addaudithook(hook)
+
+
+def refuse_signal_handlers():
+    """Python-level signal handlers receive the interrupted frame; none may be set."""
+    import _signal
+
+    namespace = {"__builtins__": {"PermissionError": PermissionError}}
+    exec(
+        "def signal(signalnum, handler):\n"
+        "    raise PermissionError('sandbox: signal handlers are not available')\n",
+        namespace,
+    )
+    _signal.signal = namespace["signal"]
+    # Unaudited ways to create files outside the sandbox directory.
+    for name in ("mkfifo", "mknod"):
+        for module in (os, sys.modules["posix"]):
+            if hasattr(module, name):
+                delattr(module, name)
+
+
+def read_job():
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return marshal.loads(b"".join(chunks))
+        chunks.append(chunk)
+
+
+def describe(error):
+    """``Type: message`` of an exception, short; never raises."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except BaseException:  # a hostile __str__
+        text = "unprintable exception"
+    return text[:300]
+
+
+def main():
+    nonce, program, tests, sandbox_dir, memory_mb, cpu_s, guard = read_job()
+    # stdin is closed for the program; stdout becomes the verdict channel and the
+    # program's own stdout joins stderr (the output file the parent reads on crashes).
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    verdict_fd = os.dup(1)
+    os.dup2(2, 1)
+    mib = 1 << 20
+    for limit, value in (
+        (resource.RLIMIT_AS, memory_mb * mib),
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_FSIZE, 16 * mib),
+        (resource.RLIMIT_NOFILE, 64),
+        (resource.RLIMIT_CORE, 0),
+        # Enforced by the kernel for every user but root (where the sandbox drops
+        # to an unprivileged uid first): no new processes or threads at all.
+        (resource.RLIMIT_NPROC, 0),
+    ):
+        resource.setrlimit(limit, (value, value))
+
+    # Everything the harness uses from here on, bound before the program can rebind it.
+    run, write, exit_now, is_instance, type_, str_ = exec, os.write, os._exit, isinstance, type, str
+    base_error, memory_error, exit_request = BaseException, MemoryError, SystemExit
+    describe_ = describe
+    pristine_builtins = dict(vars(builtins))
+    builtin_names = frozenset(name for name in pristine_builtins if not name.startswith("__"))
+
+    violations = []
+    refuse_signal_handlers()
+    if guard:
+        install_guard(sandbox_dir, violations)
+    namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+    try:
+        run(program, namespace)
+        # The tests see the builtins as they were before the program ran, and not
+        # the program's globals that shadow a builtin (``abs = lambda x: 0``).
+        test_namespace = {
+            name: value for name, value in namespace.items()
+            if not (type_(name) is str_ and name in builtin_names)
+        }
+        test_namespace["__builtins__"] = dict(pristine_builtins)
+        run(tests, test_namespace)
+    except base_error as error:
+        if is_instance(error, memory_error):
+            reason = "memory"
+        elif is_instance(error, exit_request):
+            reason = "exited"
+        else:
+            reason = "failed"
+        detail = describe_(error)
+    else:
+        reason, detail = "passed", ""
+    if violations:
+        reason, detail = "blocked", violations[0][:300]
+    message = reason + " " + detail.replace("\n", " ")
+    write(verdict_fd, nonce + b" " + message.encode("utf-8", "replace") + b"\n")
+    exit_now(0)
+
+
+main()

@@ -1,0 +1,340 @@
+"""Run an untrusted Python program against its tests in an isolated child process.
+
+``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Result`:
+``passed`` is true only when the tests ran to their end without an exception.
+``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):
+...`` plus a ``check(entry_point)`` line the caller appends; MBPP: bare ``assert``
+lines). ``run_many`` scores a batch with several sandboxes at once.
+
+Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
+``syntax`` (code or tests do not compile; found in the host by ``compile``, which
+executes nothing, so no process is started); ``timeout`` (no verdict within
+``timeout_s`` wall-clock seconds, interpreter start included); ``memory``
+(MemoryError under the ``memory_mb`` address-space limit); ``exited`` (the program
+ended the process, ``sys.exit``/``os._exit``, before the tests finished);
+``blocked`` (the program attempted something the sandbox forbids, listed below,
+even if it caught the error); ``crashed`` (the process died without a verdict).
+
+How a verdict is made unforgeable. The parent draws a random nonce per run and hands
+it to the child on stdin together with the compiled program and tests; the child
+keeps it only as a local variable of the harness function and keeps the real stdout
+as the verdict channel (the program's prints go to stderr). The harness runs the
+program, then the tests, and only if both returned normally writes ``nonce passed``
+and ends the process with ``os._exit``. The parent accepts a verdict only behind
+that nonce, so exiting early (any status), printing "passed", killing the parent or
+writing to the verdict descriptor cannot produce one. The program cannot read the
+nonce because every route to the harness's frame is closed by a CPython audit hook
+(``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``, traceback/
+generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc`` object
+traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers (which
+receive the interrupted frame) cannot be installed. The harness binds every name
+it uses before the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
+``AssertionError`` or any builtin, module attribute or ``sys.modules`` entry does
+not change its path; the tests run with the builtins as they were before the
+program ran and without the program's globals that shadow a builtin.
+
+Isolation, strongest available first (:func:`isolation` tells which is in use):
+- Namespaces (``unshare --net --pid --fork --kill-child``; ``--user`` added when
+  not root): a network namespace with only a down loopback, so nothing is
+  reachable; a PID namespace, so the parent is invisible (``os.getppid()`` is 0)
+  and every process left in it is killed when the program's process ends.
+- As root, the child drops to a random unprivileged uid (``setpriv``), so the
+  kernel refuses writes outside world-writable places, signals to any other
+  process, and every new process or thread (``RLIMIT_NPROC`` 0; the kernel
+  does not enforce it for root). Where the interpreter lives in a directory only
+  root may enter (pyenv under /root), the uid keeps CAP_DAC_READ_SEARCH to load it.
+- Always: rlimits (address space ``memory_mb``, CPU ``ceil(timeout_s) + 1`` s,
+  16 MiB per file, 64 descriptors, no core dumps, no new processes), a new
+  session whose whole process group is killed afterwards, a private temporary
+  working directory removed afterwards, a scrubbed environment, ``python -I -S
+  -B`` (no site-packages, no user paths, no PYTHON* variables: standard library
+  only), stdin on /dev/null, and the audit hook, which also refuses: process
+  creation (fork, exec, spawn, system, subprocess), signals to other processes,
+  sockets of any kind (the network cut where namespaces are unavailable), native
+  code (ctypes), subinterpreters, rlimit changes, symlinks, writing outside the
+  sandbox directory, and reading /proc, /sys, /dev (but null, zero, urandom),
+  directories outside the sandbox, or any file not readable by every user. Reading
+  world-readable files (``/etc/passwd``) is allowed: nothing leaves the sandbox
+  but the verdict and its short ``detail``.
+
+Not defended: an audit hook is not a security boundary against native code. A
+program that builds its own bytecode (``marshal``), exploits an interpreter memory
+bug, or writes a shared object into its directory and loads it through importlib
+runs outside the hook's reach and could forge the verdict; then the kernel layers
+above are what still holds (no network, no other processes, no writes outside
+world-writable places as root). Without namespaces and as root only the hook
+guards the host. Tests are trusted code that run with whatever the program left in
+``sys.modules``, and an object whose ``__eq__`` always answers True passes an
+``assert f(x) == y``; write tests that check types where it matters. Programs
+cannot use threads, subprocesses, signal handlers, sockets or third-party packages,
+and ``if __name__ == "__main__":`` blocks do not run (``__name__`` is
+``"__sandbox__"``). Disk use within the time limit is bounded only per file.
+
+Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
+at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many
+identical answers an RL batch holds run once (a cached result keeps its first
+``seconds``). :func:`clear_cache` empties it.
+"""
+
+from __future__ import annotations
+
+import functools
+import marshal
+import math
+import os
+import secrets
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
+CACHE_SIZE = 8192
+MIN_MEMORY_MB = 16  # below this not even a trivial program imports `re` (measured)
+REASONS = ("passed", "failed", "syntax", "timeout", "memory", "exited", "blocked", "crashed")
+_CHILD_REASONS = frozenset({"passed", "failed", "memory", "exited", "blocked"})
+_SANDBOX_UID_BASE, _SANDBOX_UID_SPAN = 1 << 30, 1 << 20
+_REPORT_LIMIT = 1 << 16
+# Tests switch this off to show what the kernel layers hold on their own.
+_audit_guard = True
+
+
+@dataclass(frozen=True)
+class Result:
+    """Verdict of one sandboxed run: ``reason`` is one of :data:`REASONS`."""
+
+    passed: bool
+    reason: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def run(code: str, tests: str, *, timeout_s: float, memory_mb: int) -> Result:
+    """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache)."""
+    _check_limits(timeout_s, memory_mb)
+    return _run_cached(code, tests, float(timeout_s), int(memory_mb))
+
+
+def run_many(
+    jobs: Sequence[tuple[str, str]], *, timeout_s: float, memory_mb: int, workers: int
+) -> list[Result]:
+    """``run`` for each ``(code, tests)``, up to ``workers`` at once; results in input order."""
+    _check_limits(timeout_s, memory_mb)
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    unique = list(dict.fromkeys((code, tests) for code, tests in jobs))
+    if not unique:
+        return []
+    with ThreadPoolExecutor(max_workers=min(workers, len(unique))) as pool:
+        verdicts = pool.map(
+            lambda job: run(*job, timeout_s=timeout_s, memory_mb=memory_mb), unique
+        )
+        by_job = dict(zip(unique, verdicts))
+    return [by_job[(code, tests)] for code, tests in jobs]
+
+
+def clear_cache() -> None:
+    """Forget cached verdicts."""
+    _run_cached.cache_clear()
+
+
+def cache_info():
+    """Hits, misses and size of the verdict cache (``functools.lru_cache`` statistics)."""
+    return _run_cached.cache_info()
+
+
+def _check_limits(timeout_s: float, memory_mb: int) -> None:
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if memory_mb < MIN_MEMORY_MB:
+        raise ValueError(f"memory_mb must be at least {MIN_MEMORY_MB}, got {memory_mb}")
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Result:
+    compiled = []
+    for label, source in (("program", code), ("tests", tests)):
+        try:
+            compiled.append(compile(source, f"<{label}>", "exec", dont_inherit=True))
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as error:
+            where = f" line {error.lineno}" if getattr(error, "lineno", None) else ""
+            message = getattr(error, "msg", None) or str(error) or type(error).__name__
+            return Result(False, "syntax", f"{label}{where}: {message}"[:300], 0.0)
+    return _execute(*compiled, timeout_s, memory_mb)
+
+
+@functools.cache
+def isolation() -> tuple[str, tuple[str, ...]]:
+    """The strongest isolation this machine allows: its name and the launcher prefix.
+
+    Probed once per process by starting the interpreter under each candidate;
+    ``{uid}`` in the prefix stands for the per-run sandbox uid.
+    """
+    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    namespaces = (
+        (unshare, "--net", "--pid", "--fork", "--kill-child")
+        if os.geteuid() == 0
+        else (unshare, "--user", "--net", "--pid", "--fork", "--kill-child")
+    )
+    drop = (setpriv, "--reuid={uid}", "--regid={uid}", "--clear-groups")
+    read_any = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
+    candidates = []
+    if os.geteuid() == 0 and _can_chown_temp_dirs():
+        candidates += [
+            ("namespaces+uid", namespaces + drop), ("namespaces+uid", namespaces + drop + read_any),
+            ("uid", drop), ("uid", drop + read_any),
+        ]
+    candidates += [("namespaces", namespaces), ("none", ())]
+    for name, prefix in candidates:
+        if None in prefix:
+            continue  # util-linux tool missing
+        argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-B", "-c", ""]
+        try:
+            started = subprocess.run(argv, capture_output=True, timeout=30, cwd="/")
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if started.returncode == 0:
+            return name, prefix
+    return "none", ()
+
+
+def _can_chown_temp_dirs() -> bool:
+    """Whether sandbox directories can be handed to another uid (not on root-squashed NFS)."""
+    probe = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+    try:
+        os.chown(probe, _SANDBOX_UID_BASE, _SANDBOX_UID_BASE)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.rmdir(probe)
+
+
+def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
+    return [part.replace("{uid}", str(uid)) for part in prefix]
+
+
+def _execute(program, tests, timeout_s: float, memory_mb: int) -> Result:
+    started = time.perf_counter()
+    mode, prefix = isolation()
+    uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN)
+    nonce = secrets.token_hex(16).encode()
+    sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+    try:
+        if "uid" in mode:
+            os.chown(sandbox_dir, uid, uid)
+        job = marshal.dumps(
+            (nonce, program, tests, sandbox_dir, memory_mb, math.ceil(timeout_s) + 1, _audit_guard)
+        )
+        argv = _fill_uid(prefix, uid) + [sys.executable, "-I", "-S", "-B", "-u", str(CHILD_SCRIPT)]
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": sandbox_dir, "TMPDIR": sandbox_dir}
+        with tempfile.TemporaryFile() as output:
+            child = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
+                cwd=sandbox_dir, env=env, start_new_session=True,
+            )
+            with child:
+                timed_out = _feed_and_wait(child, job, time.perf_counter() + timeout_s)
+                report = _read_available(child.stdout.fileno())
+            output.seek(max(0, output.seek(0, os.SEEK_END) - 2000))
+            tail = output.read().decode("utf-8", "replace")
+    finally:
+        _remove_tree(sandbox_dir)
+    seconds = time.perf_counter() - started
+    return _verdict(report, nonce, timed_out, child.returncode, tail, timeout_s, seconds)
+
+
+def _feed_and_wait(child: subprocess.Popen, job: bytes, deadline: float) -> bool:
+    """Send the job, wait for the child until ``deadline``, then kill its whole
+    process group (before reaping, so the group id cannot be reused meanwhile).
+    True when the deadline passed first."""
+    try:
+        child.stdin.write(job)
+        child.stdin.close()
+    except BrokenPipeError:
+        pass  # it died early; the verdict says so
+    timed_out = False
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        if pidfd is not None:
+            waiter = select.poll()
+            waiter.register(pidfd, select.POLLIN)
+            timed_out = not waiter.poll(max(0.0, deadline - time.perf_counter()) * 1000)
+        else:
+            try:
+                child.wait(max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if pidfd is not None:
+            os.close(pidfd)
+        child.wait()
+    return timed_out
+
+
+def _read_available(fd: int) -> bytes:
+    """What the child wrote to its verdict pipe, without waiting on a writer that
+    somehow survived."""
+    os.set_blocking(fd, False)
+    chunks, size = [], 0
+    while size < _REPORT_LIMIT:
+        try:
+            chunk = os.read(fd, _REPORT_LIMIT)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _verdict(report, nonce, timed_out, returncode, tail, timeout_s, seconds) -> Result:
+    marker = nonce + b" "
+    at = report.find(marker)
+    if at >= 0:
+        line = report[at + len(marker):].split(b"\n", 1)[0].decode("utf-8", "replace")
+        reason, _, detail = line.partition(" ")
+        if reason in _CHILD_REASONS:
+            return Result(reason == "passed", reason, detail, seconds)
+    if timed_out:
+        return Result(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
+    last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+    if "MemoryError" in tail:
+        return Result(False, "memory", last_line[:300], seconds)
+    if returncode == 0:
+        return Result(False, "exited", "the process ended before the tests finished", seconds)
+    return Result(False, "crashed", f"exit status {returncode}: {last_line}"[:300], seconds)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the sandbox directory, even where the program took permissions away."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    os.chmod(path, 0o700)
+    for parent, dirs, _files in os.walk(path):
+        for name in dirs:
+            target = os.path.join(parent, name)
+            if stat.S_ISDIR(os.lstat(target).st_mode):
+                os.chmod(target, 0o700)
+    shutil.rmtree(path, ignore_errors=True)

