@@ -73,6 +73,9 @@ def install_guard(sandbox_dir, violations):
     readable_devices, hidden_trees, write_flags = READABLE_DEVICES, HIDDEN_TREES, WRITE_FLAGS
     denied_error, error_types, uncheckable = SandboxDenied, (OSError, ValueError), UNCHECKABLE
     root = sandbox_dir.rstrip("/")
+    # Extension modules load only from the standard library's own directory, not
+    # from a shared object the program wrote into its sandbox directory.
+    extension_dir = os.path.dirname(resource.__file__)
 
     def absolute(path):
         """``path`` made absolute as a str, or None if it is not a plain path or uses '..'.
@@ -144,9 +147,13 @@ def install_guard(sandbox_dir, violations):
             for index in write_events[event]:
                 check_write(event, args[index])
         elif event == "import":
-            name = args[0]
+            name, path = args[0], args[1]
             if type_(name) is not str_ or name.partition(".")[0] in denied_modules:
                 deny(event, name if type_(name) is str_ else "?")
+            if path is not None:  # an extension module's shared object
+                resolved = absolute(path)
+                if resolved is None or resolved.rpartition("/")[0] != extension_dir:
+                    deny(event, name + " from " + (resolved or uncheckable))
         elif event == "sys._getframe" or (
             event == "object.__getattr__" and args[1] in frame_attributes
         ):

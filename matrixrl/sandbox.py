@@ -40,9 +40,9 @@ Isolation, strongest available first (:func:`isolation` tells which is in use):
   and every process left in it is killed when the program's process ends.
 - As root, the child drops to a random unprivileged uid (``setpriv``), so the
   kernel refuses writes outside world-writable places, signals to any other
-  process, and every new process or thread (``RLIMIT_NPROC`` 0; the kernel
-  does not enforce it for root). Where the interpreter lives in a directory only
-  root may enter (pyenv under /root), the uid keeps CAP_DAC_READ_SEARCH to load it.
+  process, and every new process or thread (``RLIMIT_NPROC`` 0, which the kernel
+  enforces for every uid but root). Only if that uid cannot start the interpreter
+  (installed where only root may enter) does it keep CAP_DAC_READ_SEARCH.
 - Always: rlimits (address space ``memory_mb``, CPU ``ceil(timeout_s) + 1`` s,
   16 MiB per file, 64 descriptors, no core dumps, no new processes), a new
   session whose whole process group is killed afterwards, a private temporary
@@ -51,24 +51,27 @@ Isolation, strongest available first (:func:`isolation` tells which is in use):
   only), stdin on /dev/null, and the audit hook, which also refuses: process
   creation (fork, exec, spawn, system, subprocess), signals to other processes,
   sockets of any kind (the network cut where namespaces are unavailable), native
-  code (ctypes), subinterpreters, rlimit changes, symlinks, writing outside the
+  code (ctypes, extension modules from outside the standard library's directory),
+  subinterpreters, rlimit changes, symlinks, writing outside the
   sandbox directory, and reading /proc, /sys, /dev (but null, zero, urandom),
   directories outside the sandbox, or any file not readable by every user. Reading
   world-readable files (``/etc/passwd``) is allowed: nothing leaves the sandbox
   but the verdict and its short ``detail``.
 
 Not defended: an audit hook is not a security boundary against native code. A
-program that builds its own bytecode (``marshal``), exploits an interpreter memory
-bug, or writes a shared object into its directory and loads it through importlib
-runs outside the hook's reach and could forge the verdict; then the kernel layers
+program that crafts its own bytecode (``marshal.loads`` stays allowed because
+imports use it) or exploits an interpreter memory bug runs outside the hook's
+reach and could read the nonce and forge the verdict; then the kernel layers
 above are what still holds (no network, no other processes, no writes outside
 world-writable places as root). Without namespaces and as root only the hook
 guards the host. Tests are trusted code that run with whatever the program left in
 ``sys.modules``, and an object whose ``__eq__`` always answers True passes an
 ``assert f(x) == y``; write tests that check types where it matters. Programs
-cannot use threads, subprocesses, signal handlers, sockets or third-party packages,
-and ``if __name__ == "__main__":`` blocks do not run (``__name__`` is
-``"__sandbox__"``). Disk use within the time limit is bounded only per file.
+cannot use subprocesses, signal handlers, sockets, third-party packages, threads
+(unless the caller is root without a uid drop) or traceback formatting
+(``traceback.print_exc`` needs frames), and ``if __name__ == "__main__":`` blocks
+do not run (``__name__`` is ``"__sandbox__"``). Disk use within the time limit is
+bounded only per file.
 
 Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
 at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many
@@ -193,15 +196,19 @@ def isolation() -> tuple[str, tuple[str, ...]]:
             ("uid", drop), ("uid", drop + read_any),
         ]
     candidates += [("namespaces", namespaces), ("none", ())]
+    # The child must be this very interpreter: an unprivileged uid that cannot read
+    # its libpython silently gets the system's one (another patch release).
+    identity = "import sys; print(sys.version, sys.base_prefix, sys.platlibdir)"
+    expected = f"{sys.version} {sys.base_prefix} {sys.platlibdir}\n".encode()
     for name, prefix in candidates:
         if None in prefix:
             continue  # util-linux tool missing
-        argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-B", "-c", ""]
+        argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-c", identity]
         try:
             started = subprocess.run(argv, capture_output=True, timeout=30, cwd="/")
         except (OSError, subprocess.TimeoutExpired):
             continue
-        if started.returncode == 0:
+        if started.returncode == 0 and started.stdout == expected:
             return name, prefix
     return "none", ()
 

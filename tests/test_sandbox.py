@@ -142,6 +142,11 @@ def test_common_standard_library_works_inside():
     assert result.passed, result
 
 
+def test_the_child_runs_this_very_interpreter():
+    result = run("import sys\nversion = sys.version\n", f"assert version == {sys.version!r}\n", **LIMITS)
+    assert result.passed, result
+
+
 def test_reading_world_readable_files_is_allowed():
     result = run("text = open('/etc/passwd').read()", "assert 'root' in text\n", **LIMITS)
     assert result.passed, result
@@ -300,6 +305,58 @@ while True:
 def test_forging_with_the_harness_secret_fails(code):
     result = run(code, "assert False\n", timeout_s=3.0, memory_mb=256)
     assert not result.passed and result.reason == "failed", result
+
+
+def test_shared_objects_load_only_from_the_standard_library():
+    code = textwrap.dedent("""
+        import importlib.machinery, importlib.util
+        open('evil.so', 'wb').write(b'\\x7fELF not really')
+        loader = importlib.machinery.ExtensionFileLoader('evil', 'evil.so')
+        spec = importlib.util.spec_from_file_location('evil', 'evil.so', loader=loader)
+        importlib.util.module_from_spec(spec)
+    """)
+    result = run(code, "assert True\n", **LIMITS)
+    assert (result.passed, result.reason) == (False, "blocked"), result
+    assert result.detail.startswith("import evil from /") and result.detail.endswith("/evil.so")
+
+
+KERNEL_NPROC = os.geteuid() != 0 or "uid" in sandbox.isolation()[0]
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="fork_exec's 3.11 signature")
+@pytest.mark.parametrize(
+    ("mode", "guard"),
+    [
+        pytest.param("default", True, id="default"),
+        pytest.param("none", True, id="hook-only"),
+        pytest.param(
+            "default", False, id="kernel-only",
+            marks=pytest.mark.skipif(not KERNEL_NPROC, reason="RLIMIT_NPROC not enforced for root"),
+        ),
+    ],
+)
+def test_unaudited_fork_exec_does_not_escape(mode, guard):
+    """_posixsubprocess.fork_exec raises no audit event of its own in 3.11: the hook
+    refuses its module, and without the hook the kernel refuses the fork."""
+    marker = Path("/tmp") / f"sandbox-escape-{uuid.uuid4().hex[:8]}"
+    code = textwrap.dedent(f"""
+        import importlib.util, os
+        spec = importlib.util.find_spec("_posixsubprocess")
+        native = importlib.util.module_from_spec(spec)
+        read_end, write_end = os.pipe()
+        pid = native.fork_exec(
+            ["/bin/sh", "-c", "touch {marker}"], [b"/bin/sh"], True, (write_end,), None, None,
+            -1, -1, -1, -1, -1, -1, read_end, write_end, True, False, -1, None, None, None, -1,
+            None, False,
+        )
+        os.waitpid(pid, 0)
+    """)
+    try:
+        verdict = host_run(code, "assert True\n", mode=mode, guard=guard)
+        assert verdict.split()[0] == ("blocked" if guard else "failed"), verdict
+        assert not marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 def test_caught_violation_still_fails():
