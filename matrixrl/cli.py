@@ -349,6 +349,14 @@ def report(
         Optional[str],
         typer.Option("--group-by", metavar="AXIS[,AXIS]", help="Sort rows by these axes first (a rule between groups in the table format)."),
     ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option("--html", metavar="FILE", help="Write every table and plot to one self-contained HTML page (instead of printing a table)."),
+    ] = None,
+    plots_dir: Annotated[
+        Optional[Path],
+        typer.Option("--plots", metavar="DIR", help="Write the report's PNG plots to DIR (instead of printing a table)."),
+    ] = None,
 ):
     """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
@@ -366,6 +374,11 @@ def report(
     during a run too; per-cell summaries are cached in the store and recomputed
     only for cells with new results. Thresholds come from the `analysis:` section.
 
+    `--html FILE` writes one HTML page instead, with every table (the numbers of
+    `--format json`) and every plot embedded: the learning curves and the gradient
+    diagnostics of each cell with a terminal cliff. `--plots DIR` writes those
+    plots as PNG files. Both print the paths they wrote.
+
     Examples:
 
         matrixrl report
@@ -377,6 +390,8 @@ def report(
         matrixrl report --table compare --format latex > compare.tex
 
         matrixrl report --table mechanism --format json > mechanism.json
+
+        matrixrl report --html report.html
     """
     from matrixrl.report.formats import render
     from matrixrl.report.tables import TABLES, parse_group_by
@@ -384,6 +399,10 @@ def report(
     # The whole grid: comparisons need their controls even where --only leaves them out.
     cfg = _load(config, None, set_)
     selected = _load(config, only, set_) if only else None
+    if html is not None or plots_dir is not None:
+        for path in _write_report_files(cfg, selected, group_by, html, plots_dir):
+            print(path)
+        return
     frame = report_frame(cfg, table.value, group_by, selected)
     shown = frame.drop(columns="cell", errors="ignore")
     rendered = render(
@@ -397,6 +416,27 @@ def report(
         print(rendered, end="")
     else:
         out.print(rendered)
+
+
+def _write_report_files(cfg: Config, selected: Config | None, group_by, html: Path | None, plots_dir: Path | None) -> list[Path]:
+    """Build the page and its plots, then write them (plots first, the page last); returns the paths."""
+    from matrixrl.report.html import build_report, write_html
+    from matrixrl.report.plots import write_atomic
+
+    if html is not None and html.is_dir():
+        raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
+    if plots_dir is not None:
+        _check_out_dir(plots_dir, "--plots")
+    page, pngs = build_report(cfg, selected, group_by)
+    written = []
+    if plots_dir is not None:
+        for name, png in pngs.items():
+            written.append(plots_dir / f"{name}.png")
+            write_atomic(written[-1], png)
+    if html is not None:
+        write_html(html, page)
+        written.append(html)
+    return written
 
 
 def _cell_text(value) -> str:
