@@ -10,6 +10,7 @@ before it started, so rebinding builtins, module attributes or ``__main__`` glob
 cannot change what the harness does.
 """
 
+import _imp
 import builtins
 import marshal
 import os
@@ -76,6 +77,10 @@ def install_guard(sandbox_dir, violations):
     # Extension modules load only from the standard library's own directory, not
     # from a shared object the program wrote into its sandbox directory.
     extension_dir = os.path.dirname(resource.__file__)
+    # Builtin modules are made through the hook, once each: a second, fresh copy of
+    # _signal or posix would bring back the functions removed from them.
+    create_builtin, plain_spec, list_ = _imp.create_builtin, type(sys.implementation), list
+    created = set(sys.modules)
 
     def absolute(path):
         """``path`` made absolute as a str, or None if it is not a plain path or uses '..'.
@@ -154,6 +159,12 @@ def install_guard(sandbox_dir, violations):
                 resolved = absolute(path)
                 if resolved is None or resolved.rpartition("/")[0] != extension_dir:
                     deny(event, name + " from " + (resolved or uncheckable))
+        elif event == "sandbox.create_builtin":
+            name, holder = args[0].name, args[1]
+            if type_(name) is not str_ or type_(holder) is not list_ or name in created:
+                deny("import", "a second " + name if type_(name) is str_ else uncheckable)
+            created.add(name)
+            holder.append(create_builtin(plain_spec(name=name)))
         elif event == "sys._getframe" or (
             event == "object.__getattr__" and args[1] in frame_attributes
         ):
@@ -162,6 +173,15 @@ def install_guard(sandbox_dir, violations):
             raise denied_error("sandbox: frame introspection is not available")
 
     sys.addaudithook(hook)
+    namespace = {"__builtins__": {}, "audit": sys.audit}
+    exec(
+        "def create_builtin(spec):\n"
+        "    holder = []\n"
+        "    audit('sandbox.create_builtin', spec, holder)\n"
+        "    return holder[0]\n",
+        namespace,
+    )
+    _imp.create_builtin = namespace["create_builtin"]  # the original lives on only in the hook
 
 
 def refuse_signal_handlers():

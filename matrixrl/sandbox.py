@@ -27,8 +27,9 @@ nonce because every route to the harness's frame is closed by a CPython audit ho
 (``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``, traceback/
 generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc`` object
 traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers (which
-receive the interrupted frame) cannot be installed. The harness binds every name
-it uses before the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
+receive the interrupted frame) cannot be installed, and builtin modules are made
+at most once, so no fresh ``_signal`` brings ``signal()`` back. The harness binds
+every name it uses before the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
 ``AssertionError`` or any builtin, module attribute or ``sys.modules`` entry does
 not change its path; the tests run with the builtins as they were before the
 program ran and without the program's globals that shadow a builtin.

@@ -300,11 +300,26 @@ while True:
     pass
 """
 
+# The same handler through a fresh copy of the _signal module, whose signal() the
+# sandbox has not replaced.
+FORGE_BY_FRESH_SIGNAL_MODULE = FORGE_BY_SIGNAL_FRAME.replace(
+    "import os, signal\n",
+    "import os, importlib.util\n"
+    "spec = importlib.util.find_spec('_signal')\n"
+    "signal = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(signal)\n",
+)
 
-@pytest.mark.parametrize("code", [FORGE_BY_FRAME_WALK, FORGE_BY_SIGNAL_FRAME], ids=["frames", "signal"])
-def test_forging_with_the_harness_secret_fails(code):
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(FORGE_BY_FRAME_WALK, "failed"), (FORGE_BY_SIGNAL_FRAME, "failed"),
+     (FORGE_BY_FRESH_SIGNAL_MODULE, "blocked")],
+    ids=["frames", "signal", "fresh-signal-module"],
+)
+def test_forging_with_the_harness_secret_fails(code, reason):
     result = run(code, "assert False\n", timeout_s=3.0, memory_mb=256)
-    assert not result.passed and result.reason == "failed", result
+    assert (result.passed, result.reason) == (False, reason), result
 
 
 def test_shared_objects_load_only_from_the_standard_library():
