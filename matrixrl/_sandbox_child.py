@@ -1,8 +1,8 @@
 """Child side of :mod:`matrixrl.sandbox`: run one untrusted program and its tests.
 
 Started by the sandbox as ``python -I -S -B -u _sandbox_child.py`` and never imported.
-The job arrives on stdin (marshalled: nonce, compiled program, compiled tests,
-sandbox directory, limits); the verdict leaves on stdout, which this script keeps
+The job arrives on stdin (marshalled: two secret tokens, compiled program,
+compiled tests, sandbox directory, limits); the verdict leaves on stdout, which this script keeps
 for itself and never lets the untrusted code print to. See the module docstring of
 ``matrixrl.sandbox`` for the design; the rule that matters here is that everything
 the harness touches after the untrusted code starts is a local variable bound
@@ -221,7 +221,7 @@ def describe(error):
 
 
 def main():
-    nonce, program, tests, sandbox_dir, memory_mb, cpu_s, guard = read_job()
+    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard = read_job()
     # stdin is closed for the program; stdout becomes the verdict channel and the
     # program's own stdout joins stderr (the output file the parent reads on crashes).
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -276,8 +276,12 @@ def main():
         reason, detail = "passed", ""
     if violations:
         reason, detail = "blocked", violations[0][:300]
-    message = reason + " " + detail.replace("\n", " ")
-    write(verdict_fd, nonce + b" " + message.encode("utf-8", "replace") + b"\n")
+    if reason == "passed":
+        record = pass_token
+    else:  # a token of its own: a program that catches it learns nothing that passes
+        message = reason + " " + detail.replace("\n", " ")
+        record = report_token + b" " + message.encode("utf-8", "replace")
+    write(verdict_fd, record + b"\n")
     exit_now(0)
 
 

@@ -15,21 +15,22 @@ ended the process, ``sys.exit``/``os._exit``, before the tests finished);
 ``blocked`` (the program attempted something the sandbox forbids, listed below,
 even if it caught the error); ``crashed`` (the process died without a verdict).
 
-How a verdict is made unforgeable. The parent draws a random nonce per run and hands
-it to the child on stdin together with the compiled program and tests; the child
-keeps it only as a local variable of the harness function and keeps the real stdout
-as the verdict channel (the program's prints go to stderr). The harness runs the
-program, then the tests, and only if both returned normally writes ``nonce passed``
-and ends the process with ``os._exit``. The parent accepts a verdict only behind
-that nonce, so exiting early (any status), printing "passed", killing the parent or
-writing to the verdict descriptor cannot produce one. The program cannot read the
-nonce because every route to the harness's frame is closed by a CPython audit hook
-(``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``, traceback/
-generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc`` object
-traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers (which
-receive the interrupted frame) cannot be installed, and builtin modules are made
-at most once, so no fresh ``_signal`` brings ``signal()`` back. The harness binds
-every name it uses before the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
+How a verdict is made unforgeable. The parent draws a random token per run and
+hands it to the child on stdin with the compiled program and tests; the child keeps
+it only as a local variable of the harness function, and keeps the real stdout as
+the verdict channel (the program's prints go to stderr). The harness runs the
+program, then the tests, and only if both returned normally writes the token and
+ends the process with ``os._exit`` (failures are reported under a second token).
+The parent counts a run as passed only when that token arrives, so exiting early
+(any status), printing "passed", killing the parent or writing to the verdict
+descriptor cannot pass. The program cannot read the token because every route to
+the harness's frame is closed by a CPython audit hook (``sys.addaudithook``; a hook
+cannot be removed): ``sys._getframe``, traceback/generator/coroutine frames,
+``sys.settrace``/``setprofile``, ``gc`` object traversal, ctypes, ``/proc``
+(``/proc/self/mem``); Python signal handlers (which receive the interrupted frame)
+cannot be installed, and builtin modules are made at most once, so no fresh
+``_signal`` brings ``signal()`` back. The harness binds every name it uses before
+the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
 ``AssertionError`` or any builtin, module attribute or ``sys.modules`` entry does
 not change its path; the tests run with the builtins as they were before the
 program ran and without the program's globals that shadow a builtin.
@@ -62,7 +63,7 @@ Isolation, strongest available first (:func:`isolation` tells which is in use):
 Not defended: an audit hook is not a security boundary against native code. A
 program that crafts its own bytecode (``marshal.loads`` stays allowed because
 imports use it) or exploits an interpreter memory bug runs outside the hook's
-reach and could read the nonce and forge the verdict; then the kernel layers
+reach and could read the token and forge the verdict; then the kernel layers
 above are what still holds (no network, no other processes, no writes outside
 world-writable places as root). Without namespaces and as root only the hook
 guards the host. Tests are trusted code that run with whatever the program left in
@@ -104,7 +105,7 @@ CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 CACHE_SIZE = 8192
 MIN_MEMORY_MB = 16  # below this not even a trivial program imports `re` (measured)
 REASONS = ("passed", "failed", "syntax", "timeout", "memory", "exited", "blocked", "crashed")
-_CHILD_REASONS = frozenset({"passed", "failed", "memory", "exited", "blocked"})
+_CHILD_FAILURES = frozenset({"failed", "memory", "exited", "blocked"})
 _SANDBOX_UID_BASE, _SANDBOX_UID_SPAN = 1 << 30, 1 << 20
 _REPORT_LIMIT = 1 << 16
 # Tests switch this off to show what the kernel layers hold on their own.
@@ -234,13 +235,16 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Result:
     started = time.perf_counter()
     mode, prefix = isolation()
     uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN)
-    nonce = secrets.token_hex(16).encode()
+    # One token says "passed", the other authenticates failure reports: a program
+    # that redirects the verdict descriptor to read a failure report cannot pass.
+    pass_token, report_token = secrets.token_hex(16).encode(), secrets.token_hex(16).encode()
     sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
     try:
         if "uid" in mode:
             os.chown(sandbox_dir, uid, uid)
         job = marshal.dumps(
-            (nonce, program, tests, sandbox_dir, memory_mb, math.ceil(timeout_s) + 1, _audit_guard)
+            (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
+             math.ceil(timeout_s) + 1, _audit_guard)
         )
         argv = _fill_uid(prefix, uid) + [sys.executable, "-I", "-S", "-B", "-u", str(CHILD_SCRIPT)]
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": sandbox_dir, "TMPDIR": sandbox_dir}
@@ -257,7 +261,9 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Result:
     finally:
         _remove_tree(sandbox_dir)
     seconds = time.perf_counter() - started
-    return _verdict(report, nonce, timed_out, child.returncode, tail, timeout_s, seconds)
+    return _verdict(
+        report, pass_token, report_token, timed_out, child.returncode, tail, timeout_s, seconds
+    )
 
 
 def _feed_and_wait(child: subprocess.Popen, job: bytes, deadline: float) -> bool:
@@ -312,14 +318,18 @@ def _read_available(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _verdict(report, nonce, timed_out, returncode, tail, timeout_s, seconds) -> Result:
-    marker = nonce + b" "
+def _verdict(
+    report, pass_token, report_token, timed_out, returncode, tail, timeout_s, seconds
+) -> Result:
+    if pass_token in report:
+        return Result(True, "passed", "", seconds)
+    marker = report_token + b" "
     at = report.find(marker)
     if at >= 0:
         line = report[at + len(marker):].split(b"\n", 1)[0].decode("utf-8", "replace")
         reason, _, detail = line.partition(" ")
-        if reason in _CHILD_REASONS:
-            return Result(reason == "passed", reason, detail, seconds)
+        if reason in _CHILD_FAILURES:
+            return Result(False, reason, detail, seconds)
     if timed_out:
         return Result(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
     last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")

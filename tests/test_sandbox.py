@@ -202,7 +202,7 @@ def test_duplicates_run_once():
             "    except OSError:\n        pass\nos._exit(0)\n",
             "assert True\n", "exited",
         ),
-        # The job (with the nonce) is not on stdin any more.
+        # The job (with the tokens) is not on stdin any more.
         ("import os\ndata = os.read(0, 4096)\n", "assert data\n", "failed"),
     ],
     ids=["sys.exit", "SystemExit", "os._exit", "SystemExit-in-tests", "os._exit-in-tests",
@@ -266,7 +266,7 @@ def test_no_route_to_the_harness_secret(code, reason):
     assert (result.passed, result.reason) == (False, reason), result
 
 
-# What a program would do with the harness's frame: find the nonce among its locals
+# What a program would do with the harness's frame: find the token among its locals
 # and write the verdict itself. Without the audit hook this does forge "passed".
 FORGE_BY_FRAME_WALK = """
 import os
@@ -279,9 +279,9 @@ def outer_locals():
         yield frame.f_locals
         frame = frame.f_back
 for values in outer_locals():
-    nonce = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
-    if nonce and "verdict_fd" in values:
-        os.write(values["verdict_fd"], nonce + b" passed\\n")
+    token = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
+    if token and "verdict_fd" in values:
+        os.write(values["verdict_fd"], token + b" passed\\n")
         os._exit(0)
 """
 FORGE_BY_SIGNAL_FRAME = """
@@ -289,9 +289,9 @@ import os, signal
 def handler(signum, frame):
     while frame is not None:
         values = frame.f_locals
-        nonce = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
-        if nonce and "verdict_fd" in values:
-            os.write(values["verdict_fd"], nonce + b" passed\\n")
+        token = next((v for v in values.values() if isinstance(v, bytes) and len(v) == 32), None)
+        if token and "verdict_fd" in values:
+            os.write(values["verdict_fd"], token + b" passed\\n")
             os._exit(0)
         frame = frame.f_back
 signal.signal(signal.SIGALRM, handler)
