@@ -14,10 +14,12 @@ from functools import cached_property
 
 import numpy as np
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import BatchScorer, Problem
 
 
-class ArithTask:
+class ArithTask(BatchScorer):
+    family = "math"
+
     def __init__(self, name: str, config):
         self.name = name
         self.config = config
@@ -64,7 +66,9 @@ class ArithTask:
 
         return self._draw(rng, n, shape)
 
-    def score(self, problem: Problem, answer: str) -> float:
+    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
         # Integers are equal as numbers exactly when their canonical strings are.
-        candidate = answer.strip()
-        return 1.0 if candidate.isdigit() and int(candidate) == int(problem.answer) else 0.0
+        return [
+            1.0 if answer.strip().isdigit() and int(answer.strip()) == int(problem.answer) else 0.0
+            for problem, answer in pairs
+        ]

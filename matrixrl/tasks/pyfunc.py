@@ -1,0 +1,246 @@
+"""Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples.
+
+A problem shows a few examples of an integer function, ``1>4,2>5,7>10``, and the
+answer is a Python expression in ``x`` (``x+3``). It is correct when
+``def f(x): return <answer>`` passes hidden tests on inputs that were not shown, run
+in the sandbox; any expression that computes the function passes (``3+x``, ``x+1+2``).
+
+Functions come from small families (``FAMILIES``), each a polynomial of degree at most
+two in ``x``, so any three examples determine the function and the hidden tests only
+check that the answer found it. The warm-start sees mostly the ``warmstart_families``
+(easier, one constant) and only a ``warmstart_hard_fraction`` of the training families,
+so the base model solves some but not most problems: GRPO groups get mixed rewards.
+
+Scoring: an answer that does not parse as one expression fails at once; one that is
+integer arithmetic on ``x`` (``+ - * // %``, signs, int literals: nearly every answer
+a tiny model gives) is computed by walking its syntax tree, nothing executed; any
+other expression runs with the hidden tests in the sandbox (``matrixrl.sandbox``).
+
+Questions avoid ``= ? : |``, the compact prompt style's delimiters, and canonical
+answers avoid commas and blanks and fit in 8 characters, what the compact style
+quotes of another role's answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from math import comb
+
+import numpy as np
+
+from matrixrl.tasks.base import BatchScorer, Problem
+
+
+@dataclass(frozen=True)
+class Family:
+    """Functions ``expression(*constants)`` for every combination of the constants' ranges."""
+
+    expression: Callable[..., str]
+    ranges: tuple[range, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([len(r) for r in self.ranges]))
+
+
+def _signed(b: int) -> str:
+    return f"+{b}" if b > 0 else str(b)
+
+
+FAMILIES: dict[str, Family] = {
+    "add": Family(lambda b: f"x+{b}", (range(1, 10),)),
+    "sub": Family(lambda b: f"x-{b}", (range(1, 10),)),
+    "mul": Family(lambda a: f"x*{a}", (range(2, 10),)),
+    "neg": Family(lambda b: f"{b}-x", (range(1, 10),)),
+    "affine": Family(lambda a, b: f"x*{a}{_signed(b)}", (range(2, 10), tuple(range(-9, 0)) + tuple(range(1, 10)))),
+    "square": Family(lambda b: f"x*x{_signed(b)}" if b else "x*x", (range(-9, 10),)),
+}
+
+# Every canonical answer the families produce (a few hundred), the only text ever evaluated here.
+CANONICAL = frozenset(
+    family.expression(*constants)
+    for family in FAMILIES.values()
+    for constants in itertools.product(*family.ranges)
+)
+HIDDEN_INPUTS = range(-20, 31)  # hidden tests draw from here, never a shown input
+
+
+def distinct_problems(families: Sequence[str], examples: int, max_input: int) -> int:
+    """How many different questions the families give (functions × sets of shown inputs)."""
+    return sum(FAMILIES[f].size for f in set(families)) * comb(max_input + 1, examples)
+
+
+def evaluate(expression: str, x: int) -> int:
+    """A canonical expression's value at ``x``; only ``CANONICAL`` text is accepted."""
+    if expression not in CANONICAL:
+        raise ValueError(f"{expression!r} is not a canonical pyfunc answer")
+    return int(eval(expression, {"__builtins__": {}}, {"x": x}))  # our own arithmetic text
+
+
+@lru_cache(maxsize=65536)
+def hidden_cases(problem: Problem, n: int, seed: int) -> tuple[tuple[int, int], ...]:
+    """``n`` (input, output) pairs on inputs the question did not show, drawn from its hash.
+
+    Derived from the problem alone, so any task instance of the same config scores a
+    problem identically (a problem carries no state).
+    """
+    shown = {int(pair.split(">")[0]) for pair in problem.question.split(",")}
+    pool = [x for x in HIDDEN_INPUTS if x not in shown]
+    digest = int.from_bytes(hashlib.sha256(problem.question.encode()).digest()[:8], "little")
+    inputs = np.random.default_rng([seed, digest]).choice(pool, size=n, replace=False).tolist()
+    return tuple((int(x), evaluate(problem.answer, int(x))) for x in inputs)
+
+
+def hidden_tests(problem: Problem, n: int, seed: int) -> str:
+    """The hidden cases as asserts on ``f``, run in the sandbox after the answer's program."""
+    # The type check keeps an object whose __eq__ always answers True from passing.
+    return "".join(f"r = f({x})\nassert type(r) is int and r == {y}\n" for x, y in hidden_cases(problem, n, seed))
+
+
+# Integer arithmetic on x: what nearly every answer of a tiny model is. Such an answer
+# is computed here by walking its syntax tree (nothing is executed), exactly as Python
+# would compute it; anything else (calls, names, attributes, powers) runs in the sandbox.
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+ARITHMETIC_MAX_CHARS = 64  # bounds the size of every intermediate value
+
+
+def arithmetic(answer: str) -> ast.expr | None:
+    """The answer's syntax tree if it is integer arithmetic on ``x`` (+ - * // %, signs, int literals)."""
+    text = answer.strip()
+    if len(text) > ARITHMETIC_MAX_CHARS or not is_expression(text):
+        return None
+    tree = ast.parse(text, mode="eval").body
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.operator, ast.unaryop, ast.expr_context)):
+            continue  # the operator tokens of the nodes checked below
+        allowed = (
+            (isinstance(node, ast.BinOp) and type(node.op) in _BINARY)
+            or (isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY)
+            or (isinstance(node, ast.Name) and node.id == "x")
+            or (isinstance(node, ast.Constant) and type(node.value) is int)
+        )
+        if not allowed:
+            return None
+    return tree
+
+
+def arithmetic_value(tree: ast.expr, x: int) -> int:
+    """An ``arithmetic`` tree's value at ``x``; raises ZeroDivisionError as Python would."""
+    if isinstance(tree, ast.Constant):
+        return tree.value
+    if isinstance(tree, ast.Name):
+        return x
+    if isinstance(tree, ast.UnaryOp):
+        return _UNARY[type(tree.op)](arithmetic_value(tree.operand, x))
+    return _BINARY[type(tree.op)](arithmetic_value(tree.left, x), arithmetic_value(tree.right, x))
+
+
+def program(answer: str) -> str:
+    """The program an answer stands for: ``def f(x): return <answer>``."""
+    return f"def f(x):\n    return {answer.strip()}\n"
+
+
+def is_expression(answer: str) -> bool:
+    """Whether ``answer`` parses as one Python expression (checked before any sandbox run)."""
+    text = answer.strip()
+    if not text or "\n" in text:
+        return False
+    try:
+        ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+class PyfuncTask(BatchScorer):
+    family = "code"
+    # Compute integer-arithmetic answers without the sandbox (bench/pyfunc_scoring.py
+    # turns it off to time the sandbox alone; tests check both agree).
+    arithmetic_in_process = True
+
+    def __init__(self, name: str, config):
+        self.name = name
+        self.config = config
+
+    def _problem(self, rng: np.random.Generator, families: Sequence[str]) -> Problem:
+        cfg = self.config
+        family = FAMILIES[families[int(rng.integers(len(families)))]]
+        constants = [r[int(rng.integers(len(r)))] for r in family.ranges]
+        expression = family.expression(*constants)
+        shown = sorted(rng.choice(cfg.max_input + 1, size=cfg.examples, replace=False).tolist())
+        question = ",".join(f"{x}>{evaluate(expression, x)}" for x in shown)
+        return Problem(id=question, question=question, answer=expression)
+
+    @cached_property
+    def _eval(self) -> list[Problem]:
+        rng = np.random.default_rng([self.config.seed, 1])
+        seen: dict[str, Problem] = {}
+        while len(seen) < self.config.n_eval:
+            problem = self._problem(rng, self.config.families)
+            seen.setdefault(problem.id, problem)
+        return list(seen.values())
+
+    @cached_property
+    def _eval_ids(self) -> frozenset[str]:
+        return frozenset(p.id for p in self._eval)
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
+
+    def _draw(self, rng: np.random.Generator, n: int, families: Callable[[], Sequence[str]]) -> list[Problem]:
+        problems: list[Problem] = []
+        while len(problems) < n:
+            problem = self._problem(rng, families())
+            if problem.id not in self._eval_ids:  # splits never overlap
+                problems.append(problem)
+        return problems
+
+    def train_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
+        return self._draw(rng, n, lambda: self.config.families)
+
+    def warmstart_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
+        cfg = self.config
+
+        def families() -> Sequence[str]:
+            return cfg.families if rng.random() < cfg.warmstart_hard_fraction else cfg.warmstart_families
+
+        return self._draw(rng, n, families)
+
+    def tests(self, problem: Problem) -> str:
+        return hidden_tests(problem, self.config.hidden_tests, self.config.seed)
+
+    def _passes_in_process(self, problem: Problem, tree: ast.expr) -> bool:
+        try:
+            return all(
+                arithmetic_value(tree, x) == y
+                for x, y in hidden_cases(problem, self.config.hidden_tests, self.config.seed)
+            )
+        except ZeroDivisionError:
+            return False
+
+    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
+        from matrixrl.sandbox import run_many
+
+        cfg = self.config
+        scores = [0.0] * len(pairs)
+        runnable = []
+        for i, (problem, answer) in enumerate(pairs):
+            if not is_expression(answer):
+                continue  # never reaches the sandbox
+            tree = arithmetic(answer) if self.arithmetic_in_process else None
+            if tree is not None:
+                scores[i] = 1.0 if self._passes_in_process(problem, tree) else 0.0
+            else:
+                runnable.append(i)
+        jobs = [(program(pairs[i][1]), self.tests(pairs[i][0])) for i in runnable]
+        results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
+        for i, result in zip(runnable, results):
+            scores[i] = 1.0 if result.passed else 0.0
+        return scores
