@@ -14,6 +14,7 @@ cell's cached summary with the fingerprint it was computed from
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import pandas as pd
 from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from matrixrl.grid import STORE_FILE
@@ -142,19 +142,23 @@ def engine_at(db_file: str | Path):
     return engine
 
 
-# SQLite allows at most 32,766 bound values per statement; stay well below it.
-_MAX_VALUES = 30_000
+@functools.cache
+def _upsert_sql(table, columns: tuple[str, ...]) -> str:
+    # Plain SQLite upsert text: SQLAlchemy cannot cache its compiled ON CONFLICT construct
+    # and would recompile it for every result file.
+    keys = [c.name for c in table.primary_key.columns]
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in keys)
+    return (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    )
 
 
 def _upsert(session: Session, table, rows: list[dict]) -> None:
-    if not rows:
-        return
-    keys = [c.name for c in table.__table__.primary_key.columns]
-    per_statement = max(1, _MAX_VALUES // len(rows[0]))
-    for start in range(0, len(rows), per_statement):
-        stmt = insert(table.__table__).values(rows[start : start + per_statement])
-        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
-        session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+    """Insert or update ``rows`` (dicts with the same keys) by primary key, as one executemany."""
+    if rows:
+        columns = tuple(rows[0])
+        session.connection().exec_driver_sql(_upsert_sql(table.__table__, columns), [tuple(r[c] for c in columns) for r in rows])
 
 
 def _digest(result: TrainResult | EvalResult) -> str:
@@ -168,9 +172,15 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
         session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
         _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
         session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
-        rows = [{"cell": result.cell, **d.model_dump()} for d in result.diagnostics]
-        if rows:
-            session.execute(DiagnosticRowTable.__table__.insert(), rows)
+        if result.diagnostics:
+            # A long run logs hundreds of thousands of rows: straight to the driver's executemany,
+            # which is an order of magnitude faster than building SQLAlchemy parameters per row.
+            columns = ("step", "kind", "role", "agent", "other", "value")
+            dumped = result.model_dump(include={"diagnostics"})["diagnostics"]
+            session.connection().exec_driver_sql(
+                f"INSERT INTO diagnostics (cell, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
+                [(result.cell, *(d[c] for c in columns)) for d in dumped],
+            )
         _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
         part = "train"
     elif isinstance(result, EvalResult):
@@ -311,25 +321,14 @@ class Store:
         if not summaries:
             return
         now = time.time()
-        rows = [
-            {"cell": cell, "fingerprint": fp, "summary": json.dumps(summary, allow_nan=False), "computations": 1, "computed_at": now}
-            for cell, (fp, summary) in summaries.items()
-        ]
-        table = CellSummaryRow.__table__
+        rows = [(cell, fp, json.dumps(summary, allow_nan=False), now) for cell, (fp, summary) in summaries.items()]
+        sql = (
+            "INSERT INTO cell_summaries (cell, fingerprint, summary, computations, computed_at) VALUES (?, ?, ?, 1, ?) "
+            "ON CONFLICT (cell) DO UPDATE SET fingerprint = excluded.fingerprint, summary = excluded.summary, "
+            "computed_at = excluded.computed_at, computations = cell_summaries.computations + 1"
+        )
         with Session(self.engine) as session, session.begin():
-            for start in range(0, len(rows), _MAX_VALUES // 5):
-                stmt = insert(table).values(rows[start : start + _MAX_VALUES // 5])
-                session.execute(
-                    stmt.on_conflict_do_update(
-                        index_elements=["cell"],
-                        set_={
-                            "fingerprint": stmt.excluded.fingerprint,
-                            "summary": stmt.excluded.summary,
-                            "computed_at": stmt.excluded.computed_at,
-                            "computations": table.c.computations + 1,
-                        },
-                    )
-                )
+            session.connection().exec_driver_sql(sql, rows)
 
     def computations(self) -> dict[str, int]:
         """How many times each cell's summary has been computed (it is cached in between)."""

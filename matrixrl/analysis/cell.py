@@ -19,7 +19,7 @@ from dataclasses import asdict, fields
 import pandas as pd
 
 from matrixrl.analysis.curves import CurveSummary, summarize_curve
-from matrixrl.analysis.diagnostics import cell_diagnostics
+from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import MechanismRule, assess, signal_of
 from matrixrl.analysis.summary import cliff_rule, role_accuracies
@@ -59,7 +59,8 @@ def cell_record(
     """
     record: dict = dict.fromkeys(CURVE_FIELDS)
     record["has_diagnostics"] = not diagnostics.empty
-    summary = cell_diagnostics(diagnostics) if not diagnostics.empty else {}
+    shares = share_table(diagnostics) if not diagnostics.empty else pd.DataFrame()
+    summary = cell_diagnostics(diagnostics, shares) if not diagnostics.empty else {}
     record.update(summary)
     record.update(dict.fromkeys(MECHANISM_FIELDS))
     if evals.empty or not (evals["step"] == 0).any():
@@ -69,7 +70,7 @@ def cell_record(
     curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), cliff_rule(analysis))
     record.update(asdict(curve))
     record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
-    signal = signal_of(diagnostics, policy, summary.get("dominant_role")) if policy else None
+    signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
     record.update(assess(signal, curve.cliff_onset, steps, mechanism_rule(analysis)))
     return record
 

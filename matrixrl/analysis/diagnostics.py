@@ -26,12 +26,11 @@ def share_table(frame: pd.DataFrame) -> pd.DataFrame:
     shares = frame[frame["kind"] == "role_share"]
     if shares.empty:
         return pd.DataFrame()
-    table = shares.pivot_table(index="step", columns="role", values="value", aggfunc="mean").fillna(0.0)
-    table = table[table.sum(axis=1) > 0]
-    return table.sort_index().sort_index(axis=1)
+    table = shares.groupby(["step", "role"], sort=True)["value"].mean().unstack("role", fill_value=0.0)
+    return table[table.sum(axis=1) > 0]
 
 
-def cell_diagnostics(frame: pd.DataFrame) -> dict:
+def cell_diagnostics(frame: pd.DataFrame, shares: pd.DataFrame | None = None) -> dict:
     """One cell's diagnostics summary (missing values are ``None``).
 
     - ``dominant_role`` / ``dominant_share``: the role with the highest mean share
@@ -44,6 +43,8 @@ def cell_diagnostics(frame: pd.DataFrame) -> dict:
     - ``{role}_norm_ratio``: the role's mean gradient norm (over the updates where
       it acted) divided by the smallest such mean among the cell's roles; missing
       for every role when that smallest mean is 0.
+
+    ``shares``: the cell's :func:`share_table`, if already computed.
     """
     row: dict = {
         "dominant_role": None,
@@ -52,7 +53,7 @@ def cell_diagnostics(frame: pd.DataFrame) -> dict:
         "amplification_max": None,
         "amplified_role": None,
     }
-    shares = share_table(frame)
+    shares = share_table(frame) if shares is None else shares
     if not shares.empty:
         means = shares.mean(axis=0)
         best = means.idxmax()  # columns are sorted: the first maximum is the alphabetically first

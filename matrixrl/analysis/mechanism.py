@@ -79,8 +79,11 @@ class Signal:
     """Indexed by training step, increasing."""
 
 
-def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None) -> Signal | None:
-    """The cell's signal (see the module docstring) from its diagnostics rows, or None."""
+def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None, shares: pd.DataFrame | None = None) -> Signal | None:
+    """The cell's signal (see the module docstring) from its diagnostics rows, or None.
+
+    ``shares``: the cell's ``share_table``, if already computed.
+    """
     if frame.empty:
         return None
     if policy == "isolated":
@@ -89,7 +92,7 @@ def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None) -> Si
             return None
         values = amp.groupby("step", sort=True)["value"].max()
         return Signal("amplification", "+".join(sorted(amp["role"].unique())), values.astype(float))
-    shares = share_table(frame)
+    shares = share_table(frame) if shares is None else shares
     if shares.shape[1] < 2 or dominant_role not in shares.columns:
         return None
     return Signal("share", dominant_role, shares[dominant_role].astype(float))

@@ -13,6 +13,7 @@ width one. The t quantile comes from ``scipy.stats.t``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -42,8 +43,13 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     mean = float(x.mean())
     if x.size < 2:
         return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    half = _t_quantile(confidence, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+@functools.cache
+def _t_quantile(confidence: float, dof: int) -> float:
+    return float(stats.t.ppf((1 + confidence) / 2, dof))  # a few ms per call: tables ask for few (level, dof)
 
 
 def seeds_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
