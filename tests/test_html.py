@@ -153,3 +153,20 @@ def test_report_html_before_any_run(experiment: Path, tmp_path: Path) -> None:
     assert_user_error(run_cli("report", "-c", experiment, "--html", page),
                       f"{experiment.parent / 'results'}: no results yet; run `matrixrl run` first")
     assert not page.exists()
+
+
+def test_group_by_sorts_the_tables_that_have_those_axes(study) -> None:
+    """--group-by seed: per-cell tables list seed 0 before seed 1; the seeds table (no seed column) is still there."""
+    from matrixrl.report.html import build_report
+    from matrixrl.report.tables import build_tables
+    from matrixrl.store import store_path
+
+    config, _ = study
+    page, _ = build_report(config, group_by="seed")
+    summary = re.search(r'<table data-table="summary">(.*?)</table>', page).group(1)
+    seed_column = re.findall(r"<th [^>]*>([^<]*)</th>", summary).index("seed")
+    seeds = [re.findall(r'<td data-value="([^"]*)"', row)[seed_column] for row in re.findall(r"<tr>(.*?)</tr>", summary)[1:]]
+    assert seeds == ["0"] * 4 + ["1"] * 4
+    assert '<table data-table="seeds">' in page
+    caption = build_tables(store_path(config.results_dir), config, ["mechanism"])["mechanism"].attrs["caption"]
+    assert f'<p class="caption">{html.escape(caption, quote=False)}</p>' in page
