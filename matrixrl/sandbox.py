@@ -180,8 +180,8 @@ def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Resu
 def isolation() -> tuple[str, tuple[str, ...]]:
     """The strongest isolation this machine allows: its name and the launcher prefix.
 
-    Probed once per process by starting the interpreter under each candidate;
-    ``{uid}`` in the prefix stands for the per-run sandbox uid.
+    Probed once per process by starting the interpreter under each candidate in a
+    sandbox-like directory; ``{uid}`` in the prefix stands for the per-run uid.
     """
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
     namespaces = (
@@ -191,40 +191,46 @@ def isolation() -> tuple[str, tuple[str, ...]]:
     )
     drop = (setpriv, "--reuid={uid}", "--regid={uid}", "--clear-groups")
     read_any = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
-    candidates = []
-    if os.geteuid() == 0 and _can_chown_temp_dirs():
-        candidates += [
-            ("namespaces+uid", namespaces + drop), ("namespaces+uid", namespaces + drop + read_any),
-            ("uid", drop), ("uid", drop + read_any),
-        ]
-    candidates += [("namespaces", namespaces), ("none", ())]
-    # The child must be this very interpreter: an unprivileged uid that cannot read
-    # its libpython silently gets the system's one (another patch release).
-    identity = "import sys; print(sys.version, sys.base_prefix, sys.platlibdir)"
+    # The child must be this very interpreter (an unprivileged uid that cannot read
+    # its libpython silently gets the system's one, another patch release) and must
+    # be able to write in its directory by absolute path (TMPDIR may be private).
+    identity = (
+        "import os, sys; open(os.path.join(os.getcwd(), 'probe'), 'w').close(); "
+        "print(sys.version, sys.base_prefix, sys.platlibdir)"
+    )
     expected = f"{sys.version} {sys.base_prefix} {sys.platlibdir}\n".encode()
-    for name, prefix in candidates:
-        if None in prefix:
-            continue  # util-linux tool missing
-        argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-c", identity]
-        try:
-            started = subprocess.run(argv, capture_output=True, timeout=30, cwd="/")
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if started.returncode == 0 and started.stdout == expected:
-            return name, prefix
+    probe_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+    try:
+        candidates = []
+        if os.geteuid() == 0 and _chown(probe_dir, _SANDBOX_UID_BASE):
+            candidates += [
+                ("namespaces+uid", namespaces + drop),
+                ("namespaces+uid", namespaces + drop + read_any),
+                ("uid", drop), ("uid", drop + read_any),
+            ]
+        candidates += [("namespaces", namespaces), ("none", ())]
+        for name, prefix in candidates:
+            if None in prefix:
+                continue  # util-linux tool missing
+            argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-c", identity]
+            try:
+                started = subprocess.run(argv, capture_output=True, timeout=30, cwd=probe_dir)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if started.returncode == 0 and started.stdout == expected:
+                return name, prefix
+    finally:
+        _remove_tree(probe_dir)
     return "none", ()
 
 
-def _can_chown_temp_dirs() -> bool:
-    """Whether sandbox directories can be handed to another uid (not on root-squashed NFS)."""
-    probe = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+def _chown(path: str, uid: int) -> bool:
+    """Hand ``path`` to ``uid``; False where that is impossible (root-squashed NFS)."""
     try:
-        os.chown(probe, _SANDBOX_UID_BASE, _SANDBOX_UID_BASE)
+        os.chown(path, uid, uid)
         return True
     except OSError:
         return False
-    finally:
-        os.rmdir(probe)
 
 
 def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
@@ -240,8 +246,8 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Result:
     pass_token, report_token = secrets.token_hex(16).encode(), secrets.token_hex(16).encode()
     sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
     try:
-        if "uid" in mode:
-            os.chown(sandbox_dir, uid, uid)
+        if "uid" in mode and not _chown(sandbox_dir, uid):
+            raise OSError(f"cannot hand the sandbox directory {sandbox_dir} to uid {uid}")
         job = marshal.dumps(
             (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
              math.ceil(timeout_s) + 1, _audit_guard)
