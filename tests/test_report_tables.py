@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from matrixrl.analysis.mechanism import MechanismRule, Signal, assess
+from matrixrl.analysis.mechanism import VERDICTS, MechanismRule, Signal, assess
 from matrixrl.analysis.seeds import t_interval
 from matrixrl.config import load_config
 from matrixrl.grid import STORE_FILE, Cell, eval_result, train_result
@@ -42,7 +42,7 @@ MECHANISM = [
 
 
 def config_for(experiment: Path, *, workflow="[single, voting]", policy="[shared, isolated]", seed="[0]", extra=()):
-    sets = [f"grid.workflow={workflow}", "grid.scale=[tiny-s]", f"grid.policy={policy}", f"grid.seed={seed}", *MECHANISM, *extra]
+    sets = [f"grid.workflow={workflow}", "grid.task=[arith]", "grid.scale=[tiny-s]", f"grid.policy={policy}", f"grid.seed={seed}", *MECHANISM, *extra]
     return load_config(experiment, sets=sets)
 
 
@@ -479,6 +479,14 @@ def test_only_cells_with_new_results_are_recomputed(experiment: Path) -> None:
     row = summary[summary["cell"] == changed.id].iloc[0]
     assert (row["final"], row["cliff"], row["n_checkpoints"]) == (0.1, True, 4)
 
+    # The interval level only enters the aggregates: no record is recomputed, the intervals narrow.
+    wide = build_tables(path, config, ["seeds"])["seeds"]
+    level = config.model_copy(update={"analysis": config.analysis.model_copy(update={"confidence": 0.5})})
+    narrow = build_tables(path, level, ["seeds"])["seeds"]
+    with Store(path) as store:
+        assert store.computations() == after
+    assert (narrow["peak_hi"] < wide["peak_hi"]).any() and not (narrow["peak_hi"] > wide["peak_hi"]).any()
+
     # Another threshold changes what every record means: all are recomputed.
     stricter = config.model_copy(update={"analysis": config.analysis.model_copy(update={"cliff_delta": 0.5})})
     build_tables(path, stricter, ["summary"])
@@ -506,14 +514,14 @@ def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> Non
 
 def test_every_table_in_every_format_through_the_cli(experiment: Path) -> None:
     config, _ = mechanism_store(experiment)
-    sets = [arg for s in ["grid.workflow=[single, voting, eval_opt]", "grid.scale=[tiny-s]", "grid.seed=[0, 1]", *MECHANISM] for arg in ("--set", s)]
+    sets = [arg for s in ["grid.workflow=[single, voting, eval_opt]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0, 1]", *MECHANISM] for arg in ("--set", s)]
     for name in TABLE_NAMES:
         for fmt in FORMATS:
             result = run_cli("report", "-c", experiment, *sets, "--table", name, "--format", fmt)
             assert result.exit_code == 0, (name, fmt, result.output)
             assert result.stdout.strip(), (name, fmt)
     rows = json.loads(run_cli("report", "-c", experiment, *sets, "--table", "mechanism", "--format", "json").stdout)
-    assert "cell" not in rows[0] and {r["verdict"] for r in rows} == {"precedes", "coincides", "absent", "no cliff", "n/a"}
+    assert "cell" not in rows[0] and {r["verdict"] for r in rows} == set(VERDICTS)
     latex = run_cli("report", "-c", experiment, *sets, "--table", "seeds", "--format", "latex").stdout
     assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrr}\n") and "base\\_mean" in latex
     grouped = run_cli("report", "-c", experiment, *sets, "--table", "summary", "--group-by", "policy", "--only", "seed=0", "--format", "csv")
@@ -530,7 +538,7 @@ def _error(result) -> str:
 
 def test_cli_user_errors_for_group_by_and_empty_comparisons(experiment: Path) -> None:
     config, _ = mechanism_store(experiment)
-    sets = ["--set", "grid.workflow=[single, voting, eval_opt]", "--set", "grid.seed=[0, 1]", "--set", "grid.scale=[tiny-s]"]
+    sets = ["--set", "grid.workflow=[single, voting, eval_opt]", "--set", "grid.task=[arith]", "--set", "grid.seed=[0, 1]", "--set", "grid.scale=[tiny-s]"]
     assert _error(run_cli("report", "-c", experiment, *sets, "--group-by", "colour")) == (
         "Error: --group-by 'colour': unknown axis 'colour'; use one of: workflow, task, scale, policy, seed"
     )

@@ -38,7 +38,6 @@ SUMMARY_COLUMNS = [
 ROLE_ACCURACY_SUFFIXES = tuple(f"{metric}_{at}" for metric in ROLE_METRICS for at in CHECKPOINTS)
 
 DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
-DIAGNOSTIC_ROLE_SUFFIXES = (AMP_MEAN, AMP_MAX, NORM_RATIO)
 
 
 def cliff_rule(analysis: Analysis) -> CliffRule:

@@ -129,23 +129,20 @@ def _jsonable(record: dict) -> dict:
 def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> dict[str, dict]:
     """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows."""
     ids = list(cells)
-    evals = store.rows("evaluations", ids)
-    roles = store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS)
-    diagnostics = store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS)
-    by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in
-               (("evals", evals), ("roles", roles), ("diagnostics", diagnostics))}  # fmt: skip
+    frames = {
+        "evals": store.rows("evaluations", ids),
+        "roles": store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS),
+        "diagnostics": store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS),
+    }
+    by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
     records = {}
     for cell, policy in cells.items():
-        def rows_of(name: str, like: pd.DataFrame) -> pd.DataFrame:
-            return by_cell[name].get(cell, like.iloc[0:0])
-
+        rows = {name: by_cell[name].get(cell, frame.iloc[0:0]) for name, frame in frames.items()}
         try:
-            records[cell] = _jsonable(
-                cell_record(policy, rows_of("evals", evals), rows_of("roles", roles),
-                            rows_of("diagnostics", diagnostics), config.analysis)  # fmt: skip
-            )
+            record = cell_record(policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis)
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc
+        records[cell] = _jsonable(record)
     return records
 
 
@@ -156,7 +153,8 @@ def cell_records(store: Store, cells: pd.DataFrame, config: Config) -> dict[str,
     recomputed and cached (only then is the store written).
     """
     digests = store.input_digests(cells["cell"].tolist())
-    settings = config.analysis.model_dump()
+    # Every analysis setting a record depends on (the interval level only enters the aggregates).
+    settings = config.analysis.model_dump(exclude={"confidence"})
     fingerprints = {cell: fingerprint(parts, settings) for cell, parts in digests.items()}
     cached = store.cached_summaries(list(fingerprints))
     stale = [cell for cell, fp in fingerprints.items() if cached.get(cell, (None,))[0] != fp]
