@@ -124,7 +124,7 @@ def time_trl(base_dir: Path, steps: int, out_dir: Path) -> tuple[list[float], li
 
     from matrixrl.models.policies import load_causal_lm
     from matrixrl.tasks.base import Problem
-    from matrixrl.workflows.prompts import generator_compact
+    from matrixrl.workflows.styles.compact import generator_compact
 
     cfg = train_config()
     torch.set_num_threads(1)

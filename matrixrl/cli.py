@@ -244,7 +244,10 @@ def run(
         extra.append("--unlock")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_path = results / "logs" / "snakemake" / f"{stamp}.log"
-    command = snakemake_command(cfg, configfile, cores, extra)
+    from matrixrl.models.devices import gpu_count
+
+    # Locally, Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
+    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count())
 
     failures: list = []
     state = {"nothing": False, "locked": False}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
 from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
 from matrixrl.workflows.single import Settings as SingleSettings
+from matrixrl.workflows.styles import PromptSettings
 from matrixrl.workflows.voting import Settings as VotingSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
@@ -62,9 +64,15 @@ class TinyScale(Strict):
     intermediate_size: int = Field(256, ge=8)
     max_length: int = Field(64, ge=8, description="longest prompt + completion in tokens")
     warmstart: WarmStart = WarmStart()
+    prompt_style: Literal["compact", "chat"] = Field("compact", description="tiny models play compact prompts only")
 
     @model_validator(mode="after")
     def _heads_divide(self):
+        if self.prompt_style != "compact":
+            raise ValueError(
+                f"prompt_style {self.prompt_style!r} needs a chat template, which the character tokenizer "
+                "of a tiny scale lacks; use prompt_style: compact, or a kind: hf scale for chat prompts"
+            )
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must be a multiple of num_heads {self.num_heads}"
@@ -76,7 +84,23 @@ class TinyScale(Strict):
         return self
 
 
-Scale = Annotated[Union[TinyScale], Field(discriminator="kind")]
+class HfScale(Strict):
+    """A pretrained causal LM: a Hugging Face hub id or a local folder (see matrixrl.models.hf)."""
+
+    kind: Literal["hf"]
+    path: str = Field(
+        min_length=1,
+        description="hub id (Qwen/Qwen3-0.6B) or folder; a relative folder is relative to the experiments file",
+    )
+    revision: str | None = Field(None, description="hub revision (branch, tag or commit) of a hub id")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="auto: bfloat16 on a GPU, float32 on CPU"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a GPU when one is visible, else CPU")
+    prompt_style: Literal["compact", "chat"] = Field("chat", description="chat: the tokenizer's chat template")
+
+
+Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]
 
 
 class ArithTaskConfig(Strict):
@@ -141,7 +165,10 @@ class Train(Strict):
     """GRPO settings shared by every cell (see matrixrl.train.trainer)."""
 
     steps: int = Field(40, ge=1, description="optimizer updates per cell")
-    eval_every: int = Field(10, ge=1, description="checkpoint interval in steps (step 0 always)")
+    eval_every: int = Field(10, ge=1, description="evaluated-checkpoint interval in steps (step 0 always)")
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="extra resume checkpoints every N steps, not evaluated (default: eval_every only)"
+    )
     problems_per_step: int = Field(16, ge=1)
     group_size: int = Field(8, ge=2, description="rollouts per problem (GRPO group)")
     lr: float = Field(5e-4, gt=0)
@@ -191,6 +218,7 @@ class Config(Strict):
     tasks: dict[str, TaskConfig]
     workflows: Workflows = Workflows()
     policies: Policies = Policies()
+    prompts: PromptSettings = PromptSettings()
     train: Train = Train()
     eval: Evaluate = Evaluate()
     analysis: Analysis = Analysis()
@@ -419,7 +447,38 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         apply_only(raw, assignment)
     config = validate(raw, source)
     base = path.resolve().parent
-    return config.model_copy(update={"results_dir": str((base / config.results_dir).resolve())})
+    scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
+    return config.model_copy(update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales})
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def _resolve_model_path(name: str, scale, base: Path, source: str):
+    """An hf scale's ``path`` as an absolute folder, or unchanged when it is a hub id.
+
+    A path that starts with ``/``, ``./``, ``../`` or ``~``, or names a folder that
+    exists relative to the experiments file, is a folder; anything else must look like
+    a hub id (``NAME`` or ``ORG/NAME``). Nothing is loaded or downloaded here.
+    """
+    if not isinstance(scale, HfScale):
+        return scale
+    where = f"{source}: scales.{name}.path"
+    text = scale.path
+    explicit = text.startswith(("/", "./", "../", "~"))
+    folder = (base / Path(text).expanduser()).resolve()
+    if folder.is_dir():
+        return scale.model_copy(update={"path": str(folder)})
+    if explicit:
+        raise ConfigError(
+            f"{where}: no folder {folder}; point it at a model folder (config.json, weights, tokenizer) "
+            "or use a hub id such as Qwen/Qwen3-0.6B"
+        )
+    if not _HUB_ID.fullmatch(text):
+        raise ConfigError(
+            f"{where}: {text!r} is neither a folder (relative to {base}) nor a hub id such as Qwen/Qwen3-0.6B; fix the path"
+        )
+    return scale
 
 
 def validate(raw: dict, source: str) -> Config:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from matrixrl.config import AXES, Config, Evaluate, Policies, TaskConfig, TinyScale, Train, Workflows
+from matrixrl.config import AXES, Config, Evaluate, Policies, PromptSettings, Scale, TaskConfig, Train, Workflows
 
 STORE_FILE = "matrixrl.sqlite"
 SUMMARY_FILE = "summary.json"
@@ -50,11 +50,24 @@ def cells(config: Config) -> list[Cell]:
 
 
 def checkpoint_steps(train: Train) -> list[int]:
-    """Step 0 (the base model), every ``eval_every`` steps, and the last step."""
+    """The evaluated checkpoints: step 0 (the base model), every ``eval_every`` steps, and the last step."""
     steps = list(range(0, train.steps + 1, train.eval_every))
     if steps[-1] != train.steps:
         steps.append(train.steps)
     return steps
+
+
+def save_steps(train: Train) -> list[int]:
+    """Every checkpoint the trainer writes: the evaluated ones plus resume points every ``checkpoint_every``."""
+    extra = range(0, train.steps + 1, train.checkpoint_every) if train.checkpoint_every else ()
+    return sorted(set(checkpoint_steps(train)) | set(extra))
+
+
+def job_gpus(scale) -> int:
+    """GPUs one training or evaluation job of ``scale`` asks Snakemake for (``resources: gpu``)."""
+    from matrixrl.models.hf import needs_gpu
+
+    return int(needs_gpu(scale))
 
 
 class CellSpec(BaseModel):
@@ -68,21 +81,25 @@ class CellSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cell: Cell
-    scale: TinyScale
+    scale: Scale
     task: TaskConfig
     workflow: dict  # this cell's workflow settings (not every workflow's)
     policies: Policies
+    prompts: PromptSettings
     train: Train
     eval: Evaluate
 
 
 def cell_spec(config: Config, cell: Cell) -> CellSpec:
+    scale = config.scales[cell.scale]
     return CellSpec(
         cell=cell,
-        scale=config.scales[cell.scale],
+        scale=scale,
         task=config.tasks[cell.task],
         workflow=getattr(config.workflows, cell.workflow).model_dump(),
         policies=config.policies,
+        # Only the chat style reads these: compact cells keep the defaults, so tuning them reruns nothing else.
+        prompts=config.prompts if scale.prompt_style == "chat" else PromptSettings(),
         train=config.train,
         eval=config.eval,
     )
@@ -99,7 +116,7 @@ class BaseSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scale_name: str
-    scale: TinyScale
+    scale: Scale
     tasks: dict[str, TaskConfig]
     workflows: Workflows
 

@@ -26,8 +26,9 @@ class Result(BaseModel):
 class BaseResult(Result):
     scale: str
     params: int
-    warmstart_loss: float
+    warmstart_loss: float | None  # None for a pretrained (hf) scale: it is not warm-started
     seconds: float
+    model: str | None = None  # an hf scale's folder or hub id
 
 
 class RoleMetric(Result):

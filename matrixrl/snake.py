@@ -123,7 +123,15 @@ _BLOCK = re.compile(r"^(?:(?:local)?rule|Error in rule) (\w+):$")
 _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 
 
-def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str]) -> list[str]:
+def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None) -> list[str]:
+    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run.
+
+    Locally ``--resources gpu=N`` is a semaphore over the jobs that declare a GPU, and
+    an unset limit means unlimited, so a local run always passes the detected count
+    (0 here: GPU jobs then run on CPU). Cluster runs (a profile) pass None: there the
+    scheduler allocates GPUs, and a limit of 0 would strip their requests.
+    """
+    resources = ["--resources", f"gpu={gpus}"] if gpus is not None else []
     return [
         sys.executable,
         "-m",
@@ -141,6 +149,7 @@ def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[
         "--rerun-incomplete",
         "--printshellcmds",
         "--nocolor",
+        *resources,
         *extra,
     ]
 

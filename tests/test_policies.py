@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from matrixrl.config import Policies, TinyScale, Train
+from matrixrl.models.hf import ModelSource
 from matrixrl.models.policies import build_policy, load_policy
 from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
 from matrixrl.tasks.base import Problem
@@ -96,7 +97,7 @@ def test_checkpoint_round_trip(base, tmp_path, mode, adapter):
     policy = fresh_policy(base, mode, adapter)
     step(policy, ROLES)  # move away from the base so a round trip is not trivially equal
     policy.save(tmp_path)
-    loaded = load_policy(mode, tmp_path, ROLES, Policies(adapter=adapter), base)
+    loaded = load_policy(mode, tmp_path, ROLES, Policies(adapter=adapter), ModelSource("tiny", str(base)))
     assert {k: [t.shape for t in v] for k, v in snapshot(policy).items()} == {
         k: [t.shape for t in v] for k, v in snapshot(loaded).items()
     }

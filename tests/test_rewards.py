@@ -30,9 +30,9 @@ def eval_opt_episode() -> Episode:
     # Draft wrong, evaluator rightly says N+, refinement right, a second verdict wrongly says N-.
     turns = [
         turn("generator", "generator0", "20", index=0, answer="20"),
-        turn("evaluator", "evaluator0", "N+", index=0, judged="20"),
+        turn("evaluator", "evaluator0", "N+", index=0, judged="20", approved=False),
         turn("generator", "generator0", "21", index=1, answer="21"),
-        turn("evaluator", "evaluator0", "N-", index=1, judged="21"),
+        turn("evaluator", "evaluator0", "N-", index=1, judged="21", approved=False),
     ]
     return Episode(PROBLEM, group=0, turns=turns, answer="21")
 

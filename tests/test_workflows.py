@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows import prompts as P
+from matrixrl.workflows.styles import compact as P
 from matrixrl.workflows.base import Completion
 from matrixrl.workflows.eval_opt import EvalOpt
 from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
@@ -58,7 +58,6 @@ def turn_keys(episode) -> list[tuple[str, str, int]]:
     "cls, settings, key, default, low",
     [
         (Voting, VotingSettings, "n_votes", 3, 1),
-        (EvalOpt, EvalOptSettings, "max_iterations", 3, 0),
         (OrchWorkers, OrchSettings, "n_workers", 3, 1),
     ],
 )
@@ -74,6 +73,22 @@ def test_settings_defaults_validation_and_coercion(cls, settings, key, default, 
         settings(bogus=1)
     with pytest.raises(ValidationError):
         given.__setattr__(key, 9)  # frozen
+
+
+def test_eval_opt_iterations_default_by_task_family_and_validation():
+    assert EvalOpt().settings.max_iterations is None
+    assert EvalOpt().max_iterations == 3  # the compact style defaults to a math task
+    assert EvalOpt(style=P.CompactStyle("math")).max_iterations == 3
+    assert EvalOpt(style=P.CompactStyle("code")).max_iterations == 2
+    assert EvalOpt({"max_iterations": 5}, P.CompactStyle("code")).max_iterations == 5
+    given = EvalOptSettings(max_iterations=4)
+    assert EvalOpt(given).settings is given
+    with pytest.raises(ValidationError):
+        EvalOptSettings(max_iterations=0)
+    with pytest.raises(ValidationError):
+        EvalOptSettings(bogus=1)
+    with pytest.raises(ValidationError):
+        given.__setattr__("max_iterations", 9)  # frozen
 
 
 # --- voting ----------------------------------------------------------------------------

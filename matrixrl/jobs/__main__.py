@@ -29,4 +29,12 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from matrixrl.models.devices import GpuClaimError
+    from matrixrl.models.hf import ModelLoadError
+
+    try:
+        main(sys.argv[1:])
+    except (ModelLoadError, GpuClaimError) as exc:
+        # The job log (the run names it) ends with the one line that says what to fix.
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None

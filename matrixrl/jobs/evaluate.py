@@ -1,4 +1,9 @@
-"""evaluate: score one checkpoint greedily on the task's fixed evaluation set."""
+"""evaluate: score one checkpoint greedily on the task's fixed evaluation set.
+
+A checkpoint of a GPU scale is evaluated on a GPU this job claims (one per job; the
+jobs are threads of one process, so the claim names ``cuda:N`` rather than hiding
+the other GPUs).
+"""
 
 from __future__ import annotations
 
@@ -16,20 +21,34 @@ _LOAD_LOCK = threading.Lock()
 
 
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
-    with _LOAD_LOCK:
-        from transformers import AutoTokenizer
+    from matrixrl.models.devices import claim_gpu, gpu_count
+    from matrixrl.models.hf import needs_gpu
 
+    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
+    try:
+        return _evaluate(spec, step, checkpoint, base_dir, output, log, device=claim.device if claim else None)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log, device: str | None) -> EvalResult:
+    with _LOAD_LOCK:
+        from matrixrl.models.hf import model_source
         from matrixrl.models.policies import load_policy
         from matrixrl.tasks import build_task
         from matrixrl.train.metrics import role_metrics
         from matrixrl.train.rollout import make_generate
         from matrixrl.workflows import build_workflow
+        from matrixrl.workflows.styles import build_style
 
         began = time.perf_counter()
-        workflow = build_workflow(spec.cell.workflow, spec.workflow)
+        source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
         task = build_task(spec.cell.task, spec.task)
-        tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, base_dir)
+        tokenizer = source.load_tokenizer()
+        style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
+        workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
+        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, source)
     generate = make_generate(
         policy,
         tokenizer,

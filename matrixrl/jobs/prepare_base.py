@@ -1,4 +1,5 @@
-"""prepare_base: build a tiny scale and warm-start it on every task's role formats."""
+"""prepare_base: build a tiny scale and warm-start it on every task's role formats,
+or check that an hf scale's model and tokenizer load (it is used as it is)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from matrixrl.results import BaseResult, write_result
 
 
 def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> BaseResult:
+    if spec.scale.kind == "hf":
+        return check_pretrained(spec, output, log)
     import torch
 
     from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
@@ -55,5 +58,30 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     result = BaseResult(scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began)
+    write_result(output, result)
+    return result
+
+
+def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
+    """An hf scale needs no preparation: fail early, with one line, if it cannot load.
+
+    Loads the tokenizer (its chat template is required by the chat style) and the
+    model's config, and counts the parameters on the meta device, so the check costs
+    seconds and no GPU memory even for a large model. Training and evaluation jobs
+    load the model from the scale's own path; nothing is written to ``model_dir``.
+    """
+    from matrixrl.models.hf import ModelLoadError, model_source
+
+    began = time.perf_counter()
+    source = model_source(spec.scale_name, spec.scale, Path(), device="cpu")
+    tokenizer = source.load_tokenizer()
+    if spec.scale.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"scales.{spec.scale_name}: prompt_style chat needs a chat template, and the tokenizer of "
+            f"{spec.scale.path} has none; use an instruct model or prompt_style: compact"
+        )
+    n_params = source.parameter_count()
+    log(f"{spec.scale_name}: {spec.scale.path} loads ({n_params:,} parameters, {spec.scale.prompt_style} prompts)")
+    result = BaseResult(scale=spec.scale_name, params=n_params, warmstart_loss=None, seconds=time.perf_counter() - began, model=spec.scale.path)
     write_result(output, result)
     return result

@@ -11,6 +11,8 @@ always share that role's parameters.
 
 A checkpoint folder holds one subfolder per parameter set (``shared/`` or one per
 role); LoRA subfolders hold only the adapter, re-attached to the base model on load.
+Loading goes through the scale's ``ModelSource`` (matrixrl.models.hf): the same
+dtype and device as the base model the policy was built from.
 """
 
 from __future__ import annotations
@@ -19,18 +21,11 @@ import copy
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from matrixrl.models.hf import ModelSource, load_causal_lm
+
 SHARED = "shared"
 
-
-def load_causal_lm(folder: Path):
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # one bar per load drowns job logs and benchmarks
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32")
-    model.eval()
-    return model
+__all__ = ["SHARED", "Policy", "FullPolicy", "LoraPolicy", "build_policy", "load_policy", "load_causal_lm"]
 
 
 def _lora_config(settings):
@@ -80,6 +75,11 @@ class Policy(ABC):
         for model in self._models():
             model.train(mode)
 
+    @property
+    def device(self):
+        """Where the policy's models live (every parameter set is on one device)."""
+        return next(self._models()[0].parameters()).device
+
     @abstractmethod
     def _models(self) -> list: ...
 
@@ -112,9 +112,9 @@ class FullPolicy(Policy):
             model.save_pretrained(folder / name)
 
     @classmethod
-    def load(cls, mode, folder: Path, roles, settings, base_dir: Path):
+    def load(cls, mode, folder: Path, roles, settings, source: ModelSource):
         names = (SHARED,) if mode == SHARED else tuple(roles)
-        return cls(mode, roles, settings, {name: load_causal_lm(folder / name) for name in names})
+        return cls(mode, roles, settings, {name: source.load_model(folder / name) for name in names})
 
 
 class LoraPolicy(Policy):
@@ -157,13 +157,13 @@ class LoraPolicy(Policy):
             self.model.save_pretrained(folder / "lora", selected_adapters=[name])
 
     @classmethod
-    def load(cls, mode, folder: Path, roles, settings, base_dir: Path):
+    def load(cls, mode, folder: Path, roles, settings, source: ModelSource):
         from peft import PeftModel
 
         policy = cls(mode, roles, settings)
         names = policy.set_names()
         model = PeftModel.from_pretrained(
-            load_causal_lm(base_dir), _adapter_dir(folder, names[0]), adapter_name=names[0], is_trainable=True
+            source.load_model(), _adapter_dir(folder, names[0]), adapter_name=names[0], is_trainable=True
         )
         for name in names[1:]:
             model.load_adapter(_adapter_dir(folder, name), adapter_name=name, is_trainable=True)
@@ -185,5 +185,6 @@ def build_policy(mode: str, base_model, roles: tuple[str, ...], settings) -> Pol
     return _policy_class(settings.adapter).from_base(mode, base_model, roles, settings)
 
 
-def load_policy(mode: str, folder: Path, roles: tuple[str, ...], settings, base_dir: Path) -> Policy:
-    return _policy_class(settings.adapter).load(mode, folder, roles, settings, base_dir)
+def load_policy(mode: str, folder: Path, roles: tuple[str, ...], settings, source: ModelSource) -> Policy:
+    """The policy saved in checkpoint ``folder``, on the base model ``source`` describes."""
+    return _policy_class(settings.adapter).load(mode, folder, roles, settings, source)

@@ -77,6 +77,10 @@ class TurnBatch:
             advantages=torch.tensor([t.advantage for t in turns], dtype=torch.float32),
         )
 
+    def to(self, device) -> "TurnBatch":
+        """The same batch on ``device`` (the policy's GPU); a no-op on CPU."""
+        return TurnBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+
 
 def completion_logps(model, batch: TurnBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities and entropies of the completion tokens."""

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from matrixrl.workflows.prompts import parse_verdict
-
 
 def role_metrics(episodes, task) -> list[dict]:
     """Long rows ``{"role", "metric", "value"}``; role ``"episode"`` for episode-level ones."""
@@ -30,8 +28,7 @@ def role_metrics(episodes, task) -> list[dict]:
                 answers[turn.role].append(score)
                 correct_somewhere |= score == 1.0
             if turn.judged is not None:
-                approved, _ = parse_verdict(turn.completion.text)
-                verdicts[turn.role].append(float(approved == (task.score(episode.problem, turn.judged) == 1.0)))
+                verdicts[turn.role].append(float(bool(turn.approved) == (task.score(episode.problem, turn.judged) == 1.0)))
         any_correct.append(float(correct_somewhere))
     rows = []
     for role in sorted(lengths):

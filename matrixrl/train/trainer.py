@@ -31,8 +31,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from matrixrl.grid import CellSpec, checkpoint_steps
-from matrixrl.models.policies import build_policy, load_causal_lm, load_policy
+from matrixrl.grid import CellSpec, save_steps
+from matrixrl.models.hf import model_source
+from matrixrl.models.policies import build_policy, load_policy
 from matrixrl.tasks import build_task
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
@@ -87,21 +88,23 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any."""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
-    from transformers import AutoTokenizer
+    from matrixrl.workflows.styles import build_style
 
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    workflow = build_workflow(spec.cell.workflow, spec.workflow)
+    source = model_source(spec.cell.scale, spec.scale, base_dir)
+    tokenizer = source.load_tokenizer()
     task = build_task(spec.cell.task, spec.task)
-    saves = set(checkpoint_steps(cfg))
+    style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
+    workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
+    saves = set(save_steps(cfg))
 
     start = latest_checkpoint(cell_dir)
     if start is None:
-        policy = build_policy(spec.cell.policy, load_causal_lm(base_dir), workflow.roles, spec.policies)
+        policy = build_policy(spec.cell.policy, source.load_model(), workflow.roles, spec.policies)
         metrics: list[dict] = []
         diagnostics: list[dict] = []
         roles: list[dict] = []
     else:
-        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, base_dir)
+        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, source)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
     optimizers = {
         name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
@@ -111,7 +114,8 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         start = 0
         save_checkpoint(cell_dir, 0, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles})
     else:
-        state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False)
+        # On CPU first: load_state_dict moves optimizer state to its parameters' device.
+        state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False, map_location="cpu")
         for name, opt in optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
         torch.set_rng_state(state["torch_rng"])
@@ -185,11 +189,9 @@ def assign_rewards(episodes, task, mode: str) -> None:
 
     ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
     scores a turn that proposes an answer on that answer, a judging turn on whether
-    its verdict (``Y`` = correct) matched the judged answer's correctness, and any
-    other turn (an orchestrator's plan) on the outcome.
+    its verdict (``turn.approved``, as its prompt style read it) matched the judged
+    answer's correctness, and any other turn (an orchestrator's plan) on the outcome.
     """
-    from matrixrl.workflows.prompts import parse_verdict
-
     for episode in episodes:
         episode.reward = task.score(episode.problem, episode.answer)
         for turn in episode.turns:
@@ -198,8 +200,7 @@ def assign_rewards(episodes, task, mode: str) -> None:
             elif turn.answer is not None:
                 turn.reward = task.score(episode.problem, turn.answer)
             elif turn.judged is not None:
-                approved, _ = parse_verdict(turn.completion.text)
-                turn.reward = float(approved == (task.score(episode.problem, turn.judged) == 1.0))
+                turn.reward = float(bool(turn.approved) == (task.score(episode.problem, turn.judged) == 1.0))
             else:
                 turn.reward = episode.reward
 
@@ -229,7 +230,7 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
         optimizer = optimizers[name]
         optimizer.zero_grad(set_to_none=True)
         for (role, agent), turns in acting:
-            batch = TurnBatch.from_turns(turns, pad_token_id)
+            batch = TurnBatch.from_turns(turns, pad_token_id).to(policy.device)
             logps, entropy = completion_logps(policy.model_for(role), batch, cfg.temperature)
             loss, clipped = clipped_loss(
                 logps,

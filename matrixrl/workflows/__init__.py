@@ -1,7 +1,8 @@
 """Workflows: one module per topology; ``build_workflow`` maps a name to it.
 
 Adding a workflow means one module (a class with ``name``, ``roles``, ``run`` and
-``warmstart_pairs``, plus its ``Settings``) and one line here.
+``warmstart_pairs``, plus its ``Settings``) and one line here. Every workflow takes a
+prompt style (``matrixrl.workflows.styles``); without one it uses the compact style.
 """
 
 from matrixrl.workflows import eval_opt, orch_workers, single, voting
@@ -21,8 +22,8 @@ SETTINGS = {
 }
 
 
-def build_workflow(name: str, settings=None) -> Workflow:
-    return WORKFLOWS[name](settings)
+def build_workflow(name: str, settings=None, style=None) -> Workflow:
+    return WORKFLOWS[name](settings, style)
 
 
 __all__ = ["Completion", "Episode", "Turn", "Workflow", "WORKFLOWS", "SETTINGS", "build_workflow"]

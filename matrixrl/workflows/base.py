@@ -3,7 +3,8 @@
 A *role* owns parameters (``generator``, ``aggregator``, ...); an *agent* is one
 instance of a role inside an episode (``generator0``). A workflow turns a batch of
 problems into episodes by calling ``generate(role, prompts)`` once per role and
-stage for the whole batch, never once per episode.
+stage for the whole batch, never once per episode. Its prompt style
+(``matrixrl.workflows.styles``) writes every prompt and reads every completion.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ class Turn:
     index: int  # this agent's turn number within the episode
     prompt: str
     completion: Completion
-    answer: str | None = None  # the answer this turn proposes (scored under per-agent rewards)
+    answer: str | None = None  # the answer this turn proposes, as the task scores it
     judged: str | None = None  # for a judging turn: the answer it judged
+    approved: bool | None = None  # for a judging turn: whether its verdict accepted that answer
     reward: float = 0.0
     advantage: float = 0.0
 

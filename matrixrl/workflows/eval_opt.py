@@ -1,13 +1,15 @@
 """``eval_opt``: the generator drafts, the evaluator judges, the generator refines until satisfied.
 
 Loop, each stage one batched ``generate`` call over the episodes still active:
-``generator`` drafts (``generator_compact``); while attempts < ``max_iterations`` the
-``evaluator`` judges the latest draft (``evaluator_compact``); an episode whose verdict
-starts with ``Y`` is done, the others get a refine prompt (``refine_compact``: previous
-draft + the evaluator's feedback) answered by the same ``generator`` role. The last
-attempt is not evaluated (its verdict could change nothing), so an episode has at most
-``max_iterations`` generator turns and ``max_iterations - 1`` evaluator turns, in the order
-``generator0#0, evaluator0#0, generator0#1, evaluator0#1, ...``. The answer is the last draft.
+``generator`` drafts (``style.generator``); while attempts < ``max_iterations`` the
+``evaluator`` judges the latest draft (``style.evaluator``); an episode whose verdict
+satisfies ``style.parse_verdict`` is done, the others get a refine prompt
+(``style.refine``: previous draft + the evaluator's feedback) answered by the same
+``generator`` role. The last attempt is not evaluated (its verdict could change
+nothing), so an episode has at most ``max_iterations`` generator turns and
+``max_iterations - 1`` evaluator turns, in the order
+``generator0#0, evaluator0#0, generator0#1, evaluator0#1, ...``. The answer is the
+last draft's. ``max_iterations`` defaults to 3 for math tasks and 2 for code.
 """
 
 from __future__ import annotations
@@ -17,48 +19,58 @@ from pydantic import Field
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
-from matrixrl.workflows.prompts import (
-    evaluator_compact,
-    generator_compact,
-    parse_verdict,
-    refine_compact,
-    verdict_for,
-    wrong_answer,
-)
+from matrixrl.workflows.styles import PromptStyle
+from matrixrl.workflows.styles.compact import CompactStyle, wrong_answer
+
+DEFAULT_ITERATIONS = {"math": 3, "code": 2}
 
 
 class Settings(WorkflowSettings):
-    max_iterations: int = Field(3, ge=1, description="generator attempts per episode, first draft included")
+    max_iterations: int | None = Field(
+        None, ge=1, description="generator attempts per episode, first draft included (default: 3 math, 2 code)"
+    )
 
 
 class EvalOpt:
     name = "eval_opt"
     roles = ("generator", "evaluator")
 
-    def __init__(self, settings: Settings | dict | None = None):
+    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
         self.settings = Settings.coerce(settings)
+        self.style = style or CompactStyle()
+
+    @property
+    def max_iterations(self) -> int:
+        """The setting, or the default of the task's family."""
+        return self.settings.max_iterations or DEFAULT_ITERATIONS[self.style.family]
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
+        style, iterations = self.style, self.max_iterations
         episodes = [Episode(problem=p, group=g) for p, g in zip(problems, groups)]
+        drafts_text = [""] * len(episodes)  # each episode's latest draft completion
         active = list(range(len(episodes)))
-        prompts = [generator_compact(p) for p in problems]
-        for attempt in range(self.settings.max_iterations):
+        prompts = [style.generator(p) for p in problems]
+        for attempt in range(iterations):
             drafts = generate("generator", prompts)
             for i, prompt, draft in zip(active, prompts, drafts):
-                episodes[i].turns.append(Turn("generator", "generator0", attempt, prompt, draft, answer=draft.text))
-                episodes[i].answer = draft.text
-            if attempt + 1 == self.settings.max_iterations:
+                answer = style.answer(draft.text)
+                episodes[i].turns.append(Turn("generator", "generator0", attempt, prompt, draft, answer=answer))
+                episodes[i].answer = answer
+                drafts_text[i] = draft.text
+            if attempt + 1 == iterations:
                 break
-            judge_prompts = [evaluator_compact(episodes[i].problem, episodes[i].answer) for i in active]
+            judge_prompts = [style.evaluator(episodes[i].problem, drafts_text[i]) for i in active]
             verdicts = generate("evaluator", judge_prompts)
             still, prompts = [], []
             for i, prompt, verdict in zip(active, judge_prompts, verdicts):
                 episode = episodes[i]
-                episode.turns.append(Turn("evaluator", "evaluator0", attempt, prompt, verdict, judged=episode.answer))
-                satisfied, feedback = parse_verdict(verdict.text)
+                satisfied, feedback = style.parse_verdict(verdict.text)
+                episode.turns.append(
+                    Turn("evaluator", "evaluator0", attempt, prompt, verdict, judged=episode.answer, approved=satisfied)
+                )
                 if not satisfied:
                     still.append(i)
-                    prompts.append(refine_compact(episode.problem, episode.answer, feedback))
+                    prompts.append(style.refine(episode.problem, drafts_text[i], feedback))
             active = still
             if not active:
                 break
@@ -66,15 +78,15 @@ class EvalOpt:
 
     def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
         """Per problem: a draft; the evaluator on a right and on a wrong draft; a refine of the wrong one."""
-        others = [p.answer for p in problems]
+        style, others = self.style, [p.answer for p in problems]
         pairs = []
         for p in problems:
-            wrong = wrong_answer(p.answer, rng, others)
-            feedback = verdict_for(wrong, p.answer)
+            right, wrong = style.target(p.answer), style.target(wrong_answer(p.answer, rng, others))
+            feedback = style.verdict_for(wrong, p.answer)
             pairs += [
-                (generator_compact(p), p.answer),
-                (evaluator_compact(p, p.answer), verdict_for(p.answer, p.answer)),
-                (evaluator_compact(p, wrong), feedback),
-                (refine_compact(p, wrong, feedback), p.answer),
+                (style.generator(p), right),
+                (style.evaluator(p, right), style.verdict_for(right, p.answer)),
+                (style.evaluator(p, wrong), feedback),
+                (style.refine(p, wrong, feedback), right),
             ]
         return pairs

@@ -1,11 +1,11 @@
 """``orch_workers``: an orchestrator proposes N strategies, N workers solve, a synthesizer decides.
 
 Stages, each one batched ``generate`` call: the ``orchestrator`` answers
-``orchestrator_compact(problem)`` with strategy tokens (``LRP``), parsed into exactly
-``n_workers`` strategies (``parse_strategies`` pads short answers); the ``worker`` role
-answers ``worker_compact(problem, strategy_a)`` for every (worker a, episode),
-``n_workers × B`` prompts in agent-major order; the ``synthesizer`` sees the workers'
-answers in agent order and emits the final answer.
+``style.orchestrator(problem, N)``, parsed into exactly ``n_workers`` strategies
+(``style.parse_strategies`` pads short answers); the ``worker`` role answers
+``style.worker(problem, strategy_a)`` for every (worker a, episode), ``n_workers × B``
+prompts in agent-major order; the ``synthesizer`` sees the workers' completions in
+agent order and emits the final answer.
 Episode turns: ``orchestrator0``, ``worker0..N-1``, ``synthesizer0`` (index 0 each).
 """
 
@@ -16,16 +16,8 @@ from pydantic import Field
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
-from matrixrl.workflows.prompts import (
-    STRATEGIES,
-    format_strategies,
-    noisy_candidates,
-    orchestrator_compact,
-    parse_strategies,
-    pick_target,
-    synthesizer_compact,
-    worker_compact,
-)
+from matrixrl.workflows.styles import PromptStyle
+from matrixrl.workflows.styles.compact import CompactStyle, noisy_candidates, pick_target
 
 
 class Settings(WorkflowSettings):
@@ -36,49 +28,49 @@ class OrchWorkers:
     name = "orch_workers"
     roles = ("orchestrator", "worker", "synthesizer")
 
-    def __init__(self, settings: Settings | dict | None = None):
+    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
         self.settings = Settings.coerce(settings)
+        self.style = style or CompactStyle()
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
-        n, size = self.settings.n_workers, len(problems)
-        plan_prompts = [orchestrator_compact(p) for p in problems]
+        style, n, size = self.style, self.settings.n_workers, len(problems)
+        plan_prompts = [style.orchestrator(p, n) for p in problems]
         plans = generate("orchestrator", plan_prompts)
-        strategies = [parse_strategies(c.text, n) for c in plans]
-        work_prompts = [worker_compact(problems[i], strategies[i][a]) for a in range(n) for i in range(size)]
+        strategies = [style.parse_strategies(c.text, n) for c in plans]
+        work_prompts = [style.worker(problems[i], strategies[i][a]) for a in range(n) for i in range(size)]
         answers = generate("worker", work_prompts)  # worker a, episode i → answers[a * size + i]
         episodes = []
         for i, (problem, group) in enumerate(zip(problems, groups)):
             turns = [Turn("orchestrator", "orchestrator0", 0, plan_prompts[i], plans[i])]
             turns += [
-                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i], answer=answers[a * size + i].text)
+                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i], answer=style.answer(answers[a * size + i].text))
                 for a in range(n)
             ]
             episodes.append(Episode(problem=problem, group=group, turns=turns))
-        synth_prompts = [
-            synthesizer_compact(e.problem, [t.completion.text for t in e.turns[1:]]) for e in episodes
-        ]
+        synth_prompts = [style.synthesizer(e.problem, [t.completion.text for t in e.turns[1:]]) for e in episodes]
         finals = generate("synthesizer", synth_prompts)
         for episode, prompt, completion in zip(episodes, synth_prompts, finals):
-            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion, answer=completion.text))
-            episode.answer = completion.text
+            answer = style.answer(completion.text)
+            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion, answer=answer))
+            episode.answer = answer
         return episodes
 
     def _random_strategies(self, rng: np.random.Generator) -> list[str]:
-        vocab = list(STRATEGIES)
+        vocab = list(self.style.strategies)
         n = self.settings.n_workers
         picks = rng.choice(len(vocab), size=n, replace=n > len(vocab))
         return [vocab[int(k)] for k in picks]
 
     def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
         """Per problem: random strategies, a worker's right answer under one, a synthesizer choice."""
-        others = [p.answer for p in problems]
+        style, others = self.style, [p.answer for p in problems]
         pairs = []
         for p in problems:
             strategies = self._random_strategies(rng)
             candidates = noisy_candidates(p.answer, self.settings.n_workers, rng, others)
             pairs += [
-                (orchestrator_compact(p), format_strategies(strategies)),
-                (worker_compact(p, strategies[int(rng.integers(len(strategies)))]), p.answer),
-                (synthesizer_compact(p, candidates), pick_target(candidates, p.answer)),
+                (style.orchestrator(p, self.settings.n_workers), style.format_strategies(strategies)),
+                (style.worker(p, strategies[int(rng.integers(len(strategies)))]), style.target(p.answer)),
+                (style.synthesizer(p, [style.target(c) for c in candidates]), style.target(pick_target(candidates, p.answer))),
             ]
         return pairs

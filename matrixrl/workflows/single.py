@@ -6,7 +6,8 @@ import numpy as np
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
-from matrixrl.workflows.prompts import generator_compact
+from matrixrl.workflows.styles import PromptStyle
+from matrixrl.workflows.styles.compact import CompactStyle
 
 
 class Settings(WorkflowSettings):
@@ -17,21 +18,19 @@ class Single:
     name = "single"
     roles = ("generator",)
 
-    def __init__(self, settings: Settings | dict | None = None):
+    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
         self.settings = Settings.coerce(settings)
+        self.style = style or CompactStyle()
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
-        prompts = [generator_compact(p) for p in problems]
+        prompts = [self.style.generator(p) for p in problems]
         completions = generate("generator", prompts)
-        return [
-            Episode(
-                problem=problem,
-                group=group,
-                turns=[Turn("generator", "generator0", 0, prompt, completion, answer=completion.text)],
-                answer=completion.text,
-            )
-            for problem, group, prompt, completion in zip(problems, groups, prompts, completions)
-        ]
+        episodes = []
+        for problem, group, prompt, completion in zip(problems, groups, prompts, completions):
+            answer = self.style.answer(completion.text)
+            turn = Turn("generator", "generator0", 0, prompt, completion, answer=answer)
+            episodes.append(Episode(problem=problem, group=group, turns=[turn], answer=answer))
+        return episodes
 
     def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
-        return [(generator_compact(p), p.answer) for p in problems]
+        return [(self.style.generator(p), self.style.target(p.answer)) for p in problems]

@@ -1,4 +1,4 @@
-"""Role prompt templates. The compact style suits tiny character-level models.
+"""The compact prompt style: one-line role prompts for tiny character-level models.
 
 Every prompt is one short line that starts with the problem's question and ends in a
 delimiter that says what the completion is:
@@ -22,7 +22,10 @@ synthesizer     ``4+8+9?21,21,20=`` ``21``    (the aggregator's format, another 
 ==============  ==================  =========
 
 Templates never parse the question; the helpers below only compare answer strings
-and perturb integer-looking answers, so they stay task-agnostic.
+and perturb integer-looking answers, so they stay task-agnostic. The answer a turn
+proposes is its completion text as generated (the task's scorer strips it).
+``CompactStyle`` bundles these functions behind the interface every style offers
+(see ``matrixrl.workflows.styles``).
 """
 
 from __future__ import annotations
@@ -184,3 +187,55 @@ def noisy_candidates(
     p_right = rng.uniform(0.25, 0.75)
     pool = [wrong_answer(answer, rng, others) for _ in range(2)]
     return [answer if rng.random() < p_right else pool[int(rng.integers(2))] for _ in range(n)]
+
+
+# --- the style object ------------------------------------------------------------------
+
+
+class CompactStyle:
+    """The compact templates behind the ``PromptStyle`` interface; completions are answers as-is."""
+
+    name = "compact"
+    strategies = tuple(STRATEGIES)
+
+    def __init__(self, family: str = "math"):
+        self.family = family
+
+    def generator(self, problem: Problem) -> str:
+        return generator_compact(problem)
+
+    def refine(self, problem: Problem, draft: str, feedback: str) -> str:
+        return refine_compact(problem, draft, feedback)
+
+    def evaluator(self, problem: Problem, draft: str) -> str:
+        return evaluator_compact(problem, draft)
+
+    def parse_verdict(self, text: str) -> tuple[bool, str]:
+        return parse_verdict(text)
+
+    def verdict_for(self, draft: str, answer: str) -> str:
+        return verdict_for(draft, answer)
+
+    def aggregator(self, problem: Problem, candidates: Sequence[str]) -> str:
+        return aggregator_compact(problem, candidates)
+
+    def orchestrator(self, problem: Problem, n: int) -> str:
+        return orchestrator_compact(problem)  # strategy tokens carry no count
+
+    def parse_strategies(self, text: str, n: int) -> list[str]:
+        return parse_strategies(text, n)
+
+    def format_strategies(self, strategies: Sequence[str]) -> str:
+        return format_strategies(strategies)
+
+    def worker(self, problem: Problem, strategy: str) -> str:
+        return worker_compact(problem, strategy)
+
+    def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str:
+        return synthesizer_compact(problem, candidates)
+
+    def answer(self, completion: str) -> str:
+        return completion
+
+    def target(self, answer: str) -> str:
+        return answer

@@ -1,0 +1,101 @@
+"""Prompt styles: how each role's prompt is written and how its completion is read.
+
+A workflow never formats text itself; it asks its style for every role's prompt
+(``style.generator(problem)``, ``style.evaluator(problem, draft)``, ...) and for
+what a completion means (``style.answer(text)``, ``style.parse_verdict(text)``,
+``style.parse_strategies(text, n)``), so the same workflow code serves every style.
+
+- ``compact``: one-line prompts for tiny character-level models (``4+8+9=`` → ``21``);
+  a completion is the answer as-is. See ``styles.compact``.
+- ``chat``: a system and a user message per role, rendered with the tokenizer's chat
+  template, instructions phrased for the task's family (math: ``\\boxed{}``; code:
+  a python block); answers are extracted from the completion. See ``styles.chat``.
+
+A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
+section of experiments.yaml) tunes the chat style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from matrixrl.tasks.base import Problem
+
+STYLE_NAMES = ("compact", "chat")
+Family = Literal["math", "code"]
+
+
+class PromptSettings(BaseModel):
+    """Settings of the chat style (the compact style has fixed, tiny limits)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quote_chars: int = Field(
+        1500, ge=50, description="characters of another turn's completion quoted into a prompt (its end is kept)"
+    )
+    strategy_chars: int = Field(300, ge=20, description="characters kept of each orchestrator strategy")
+    thinking: bool = Field(
+        False, description="passed to the chat template as enable_thinking (Qwen3's reasoning mode)"
+    )
+
+
+class PromptStyle(Protocol):
+    """What a workflow asks of its style; ``family`` is the task's (``math`` or ``code``)."""
+
+    name: str
+    family: str
+    strategies: tuple[str, ...]  # strategies the warm-start draws orchestrator plans from
+
+    def generator(self, problem: Problem) -> str: ...
+
+    def refine(self, problem: Problem, draft: str, feedback: str) -> str:
+        """The generator's retry: its previous completion and the evaluator's feedback."""
+
+    def evaluator(self, problem: Problem, draft: str) -> str: ...
+
+    def parse_verdict(self, text: str) -> tuple[bool, str]:
+        """(satisfied, feedback to quote in the refine prompt) from an evaluator completion."""
+
+    def verdict_for(self, draft: str, answer: str) -> str:
+        """The ideal evaluator completion for ``draft`` when ``answer`` is right (warm-start target)."""
+
+    def aggregator(self, problem: Problem, candidates: Sequence[str]) -> str: ...
+
+    def orchestrator(self, problem: Problem, n: int) -> str: ...
+
+    def parse_strategies(self, text: str, n: int) -> list[str]:
+        """Exactly ``n`` strategies from an orchestrator completion (padded when short)."""
+
+    def format_strategies(self, strategies: Sequence[str]) -> str:
+        """The orchestrator completion that proposes ``strategies`` (warm-start target)."""
+
+    def worker(self, problem: Problem, strategy: str) -> str: ...
+
+    def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str: ...
+
+    def answer(self, completion: str) -> str:
+        """The answer a completion proposes: what the task scores."""
+
+    def target(self, answer: str) -> str:
+        """A completion that proposes ``answer`` (warm-start target; ``answer(target(a)) == a``)."""
+
+
+def build_style(name: str, family: str = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
+    """The style ``name`` for a task of ``family``; ``chat`` needs the tokenizer (its chat template)."""
+    if name == "compact":
+        from matrixrl.workflows.styles.compact import CompactStyle
+
+        return CompactStyle(family)
+    if name == "chat":
+        from matrixrl.workflows.styles.chat import ChatStyle
+
+        if not isinstance(settings, PromptSettings):
+            settings = PromptSettings.model_validate(settings or {})
+        return ChatStyle(tokenizer, family, settings)
+    raise ValueError(f"unknown prompt style {name!r}; use one of: {', '.join(STYLE_NAMES)}")
+
+
+__all__ = ["Family", "PromptSettings", "PromptStyle", "STYLE_NAMES", "build_style"]
