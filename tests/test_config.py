@@ -64,7 +64,7 @@ def test_default_file_loads() -> None:
     assert isinstance(cfg, Config)
     assert cfg.grid.scale == ["tiny-s", "tiny-m"]
     assert cfg.grid.seed == [0, 1]
-    assert set(cfg.scales) == {"tiny-s", "tiny-m"} and set(cfg.tasks) == {"arith"}
+    assert set(cfg.scales) == {"tiny-s", "tiny-m"} and set(cfg.tasks) == {"arith", "pyfunc"}
     assert cfg.results_dir == str((EXPERIMENTS.parent / "results").resolve())
 
 
@@ -189,12 +189,15 @@ def test_missing_axis(raw: dict) -> None:
 
 def test_unknown_kind(raw: dict) -> None:
     raw["scales"]["tiny-s"]["kind"] = "huge"
-    assert error_of(raw) == "E.yaml: scales.tiny-s.kind: unknown kind 'huge'; use one of: tiny"
+    assert error_of(raw) == "E.yaml: scales.tiny-s.kind: unknown kind 'huge'; use one of: tiny, hf"
 
 
 def test_missing_kind(raw: dict) -> None:
     del raw["tasks"]["arith"]["kind"]
-    assert error_of(raw) == "E.yaml: tasks.arith.kind: required key is missing; add it (one of: arith)"
+    assert error_of(raw) == (
+        "E.yaml: tasks.arith.kind: required key is missing; add it (one of: "
+        "arith, pyfunc, gsm8k, math, math_generic, humaneval, code_generic)"
+    )
 
 
 def test_cross_field_check(raw: dict) -> None:
@@ -209,7 +212,7 @@ def test_cross_field_check(raw: dict) -> None:
     "axis, value, message",
     [
         ("scale", "tiny-xl", "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'"),
-        ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith or define it under 'tasks:'"),
+        ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith, pyfunc or define it under 'tasks:'"),
         ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single, voting, eval_opt, orch_workers"),
         ("policy", "separate", "grid.policy: unknown policy 'separate'; use one of: shared, isolated"),
     ],

@@ -3,7 +3,8 @@
 A problem shows a few examples of an integer function, ``1>4,2>5,7>10``, and the
 answer is a Python expression in ``x`` (``x+3``). It is correct when
 ``def f(x): return <answer>`` passes hidden tests on inputs that were not shown, run
-in the sandbox; any expression that computes the function passes (``3+x``, ``x+1+2``).
+in the sandbox; any expression that computes the function passes (``3+x``, ``x+1+2``),
+and so does a whole ``def f(x): ...`` (what a chat model's code block holds).
 
 Functions come from small families (``FAMILIES``), each a polynomial of degree at most
 two in ``x``, so any three examples determine the function and the hidden tests only
@@ -35,6 +36,7 @@ from math import comb
 import numpy as np
 
 from matrixrl.tasks.base import BatchScorer, Problem
+from matrixrl.tasks.code import defines
 
 
 @dataclass(frozen=True)
@@ -230,16 +232,20 @@ class PyfuncTask(BatchScorer):
 
         cfg = self.config
         scores = [0.0] * len(pairs)
-        runnable = []
+        jobs, runnable = [], []
         for i, (problem, answer) in enumerate(pairs):
-            if not is_expression(answer):
-                continue  # never reaches the sandbox
-            tree = arithmetic(answer) if self.arithmetic_in_process else None
-            if tree is not None:
-                scores[i] = 1.0 if self._passes_in_process(problem, tree) else 0.0
+            if is_expression(answer):
+                tree = arithmetic(answer) if self.arithmetic_in_process else None
+                if tree is not None:
+                    scores[i] = 1.0 if self._passes_in_process(problem, tree) else 0.0
+                    continue
+                code = program(answer)
+            elif defines(answer, "f"):  # a whole function, as a chat model writes it
+                code = answer
             else:
-                runnable.append(i)
-        jobs = [(program(pairs[i][1]), self.tests(pairs[i][0])) for i in runnable]
+                continue  # fails without a run
+            runnable.append(i)
+            jobs.append((code, self.tests(problem)))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
         for i, result in zip(runnable, results):
             scores[i] = 1.0 if result.passed else 0.0
