@@ -37,7 +37,7 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
         from matrixrl.models.hf import model_source
         from matrixrl.models.policies import load_policy
         from matrixrl.tasks import build_task
-        from matrixrl.train.metrics import role_metrics
+        from matrixrl.train.metrics import role_metrics, score_episodes
         from matrixrl.train.rollout import make_generate
         from matrixrl.workflows import build_workflow
         from matrixrl.workflows.styles import build_style
@@ -59,8 +59,9 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
     )
     problems = task.eval_problems()
     episodes = workflow.run(problems, list(range(len(problems))), generate)
-    n_correct = int(sum(task.score(e.problem, e.answer) for e in episodes))
-    roles = role_metrics(episodes, task)
+    scores = score_episodes(task, episodes)  # every answer of the evaluation in one batch
+    n_correct = int(sum(scores(e.problem, e.answer) for e in episodes))
+    roles = role_metrics(episodes, task, scores)
     result = EvalResult(
         cell=spec.cell.id,
         step=step,

@@ -11,10 +11,34 @@ answer (the ceiling an aggregator or synthesizer could reach).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+
+from matrixrl.tasks.base import Problem
 
 
-def role_metrics(episodes, task) -> list[dict]:
-    """Long rows ``{"role", "metric", "value"}``; role ``"episode"`` for episode-level ones."""
+def score_episodes(task, episodes) -> Callable[[Problem, str], float]:
+    """Every answer the episodes propose, judge or end with, scored by one ``score_batch`` call.
+
+    Returns a lookup ``score(problem, answer)`` for those pairs; code tasks run the
+    whole batch in the sandbox at once instead of answer by answer.
+    """
+    pairs: dict[tuple[str, str], Problem] = {}
+    for episode in episodes:
+        texts = [episode.answer] + [t.answer for t in episode.turns] + [t.judged for t in episode.turns]
+        for text in texts:
+            if text is not None:
+                pairs.setdefault((episode.problem.id, text), episode.problem)
+    keys = list(pairs)
+    scores = dict(zip(keys, task.score_batch([pairs[k] for k in keys], [answer for _, answer in keys])))
+    return lambda problem, answer: scores[(problem.id, answer)]
+
+
+def role_metrics(episodes, task, scores: Callable[[Problem, str], float] | None = None) -> list[dict]:
+    """Long rows ``{"role", "metric", "value"}``; role ``"episode"`` for episode-level ones.
+
+    ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
+    """
+    score_of = scores or score_episodes(task, episodes)
     answers: dict[str, list[float]] = defaultdict(list)
     verdicts: dict[str, list[float]] = defaultdict(list)
     lengths: dict[str, list[int]] = defaultdict(list)
@@ -24,11 +48,11 @@ def role_metrics(episodes, task) -> list[dict]:
         for turn in episode.turns:
             lengths[turn.role].append(len(turn.completion.completion_ids))
             if turn.answer is not None:
-                score = task.score(episode.problem, turn.answer)
+                score = score_of(episode.problem, turn.answer)
                 answers[turn.role].append(score)
                 correct_somewhere |= score == 1.0
             if turn.judged is not None:
-                verdicts[turn.role].append(float(bool(turn.approved) == (task.score(episode.problem, turn.judged) == 1.0)))
+                verdicts[turn.role].append(float(bool(turn.approved) == (score_of(episode.problem, turn.judged) == 1.0)))
         any_correct.append(float(correct_somewhere))
     rows = []
     for role in sorted(lengths):

@@ -37,7 +37,7 @@ from matrixrl.models.policies import build_policy, load_policy
 from matrixrl.tasks import build_task
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
-from matrixrl.train.metrics import role_metrics
+from matrixrl.train.metrics import role_metrics, score_episodes
 from matrixrl.train.rollout import make_generate
 from matrixrl.workflows import build_workflow
 
@@ -164,8 +164,9 @@ def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate
 
     policy.train(False)
     episodes = workflow.run(batch, groups, generate)
-    assign_rewards(episodes, task, cfg.reward)
-    roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task)]
+    scores = score_episodes(task, episodes)  # every answer of the step in one batch
+    assign_rewards(episodes, task, cfg.reward, scores)
+    roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task, scores)]
     group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
@@ -184,35 +185,38 @@ def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate
     return row, roles, [{"step": step + 1, **d} for d in step_diagnostics]
 
 
-def assign_rewards(episodes, task, mode: str) -> None:
+def assign_rewards(episodes, task, mode: str, scores=None) -> None:
     """Score each episode's final answer, then give every turn its reward.
 
     ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
     scores a turn that proposes an answer on that answer, a judging turn on whether
     its verdict (``turn.approved``, as its prompt style read it) matched the judged
     answer's correctness, and any other turn (an orchestrator's plan) on the outcome.
+    ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
     """
+    score_of = scores or score_episodes(task, episodes)
     for episode in episodes:
-        episode.reward = task.score(episode.problem, episode.answer)
+        episode.reward = score_of(episode.problem, episode.answer)
         for turn in episode.turns:
             if mode == "outcome":
                 turn.reward = episode.reward
             elif turn.answer is not None:
-                turn.reward = task.score(episode.problem, turn.answer)
+                turn.reward = score_of(episode.problem, turn.answer)
             elif turn.judged is not None:
-                turn.reward = float(bool(turn.approved) == (task.score(episode.problem, turn.judged) == 1.0))
+                turn.reward = float(bool(turn.approved) == (score_of(episode.problem, turn.judged) == 1.0))
             else:
                 turn.reward = episode.reward
 
 
-def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[dict, list[dict]]:
+def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True) -> tuple[dict, list[dict]]:
     """One optimizer step per parameter set, each on the turns of the roles it serves.
 
     Every agent's turns get their own backward pass, and the change in the
     accumulated ``.grad`` is that agent's gradient (design.md §3: cheaper than a
     separate ``autograd.grad`` per role). ``.grad`` still ends as the sum, so the
     step is the same as one backward over all turns. Returns the step's metrics
-    and its gradient diagnostics rows.
+    and its gradient diagnostics rows (none with ``diagnostics=False``, which skips
+    the snapshots; bench/diagnostics.py times the difference).
     """
     turns_by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
@@ -241,9 +245,10 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
                 epsilon_high=cfg.epsilon_high,
                 n_tokens=total_tokens,
             )
-            before = flat_grad(params)
+            before = flat_grad(params) if diagnostics else None
             loss.backward()
-            agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, int(batch.completion_mask.sum())))
+            if diagnostics:
+                agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, int(batch.completion_mask.sum())))
             stats["loss"] += loss.item()
             entropy_sum = (entropy * batch.completion_mask).sum().item()
             stats["entropy_sum"] += entropy_sum
@@ -263,4 +268,4 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg) -> tuple[
         "response_length": total_tokens / max(n_turns, 1),
         "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},
     }
-    return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared")
+    return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared") if diagnostics else []
