@@ -18,7 +18,7 @@ from matrixrl.results import EvalResult, StepMetrics, TrainResult, write_result
 from conftest import run_cli
 
 CELL = Cell(workflow="single", task="arith", scale="tiny-s", policy="shared", seed=0)
-ONE_CELL = ("--only", "workflow=single", "--only", "scale=tiny-s", "--only", "policy=shared", "--only", "seed=0")  # the grid of exactly CELL
+ONE_CELL = ("--only", "workflow=single", "--only", "task=arith", "--only", "scale=tiny-s", "--only", "policy=shared", "--only", "seed=0")  # the grid of exactly CELL
 FIX = "delete it and run `matrixrl run` to recompute it"
 
 

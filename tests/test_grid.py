@@ -15,6 +15,10 @@ def test_cells_cover_every_combination_in_axis_order(experiment):
         "single-arith-tiny-s-shared-s1",
         "single-arith-tiny-m-shared-s0",
         "single-arith-tiny-m-shared-s1",
+        "single-pyfunc-tiny-s-shared-s0",
+        "single-pyfunc-tiny-s-shared-s1",
+        "single-pyfunc-tiny-m-shared-s0",
+        "single-pyfunc-tiny-m-shared-s1",
     ]
     assert len(set(ids)) == len(ids)
 
