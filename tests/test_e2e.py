@@ -121,7 +121,8 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     row = rows[0]
     assert list(row) == [
         "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step",
-        "final", "gain", "cliff", "cliff_onset", "n_checkpoints",
+        "final", "final_tail", "gain", "cliff", "cliff_onset", "n_checkpoints",
+        "generator_answer_acc_base", "generator_answer_acc_peak", "generator_answer_acc_final",
     ]  # fmt: skip
     curve = accuracies(results, CELL0)
     peak = max(a for _, a in curve)
@@ -131,11 +132,16 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     assert row["final"] == curve[-1][1]
     assert math.isclose(row["gain"], curve[-1][1] - curve[0][1])
     assert row["n_checkpoints"] == 3
+    assert math.isclose(row["final_tail"], sum(a for _, a in curve) / 3)  # analysis.final_tail_k is 3
     csv = matrixrl("report", "-c", str(config), "--format", "csv").stdout.splitlines()
-    assert csv[0] == "workflow,task,scale,policy,seed,base,peak,peak_step,final,gain,cliff,cliff_onset,n_checkpoints"
+    assert csv[0] == (
+        "workflow,task,scale,policy,seed,base,peak,peak_step,final,final_tail,gain,cliff,cliff_onset,"
+        "n_checkpoints,generator_answer_acc_base,generator_answer_acc_peak,generator_answer_acc_final"
+    )
     assert csv[1].startswith(f"single,arith,tiny-s,shared,0,{row['base']},")
     markdown = matrixrl("report", "-c", str(config), "--format", "markdown").stdout.splitlines()
-    assert markdown[0].startswith("| workflow | task | scale |") and markdown[1].startswith("|---|")
+    assert [c.strip() for c in markdown[0].split("|")[1:4]] == ["workflow", "task", "scale"]
+    assert markdown[1].startswith("|:---")
 
 
 def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
