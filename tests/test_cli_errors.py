@@ -80,10 +80,10 @@ def _edit(experiment: Path, old: str, new: str) -> None:
 
 # (how to break the file, extra arguments, the message after "Error: <file>: " or None for an option error)
 CASES = {
-    "yaml-syntax": (lambda e: _edit(e, "  seed: [0, 1]\n", "  seed: [0, 1\n"), (), None),
-    "unknown-key": (lambda e: _edit(e, "  steps: 60\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
-    "wrong-type": (lambda e: _edit(e, "  steps: 60\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
-    "out-of-range": (lambda e: _edit(e, "  steps: 60\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
+    "yaml-syntax": (lambda e: _edit(e, "  seed: [0]\n", "  seed: [0\n"), (), None),
+    "unknown-key": (lambda e: _edit(e, "  steps: 40\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
+    "wrong-type": (lambda e: _edit(e, "  steps: 40\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
+    "out-of-range": (lambda e: _edit(e, "  steps: 40\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
     "unknown-scale": (
         lambda e: _edit(e, "  scale: [tiny-s, tiny-m]\n", "  scale: [tiny-s, tiny-xl]\n"),
         (),
@@ -106,7 +106,7 @@ OPTION_CASES = {
     ),
     "only-not-in-grid": (
         ("--only", "seed=7"),
-        "--only 'seed=7': 7 not in grid.seed [0, 1]; --only narrows the grid, use --set grid.seed=[...] to change it",
+        "--only 'seed=7': 7 not in grid.seed [0]; --only narrows the grid, use --set grid.seed=[...] to change it",
     ),
 }
 
@@ -119,8 +119,8 @@ def test_bad_config_is_one_line_exit_2(experiment: Path, command: str, case: str
     line = assert_user_error(run_cli(command, "-c", experiment, *extra))
     if message is None:  # YAML syntax: the position is part of the message
         assert line == (
-            f"Error: {experiment}: not valid YAML at line 17, column 7: expected ',' or ']', but got ':' "
-            "(while parsing a flow sequence that starts at line 15, column 9)"
+            f"Error: {experiment}: not valid YAML at line 19, column 7: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence that starts at line 17, column 9)"
         )
     else:
         assert line == f"Error: {experiment}: {message}"
@@ -144,7 +144,7 @@ def test_missing_config_file(tmp_path: Path, command: str) -> None:
 
 def test_console_script_prints_no_traceback(experiment: Path) -> None:
     """The real entry point, in a subprocess: what a user's terminal shows."""
-    _edit(experiment, "  steps: 60\n", "  steps: abc\n")
+    _edit(experiment, "  steps: 40\n", "  steps: abc\n")
     proc = subprocess.run(
         [sys.executable, "-c", "from matrixrl.cli import main; main()", "report", "-c", str(experiment)],
         capture_output=True,

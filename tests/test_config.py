@@ -63,7 +63,7 @@ def test_default_file_loads() -> None:
     cfg = load_config(EXPERIMENTS)
     assert isinstance(cfg, Config)
     assert cfg.grid.scale == ["tiny-s", "tiny-m"]
-    assert cfg.grid.seed == [0, 1]
+    assert cfg.grid.seed == [0]
     assert set(cfg.scales) == {"tiny-s", "tiny-m"} and set(cfg.tasks) == {"arith", "pyfunc"}
     assert cfg.results_dir == str((EXPERIMENTS.parent / "results").resolve())
 
@@ -141,7 +141,7 @@ def test_wrong_type(raw: dict) -> None:
 
 
 def test_wrong_type_in_a_file(tmp_path: Path) -> None:
-    text = EXPERIMENTS.read_text().replace("  steps: 60\n", "  steps: abc\n")
+    text = EXPERIMENTS.read_text().replace("  steps: 40\n", "  steps: abc\n")
     path = tmp_path / "experiments.yaml"
     path.write_text(text)
     assert load_error(path) == f"{path}: train.steps: expected an integer (got 'abc')"
@@ -353,6 +353,7 @@ def test_parse_only() -> None:
 
 
 def test_only_narrows_in_the_given_order_and_parses_seeds(raw: dict) -> None:
+    raw["grid"]["seed"] = [0, 1]
     apply_only(raw, "scale=tiny-m")
     apply_only(raw, "seed=1,0")
     assert raw["grid"]["scale"] == ["tiny-m"]
@@ -361,7 +362,7 @@ def test_only_narrows_in_the_given_order_and_parses_seeds(raw: dict) -> None:
 
 
 def test_only_through_load_config(experiment: Path) -> None:
-    cfg = load_config(experiment, only=["seed=1", "scale=tiny-s"])
+    cfg = load_config(experiment, sets=["grid.seed=[0,1]"], only=["seed=1", "scale=tiny-s"])
     assert cfg.grid.seed == [1] and cfg.grid.scale == ["tiny-s"]
     assert set(cfg.scales) == {"tiny-s", "tiny-m"}  # definitions stay; only the grid narrows
 
@@ -395,9 +396,9 @@ def test_only_repeated_value() -> None:
 
 def test_only_value_not_in_grid(raw: dict) -> None:
     with pytest.raises(ConfigError) as info:
-        apply_only(raw, "seed=1,5")
+        apply_only(raw, "seed=0,5")
     assert str(info.value) == (
-        "--only 'seed=1,5': 5 not in grid.seed [0, 1]; --only narrows the grid, "
+        "--only 'seed=0,5': 5 not in grid.seed [0]; --only narrows the grid, "
         "use --set grid.seed=[...] to change it"
     )
 
