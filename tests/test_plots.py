@@ -81,6 +81,10 @@ def write_study(results: Path, cell_list: list[Cell], with_diagnostics: bool = T
 @pytest.fixture
 def study(experiment: Path):
     """(config, experiments file) of a small grid whose results are on disk, not yet ingested."""
+    # Two seeds, so the plots have bands and the seeds table intervals (the default file has one).
+    text = experiment.read_text()
+    assert "  seed: [0]\n" in text
+    experiment.write_text(text.replace("  seed: [0]\n", "  seed: [0, 1]\n"))
     config = load_config(experiment, only=list(ONLY[1::2]))
     assert {c.seed for c in cells(config)} == {0, 1} and set(config.grid.task) == {"arith"}
     write_study(Path(config.results_dir), cells(config))
