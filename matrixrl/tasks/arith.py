@@ -10,61 +10,25 @@ accuracy that gives GRPO groups with mixed rewards.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 
-from matrixrl.tasks.base import BatchScorer, Problem
+from matrixrl.tasks.base import Problem, SeededTask
 
 
-class ArithTask(BatchScorer):
+class ArithTask(SeededTask):
     family = "math"
 
-    def __init__(self, name: str, config):
-        self.name = name
-        self.config = config
-
-    def _problem(self, rng: np.random.Generator, terms: int, digits: int) -> Problem:
+    def _problem(self, rng: np.random.Generator, shape: tuple[int, int]) -> Problem:
+        terms, digits = shape
         operands = rng.integers(0, 10**digits, size=terms)
         question = "+".join(str(int(x)) for x in operands)
         return Problem(id=question, question=question, answer=str(int(operands.sum())))
 
-    @cached_property
-    def _eval(self) -> list[Problem]:
-        rng = np.random.default_rng([self.config.seed, 1])
-        seen: dict[str, Problem] = {}
-        while len(seen) < self.config.n_eval:
-            problem = self._problem(rng, self.config.terms, self.config.digits)
-            seen.setdefault(problem.id, problem)
-        return list(seen.values())
+    def _shape(self) -> tuple[int, int]:
+        return self.config.terms, self.config.digits
 
-    @cached_property
-    def _eval_ids(self) -> frozenset[str]:
-        return frozenset(p.id for p in self._eval)
-
-    def eval_problems(self) -> list[Problem]:
-        return list(self._eval)
-
-    def _draw(self, rng: np.random.Generator, n: int, shape) -> list[Problem]:
-        problems: list[Problem] = []
-        while len(problems) < n:
-            problem = self._problem(rng, *shape())
-            if problem.id not in self._eval_ids:  # splits never overlap
-                problems.append(problem)
-        return problems
-
-    def train_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
-        return self._draw(rng, n, lambda: (self.config.terms, self.config.digits))
-
-    def warmstart_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
-        cfg = self.config
-
-        def shape() -> tuple[int, int]:
-            if rng.random() < cfg.warmstart_hard_fraction:
-                return cfg.terms, cfg.digits
-            return cfg.warmstart_terms, cfg.warmstart_digits
-
-        return self._draw(rng, n, shape)
+    def _warmstart_shape(self) -> tuple[int, int]:
+        return self.config.warmstart_terms, self.config.warmstart_digits
 
     def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
         # Integers are equal as numbers exactly when their canonical strings are.

@@ -8,8 +8,9 @@ answers in the sandbox at once and math tasks can parse each reference once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, Protocol
 
 import numpy as np
@@ -71,3 +72,62 @@ class BatchScorer:
 
     def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
         raise NotImplementedError
+
+
+class SeededTask(BatchScorer):
+    """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``).
+
+    Subclasses say how to build one problem of a given *shape* (``_problem``), which
+    shape training and evaluation use (``_shape``) and which easier shape the
+    warm-start mostly sees (``_warmstart_shape``); the config's
+    ``warmstart_hard_fraction`` of warm-start problems take the training shape. The
+    evaluation set is ``n_eval`` distinct problems seeded by the config's ``seed``,
+    and every other draw skips them, so the splits never overlap.
+    """
+
+    def __init__(self, name: str, config):
+        self.name = name
+        self.config = config
+
+    def _problem(self, rng: np.random.Generator, shape) -> Problem:
+        raise NotImplementedError
+
+    def _shape(self):
+        raise NotImplementedError
+
+    def _warmstart_shape(self):
+        raise NotImplementedError
+
+    @cached_property
+    def _eval(self) -> list[Problem]:
+        rng = np.random.default_rng([self.config.seed, 1])
+        seen: dict[str, Problem] = {}
+        while len(seen) < self.config.n_eval:
+            problem = self._problem(rng, self._shape())
+            seen.setdefault(problem.id, problem)
+        return list(seen.values())
+
+    @cached_property
+    def _eval_ids(self) -> frozenset[str]:
+        return frozenset(p.id for p in self._eval)
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
+
+    def _draw(self, rng: np.random.Generator, n: int, shape: Callable[[], object]) -> list[Problem]:
+        problems: list[Problem] = []
+        while len(problems) < n:
+            problem = self._problem(rng, shape())
+            if problem.id not in self._eval_ids:  # splits never overlap
+                problems.append(problem)
+        return problems
+
+    def train_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
+        return self._draw(rng, n, self._shape)
+
+    def warmstart_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
+        def shape():
+            hard = rng.random() < self.config.warmstart_hard_fraction
+            return self._shape() if hard else self._warmstart_shape()
+
+        return self._draw(rng, n, shape)

@@ -30,12 +30,12 @@ import itertools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from math import comb
 
 import numpy as np
 
-from matrixrl.tasks.base import BatchScorer, Problem
+from matrixrl.tasks.base import Problem, SeededTask
 from matrixrl.tasks.code import defines
 
 
@@ -161,15 +161,11 @@ def is_expression(answer: str) -> bool:
     return True
 
 
-class PyfuncTask(BatchScorer):
+class PyfuncTask(SeededTask):
     family = "code"
     # Compute integer-arithmetic answers without the sandbox (bench/pyfunc_scoring.py
     # turns it off to time the sandbox alone; tests check both agree).
     arithmetic_in_process = True
-
-    def __init__(self, name: str, config):
-        self.name = name
-        self.config = config
 
     def _problem(self, rng: np.random.Generator, families: Sequence[str]) -> Problem:
         cfg = self.config
@@ -180,40 +176,11 @@ class PyfuncTask(BatchScorer):
         question = ",".join(f"{x}>{evaluate(expression, x)}" for x in shown)
         return Problem(id=question, question=question, answer=expression)
 
-    @cached_property
-    def _eval(self) -> list[Problem]:
-        rng = np.random.default_rng([self.config.seed, 1])
-        seen: dict[str, Problem] = {}
-        while len(seen) < self.config.n_eval:
-            problem = self._problem(rng, self.config.families)
-            seen.setdefault(problem.id, problem)
-        return list(seen.values())
+    def _shape(self) -> Sequence[str]:
+        return self.config.families
 
-    @cached_property
-    def _eval_ids(self) -> frozenset[str]:
-        return frozenset(p.id for p in self._eval)
-
-    def eval_problems(self) -> list[Problem]:
-        return list(self._eval)
-
-    def _draw(self, rng: np.random.Generator, n: int, families: Callable[[], Sequence[str]]) -> list[Problem]:
-        problems: list[Problem] = []
-        while len(problems) < n:
-            problem = self._problem(rng, families())
-            if problem.id not in self._eval_ids:  # splits never overlap
-                problems.append(problem)
-        return problems
-
-    def train_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
-        return self._draw(rng, n, lambda: self.config.families)
-
-    def warmstart_problems(self, rng: np.random.Generator, n: int) -> list[Problem]:
-        cfg = self.config
-
-        def families() -> Sequence[str]:
-            return cfg.families if rng.random() < cfg.warmstart_hard_fraction else cfg.warmstart_families
-
-        return self._draw(rng, n, families)
+    def _warmstart_shape(self) -> Sequence[str]:
+        return self.config.warmstart_families
 
     def tests(self, problem: Problem) -> str:
         return hidden_tests(problem, self.config.hidden_tests, self.config.seed)
