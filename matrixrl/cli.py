@@ -191,7 +191,8 @@ def plan(
         per_cell.add_row(cell_id, _status(train["status"]), f"{done}/{len(evals)}")
     out.print(per_cell)
     n_pending = sum(j["status"] == "pending" for j in jobs)
-    out.print("Nothing to run." if not n_pending else f"{n_pending} jobs pending: `matrixrl run` runs them.")
+    jobs = "job" if n_pending == 1 else "jobs"
+    out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")
 
 
 def _pending(n: int) -> str:
