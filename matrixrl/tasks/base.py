@@ -8,6 +8,7 @@ answers in the sandbox at once and math tasks can parse each reference once.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,11 +52,16 @@ class Task(Protocol):
         """``score`` for many (problem, answer) pairs at once, in order."""
 
 
-class BatchScorer:
-    """``score`` and ``score_batch`` from one ``_score_distinct`` over distinct pairs.
+class BatchScorer(ABC):
+    """The base of every task: a name, its config, and ``score`` / ``score_batch`` from one
+    ``_score_distinct`` over distinct pairs.
 
     Repeated (problem, answer) pairs, common within a GRPO group, are scored once.
     """
+
+    def __init__(self, name: str, config):
+        self.name = name
+        self.config = config
 
     def score(self, problem: Problem, answer: str) -> float:
         return self.score_batch([problem], [answer])[0]
@@ -70,8 +76,8 @@ class BatchScorer:
         scores = dict(zip(distinct, self._score_distinct(pairs))) if pairs else {}
         return [scores[(p.id, a)] for p, a in zip(problems, answers)]
 
-    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]:
-        raise NotImplementedError
+    @abstractmethod
+    def _score_distinct(self, pairs: list[tuple[Problem, str]]) -> list[float]: ...
 
 
 class SeededTask(BatchScorer):
@@ -85,18 +91,14 @@ class SeededTask(BatchScorer):
     and every other draw skips them, so the splits never overlap.
     """
 
-    def __init__(self, name: str, config):
-        self.name = name
-        self.config = config
+    @abstractmethod
+    def _problem(self, rng: np.random.Generator, shape) -> Problem: ...
 
-    def _problem(self, rng: np.random.Generator, shape) -> Problem:
-        raise NotImplementedError
+    @abstractmethod
+    def _shape(self): ...
 
-    def _shape(self):
-        raise NotImplementedError
-
-    def _warmstart_shape(self):
-        raise NotImplementedError
+    @abstractmethod
+    def _warmstart_shape(self): ...
 
     @cached_property
     def _eval(self) -> list[Problem]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from abc import abstractmethod
 from functools import cached_property
 from pathlib import Path
 
@@ -138,14 +139,10 @@ def field(record: dict, key: str, where: str) -> str:
 class FileTask(BatchScorer):
     """A task over records: the split logic, with the record format left to subclasses."""
 
-    def __init__(self, name: str, config):
-        self.name = name
-        self.config = config
-
     # --- subclasses --------------------------------------------------------------------
 
-    def _problem(self, record: dict, where: str) -> Problem:
-        raise NotImplementedError
+    @abstractmethod
+    def _problem(self, record: dict, where: str) -> Problem: ...
 
     def _default_records(self) -> tuple[str, list[dict]]:
         """Records when neither ``path`` nor ``hub`` is set (only tasks with packaged data)."""
