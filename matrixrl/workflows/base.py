@@ -64,6 +64,29 @@ class Generate(Protocol):
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
 
 
+
+def parallel_turns(role: str, prompts: list[str], completions: list[Completion], size: int, n: int, answer) -> list[list[Turn]]:
+    """Per episode, the turns of ``n`` parallel agents of ``role`` (``role0..n-1``, index 0).
+
+    ``prompts`` and ``completions`` come from one batched call in agent-major order:
+    agent a of episode i is item ``a * size + i``; ``answer`` extracts each turn's answer.
+    """
+    return [
+        [
+            Turn(role, f"{role}{a}", 0, prompts[a * size + i], completions[a * size + i], answer=answer(completions[a * size + i].text))
+            for a in range(n)
+        ]
+        for i in range(size)
+    ]
+
+
+def decide(episodes: list[Episode], role: str, prompts: list[str], generate: "Generate", answer) -> None:
+    """The final stage of voting and orch_workers: one ``role`` agent per episode answers,
+    in one batched call, and its answer becomes the episode's."""
+    for episode, prompt, completion in zip(episodes, prompts, generate(role, prompts)):
+        episode.answer = answer(completion.text)
+        episode.turns.append(Turn(role, f"{role}0", 0, prompt, completion, answer=episode.answer))
+
 class Workflow(Protocol):
     name: str
     roles: tuple[str, ...]

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings, decide, parallel_turns
 from matrixrl.workflows.styles import PromptStyle
 from matrixrl.workflows.styles.compact import CompactStyle, noisy_candidates, pick_target
 
@@ -38,21 +38,14 @@ class OrchWorkers:
         plans = generate("orchestrator", plan_prompts)
         strategies = [style.parse_strategies(c.text, n) for c in plans]
         work_prompts = [style.worker(problems[i], strategies[i][a]) for a in range(n) for i in range(size)]
-        answers = generate("worker", work_prompts)  # worker a, episode i → answers[a * size + i]
-        episodes = []
-        for i, (problem, group) in enumerate(zip(problems, groups)):
-            turns = [Turn("orchestrator", "orchestrator0", 0, plan_prompts[i], plans[i])]
-            turns += [
-                Turn("worker", f"worker{a}", 0, work_prompts[a * size + i], answers[a * size + i], answer=style.answer(answers[a * size + i].text))
-                for a in range(n)
-            ]
-            episodes.append(Episode(problem=problem, group=group, turns=turns))
+        answers = generate("worker", work_prompts)
+        workers = parallel_turns("worker", work_prompts, answers, size, n, style.answer)
+        episodes = [
+            Episode(problem=p, group=g, turns=[Turn("orchestrator", "orchestrator0", 0, plan_prompts[i], plans[i]), *workers[i]])
+            for i, (p, g) in enumerate(zip(problems, groups))
+        ]
         synth_prompts = [style.synthesizer(e.problem, [t.completion.text for t in e.turns[1:]]) for e in episodes]
-        finals = generate("synthesizer", synth_prompts)
-        for episode, prompt, completion in zip(episodes, synth_prompts, finals):
-            answer = style.answer(completion.text)
-            episode.turns.append(Turn("synthesizer", "synthesizer0", 0, prompt, completion, answer=answer))
-            episode.answer = answer
+        decide(episodes, "synthesizer", synth_prompts, generate, style.answer)
         return episodes
 
     def _random_strategies(self, rng: np.random.Generator) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
+from matrixrl.workflows.base import Episode, Generate, WorkflowSettings, decide, parallel_turns
 from matrixrl.workflows.styles import PromptStyle
 from matrixrl.workflows.styles.compact import CompactStyle, noisy_candidates, pick_target
 
@@ -33,20 +33,11 @@ class Voting:
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         style, n, size = self.style, self.settings.n_votes, len(problems)
         prompts = [style.generator(p) for p in problems]
-        answers = generate("generator", prompts * n)  # agent a, episode i → answers[a * size + i]
-        episodes = []
-        for i, (problem, group) in enumerate(zip(problems, groups)):
-            turns = [
-                Turn("generator", f"generator{a}", 0, prompts[i], answers[a * size + i], answer=style.answer(answers[a * size + i].text))
-                for a in range(n)
-            ]
-            episodes.append(Episode(problem=problem, group=group, turns=turns))
+        answers = generate("generator", prompts * n)
+        agents = parallel_turns("generator", prompts * n, answers, size, n, style.answer)
+        episodes = [Episode(problem=p, group=g, turns=t) for p, g, t in zip(problems, groups, agents)]
         agg_prompts = [style.aggregator(e.problem, [t.completion.text for t in e.turns]) for e in episodes]
-        finals = generate("aggregator", agg_prompts)
-        for episode, prompt, completion in zip(episodes, agg_prompts, finals):
-            answer = style.answer(completion.text)
-            episode.turns.append(Turn("aggregator", "aggregator0", 0, prompt, completion, answer=answer))
-            episode.answer = answer
+        decide(episodes, "aggregator", agg_prompts, generate, style.answer)
         return episodes
 
     def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
