@@ -9,12 +9,11 @@ a missing piece fails the test.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from conftest import skip_or_fail
 
 INSTALL_HINT = "apt-get install chromium, and pip install -e '.[dev]' for playwright; .ci/run does both"
 
@@ -65,10 +64,7 @@ def chromium() -> str:
     if importlib.util.find_spec("playwright") is None:
         missing.append("the playwright package is not installed")
     if missing:
-        reason = "; ".join(missing)
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"browser test cannot run on CI: {reason}", pytrace=False)
-        pytest.skip(f"{reason} ({INSTALL_HINT})")
+        skip_or_fail("browser test", "; ".join(missing), INSTALL_HINT)
     return path
 
 

@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import pytest
+from conftest import skip_or_fail
 
 ETC_SLURM = Path("/etc/slurm")
 # Files made reachable under /etc/slurm (symlinks into conf_dir).
@@ -93,15 +93,9 @@ INSTALL_HINT = (
 )
 
 
-def on_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() == "true"
-
-
 def unavailable(reason: str) -> None:
     """Skip the test -- or fail it on CI (``CI=true``), where it must run."""
-    if on_ci():
-        pytest.fail(f"SLURM test cannot run on CI: {reason}", pytrace=False)
-    pytest.skip(f"{reason} ({INSTALL_HINT})")
+    skip_or_fail("SLURM test", reason, INSTALL_HINT)
 
 
 def check_prerequisites() -> None:

