@@ -76,6 +76,12 @@ def jobs_started(proc: subprocess.CompletedProcess) -> list[str]:
     return [line.split("▶ ", 1)[1] for line in proc.stderr.splitlines() if "▶ " in line]
 
 
+def trainers(cell: str) -> list[int]:
+    """Pids of the training processes of ``cell`` (forked jobs carry it in their title)."""
+    found = subprocess.run(["pgrep", "-f", f"matrixrl.jobs train {cell}"], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     folder = tmp_path_factory.mktemp("grid")
@@ -213,8 +219,7 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
             assert time.monotonic() < deadline, "training never reached step 8"
             assert runner.poll() is None, "the run ended before it could be killed"
             time.sleep(0.02)
-        trainer = subprocess.run(["pgrep", "-f", f"matrixrl.jobs train .*{CELL0}"], capture_output=True, text=True)
-        pids = [int(p) for p in trainer.stdout.split()]
+        pids = trainers(CELL0)
         assert pids, "no training process to kill"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -234,6 +239,44 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
     assert accuracies(results, CELL0) == accuracies(reference, CELL0)
     query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
     assert stored(results, query) == stored(reference, query)
+
+
+def test_no_training_outlives_a_killed_run(ran, tmp_path):
+    """kill -9 of Snakemake mid-training: its forked training must not go on writing the cell."""
+    _, first_results, _, _ = ran
+    config = small_experiment(tmp_path, **{"train.steps": 400, "train.eval_every": 400})
+    results = tmp_path / "results"
+    shutil.copytree(first_results / "base", results / "base")
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (pids := trainers(CELL0)):
+            assert time.monotonic() < deadline, "no training process started"
+            assert runner.poll() is None, "the run ended before training started"
+            time.sleep(0.1)
+        snakemake = subprocess.run(["pgrep", "-f", "--", f"--directory {results}"], capture_output=True, text=True)
+        assert snakemake.stdout.split(), "no Snakemake process to kill"
+        for pid in snakemake.stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in pids):
+            assert time.monotonic() < deadline, f"training {pids} still runs 30 s after its run was killed"
+            time.sleep(0.1)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
+    except (FileNotFoundError, IndexError):
+        return "zombie (gone)"
 
 
 def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_step(tmp_path):

@@ -131,7 +131,7 @@ def test_device_cuda_without_a_gpu_is_one_line():
 
 
 def test_an_uncached_hub_id_offline_fails_with_one_line_naming_the_scale(tmp_path):
-    """The prepare_base job of the scale, as Snakemake starts it, with an empty Hugging Face cache."""
+    """The prepare_base job of the scale, started by hand, with an empty Hugging Face cache."""
     cfg = load_config(experiments_with(tmp_path, {"qwen3-0.6b": {"kind": "hf", "path": "Qwen/Qwen3-0.6B"}}))
     spec = G.base_spec(cfg, "qwen3-0.6b")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
@@ -148,6 +148,26 @@ def test_an_uncached_hub_id_offline_fails_with_one_line_naming_the_scale(tmp_pat
     assert proc.stderr.strip().splitlines()[-1] == f"Error: {expected}"
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "base.json").exists()
+
+
+@pytest.mark.slow
+def test_an_uncached_hub_id_fails_the_run_naming_the_job_whose_log_ends_with_the_error(tmp_path):
+    """The same job under `matrixrl run`, where it is forked from the pre-imported job server."""
+    raw = yaml.safe_load(experiments_with(tmp_path, {"qwen3-0.6b": {"kind": "hf", "path": "Qwen/Qwen3-0.6B"}}).read_text())
+    raw["grid"].update(workflow=["single"], task=["arith"], scale=["qwen3-0.6b"], policy=["shared"], seed=[0])
+    config = tmp_path / "experiments.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    log = tmp_path / "results" / "logs" / "prepare_base" / "qwen3-0.6b.log"
+    assert proc.returncode == 1
+    assert f"✗ job prepare_base (scale=qwen3-0.6b) failed; log: {log}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert log.read_text().strip().splitlines()[-1] == f"Error: {not_cached_message('qwen3-0.6b', 'Qwen/Qwen3-0.6B')}"
+    assert not (tmp_path / "results" / "base" / "qwen3-0.6b" / "base.json").exists()
 
 
 # --- GPUs -----------------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""``python -m matrixrl.jobs RULE ...``: the process entry of the shell rules."""
+"""``python -m matrixrl.jobs RULE ...``: a job's process entry.
+
+The Snakefile runs these jobs in children of a pre-imported fork server
+(matrixrl/jobs/forked.py), which call ``run`` with the same arguments; the command
+line stays for running one job by hand.
+"""
 
 from __future__ import annotations
 
@@ -28,13 +33,18 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"unknown job rule {rule!r}")
 
 
-if __name__ == "__main__":
+def run(argv: list[str]) -> None:
+    """``main`` with the errors a user can fix reported as one line (exit 1), not a traceback."""
     from matrixrl.models.devices import GpuClaimError
     from matrixrl.models.hf import ModelLoadError
 
     try:
-        main(sys.argv[1:])
+        main(argv)
     except (ModelLoadError, GpuClaimError) as exc:
         # The job log (the run names it) ends with the one line that says what to fix.
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])
