@@ -109,3 +109,80 @@ def test_checkpoint_round_trip(base, tmp_path, mode, adapter):
             expected = policy.model_for(role)(input_ids=ids).logits
             got = loaded.model_for(role)(input_ids=ids).logits
         assert torch.equal(expected, got), role
+
+
+# --- what the update skips ----------------------------------------------------------------
+
+
+def mixed_episodes(advantages: list[float]) -> list[Episode]:
+    """One generator turn per rollout with the given advantages (0: a group that scored alike)."""
+    return [
+        Episode(
+            Problem("p", "1+2", "3"),
+            group=0,
+            turns=[Turn("generator", "generator0", 0, "1+2=", Completion("3", [10 + i % 3, 20, 30 + i], [40 + i, 41, 3][: 1 + i % 3]), advantage=a)],
+        )
+        for i, a in enumerate(advantages)
+    ]
+
+
+def reference_update(policy, optimizer, episodes, cfg: Train) -> None:
+    """The textbook step: one forward and backward over every turn, advantage 0 or not."""
+    from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+
+    turns = [t for e in episodes for t in e.turns]
+    (_, params), = policy.parameter_sets().values()
+    optimizer.zero_grad(set_to_none=True)
+    batch = TurnBatch.from_turns(turns, pad_token_id=0)
+    logps = completion_logps(policy.model_for("generator"), batch, cfg.temperature)
+    loss, _ = clipped_loss(logps, logps.detach(), batch.advantages, batch.completion_mask,
+                           epsilon_low=cfg.epsilon_low, epsilon_high=cfg.epsilon_high,
+                           n_tokens=int(batch.completion_mask.sum()))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    optimizer.step()
+
+
+def test_skipping_turns_without_advantage_leaves_the_step_unchanged(base):
+    """Zero-advantage turns skip forward and backward; the parameters after two steps
+    (the second with no advantage at all, where AdamW moves on momentum alone) match
+    the textbook update over every turn."""
+    cfg = Train(lr=1e-2)
+    fast, slow = fresh_policy(base, "shared", "full"), fresh_policy(base, "shared", "full")
+    opt_fast = {"shared": torch.optim.AdamW(fast.parameter_sets()["shared"][1], lr=cfg.lr)}
+    opt_slow = torch.optim.AdamW(slow.parameter_sets()["shared"][1], lr=cfg.lr)
+    start = snapshot(fast)["shared"]
+    for advantages in ([1.0, 0.0, -1.0, 0.0, 0.5, 0.0], [0.0] * 6):
+        update(fast, opt_fast, mixed_episodes(advantages), pad_token_id=0, cfg=cfg, diagnostics=False)
+        reference_update(slow, opt_slow, mixed_episodes(advantages), cfg)
+        for a, b in zip(snapshot(fast)["shared"], snapshot(slow)["shared"]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert changed(start, snapshot(fast)["shared"])
+
+
+def test_entropy_recorded_while_sampling_is_the_entropy_of_the_sampled_distribution(base):
+    """Completion.entropy_sum (from generate) against a fresh forward over prompt + completion."""
+    from matrixrl.models.policies import load_causal_lm
+    from matrixrl.train.grpo import TurnBatch
+    from matrixrl.train.rollout import make_generate
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    policy = fresh_policy(base, "shared", "full")
+    temperature = 0.7
+    generate = make_generate(policy, tokenizer, max_new_tokens=6, temperature=temperature, sample=True)
+    torch.manual_seed(0)
+    completions = generate("generator", ["1+2=", "12+3=", "7="] * 4)
+    model = load_causal_lm(base)
+    for completion in completions:
+        if not completion.completion_ids:
+            continue
+        turn = Turn("generator", "generator0", 0, "", completion, advantage=1.0)
+        batch = TurnBatch.from_turns([turn], pad_token_id=tokenizer.pad_token_id)
+        with torch.no_grad():
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+        width = len(completion.completion_ids)
+        logps = torch.log_softmax(logits[0, -width - 1 : -1] / temperature, dim=-1)
+        expected = -(logps.exp() * logps).sum().item()
+        assert completion.entropy_sum == pytest.approx(expected, rel=1e-4), completion
+    assert sum(c.entropy_sum for c in completions) > 0

@@ -1,7 +1,6 @@
 """GRPO pieces: group-relative advantages and the clipped, token-mean policy loss.
 
-Reuses TRL's tensor utilities (``selective_log_softmax``, ``entropy_from_logits``,
-``nanstd``, ``pad``) and follows TRL's clipped-loss formulation with asymmetric
+Reuses TRL's tensor utilities (``selective_log_softmax``, ``nanstd``, ``pad``) and follows TRL's clipped-loss formulation with asymmetric
 clipping (``epsilon_low`` / ``epsilon_high``) and no KL term.
 """
 
@@ -11,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-from trl.trainer.utils import entropy_from_logits, nanstd, pad, selective_log_softmax
+from trl.trainer.utils import nanstd, pad, selective_log_softmax
 
 from matrixrl.workflows.base import Episode, Turn
 
@@ -82,8 +81,9 @@ class TurnBatch:
         return TurnBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
 
-def completion_logps(model, batch: TurnBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probabilities and entropies of the completion tokens."""
+def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tensor:
+    """Per-token log-probabilities of the completion tokens (their entropies are
+    recorded while sampling: rollout.EntropyRecorder)."""
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
@@ -91,10 +91,7 @@ def completion_logps(model, batch: TurnBatch, temperature: float) -> tuple[torch
     ).logits
     width = batch.completion_ids.shape[1]
     logits = logits[:, -width - 1 : -1, :] / temperature
-    logps = selective_log_softmax(logits, batch.completion_ids)
-    with torch.no_grad():
-        entropy = entropy_from_logits(logits)
-    return logps, entropy
+    return selective_log_softmax(logits, batch.completion_ids)
 
 
 def clipped_loss(

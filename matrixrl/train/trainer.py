@@ -214,16 +214,20 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnosti
     Every agent's turns get their own backward pass, and the change in the
     accumulated ``.grad`` is that agent's gradient (design.md §3: cheaper than a
     separate ``autograd.grad`` per role). ``.grad`` still ends as the sum, so the
-    step is the same as one backward over all turns. Returns the step's metrics
-    and its gradient diagnostics rows (none with ``diagnostics=False``, which skips
-    the snapshots; bench/diagnostics.py times the difference).
+    step is the same as one backward over all turns. Turns whose advantage is 0
+    (every rollout of their group scored alike: half or more of a collapsing run's)
+    add exactly nothing to the loss or its gradient, so they skip the forward and
+    backward passes; they still count in the token-mean's denominator, and their
+    entropy was recorded while sampling. Returns the step's metrics and its
+    gradient diagnostics rows (none with ``diagnostics=False``, which skips the
+    snapshots; bench/diagnostics.py times the difference).
     """
     turns_by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
         for turn in episode.turns:
             turns_by_agent.setdefault((turn.role, turn.agent), []).append(turn)
     total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_agent.values() for t in ts)
-    stats = {"loss": 0.0, "entropy_sum": 0.0, "clipped": 0.0}
+    stats = {"loss": 0.0, "clipped": 0.0}
     role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
     squared_norm = 0.0
     agent_grads: list[AgentGrad] = []
@@ -234,8 +238,17 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnosti
         optimizer = optimizers[name]
         optimizer.zero_grad(set_to_none=True)
         for (role, agent), turns in acting:
-            batch = TurnBatch.from_turns(turns, pad_token_id).to(policy.device)
-            logps, entropy = completion_logps(policy.model_for(role), batch, cfg.temperature)
+            n_tokens = sum(len(t.completion.completion_ids) for t in turns)
+            totals = role_entropy.setdefault(role, [0.0, 0])
+            totals[0] += sum(t.completion.entropy_sum for t in turns)
+            totals[1] += n_tokens
+            learning = [t for t in turns if t.advantage != 0.0]
+            if not learning:
+                if diagnostics:
+                    agent_grads.append(AgentGrad(role, agent, torch.zeros(sum(p.numel() for p in params), dtype=torch.float64), n_tokens))
+                continue
+            batch = TurnBatch.from_turns(learning, pad_token_id).to(policy.device)
+            logps = completion_logps(policy.model_for(role), batch, cfg.temperature)
             loss, clipped = clipped_loss(
                 logps,
                 logps.detach(),
@@ -248,21 +261,21 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnosti
             before = flat_grad(params) if diagnostics else None
             loss.backward()
             if diagnostics:
-                agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, int(batch.completion_mask.sum())))
+                agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, n_tokens))
             stats["loss"] += loss.item()
-            entropy_sum = (entropy * batch.completion_mask).sum().item()
-            stats["entropy_sum"] += entropy_sum
-            totals = role_entropy.setdefault(role, [0.0, 0])
-            totals[0] += entropy_sum
-            totals[1] += int(batch.completion_mask.sum())
             stats["clipped"] += clipped.item()
+        for p in params:
+            # As after a backward over every turn: zero, not absent, gradients, so AdamW
+            # still steps (momentum) when no turn of the set had an advantage.
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         squared_norm += float(norm) ** 2
         optimizer.step()
     n_turns = sum(len(ts) for ts in turns_by_agent.values())
     metrics = {
         "loss": stats["loss"],
-        "entropy": stats["entropy_sum"] / max(total_tokens, 1),
+        "entropy": sum(total for total, _ in role_entropy.values()) / max(total_tokens, 1),
         "clip_fraction": stats["clipped"] / max(total_tokens, 1),
         "grad_norm": squared_norm**0.5,
         "response_length": total_tokens / max(n_turns, 1),

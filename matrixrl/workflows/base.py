@@ -35,6 +35,9 @@ class Completion:
     text: str
     prompt_ids: list[int]
     completion_ids: list[int]
+    # Entropy of the distribution each completion token was sampled from, summed over
+    # the tokens (recorded while sampling; 0 when decoded greedily).
+    entropy_sum: float = 0.0
 
 
 @dataclass
