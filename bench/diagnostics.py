@@ -44,7 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from train_step import GROUP, PROBLEMS, SEED, build_arith, build_base, train_config  # noqa: E402
+from train_step import GROUP, PROBLEMS, SEED, build_arith, build_random_base, train_config  # noqa: E402
 
 
 def rollout(base_dir: Path, workflow_name: str):
@@ -99,7 +99,7 @@ def update_without_diagnostics(policy, optimizers, episodes, pad_token_id, cfg):
         turns = [t for ts in agents.values() for t in ts]
         optimizers[name].zero_grad(set_to_none=True)
         batch = TurnBatch.from_turns(turns, pad_token_id)
-        logps, _ = completion_logps(policy.model_for(turns[0].role), batch, cfg.temperature)
+        logps = completion_logps(policy.model_for(turns[0].role), batch, cfg.temperature)
         loss, _ = clipped_loss(
             logps, logps.detach(), batch.advantages, batch.completion_mask,
             epsilon_low=cfg.epsilon_low, epsilon_high=cfg.epsilon_high, n_tokens=total_tokens,
@@ -121,7 +121,7 @@ def update_with_autograd_grad(policy, optimizers, episodes, pad_token_id, cfg):
         turns = [t for ts in agents.values() for t in ts]
         optimizers[name].zero_grad(set_to_none=True)
         batch = TurnBatch.from_turns(turns, pad_token_id)
-        logps, _ = completion_logps(policy.model_for(turns[0].role), batch, cfg.temperature)
+        logps = completion_logps(policy.model_for(turns[0].role), batch, cfg.temperature)
         start = 0
         summed = [torch.zeros_like(p) for p in params]
         for i, ((role, agent), ts) in enumerate(agents.items()):
@@ -164,7 +164,7 @@ def main() -> None:
     print(f"{'workflow':<13} {'policy':<9} {'variant':<26} {'median s':>9} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         base_dir = Path(tmp) / "base"
-        build_base(base_dir)
+        build_random_base(base_dir)
         for workflow_name in ("voting", "orch_workers"):
             workflow, episodes, pad = rollout(base_dir, workflow_name)
             for mode in ("shared", "isolated"):

@@ -1,8 +1,9 @@
 """Seconds per GRPO update: matrixrl's three policy variants against TRL's ``GRPOTrainer``.
 
-All four variants train the same randomly initialised tiny-s model (Qwen3
-architecture, hidden 128, 2 layers, 4 heads, 2 KV heads, intermediate 256, the
-character tokenizer) on the ``single`` workflow of the arith task ("4+8+9=" → "21"),
+All four variants train the same tiny-s model (Qwen3 architecture, hidden 128, 2
+layers, 4 heads, 2 KV heads, intermediate 256, the character tokenizer), warm-started
+on arith for ``--warmstart`` steps so that some answers are right and advantages are
+not all zero, on the ``single`` workflow of the arith task ("4+8+9=" → "21"),
 one optimizer step per update over 16 problems × a group of 8 = 128 sampled
 completions of at most 8 new tokens, with one torch thread each:
 
@@ -28,17 +29,18 @@ Every variant runs one warm-up update (untimed), then ``--steps`` timed ones; th
 table gives the median seconds per update, the completion tokens per update (EOS
 included, as both trainers count it in the loss) and the mean completion length,
 and the ratio of each median to TRL's (below 1: faster than TRL). Compare rows only
-when their token counts are close: a random-init model rarely samples EOS, so
-completions mostly run to the 8-token limit in every variant. A random-init model
-also earns no reward, so advantages are zero; both trainers still do the full
-forward, backward and optimizer work, which is what is timed.
+when their token counts are close. matrixrl skips the forward and backward passes
+of turns whose advantage is 0 (a group whose rollouts all scored alike adds no
+gradient), while TRL computes them; the ``zero adv`` column gives the share of
+matrixrl's turns that were skipped, the source of most of any difference.
 
-    python bench/train_step.py [--steps 5]
+    python bench/train_step.py [--steps 5] [--warmstart 150]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -55,7 +57,24 @@ MAX_NEW_TOKENS = 8
 SEED = 0
 
 
-def build_base(folder: Path) -> None:
+ARITH = dict(kind="arith", digits=1, terms=3, warmstart_terms=2, warmstart_digits=1, warmstart_hard_fraction=0.2, n_eval=256, seed=0)
+
+
+def build_base(folder: Path, warmstart_steps: int) -> None:
+    """Warm-start a tiny-s model on arith alone (the ``prepare_base`` job) into ``folder``."""
+    from matrixrl.config import TinyScale, Workflows
+    from matrixrl.grid import BaseSpec
+    from matrixrl.jobs.prepare_base import prepare_base
+
+    scale = TinyScale(
+        kind="tiny", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256, max_length=32,
+        warmstart={"steps": warmstart_steps, "batch_size": 64, "lr": 3.0e-3, "seed": SEED},
+    )
+    spec = BaseSpec(scale_name="tiny-s", scale=scale, tasks={"arith": ARITH}, workflows=Workflows())
+    prepare_base(spec, folder, folder.parent / "base.json", log=lambda message: None)
+
+
+def build_random_base(folder: Path) -> None:
     """Save a random-init tiny-s model and the character tokenizer to ``folder``."""
     from matrixrl.config import TinyScale
     from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
@@ -71,8 +90,27 @@ def build_arith():
     from matrixrl.tasks import build_task
 
     # The experiments.yaml task: three one-digit operands.
-    config = ArithTaskConfig(kind="arith", digits=1, terms=3, warmstart_terms=2, warmstart_digits=1, warmstart_hard_fraction=0.1, n_eval=256, seed=0)
-    return build_task("arith", config)
+    return build_task("arith", ArithTaskConfig(**ARITH))
+
+
+@contextlib.contextmanager
+def zero_advantage_shares():
+    """While active, the trainer's ``update`` records each update's share of zero-advantage turns."""
+    import matrixrl.train.trainer as trainer
+
+    shares: list[float] = []
+    update = trainer.update
+
+    def counting(policy, optimizers, episodes, *args, **kwargs):
+        turns = [t for e in episodes for t in e.turns]
+        shares.append(sum(t.advantage == 0.0 for t in turns) / len(turns))
+        return update(policy, optimizers, episodes, *args, **kwargs)
+
+    trainer.update = counting
+    try:
+        yield shares
+    finally:
+        trainer.update = update
 
 
 def train_config():
@@ -81,8 +119,8 @@ def train_config():
     return Train(problems_per_step=PROBLEMS, group_size=GROUP, max_new_tokens=MAX_NEW_TOKENS, threads=1)
 
 
-def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[list[float], list[int]]:
-    """Seconds and completion tokens of each timed update (the warm-up step excluded)."""
+def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[list[float], list[int], list[float]]:
+    """Seconds, completion tokens and zero-advantage share of each timed update (warm-up excluded)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -105,12 +143,13 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
     generate = make_generate(policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True)
 
     seconds, tokens = [], []
-    for step in range(1 + steps):
-        row, _, _ = grpo_step(step, SEED, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg)
-        if step > 0:  # the first update warms up
-            seconds.append(row["seconds"])
-            tokens.append(row["completion_tokens"])
-    return seconds, tokens
+    with zero_advantage_shares() as zero_advantage:
+        for step in range(1 + steps):
+            row, _, _ = grpo_step(step, SEED, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg)
+            if step > 0:  # the first update warms up
+                seconds.append(row["seconds"])
+                tokens.append(row["completion_tokens"])
+    return seconds, tokens, zero_advantage[1:]
 
 
 def time_trl(base_dir: Path, steps: int, out_dir: Path) -> tuple[list[float], list[int]]:
@@ -216,6 +255,7 @@ def time_trl(base_dir: Path, steps: int, out_dir: Path) -> tuple[list[float], li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="timed updates per variant (after one warm-up)")
+    parser.add_argument("--warmstart", type=int, default=150, help="warm-start steps of the shared base model")
     args = parser.parse_args()
 
     import torch
@@ -227,10 +267,10 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
-    rows: dict[str, tuple[list[float], list[int]] | str] = {}
+    rows: dict[str, tuple | str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base_dir = Path(tmp) / "base"
-        build_base(base_dir)
+        build_base(base_dir, args.warmstart)
         for label, mode, adapter in (
             ("matrixrl shared (full)", "shared", "full"),
             ("matrixrl isolated-full", "isolated", "full"),
@@ -246,19 +286,20 @@ def main() -> None:
     trl_median = statistics.median(reference[0]) if isinstance(reference, tuple) else None
     completions = PROBLEMS * GROUP
     print(
-        f"GRPO update, single workflow, arith, tiny-s random init, {PROBLEMS} problems x {GROUP} = {completions} "
-        f"completions, max {MAX_NEW_TOKENS} new tokens, 1 thread; median of {args.steps} updates after 1 warm-up:"
+        f"GRPO update, single workflow, arith, tiny-s warm-started {args.warmstart} steps, {PROBLEMS} problems x {GROUP} = "
+        f"{completions} completions, max {MAX_NEW_TOKENS} new tokens, 1 thread; median of {args.steps} updates after 1 warm-up:"
     )
-    print(f"  {'variant':24s} {'s/update':>9s} {'tokens/update':>14s} {'mean len':>9s} {'vs TRL':>7s}")
+    print(f"  {'variant':24s} {'s/update':>9s} {'tokens/update':>14s} {'mean len':>9s} {'zero adv':>9s} {'vs TRL':>7s}")
     for label, result in rows.items():
         if isinstance(result, str):
             print(f"  {label:24s} not run: {result}")
             continue
-        seconds, tokens = result
+        seconds, tokens, *zero_advantage = result
         median = statistics.median(seconds)
         mean_tokens = statistics.mean(tokens)
+        skipped = f"{statistics.mean(zero_advantage[0]):8.0%}" if zero_advantage else "     n/a"
         ratio = f"{median / trl_median:6.2f}x" if trl_median else "    n/a"
-        print(f"  {label:24s} {median:9.3f} {mean_tokens:14.1f} {mean_tokens / completions:9.2f} {ratio:>7s}")
+        print(f"  {label:24s} {median:9.3f} {mean_tokens:14.1f} {mean_tokens / completions:9.2f} {skipped:>9s} {ratio:>7s}")
 
 
 if __name__ == "__main__":
