@@ -3,7 +3,7 @@
 Importing torch + transformers (+ TRL's helpers) costs about 12 s per Python process
 on a 2-core machine: 15 of the 21 s of a 40-step tiny training job. A ``shell:``
 rule pays it once per job; the default grid's 34 such jobs spent ~400 core-seconds
-on imports alone (bench/job_layout.py measures it). Here the ``train`` and
+on imports alone (bench/job_launch.py measures it). Here the ``train`` and
 ``prepare_base`` rules instead ask Python's ``forkserver``: a single-threaded server
 process, started once per Snakemake process, imports the job modules once and forks
 a fresh child per job. The child is still its own process, exactly as a shell job's:
@@ -84,7 +84,6 @@ def _child(argv: list[str], title: str, log_path: str, append: bool) -> None:
     from matrixrl.jobs.__main__ import run
 
     run(argv)  # exits 1 with an "Error: ..." line for errors the user can fix
-
 
 
 def _die_with_requester() -> None:
