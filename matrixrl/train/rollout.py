@@ -20,7 +20,8 @@ class EntropyRecorder(LogitsProcessor):
 
     Custom processors run before generate's temperature warper, so the scores here
     are the model's logits; dividing by the temperature gives the sampling
-    distribution, as the loss sees it. Recording entropy while sampling spares the
+    distribution, as the loss sees it (tests/test_policies.py checks this against a
+    fresh forward pass, so a transformers release that reorders them fails there). Recording entropy while sampling spares the
     update a forward pass over turns it would otherwise skip (zero advantage).
     """
 
