@@ -6,6 +6,7 @@ One tiny grid is run once per module and then grown, rerun and interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -80,6 +81,25 @@ def trainers(cell: str) -> list[int]:
     """Pids of the training processes of ``cell`` (forked jobs carry it in their title)."""
     found = subprocess.run(["pgrep", "-f", f"matrixrl.jobs train {cell}"], capture_output=True, text=True)
     return [int(p) for p in found.stdout.split()]
+
+
+@contextlib.contextmanager
+def background_run(config: Path):
+    """`matrixrl run -c CONFIG --cores 1` in its own session; whatever is left of it is killed on exit."""
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield runner
+    finally:
+        try:
+            os.killpg(runner.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the run and its children already ended
+            pass
+        runner.wait()
 
 
 @pytest.fixture(scope="module")
@@ -207,13 +227,7 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
 
     config, results = fresh("killed")
     checkpoints = results / "cells" / CELL0 / "checkpoints"
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with background_run(config) as runner:
         deadline = time.monotonic() + 300
         while not (checkpoints / "step_8" / "COMPLETE").exists():
             assert time.monotonic() < deadline, "training never reached step 8"
@@ -224,9 +238,6 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         assert runner.wait(timeout=120) != 0
-    finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
     assert not (results / "cells" / CELL0 / "train.json").exists(), "killed too late to test resumption"
     # The killed job's outputs are incomplete: plan shows them pending (no error).
     assert next(j for j in plan(config) if j["rule"] == "train")["status"] == "pending"
@@ -247,13 +258,7 @@ def test_no_training_outlives_a_killed_run(ran, tmp_path):
     config = small_experiment(tmp_path, **{"train.steps": 400, "train.eval_every": 400})
     results = tmp_path / "results"
     shutil.copytree(first_results / "base", results / "base")
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with background_run(config) as runner:
         deadline = time.monotonic() + 300
         while not (pids := trainers(CELL0)):
             assert time.monotonic() < deadline, "no training process started"
@@ -267,9 +272,6 @@ def test_no_training_outlives_a_killed_run(ran, tmp_path):
         while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in pids):
             assert time.monotonic() < deadline, f"training {pids} still runs 30 s after its run was killed"
             time.sleep(0.1)
-    finally:
-        os.killpg(runner.pid, signal.SIGKILL)
-        runner.wait()
 
 
 def _state(pid: int) -> str:

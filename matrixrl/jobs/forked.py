@@ -35,22 +35,14 @@ import threading
 PRELOAD = ["matrixrl.jobs.__main__", "matrixrl.jobs.train", "matrixrl.jobs.prepare_base", "matrixrl.train.trainer"]
 _PR_SET_PDEATHSIG = 1
 
-_lock = threading.Lock()
-_context: multiprocessing.context.ForkServerContext | None = None
+# One server per process: the context is a singleton, and the preload list is read
+# when its first job starts the server.
+_FORKSERVER = multiprocessing.get_context("forkserver")
+_FORKSERVER.set_forkserver_preload(PRELOAD)
 
 
 class JobFailed(RuntimeError):
     """A forked job exited non-zero; its log says why."""
-
-
-def _forkserver() -> multiprocessing.context.ForkServerContext:
-    global _context
-    with _lock:  # Snakemake starts jobs from several threads
-        if _context is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(PRELOAD)
-            _context = context
-        return _context
 
 
 def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> None:
@@ -61,7 +53,7 @@ def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> 
     to ``log_path``, appended to with ``append`` (a resumed training continues its log).
     """
     title = f"matrixrl.jobs {argv[0]} {name}"
-    process = _forkserver().Process(target=_child, args=(argv, title, log_path, append), name=title)
+    process = _FORKSERVER.Process(target=_child, args=(argv, title, log_path, append), name=title)
     process.start()
     process.join()
     if process.exitcode != 0:

@@ -60,8 +60,8 @@ def make_generate(policy, tokenizer, *, max_new_tokens: int, temperature: float,
             )
             width = enc["input_ids"].shape[1]
             generated = sequences[:, width:].tolist()
-            entropies = torch.stack(recorder.steps, dim=1).tolist() if recorder else [[0.0] * len(s) for s in generated]
-            for row, mask, seq, entropy in zip(enc["input_ids"], enc["attention_mask"], generated, entropies):
+            entropies = torch.stack(recorder.steps, dim=1).tolist() if recorder else None
+            for i, (row, mask, seq) in enumerate(zip(enc["input_ids"], enc["attention_mask"], generated)):
                 # Keep tokens up to and including the first EOS: it is part of the action.
                 # What follows is generate's padding. A pad token sampled before the EOS
                 # stays: the later tokens were sampled in its presence, and the update
@@ -72,7 +72,7 @@ def make_generate(policy, tokenizer, *, max_new_tokens: int, temperature: float,
                         text=tokenizer.decode(seq[:end], skip_special_tokens=True),
                         prompt_ids=row[mask.bool()].tolist(),
                         completion_ids=seq[:end],
-                        entropy_sum=sum(entropy[:end]),
+                        entropy_sum=sum(entropies[i][:end]) if entropies else 0.0,
                     )
                 )
         return out
