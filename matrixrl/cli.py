@@ -109,15 +109,15 @@ def planned_jobs(cfg: Config) -> list[dict]:
         key = (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
         return "pending" if key in pending_keys else "done"
 
-    cells = G.cells(cfg)
+    runs = G.runs(cfg)  # a one-role workflow's isolated cell is its shared cell's run
     jobs = [
         {"rule": "prepare_base", "cell": None, "scale": s, "step": None, "status": status("prepare_base", scale=s)}
-        for s in cfg.grid.scale
+        for s in G.base_scales(cfg)
     ]
-    for cell in cells:
+    for cell in runs:
         jobs.append({"rule": "train", "cell": cell.id, "scale": cell.scale, "step": None, "status": status("train", cell=cell.id)})
-    for cell in cells:
-        for step in G.checkpoint_steps(cfg.train):
+    for cell in runs:
+        for step in G.checkpoint_steps(cfg.train_for(cell.scale)):
             jobs.append(
                 {
                     "rule": "evaluate",
@@ -168,7 +168,11 @@ def plan(
 
         _print_frame(pd.DataFrame(jobs), format)
         return
-    by_rule = Table(title=f"{len(jobs)} jobs for {len(set(j['cell'] for j in jobs if j['cell']))} cells in {cfg.results_dir}")
+    from matrixrl import grid as G
+
+    n_runs, n_cells = len(set(j["cell"] for j in jobs if j["cell"])), len(G.cells(cfg))
+    what = f"{n_cells} cells" if n_runs == n_cells else f"{n_runs} runs of {n_cells} cells"
+    by_rule = Table(title=f"{len(jobs)} jobs for {what} in {cfg.results_dir}")
     for col in ("rule", "jobs", "done", "pending"):
         by_rule.add_column(col, justify="left" if col == "rule" else "right")
     if resources is not None:
@@ -190,6 +194,11 @@ def plan(
         done = sum(j["status"] == "done" for j in evals)
         per_cell.add_row(cell_id, _status(train["status"]), f"{done}/{len(evals)}")
     out.print(per_cell)
+    if n_runs != n_cells:
+        out.print(
+            f"{n_cells - n_runs} cells are another cell's run (a one-role workflow is the same computation "
+            "under isolated as under shared); the report shows them under both."
+        )
     n_pending = sum(j["status"] == "pending" for j in jobs)
     jobs = "job" if n_pending == 1 else "jobs"
     out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")

@@ -7,14 +7,16 @@ Every model forbids unknown keys, and every error names its key path.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from matrixrl.tasks.pyfunc import FAMILIES as PYFUNC_FAMILIES
 from matrixrl.tasks.pyfunc import distinct_problems as pyfunc_distinct_problems
@@ -36,6 +38,33 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+RUNTIME = {"runtime": True}
+"""``json_schema_extra`` of a setting that cannot change a result (threads, batch sizes,
+devices): it stays out of cell specs' digests and Snakemake params, so changing it
+reruns nothing (see :func:`science`)."""
+
+
+def is_runtime(field) -> bool:
+    return isinstance(field.json_schema_extra, dict) and bool(field.json_schema_extra.get("runtime"))
+
+
+def science(value: Any) -> Any:
+    """``value`` as JSON-able data without its runtime settings: what a result is computed from."""
+    if isinstance(value, BaseModel):
+        return {
+            name: science(getattr(value, name))
+            for name, field in type(value).model_fields.items()
+            if not is_runtime(field)
+        }
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: science(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): science(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [science(v) for v in value]
+    return value
+
+
 class Grid(Strict):
     """The axes of the experiment matrix; every combination is one cell."""
 
@@ -44,6 +73,49 @@ class Grid(Strict):
     scale: list[str] = Field(min_length=1)
     policy: list[str] = Field(min_length=1)
     seed: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+
+
+class Train(Strict):
+    """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
+
+    steps: int = Field(40, ge=1, description="optimizer updates per cell")
+    eval_every: int = Field(10, ge=1, description="evaluated-checkpoint interval in steps (step 0 always)")
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="extra resume checkpoints every N steps, not evaluated (default: eval_every only)"
+    )
+    problems_per_step: int = Field(8, ge=1, description="problems drawn per step")
+    group_size: int = Field(8, ge=2, description="rollouts per problem (GRPO group)")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (docs/lr-sweep.md: how the default was chosen)")
+    ppo_epochs: int = Field(
+        1,
+        ge=1,
+        description="optimisation passes over each step's batch (TRL's num_iterations); the ratio and "
+        "its clipping act from the second pass on",
+    )
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts")
+    max_new_tokens: int = Field(8, ge=1)
+    epsilon_low: float = Field(0.2, ge=0, description="clip range below 1 of the importance ratio")
+    epsilon_high: float = Field(0.28, ge=0, description="clip range above 1 of the importance ratio")
+    scale_rewards: bool = Field(True, description="divide advantages by the group's reward std")
+    reward: Literal["outcome", "per_agent"] = Field(
+        "outcome",
+        description="outcome: the final answer's score for every turn; per_agent: each turn's own "
+        "answer (evaluators: whether their verdict was right; others: the outcome)",
+    )
+    max_grad_norm: float = Field(1.0, gt=0)
+    threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
+
+
+# A scale's ``train:`` section: any key of ``train:``, with the same checks, for that scale's cells.
+TrainOverrides = create_model(
+    "TrainOverrides",
+    __base__=Strict,
+    __doc__="Training settings that differ for one scale (e.g. its own lr); unset keys follow ``train:``.",
+    **{
+        name: (Optional[field.annotation], FieldInfo.merge_field_infos(field, default=None))
+        for name, field in Train.model_fields.items()
+    },
+)
 
 
 class WarmStart(Strict):
@@ -67,6 +139,7 @@ class TinyScale(Strict):
     max_length: int = Field(64, ge=8, description="longest prompt + completion in tokens")
     warmstart: WarmStart = WarmStart()
     prompt_style: Literal["compact", "chat"] = Field("compact", description="tiny models play compact prompts only")
+    train: TrainOverrides = Field(TrainOverrides(), description="this scale's own training settings (e.g. lr)")
 
     @model_validator(mode="after")
     def _heads_divide(self):
@@ -98,8 +171,11 @@ class HfScale(Strict):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="auto: bfloat16 on a GPU, float32 on CPU"
     )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a GPU when one is visible, else CPU")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: a GPU when one is visible, else CPU", json_schema_extra=RUNTIME
+    )
     prompt_style: Literal["compact", "chat"] = Field("chat", description="chat: the tokenizer's chat template")
+    train: TrainOverrides = Field(TrainOverrides(), description="this scale's own training settings (e.g. lr)")
 
 
 Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]
@@ -148,7 +224,7 @@ class PyfuncTaskConfig(Strict):
     seed: int = Field(0, ge=0, description="seeds the evaluation set and the hidden tests")
     timeout_s: float = Field(2.0, gt=0, description="sandbox wall-clock limit per answer")
     memory_mb: int = Field(256, ge=16, description="sandbox memory limit per answer")
-    workers: int = Field(2, ge=1, description="answers run in the sandbox at once")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
 
     @model_validator(mode="after")
     def _enough_distinct_problems(self):
@@ -225,7 +301,7 @@ class CodeTaskConfig(FileSource):
     kind: Literal["humaneval", "code_generic"]
     timeout_s: float = Field(10.0, gt=0, description="sandbox wall-clock limit per answer")
     memory_mb: int = Field(1024, ge=16, description="sandbox memory limit per answer")
-    workers: int = Field(2, ge=1, description="answers run in the sandbox at once")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
 
     @model_validator(mode="after")
     def _needs_data(self):
@@ -269,43 +345,35 @@ class Workflows(Strict):
 WORKFLOWS = tuple(Workflows.model_fields)
 
 
-class Train(Strict):
-    """GRPO settings shared by every cell (see matrixrl.train.trainer)."""
-
-    steps: int = Field(40, ge=1, description="optimizer updates per cell")
-    eval_every: int = Field(10, ge=1, description="evaluated-checkpoint interval in steps (step 0 always)")
-    checkpoint_every: int | None = Field(
-        None, ge=1, description="extra resume checkpoints every N steps, not evaluated (default: eval_every only)"
-    )
-    problems_per_step: int = Field(16, ge=1)
-    group_size: int = Field(8, ge=2, description="rollouts per problem (GRPO group)")
-    lr: float = Field(5e-4, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(8, ge=1)
-    epsilon_low: float = Field(0.2, ge=0)
-    epsilon_high: float = Field(0.28, ge=0)
-    scale_rewards: bool = True
-    reward: Literal["outcome", "per_agent"] = Field(
-        "outcome",
-        description="outcome: the final answer's score for every turn; per_agent: each turn's own "
-        "answer (evaluators: whether their verdict was right; others: the outcome)",
-    )
-    max_grad_norm: float = Field(1.0, gt=0)
-    threads: int = Field(1, ge=1, description="torch threads per training job")
-
-
 class Evaluate(Strict):
-    """How each checkpoint is scored: greedy decoding on the task's fixed eval set."""
+    """How each checkpoint is scored on the task's fixed evaluation set (matrixrl.jobs.evaluate).
 
+    As the study: sampled at ``temperature`` 0.7, accuracy = mean pass@1 over ``samples``
+    completions per problem; ``temperature: 0`` decodes greedily (one sample).
+    """
+
+    temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 decodes greedily")
+    samples: int = Field(1, ge=1, description="completions per problem; accuracy is their mean pass@1")
     max_new_tokens: int = Field(8, ge=1)
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1, description="prompts per generate call", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="after")
+    def _greedy_has_one_sample(self):
+        if self.temperature == 0 and self.samples > 1:
+            raise ValueError(
+                f"samples {self.samples} with temperature 0: greedy decoding gives identical completions; "
+                "use samples: 1, or a temperature above 0"
+            )
+        return self
 
 
 class Analysis(Strict):
     """Thresholds of the report tables (design.md §2, §3; matrixrl.analysis)."""
 
     cliff_delta: float = Field(0.10, ge=0, le=1, description="drop below peak that counts")
-    cliff_noise_se: float = Field(2.0, ge=0, description="binomial SEs the drop must exceed")
+    cliff_noise_se: float = Field(
+        2.0, ge=0, description="standard errors of the evaluation (per-problem means) the drop must exceed"
+    )
     final_tail_k: int = Field(3, ge=1, description="checkpoints averaged into final_tail")
     confidence: float = Field(0.95, gt=0, lt=1, description="level of the Student-t intervals across seeds")
     mechanism_baseline_steps: int = Field(
@@ -352,6 +420,11 @@ class Config(Strict):
             if len(set(values)) != len(values):
                 raise ConfigError(f"grid.{axis}: values repeat in {values}; list each once")
         return self
+
+    def train_for(self, scale: str) -> Train:
+        """The training settings of ``scale``'s cells: ``train:`` with the scale's own ``train:`` over it."""
+        overrides = self.scales[scale].train.model_dump(exclude_none=True)
+        return self.train.model_copy(update=overrides) if overrides else self.train
 
 
 # ---------------------------------------------------------------------------------------

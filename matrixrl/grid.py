@@ -17,11 +17,25 @@ directory, so the Snakefile, the jobs and the store agree on one layout:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
-from matrixrl.config import AXES, Config, Evaluate, Policies, PromptSettings, Scale, TaskConfig, Train, Workflows
+from matrixrl.config import (
+    AXES,
+    Config,
+    Evaluate,
+    Policies,
+    PromptSettings,
+    Scale,
+    TaskConfig,
+    Train,
+    TrainOverrides,
+    Workflows,
+    fingerprint,
+    science,
+)
+from matrixrl.workflows import WORKFLOWS
 
 STORE_FILE = "matrixrl.sqlite"
 SUMMARY_FILE = "summary.json"
@@ -49,6 +63,29 @@ def cells(config: Config) -> list[Cell]:
     return [Cell(*values) for values in itertools.product(*(getattr(grid, a) for a in AXES))]
 
 
+def run_of(cell: Cell) -> Cell:
+    """The cell whose computation ``cell`` is.
+
+    A workflow with one role (``single``) has one parameter set under either policy
+    mode, so its isolated cell is the same computation as its shared cell (same
+    initial weights, same optimizer, same updates): it is computed once, as the
+    shared cell, and reported under both.
+    """
+    if len(WORKFLOWS[cell.workflow].roles) == 1 and cell.policy != "shared":
+        return replace(cell, policy="shared")
+    return cell
+
+
+def run_ids(config: Config) -> dict[str, str]:
+    """Each grid cell's id → the id its results are stored under (its run's)."""
+    return {cell.id: run_of(cell).id for cell in cells(config)}
+
+
+def runs(config: Config) -> list[Cell]:
+    """The distinct computations of the grid's cells (see :func:`run_of`), in grid order."""
+    return list(dict.fromkeys(run_of(cell) for cell in cells(config)))
+
+
 def checkpoint_steps(train: Train) -> list[int]:
     """The evaluated checkpoints: step 0 (the base model), every ``eval_every`` steps, and the last step."""
     steps = list(range(0, train.steps + 1, train.eval_every))
@@ -73,34 +110,62 @@ def job_gpus(scale) -> int:
 class CellSpec(BaseModel):
     """Everything one cell's jobs compute from, and nothing else.
 
-    It is the Snakemake ``params`` of the cell's jobs: changing a setting reruns
-    exactly the cells it affects, while adding a seed or a scale leaves the
-    existing cells' specs, and so their results, untouched.
+    Its science (:func:`matrixrl.config.science`: the spec without runtime settings
+    such as threads, batch sizes or devices) is the Snakemake ``params`` of the
+    cell's jobs: changing a setting reruns exactly the cells it affects, while
+    adding a seed or a scale leaves the existing cells' specs, and so their
+    results, untouched. Its digests are written into checkpoints and result files,
+    so a checkpoint only ever resumes the training it belongs to.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cell: Cell
+    base: str  # digest of the base model's spec (BaseSpec): a new warm-start retrains the cell
     scale: Scale
     task: TaskConfig
     workflow: dict  # this cell's workflow settings (not every workflow's)
     policies: Policies
     prompts: PromptSettings
-    train: Train
+    train: Train  # train: with the scale's own train: over it
     eval: Evaluate
+
+    def training(self) -> dict:
+        """The science the ``train`` job computes from (no evaluation settings)."""
+        return {name: value for name, value in science(self).items() if name != "eval"}
+
+    def train_digest(self) -> str:
+        """Digest of :meth:`training`: written into the cell's ``train.json``."""
+        return fingerprint(self.training())
+
+    def resume_digest(self) -> str:
+        """Digest of :meth:`training` without ``train.steps``: a checkpoint written under the
+        same digest may seed a resume, so a run extended to more steps continues."""
+        training = self.training()
+        return fingerprint({**training, "train": {k: v for k, v in training["train"].items() if k != "steps"}})
+
+    def eval_digest(self) -> str:
+        """Digest of the whole science: written into each evaluation's result file."""
+        return fingerprint(science(self))
+
+
+def _without_train(scale):
+    """A scale without its own ``train:`` section (a cell spec carries the merged settings)."""
+    return scale.model_copy(update={"train": TrainOverrides()})
 
 
 def cell_spec(config: Config, cell: Cell) -> CellSpec:
     scale = config.scales[cell.scale]
     return CellSpec(
         cell=cell,
-        scale=scale,
+        base=fingerprint(science(base_spec(config, base_scale(config, cell.scale)))),
+        scale=_without_train(scale),
         task=config.tasks[cell.task],
         workflow=getattr(config.workflows, cell.workflow).model_dump(),
         policies=config.policies,
         # Only the chat style reads these: compact cells keep the defaults, so tuning them reruns nothing else.
         prompts=config.prompts if scale.prompt_style == "chat" else PromptSettings(),
-        train=config.train,
+        train=config.train_for(cell.scale),
         eval=config.eval,
     )
 
@@ -124,10 +189,22 @@ class BaseSpec(BaseModel):
 def base_spec(config: Config, scale: str) -> BaseSpec:
     return BaseSpec(
         scale_name=scale,
-        scale=config.scales[scale],
+        scale=_without_train(config.scales[scale]),  # training settings do not change the base
         tasks=dict(sorted(config.tasks.items())),
         workflows=config.workflows,
     )
+
+
+def base_scale(config: Config, scale: str) -> str:
+    """The scale whose prepared base model ``scale`` uses: the first scale under ``scales:``
+    with the same base definition (one that differs only in its ``train:`` shares it)."""
+    wanted = science(_without_train(config.scales[scale]))
+    return next(name for name, other in config.scales.items() if science(_without_train(other)) == wanted)
+
+
+def base_scales(config: Config) -> list[str]:
+    """The base models the grid's scales need, one per distinct base definition, in grid order."""
+    return list(dict.fromkeys(base_scale(config, scale) for scale in config.grid.scale))
 
 
 # Paths, relative to results_dir ---------------------------------------------------------

@@ -41,13 +41,19 @@ class RoleMetric(Result):
 
 
 class EvalResult(Result):
+    """One checkpoint's evaluation (see matrixrl.jobs.evaluate)."""
+
     cell: str
     step: int
-    accuracy: float
-    n: int
-    n_correct: int
+    accuracy: float  # mean pass@1 over problems and samples
+    n: int  # problems
+    n_correct: int  # correct completions, out of n * samples
     seconds: float
     roles: list[RoleMetric] = []
+    samples: int = 1  # completions per problem
+    se: float | None = None  # std of per-problem accuracies / sqrt(n); None in files written before it
+    pass_at: dict[str, float] = {}  # unbiased pass@j, j = "1", "2", "4", ... up to samples
+    spec_digest: str | None = None  # CellSpec.eval_digest() of the spec it was computed under
 
 
 class StepMetrics(Result):
@@ -79,6 +85,7 @@ class TrainResult(Result):
     cell: str
     axes: dict[str, str | int]
     steps: int
+    spec_digest: str | None = None  # CellSpec.train_digest() of the spec it was trained under
     metrics: list[StepMetrics]
     diagnostics: list[DiagnosticRow] = []  # absent from files written before diagnostics existed
     roles: list[RoleMetric] = []

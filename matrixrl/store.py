@@ -41,16 +41,20 @@ class CellRow(Base):
     scale: Mapped[str] = mapped_column(String)
     policy: Mapped[str] = mapped_column(String)
     seed: Mapped[int] = mapped_column(Integer)
+    spec_digest: Mapped[str | None] = mapped_column(String, nullable=True)  # of the spec it was trained under
 
 
 class EvaluationRow(Base):
     __tablename__ = "evaluations"
     cell: Mapped[str] = mapped_column(String, primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
-    accuracy: Mapped[float] = mapped_column(Float)
-    n: Mapped[int] = mapped_column(Integer)
-    n_correct: Mapped[int] = mapped_column(Integer)
+    accuracy: Mapped[float] = mapped_column(Float)  # mean pass@1
+    n: Mapped[int] = mapped_column(Integer)  # problems
+    n_correct: Mapped[int] = mapped_column(Integer)  # correct completions of n * samples
     seconds: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer, default=1)
+    se: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: a file from before SEs were stored
+    spec_digest: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class TrainStepRow(Base):
@@ -129,8 +133,15 @@ def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
+SCHEMA_VERSION = 2
+"""SQLite's ``user_version`` of a store with these tables. A store of another version
+is an index of an older layout: it is emptied and refilled from the result files,
+which are the truth (``ingest`` reads every file again)."""
+
+
 def engine_at(db_file: str | Path):
-    """An engine on the SQLite file ``db_file`` (created, with every table, if missing)."""
+    """An engine on the SQLite file ``db_file`` (created, with every table, if missing;
+    rebuilt empty if it was written by another schema version)."""
     engine = create_engine(f"sqlite:///{db_file}")
 
     @event.listens_for(engine, "connect")
@@ -138,7 +149,14 @@ def engine_at(db_file: str | Path):
         # Concurrent readers (report) wait for the one writer rather than failing.
         conn.execute("PRAGMA busy_timeout = 30000")
 
-    Base.metadata.create_all(engine)
+    with engine.begin() as conn:
+        version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+        if version != SCHEMA_VERSION:
+            tables = [row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                conn.exec_driver_sql(f'DROP TABLE "{table}"')
+            Base.metadata.create_all(conn)
+            conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return engine
 
 
@@ -168,7 +186,7 @@ def _digest(result: TrainResult | EvalResult) -> str:
 def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
     """Replace everything the store holds from this one result, and record its digest."""
     if isinstance(result, TrainResult):
-        _upsert(session, CellRow, [{"cell": result.cell, **result.axes}])
+        _upsert(session, CellRow, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
         session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
         _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
         session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
@@ -184,11 +202,15 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
         _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
         part = "train"
     elif isinstance(result, EvalResult):
-        _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles"})])
+        _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles", "pass_at"})])
+        pass_rows = [{"role": "episode", "metric": f"pass@{j}", "value": v} for j, v in result.pass_at.items()]
         _upsert(
             session,
             RoleMetricRow,
-            [{"cell": result.cell, "source": "eval", **r.model_dump(), "step": result.step} for r in result.roles],
+            [
+                {"cell": result.cell, "source": "eval", **row, "step": result.step}
+                for row in [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
+            ],
         )
         part = f"eval/step_{result.step}"
     else:

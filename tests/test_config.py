@@ -23,7 +23,7 @@ from matrixrl.config import (
 from conftest import EXPERIMENTS
 
 TRAIN_KEYS = (
-    "steps, eval_every, checkpoint_every, problems_per_step, group_size, lr, temperature, max_new_tokens, "
+    "steps, eval_every, checkpoint_every, problems_per_step, group_size, lr, ppo_epochs, temperature, max_new_tokens, "
     "epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads"
 )
 ONLY_FORM = "expected AXIS=V1,V2 with AXIS one of workflow, task, scale, policy, seed, e.g. --only seed=0,1"
@@ -111,7 +111,7 @@ def test_unknown_key_in_a_named_scale_keeps_its_name(raw: dict) -> None:
     raw["scales"]["tiny-s"]["hiden_size"] = 64
     assert error_of(raw) == (
         "E.yaml: scales.tiny-s.hiden_size: unknown key; valid keys here: kind, hidden_size, "
-        "num_layers, num_heads, num_kv_heads, intermediate_size, max_length, warmstart, prompt_style"
+        "num_layers, num_heads, num_kv_heads, intermediate_size, max_length, warmstart, prompt_style, train"
     )
 
 

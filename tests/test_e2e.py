@@ -211,6 +211,36 @@ def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
     assert stored(results, f"select step, reward_mean, loss from train_steps where cell = '{CELL0}' order by step") == rewards
 
 
+def test_settings_that_cannot_change_a_result_rerun_nothing(ran):
+    config, results, _, _ = ran
+    runtime = ["--set", "train.threads=2", "--set", "eval.batch_size=5"]
+    assert {j["status"] for j in plan(config, *runtime)} == {"done"}
+    assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2", *runtime).stdout
+    # An evaluation setting reruns the evaluations (and the analysis), not the training.
+    pending = {(j["rule"], j["step"]) for j in plan(config, "--set", "eval.temperature=0.5") if j["status"] == "pending"}
+    assert pending == {("evaluate", 0), ("evaluate", 2), ("evaluate", 4), ("analyse", None)}
+
+
+def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints(ran):
+    config, results, _, _ = ran
+    query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
+    before = stored(results, query)
+    log = results / "logs" / "train" / f"{CELL0}.log"
+    log.unlink()
+    proc = matrixrl("run", "-c", str(config), "--cores", "2", "--set", "train.lr=2e-3")
+    assert f"train cell={CELL0}" in jobs_started(proc)
+    text = log.read_text()
+    assert "written under other training settings; removing them" in text and "resuming" not in text
+    after = stored(results, query)
+    assert [r[0] for r in after] == [1, 2, 3, 4] and after[1:] != before[1:]
+    # The store knows which spec each result came from.
+    (digest,) = stored(results, f"select distinct spec_digest from evaluations where cell = '{CELL0}'")
+    assert digest[0] == json.loads((results / "cells" / CELL0 / "eval" / "step_4.json").read_text())["spec_digest"]
+    # Back to the file's rate: trained afresh again, the first run's numbers come back.
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    assert stored(results, query) == before
+
+
 def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path):
     _, first_results, _, _ = ran
     longer = {"train.steps": 24, "train.eval_every": 4}
@@ -291,7 +321,9 @@ def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_st
     results = tmp_path / "results"
     matrixrl("run", "-c", str(config), "--cores", "2")
 
-    cells = [f"{w}-arith-tiny-s-{p}-s0" for w in WORKFLOWS for p in POLICIES]
+    # single has one role: its isolated cell is its shared run, trained and evaluated once.
+    assert not (results / "cells" / "single-arith-tiny-s-isolated-s0").exists()
+    cells = [f"{w}-arith-tiny-s-{p}-s0" for w in WORKFLOWS for p in POLICIES if (w, p) != ("single", "isolated")]
     for cell in cells:
         assert [s for s, _ in accuracies(results, cell)] == [0, 2, 4], cell
         steps = stored(results, f"select distinct step from diagnostics where cell = '{cell}' and kind = 'agent_norm' order by step")

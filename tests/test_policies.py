@@ -186,3 +186,22 @@ def test_entropy_recorded_while_sampling_is_the_entropy_of_the_sampled_distribut
         expected = -(logps.exp() * logps).sum().item()
         assert completion.entropy_sum == pytest.approx(expected, rel=1e-4), completion
     assert sum(c.entropy_sum for c in completions) > 0
+
+
+def test_clipping_engages_from_the_second_pass_only(base):
+    """ppo_epochs = 1: the ratio is 1 and nothing is clipped; more passes move the policy
+    away from the one that sampled, and the clip acts (TRL's num_iterations)."""
+    fractions = {}
+    for epochs in (1, 4):
+        policy = fresh_policy(base, "shared", "full")
+        start = snapshot(policy)["shared"]
+        cfg = Train(ppo_epochs=epochs, lr=5e-2)
+        optimizers = {"shared": torch.optim.AdamW(policy.parameter_sets()["shared"][1], lr=cfg.lr)}
+        policy.train(True)
+        row, diagnostics = update(policy, optimizers, episodes_for(ROLES), pad_token_id=0, cfg=cfg)
+        fractions[epochs] = row["clip_fraction"]
+        assert changed(start, snapshot(policy)["shared"])
+        # The diagnostics describe the first (on-policy) pass: one row set per agent either way.
+        assert {d["agent"] for d in diagnostics if d["kind"] == "agent_norm"} == {"generator0", "aggregator0"}
+    assert fractions[1] == 0.0
+    assert 0.0 < fractions[4] <= 0.75  # clipped tokens over all passes; the first pass never clips

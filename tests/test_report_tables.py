@@ -195,7 +195,7 @@ def compare_store(experiment: Path, **kwargs):
         # (workflow, policy, seed): curve over checkpoints 0, 10, 20
         ("single", "shared", 0): [0.3, 0.4, 0.4],
         ("single", "shared", 1): [0.3, 0.5, 0.5],
-        ("single", "isolated", 0): [0.3, 0.4, 0.4],
+        # single has one role: its isolated cells are these shared runs (grid.run_of).
         ("voting", "shared", 0): [0.3, 0.6, 0.6],
         ("voting", "shared", 1): [0.3, 0.8, 0.2],  # cliff
         ("voting", "shared", 2): [0.3, 0.9, 0.9],  # no isolated seed 2: unpaired
@@ -215,14 +215,13 @@ def test_compare_pairs_seeds_and_compares_with_the_single_control(experiment: Pa
         "gain_diff", "gain_lo", "gain_hi", "cliff_rate_diff", "cliff_rate_lo", "cliff_rate_hi",
     ]  # fmt: skip
     rows = records(table)
+    # No single isolated - shared row: both sides are the same runs, so it would be zero by construction.
     assert [(r["workflow"], r["policy"], r["comparison"], r["n_pairs"]) for r in rows] == [
-        ("single", None, "isolated - shared", 1),
         ("voting", None, "isolated - shared", 2),
         ("voting", "shared", "voting - single", 2),
-        ("voting", "isolated", "voting - single", 1),
+        ("voting", "isolated", "voting - single", 2),
     ]
-    single_modes, voting_modes, voting_shared, voting_isolated = rows
-    assert single_modes["peak_diff"] == approx(0.0) and single_modes["peak_lo"] is None  # one pair: no interval
+    voting_modes, voting_shared, voting_isolated = rows
     # voting isolated - shared, seeds 0 and 1: peak 0.7-0.6, 0.6-0.8 → +0.1, -0.2.
     assert voting_modes["peak_diff"] == approx(-0.05)
     assert voting_modes["peak_hi"] == approx(-0.05 + T1 * 0.15 / 1, rel=1e-4)  # s = 0.15·√2, /√2
@@ -236,7 +235,27 @@ def test_compare_pairs_seeds_and_compares_with_the_single_control(experiment: Pa
     assert voting_shared["peak_diff"] == approx(0.25)
     assert (voting_shared["peak_lo"], voting_shared["peak_hi"]) == (approx(0.25 - T1 * 0.05, rel=1e-4), approx(0.25 + T1 * 0.05, rel=1e-4))
     assert voting_shared["cliff_rate_diff"] == approx(0.5)
-    assert voting_isolated["final_diff"] == approx(0.1 - 0.4) and voting_isolated["cliff_rate_diff"] == 1.0
+    # voting isolated - single (its isolated cells are the shared runs): finals 0.1-0.4, 0.55-0.5; cliffs yes-no, no-no.
+    assert voting_isolated["final_diff"] == approx(-0.125) and voting_isolated["cliff_rate_diff"] == 0.5
+
+
+def test_a_one_role_workflow_is_reported_under_both_modes_from_one_run(experiment: Path) -> None:
+    config, path = compare_store(experiment)
+    summary = build_tables(path, config, ["summary"], only={"workflow": ["single"]})["summary"]
+    rows = {(r["policy"], r["seed"]): r for r in records(summary)}
+    assert set(rows) == {("shared", 0), ("shared", 1), ("isolated", 0), ("isolated", 1)}
+    for seed in (0, 1):
+        shared, isolated = rows[("shared", seed)], rows[("isolated", seed)]
+        assert isolated["cell"] == f"single-arith-tiny-s-isolated-s{seed}"
+        assert {k: v for k, v in isolated.items() if k not in ("cell", "policy")} == {
+            k: v for k, v in shared.items() if k not in ("cell", "policy")
+        }
+    assert summary.attrs["caption"] == (
+        "single: one role, so isolated is the same computation as shared; "
+        "its isolated rows repeat the shared runs (computed once)"
+    )
+    voting = build_tables(path, config, ["summary"], only={"workflow": ["voting"]})["summary"]
+    assert "caption" not in voting.attrs
 
 
 def test_only_keeps_rows_but_compare_still_finds_its_controls(experiment: Path) -> None:
@@ -258,7 +277,8 @@ def test_group_by_sorts_the_group_axes_first_and_keeps_the_grid_order(experiment
     keys = [(r["policy"], r["seed"], r["workflow"]) for r in records(summary)]
     assert keys == [
         ("shared", 0, "single"), ("shared", 0, "voting"), ("shared", 1, "single"), ("shared", 1, "voting"),
-        ("shared", 2, "voting"), ("isolated", 0, "single"), ("isolated", 0, "voting"), ("isolated", 1, "voting"),
+        ("shared", 2, "voting"), ("isolated", 0, "single"), ("isolated", 0, "voting"), ("isolated", 1, "single"),
+        ("isolated", 1, "voting"),
     ]  # fmt: skip
     default = build_tables(path, config, ["summary"])["summary"]
     assert [(r["workflow"], r["policy"], r["seed"]) for r in records(default)][:3] == [
@@ -319,8 +339,8 @@ def mechanism_store(experiment: Path):
         cell("voting", "shared", 0): (CLIFF_AT_40, shares({s: {"generator": 0.6, "aggregator": 0.4} for s in range(1, 51)})),
         # No cliff, and the dominant share still rises (0.6 → 0.9 from 30).
         cell("voting", "shared", 1): (NO_CLIFF, shares({s: {"generator": 0.9 if s >= 30 else 0.6, "aggregator": 0.1 if s >= 30 else 0.4} for s in range(1, 51)})),
-        # One role, one agent: no signal.
-        cell("single", "isolated", 0): (CLIFF_AT_40, shares({s: {"generator": 1.0} for s in range(1, 51)})),
+        # One role, one agent: no signal (its isolated cell is this run, reported under both modes).
+        cell("single", "shared", 0): (CLIFF_AT_40, shares({s: {"generator": 1.0} for s in range(1, 51)})),
         # Generator share 0.55 → 0.8 at 15: smoothed above 0.6875 from 16; onset 30, interval from 20.
         cell("eval_opt", "shared", 0): (CLIFF_AT_30, shares(eval_opt_shares)),
         # No role with several agents: no amplification.
@@ -338,7 +358,7 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
         "signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict",
     ]  # fmt: skip
     rows = {(r["workflow"], r["policy"], r["seed"]): r for r in records(table)}
-    assert len(rows) == 7
+    assert len(rows) == 8
 
     precedes = rows[("voting", "isolated", 0)]
     assert (precedes["cliff"], precedes["cliff_onset"], precedes["signal"], precedes["signal_role"]) == (True, 40, "amplification", "generator")
@@ -361,7 +381,7 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
     assert shared_share["baseline"] == approx(0.55)  # the zero-gradient update 3 is not part of it
     assert (shared_share["rise_step"], shared_share["lead"], shared_share["verdict"]) == (16, 14, "precedes")
 
-    for key in (("single", "isolated", 0), ("eval_opt", "isolated", 0)):
+    for key in (("single", "shared", 0), ("single", "isolated", 0), ("eval_opt", "isolated", 0)):
         assert (rows[key]["signal"], rows[key]["verdict"], rows[key]["rose"]) == (None, "n/a", None), key
 
     assert table.attrs["caption"] == (
@@ -459,7 +479,7 @@ def test_only_cells_with_new_results_are_recomputed(experiment: Path) -> None:
     first = build_tables(path, config)
     with Store(path) as store:
         counts = store.computations()
-    assert len(counts) == 8 and set(counts.values()) == {1}
+    assert len(counts) == 7 and set(counts.values()) == {1}  # 7 runs (single's isolated cells are its shared runs)
 
     # Nothing new: no computation, and the store file is not written at all.
     before = path.read_bytes()
@@ -509,6 +529,30 @@ def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> Non
     assert build_tables(results / STORE_FILE, config, ["summary"])["summary"]["final"].tolist() == [0.3]
 
 
+def test_a_store_of_another_schema_version_is_rebuilt_from_the_result_files(experiment: Path) -> None:
+    from matrixrl.store import SCHEMA_VERSION
+
+    config = config_for(experiment, workflow="[single]", policy="[shared]")
+    results = Path(config.results_dir)
+    c = cell("single", "shared")
+    write_result(results / train_result(c.id), training(c, [], steps=10))
+    for e in evaluations(c, [0.2, 0.3]):
+        write_result(results / eval_result(c.id, e.step), e)
+    assert ingest(results) == 3
+    with sqlite3.connect(results / STORE_FILE) as db:
+        # What an older matrixrl left: another layout, and rows no result file backs.
+        db.execute("alter table evaluations drop column se")
+        db.execute("insert into cells (cell, workflow, task, scale, policy, seed) values ('ghost', 'single', 'arith', 'tiny-s', 'shared', 9)")
+        db.execute(f"pragma user_version = {SCHEMA_VERSION - 1}")
+    assert ingest(results) == 3  # emptied and filled again from every file
+    with sqlite3.connect(results / STORE_FILE) as db:
+        assert db.execute("pragma user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("select cell from cells").fetchall() == [(c.id,)]
+        assert db.execute("select step, se from evaluations order by step").fetchall() == [(0, None), (10, None)]
+    assert ingest(results) == 0
+    assert build_tables(results / STORE_FILE, config, ["summary"])["summary"]["final"].tolist() == [0.3]
+
+
 # --- the CLI -------------------------------------------------------------------------------
 
 
@@ -526,7 +570,7 @@ def test_every_table_in_every_format_through_the_cli(experiment: Path) -> None:
     assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrr}\n") and "base\\_mean" in latex
     grouped = run_cli("report", "-c", experiment, *sets, "--table", "summary", "--group-by", "policy", "--only", "seed=0", "--format", "csv")
     lines = grouped.stdout.splitlines()
-    assert [line.split(",")[3] for line in lines[1:]] == ["shared", "shared", "isolated", "isolated", "isolated"]
+    assert [line.split(",")[3] for line in lines[1:]] == ["shared"] * 3 + ["isolated"] * 3
     assert all(line.split(",")[4] == "0" for line in lines[1:])
 
 
@@ -550,9 +594,9 @@ def test_cli_user_errors_for_group_by_and_empty_comparisons(experiment: Path) ->
         "Error: --group-by 'seed,seed': seed given more than once; list each axis once"
     )
     results = Path(config.results_dir)
-    # single under isolated has results, single under shared none: no pair to compare.
-    single_isolated = ["--only", "workflow=single", "--only", "policy=isolated"]
-    assert _error(run_cli("report", "-c", experiment, *sets, "--table", "compare", *single_isolated)) == (
+    # single has results, but its isolated cells are its shared runs: no pair to compare.
+    single = ["--only", "workflow=single"]
+    assert _error(run_cli("report", "-c", experiment, *sets, "--table", "compare", *single)) == (
         f"Error: {results}: nothing to compare for the cells of this grid; compare needs cells of both policy modes, "
         "or of single and another workflow, with the same task, scale and seed"
     )

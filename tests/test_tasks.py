@@ -163,7 +163,9 @@ def test_the_example_config_points_at_the_shared_gsm8k_and_plans(tmp_path: Path)
     result = run_cli("plan", "-c", example, "--set", f"results_dir={tmp_path / 'results'}", "--format", "json")
     assert result.exit_code == 0, result.output
     trained = {job["cell"] for job in json.loads(result.stdout) if job["rule"] == "train"}
-    assert trained == {f"{w}-gsm8k-{s}-{p}-s0" for w in ("single", "voting") for s in cfg.grid.scale for p in cfg.grid.policy}
+    # single has one role: its isolated cell is its shared run, trained once.
+    runs = {("single", "shared")} | {("voting", p) for p in cfg.grid.policy}
+    assert trained == {f"{w}-gsm8k-{s}-{p}-s0" for w, p in runs for s in cfg.grid.scale}
 
 
 # --- MATH-style and generic records --------------------------------------------------------

@@ -67,12 +67,23 @@ def cell_record(
         return record
     evals = evals.sort_values("step", kind="stable")
     steps = [int(s) for s in evals["step"].tolist()]
-    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), cliff_rule(analysis))
+    se = evals["se"].tolist() if "se" in evals.columns else None
+    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), cliff_rule(analysis), se)
     record.update(asdict(curve))
     record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
     signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
     record.update(assess(signal, curve.cliff_onset, steps, mechanism_rule(analysis)))
     return record
+
+
+def rows_of_cells(frame: pd.DataFrame, runs: Mapping[str, str]) -> pd.DataFrame:
+    """The rows of ``frame`` (keyed by ``cell``: stored results) for each cell of ``runs``
+    (cell id → the run id its results are stored under): a run's rows appear once per
+    cell that is that run (``single``'s isolated cell is its shared run)."""
+    if all(cell == run for cell, run in runs.items()):
+        return frame[frame["cell"].isin(list(runs))]
+    mapping = pd.DataFrame({"cell": list(runs), "run": list(runs.values())})
+    return mapping.merge(frame.rename(columns={"cell": "run"}), on="run").drop(columns="run")
 
 
 def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFrame:

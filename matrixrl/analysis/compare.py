@@ -8,6 +8,10 @@ Two kinds of row:
   workflow: the workflow's cell minus the ``single`` cell of the same task, scale,
   policy and seed — the control the study uses.
 
+A workflow whose isolated cells are its shared runs (one role, ``grid.run_of``;
+``per_cell``'s ``run`` column says) has no ``isolated - shared`` row: it would be
+zero by construction.
+
 Cells are paired by seed (same base model, same problems, same seed), and only
 seeds present on both sides count (``n_pairs``). For peak, final, gain and the
 cliff indicator (whose mean difference is the difference in cliff rate) the table
@@ -59,13 +63,18 @@ def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     Rows with no seed in common are left out.
     """
     values = ["seed", "peak", "final", "gain", "cliff"]
+    if "run" in per_cell.columns:
+        values.append("run")
     per_cell = per_cell[["workflow", "task", "scale", "policy", *values]]
     cells = {key: group[values] for key, group in per_cell.groupby(["workflow", "task", "scale", "policy"], sort=False)}
     rows = []
     treated_mode, control_mode = POLICY_PAIR
     for (workflow, task, scale), group in per_cell.groupby(["workflow", "task", "scale"], sort=False):
         by_policy = {policy: cells[(workflow, task, scale, policy)] for policy in group["policy"].unique()}
-        if treated_mode in by_policy and control_mode in by_policy:
+        paired = treated_mode in by_policy and control_mode in by_policy
+        if paired and "run" in values:
+            paired = set(by_policy[treated_mode]["run"]) != set(by_policy[control_mode]["run"])
+        if paired:
             row = paired_row(by_policy[treated_mode], by_policy[control_mode], confidence)
             rows.append({"workflow": workflow, "task": task, "scale": scale, "policy": None,
                          "comparison": f"{treated_mode} - {control_mode}", **row})  # fmt: skip

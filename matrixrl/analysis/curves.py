@@ -1,7 +1,9 @@
 """Pure functions that summarize per-cell accuracy curves.
 
 For each training run ("cell") we have the accuracy at each evaluated checkpoint,
-step 0 (the base model) included, each measured on ``n`` evaluation problems.
+step 0 (the base model) included, each measured on ``n`` evaluation problems with
+its standard error ``se`` (of the mean of per-problem accuracies over k samples per
+problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
 
 - ``base``: accuracy at step 0, which must be the first checkpoint.
 - ``peak`` / ``peak_step``: best accuracy and the step where it first happened
@@ -12,8 +14,8 @@ step 0 (the base model) included, each measured on ``n`` evaluation problems.
 - Terminal cliff: the run ends far below its own peak and does not recover.
   A cell has a cliff iff all of
     1. final <= peak - delta;
-    2. peak - final > noise_se * se, with the binomial standard error of the
-       difference se = sqrt(peak(1-peak)/n_peak + final(1-final)/n_final);
+    2. peak - final > noise_se * se, with the standard error of the difference
+       se = sqrt(se_peak^2 + se_final^2);
     3. some checkpoint after the peak starts a run of checkpoints, lasting to
        the end, that are all <= peak - delta.
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
@@ -40,7 +42,7 @@ class CliffRule:
     delta: float = 0.10
     """Minimum drop below the peak (absolute accuracy) that counts as a collapse."""
     noise_se: float = 2.0
-    """The peak-to-final drop must exceed this many binomial standard errors."""
+    """The peak-to-final drop must exceed this many standard errors of the difference."""
     final_tail_k: int = 3
     """Number of trailing checkpoints averaged into ``final_tail``."""
 
@@ -86,11 +88,13 @@ def summarize_curve(
     accuracies: Sequence[float],
     n_eval: int | Sequence[int],
     rule: CliffRule,
+    se: Sequence[float | None] | None = None,
 ) -> CurveSummary:
     """Summarize one accuracy curve.
 
     ``n_eval`` is the number of evaluation problems, either one int for every
-    checkpoint or one per checkpoint.
+    checkpoint or one per checkpoint. ``se``: each checkpoint's standard error; a
+    missing one (None or NaN) is taken as binomial from ``n_eval``.
     """
     step_list = [_as_int(s, "steps") for s in steps]
     acc = [float(a) for a in accuracies]
@@ -128,9 +132,19 @@ def summarize_curve(
     # With delta == 0 the peak itself is "below"; the onset must still come after it.
     onset_i = max(run_start, peak_i + 1)
 
+    errors = [None] * len(acc) if se is None else list(se)
+    if len(errors) != len(acc):
+        raise ValueError(f"se has {len(errors)} entries for {len(acc)} checkpoints")
+
+    def error(i: int) -> float:
+        given = errors[i]
+        if given is None or given != given:  # None or NaN: a result without its own SE
+            return math.sqrt(acc[i] * (1 - acc[i]) / ns[i])
+        return float(given)
+
     drop = peak - final
-    se = math.sqrt(peak * (1 - peak) / ns[peak_i] + final * (1 - final) / ns[last])
-    cliff = below[last] and drop > rule.noise_se * se and onset_i <= last
+    se_drop = math.hypot(error(peak_i), error(last))
+    cliff = below[last] and drop > rule.noise_se * se_drop and onset_i <= last
 
     return CurveSummary(
         base=base,
@@ -162,7 +176,7 @@ _DTYPES = {
 
 
 def summarize_cells(evals: pd.DataFrame, rule: CliffRule) -> pd.DataFrame:
-    """Summarize every cell of a long ``cell, step, accuracy, n`` frame.
+    """Summarize every cell of a long ``cell, step, accuracy, n`` (+ optional ``se``) frame.
 
     Rows may come in any order. Returns one row per cell, sorted by cell, with
     column ``cell`` followed by the :class:`CurveSummary` fields.
@@ -180,8 +194,9 @@ def summarize_cells(evals: pd.DataFrame, rule: CliffRule) -> pd.DataFrame:
         if not (group["step"] == 0).any():
             raise ValueError(f"cell {cell!r} has no step-0 (base model) row")
         try:
+            se = group["se"].tolist() if "se" in group.columns else None
             summary = summarize_curve(
-                group["step"].tolist(), group["accuracy"].tolist(), group["n"].tolist(), rule
+                group["step"].tolist(), group["accuracy"].tolist(), group["n"].tolist(), rule, se
             )
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc

@@ -5,9 +5,10 @@ Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
 Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
 ``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
 ``cliff``, ``cliff_onset``, ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
-then, per role and per accuracy metric the role has (``answer_acc`` for roles that
-propose an answer, ``verdict_acc`` for roles that judge one), its value at the base
-checkpoint, at the cell's peak checkpoint and at the final checkpoint:
+then, per role and per metric the role has (``answer_acc`` for roles that propose
+an answer, ``verdict_acc`` for roles that judge one, ``disagreement`` for roles with
+parallel agents: the fraction of episodes whose agents' answers differ), its value
+at the base checkpoint, at the cell's peak checkpoint and at the final checkpoint:
 ``{role}_{metric}_base``, ``..._peak``, ``..._final``.
 """
 
@@ -20,7 +21,7 @@ from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.config import AXES, Analysis
 
-ROLE_METRICS = ("answer_acc", "verdict_acc")
+ROLE_METRICS = ("answer_acc", "verdict_acc", "disagreement")
 CHECKPOINTS = ("base", "peak", "final")
 
 SUMMARY_COLUMNS = [

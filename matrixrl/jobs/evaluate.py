@@ -1,4 +1,13 @@
-"""evaluate: score one checkpoint greedily on the task's fixed evaluation set.
+"""evaluate: score one checkpoint on the task's fixed evaluation set, as the study does.
+
+Each problem gets ``eval.samples`` completions at ``eval.temperature`` (0.7 by
+default; 0 decodes greedily). Accuracy is the mean pass@1 over problems and
+samples; its standard error is that of the mean of per-problem accuracies,
+std(c_i / k) / sqrt(n), which for k samples per problem is the honest one (the k
+completions of one problem are not independent trials). The unbiased pass@j
+(Chen et al. 2021) is stored for j = 1, 2, 4, ... up to k. Samples are keyed by
+the cell's seed and the checkpoint's step (``eval_seed``), so a rerun draws the
+same completions whatever the batch size or the jobs running beside it.
 
 A checkpoint of a GPU scale is evaluated on a GPU this job claims (one per job; the
 jobs are threads of one process, so the claim names ``cuda:N`` rather than hiding
@@ -7,9 +16,12 @@ the other GPUs).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 from matrixrl.grid import CellSpec
 from matrixrl.results import EvalResult, write_result
@@ -18,6 +30,20 @@ from matrixrl.results import EvalResult, write_result
 # imports are not thread-safe ("cannot import name 'AutoTokenizer'" was seen), so
 # importing and loading happen one job at a time; generation runs concurrently.
 _LOAD_LOCK = threading.Lock()
+
+
+def eval_seed(seed: int, step: int) -> int:
+    """The sampling key of one checkpoint's evaluation (distinct from any training step's seed)."""
+    return int(np.random.SeedSequence([seed, step, 0xE7A1]).generate_state(1, dtype=np.uint32)[0])
+
+
+def pass_at(correct: np.ndarray, samples: int) -> dict[str, float]:
+    """Mean unbiased pass@j over problems for j = 1, 2, 4, ... and ``samples``: 1 - C(k-c, j) / C(k, j)."""
+    ks = sorted({j for j in (2**i for i in range(samples.bit_length())) if j <= samples} | {samples})
+    return {
+        str(j): float(np.mean([1.0 - math.comb(samples - int(c), j) / math.comb(samples, j) for c in correct]))
+        for j in ks
+    }
 
 
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
@@ -49,30 +75,43 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
         style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
         workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
         policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, source)
+    cfg = spec.eval
+    sampled = cfg.temperature > 0
     generate = make_generate(
         policy,
         tokenizer,
-        max_new_tokens=spec.eval.max_new_tokens,
-        temperature=1.0,
-        sample=False,
-        batch_size=spec.eval.batch_size,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature if sampled else 1.0,
+        sample=sampled,
+        batch_size=cfg.batch_size,
+        seed=eval_seed(spec.cell.seed, step) if sampled else None,
     )
     problems = task.eval_problems()
-    episodes = workflow.run(problems, list(range(len(problems))), generate)
+    k = cfg.samples
+    batch = [p for p in problems for _ in range(k)]  # a problem's k samples side by side
+    episodes = workflow.run(batch, [i // k for i in range(len(batch))], generate)
     scores = score_episodes(task, episodes)  # every answer of the evaluation in one batch
-    n_correct = int(sum(scores(e.problem, e.answer) for e in episodes))
-    roles = role_metrics(episodes, task, scores)
+    correct = np.array([scores(e.problem, e.answer) for e in episodes]).reshape(len(problems), k).sum(axis=1)
+    per_problem = correct / k
+    n = len(problems)
     result = EvalResult(
         cell=spec.cell.id,
         step=step,
-        accuracy=n_correct / len(problems),
-        n=len(problems),
-        n_correct=n_correct,
+        accuracy=float(per_problem.mean()),
+        n=n,
+        samples=k,
+        n_correct=int(correct.sum()),
+        se=float(per_problem.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
+        pass_at=pass_at(correct, k),
         seconds=time.perf_counter() - began,
-        roles=roles,
+        roles=role_metrics(episodes, task, scores),
+        spec_digest=spec.eval_digest(),
     )
     write_result(output, result)
-    log(f"{spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ({n_correct}/{len(problems)})")
+    log(
+        f"{spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
+        f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"
+    )
     return result
 
 

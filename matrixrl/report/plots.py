@@ -84,6 +84,7 @@ def load_study(config: Config) -> Study:
     Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
     """
     from matrixrl import grid as G
+    from matrixrl.analysis.cell import rows_of_cells
     from matrixrl.analysis.summary import cliff_rule
     from matrixrl.store import ingest, read_table, store_path
 
@@ -93,17 +94,17 @@ def load_study(config: Config) -> Study:
         raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
     ingest(results)
     cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)])
-    evals = read_table(results, "evaluations")
-    evals = evals[evals["cell"].isin(cells["cell"])]
+    runs = G.run_ids(config)
+    evals = rows_of_cells(read_table(results, "evaluations"), runs)
     if evals.empty:
         raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
-    diagnostics = read_table(results, "diagnostics")
-    return Study(cells, evals, diagnostics[diagnostics["cell"].isin(cells["cell"])], cliff_rule(config.analysis))
+    diagnostics = rows_of_cells(read_table(results, "diagnostics"), runs)
+    return Study(cells, evals, diagnostics, cliff_rule(config.analysis))
 
 
 def cliff_cells(study: Study) -> list[str]:
     """Cells (grid order) whose curve ends in a terminal cliff and that have diagnostics."""
-    summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n"]], study.rule)
+    summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n", "se"]], study.rule)
     with_cliff = set(summaries.loc[summaries["cliff"], "cell"])
     with_diagnostics = set(study.diagnostics["cell"])
     return [c for c in study.cells["cell"] if c in with_cliff and c in with_diagnostics]
@@ -139,7 +140,7 @@ def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, rule: Cliff
     Returns ``{curves_name(task): figure}`` in the grid's task order.
     """
     evals = evals[evals["cell"].isin(cells["cell"])]
-    summaries = summarize_cells(evals[["cell", "step", "accuracy", "n"]], rule).set_index("cell")
+    summaries = summarize_cells(evals[["cell", "step", "accuracy", "n", "se"]], rule).set_index("cell")
     figures = {}
     for task in cells["task"].drop_duplicates():
         of_task = cells[cells["task"] == task]
@@ -281,7 +282,7 @@ def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, rule: CliffRule) 
     curve = evals[evals["cell"] == cell]
     if curve.empty:
         return
-    summary = summarize_cells(curve[["cell", "step", "accuracy", "n"]], rule).iloc[0]
+    summary = summarize_cells(curve[["cell", "step", "accuracy", "n", "se"]], rule).iloc[0]
     for ax in axes:
         ax.axvline(int(summary["peak_step"]), color="black", linestyle=":", linewidth=1, label="peak")
         if summary["cliff"]:

@@ -165,7 +165,28 @@ def cell_records(store: Store, cells: pd.DataFrame, config: Config) -> dict[str,
 
 
 def _grid_frame(config: Config) -> pd.DataFrame:
-    return pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)], columns=["cell", *AXES])
+    """The grid's cells (``cell`` + AXES) and ``run``, the id their results are stored under."""
+    cells = [(c, G.run_of(c)) for c in G.cells(config)]
+    rows = [{"cell": c.id, **c.axes(), "run": r.id, "run_policy": r.policy} for c, r in cells]
+    return pd.DataFrame(rows, columns=["cell", *AXES, "run", "run_policy"])
+
+
+def _runs_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``cells`` (a grid frame) as cells of their own: ``cell`` (the run id) and its ``policy``."""
+    runs = cells.drop_duplicates("run")
+    return pd.DataFrame({"cell": runs["run"], "policy": runs["run_policy"]})
+
+
+def same_run_caption(cells: pd.DataFrame) -> str | None:
+    """A line naming the cells that are another cell's run (one-role workflows under isolated)."""
+    aliases = cells[cells["cell"] != cells["run"]]
+    if aliases.empty:
+        return None
+    workflows = ", ".join(dict.fromkeys(aliases["workflow"]))
+    return (
+        f"{workflows}: one role, so isolated is the same computation as shared; "
+        f"its isolated rows repeat the shared runs (computed once)"
+    )
 
 
 def _selected(frame: pd.DataFrame, only: Mapping[str, Sequence] | None, skip: tuple[str, ...] = ()) -> pd.Series:
@@ -237,8 +258,10 @@ def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.Data
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
     with Store(store_path) as store:
-        records = cell_records(store, needed, config)
-    per_cell = records_frame(records, needed)
+        by_run = cell_records(store, _runs_frame(needed), config)
+    records = {cell: by_run[run] for cell, run in zip(needed["cell"], needed["run"]) if run in by_run}
+    per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
+    per_cell["run"] = per_cell["cell"].map(dict(zip(needed["cell"], needed["run"])))
     per_selected = per_cell[per_cell["cell"].isin(selected["cell"])]
 
     frames = {}
@@ -251,6 +274,8 @@ def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.Data
         table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
+        elif name == "summary" and same_run_caption(selected) is not None:
+            table.attrs["caption"] = same_run_caption(selected)
         frames[name] = table
     return frames, per_selected
 

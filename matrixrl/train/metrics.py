@@ -3,7 +3,10 @@
 Used at every training step (sampled episodes) and at every evaluation (greedy),
 so the store holds, per role, the accuracy of its own answers where it proposes
 one (``generator``, ``worker``, ``aggregator``...), the accuracy of its verdicts
-where it judges (``evaluator``), and its mean response length; plus
+where it judges (``evaluator``), its mean response length, and, for a role with
+parallel agents (voting's generators, orch_workers' workers), ``disagreement``: the
+fraction of episodes whose parallel agents did not all give the same answer (0
+means the parallel branches were copies of one another); plus
 ``any_correct``, the fraction of episodes in which some turn proposed a correct
 answer (the ceiling an aggregator or synthesizer could reach).
 """
@@ -42,8 +45,16 @@ def role_metrics(episodes, task, scores: Callable[[Problem, str], float] | None 
     answers: dict[str, list[float]] = defaultdict(list)
     verdicts: dict[str, list[float]] = defaultdict(list)
     lengths: dict[str, list[int]] = defaultdict(list)
+    disagreements: dict[str, list[float]] = defaultdict(list)
     any_correct = []
     for episode in episodes:
+        parallel: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)  # (role, turn index) → agent → answer
+        for turn in episode.turns:
+            if turn.answer is not None:
+                parallel[(turn.role, turn.index)][turn.agent] = turn.answer
+        for (role, _), by_agent in parallel.items():
+            if len(by_agent) > 1:
+                disagreements[role].append(float(len(set(by_agent.values())) > 1))
         correct_somewhere = False
         for turn in episode.turns:
             lengths[turn.role].append(len(turn.completion.completion_ids))
@@ -61,6 +72,8 @@ def role_metrics(episodes, task, scores: Callable[[Problem, str], float] | None 
             rows.append({"role": role, "metric": "answer_acc", "value": _mean(answers[role])})
         if verdicts[role]:
             rows.append({"role": role, "metric": "verdict_acc", "value": _mean(verdicts[role])})
+        if disagreements[role]:
+            rows.append({"role": role, "metric": "disagreement", "value": _mean(disagreements[role])})
     if any_correct:
         rows.append({"role": "episode", "metric": "any_correct", "value": _mean(any_correct)})
     return rows

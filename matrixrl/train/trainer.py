@@ -7,9 +7,12 @@ group-relative advantages per (problem, agent, turn index), and takes one
 optimizer step per parameter set of the policy.
 
 Deviations from textbook GRPO, all deliberate:
-- One optimisation pass per batch (TRL's default ``num_iterations=1``): the old
-  log-probabilities are the current ones detached, so the ratio is 1 and clipping
-  is inactive; the clipped form is kept so ``ppo_epochs > 1`` can be added cleanly.
+- ``ppo_epochs`` optimisation passes over each step's batch (TRL's
+  ``num_iterations``; default 1). The old log-probabilities are those of the first
+  pass, detached, so the first pass has ratio 1 and no clipping, and the clip acts
+  from the second pass on. There are no mini-batches: each pass is one optimizer
+  step per parameter set over the whole step. The gradient diagnostics describe
+  the first pass (the on-policy gradient).
 - No KL penalty and no reference model (as DAPO and TRL's default ``beta=0``).
 - Token-mean aggregation over the whole step (DAPO), not a per-sequence mean.
 - Asymmetric clipping ``epsilon_low=0.2`` / ``epsilon_high=0.28`` (DAPO's clip-higher).
@@ -17,12 +20,18 @@ Deviations from textbook GRPO, all deliberate:
 Reproducibility and resumption: the problems and sampling noise of step ``s`` are
 drawn from generators seeded by ``(seed, s)``, so a run restarted from the
 checkpoint of step ``s`` (weights, optimizer state, step counter, RNG state)
-replays exactly the steps an uninterrupted run would have taken.
+replays exactly the steps an uninterrupted run would have taken. Every checkpoint
+records the digest of the training settings it was written under
+(``CellSpec.resume_digest``: everything but ``train.steps``); only a checkpoint
+with the current digest seeds a resume, so a run extended to more steps continues
+where it stopped, and any other change of a training setting starts afresh.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -49,21 +58,73 @@ def step_seed(seed: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
 
 
+def init_seed(seed: int) -> int:
+    """Seeds what building the policy draws (LoRA's initial A matrices), whatever the
+    process drew before: a cell's initial adapters depend on its seed alone."""
+    return int(np.random.SeedSequence([seed, 0x1A17]).generate_state(1)[0])
+
+
 def checkpoint_dir(cell_dir: Path, step: int) -> Path:
     return cell_dir / "checkpoints" / f"step_{step}"
 
 
-def latest_checkpoint(cell_dir: Path) -> int | None:
-    """The newest checkpoint that was written completely (its COMPLETE marker exists)."""
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+
+def checkpoint_digest(folder: Path) -> str | None:
+    """The resume digest a complete checkpoint was written under (None: incomplete, or
+    written before checkpoints recorded one)."""
+    try:
+        marker = json.loads((folder / COMPLETE).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker.get("resume_digest") if isinstance(marker, dict) else None
+
+
+def complete_checkpoints(cell_dir: Path) -> dict[int, str | None]:
+    """Step → resume digest of every checkpoint folder (``step_N``) that was written completely."""
+    found = {}
+    for folder in (cell_dir / "checkpoints").glob("step_*"):
+        match = _STEP_DIR.fullmatch(folder.name)  # not step_N.tmp, a write a kill interrupted
+        if match and (folder / COMPLETE).exists():
+            found[int(match.group(1))] = checkpoint_digest(folder)
+    return found
+
+
+def latest_checkpoint(cell_dir: Path, digest: str | None = None, up_to: int | None = None) -> int | None:
+    """The newest complete checkpoint, or (``digest``) the newest written under that
+    resume digest, at most ``up_to`` steps in."""
     steps = [
-        int(p.name.removeprefix("step_"))
-        for p in (cell_dir / "checkpoints").glob("step_*")
-        if (p / COMPLETE).exists()
+        step
+        for step, written_under in complete_checkpoints(cell_dir).items()
+        if (digest is None or written_under == digest) and (up_to is None or step <= up_to)
     ]
     return max(steps, default=None)
 
 
-def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]]) -> None:
+def resume_point(cell_dir: Path, digest: str, steps: int, log: Callable[[str], None]) -> int | None:
+    """Where training of ``cell_dir`` resumes, or None to start afresh.
+
+    Checkpoints written under other settings are removed (said in the log), so the
+    cell's folder only ever holds one training's checkpoints.
+    """
+    start = latest_checkpoint(cell_dir, digest, up_to=steps)
+    stale = sorted(step for step, written_under in complete_checkpoints(cell_dir).items() if written_under != digest)
+    if stale:
+        log(
+            f"checkpoints at steps {', '.join(map(str, stale))} were written under other training settings; "
+            "removing them"
+        )
+        for step in stale:
+            shutil.rmtree(checkpoint_dir(cell_dir, step))
+    if start is None and complete_checkpoints(cell_dir):
+        log("no checkpoint of these settings to resume from; training from step 0")
+    return start
+
+
+def save_checkpoint(
+    cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]], digest: str
+) -> None:
     """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
     final = checkpoint_dir(cell_dir, step)
     tmp = final.with_name(final.name + ".tmp")
@@ -79,7 +140,7 @@ def save_checkpoint(cell_dir: Path, step: int, policy, optimizers: dict, logs: d
         },
         tmp / STATE_FILE,
     )
-    (tmp / COMPLETE).write_text(str(step))
+    (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 
@@ -97,8 +158,10 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
     saves = set(save_steps(cfg))
 
-    start = latest_checkpoint(cell_dir)
+    digest = spec.resume_digest()
+    start = resume_point(cell_dir, digest, cfg.steps, log)
     if start is None:
+        torch.manual_seed(init_seed(spec.cell.seed))
         policy = build_policy(spec.cell.policy, source.load_model(), workflow.roles, spec.policies)
         metrics: list[dict] = []
         diagnostics: list[dict] = []
@@ -112,13 +175,14 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     }
     if start is None:
         start = 0
-        save_checkpoint(cell_dir, 0, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles})
+        save_checkpoint(cell_dir, 0, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}, digest)
     else:
         # On CPU first: load_state_dict moves optimizer state to its parameters' device.
         state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False, map_location="cpu")
         for name, opt in optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
         torch.set_rng_state(state["torch_rng"])
+        # The logs up to the resumed step (a checkpoint past ``steps`` is never resumed from).
         metrics = state["metrics"]
         diagnostics = state["diagnostics"]
         roles = state["roles"]
@@ -138,10 +202,13 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
             f"entropy {row['entropy']:.3f} len {row['response_length']:.2f} grad {row['grad_norm']:.3f}"
         )
         if step + 1 in saves:
-            save_checkpoint(cell_dir, step + 1, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles})
+            save_checkpoint(
+                cell_dir, step + 1, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}, digest
+            )
     return {
         "cell": spec.cell.id,
         "axes": spec.cell.axes(),
+        "spec_digest": spec.train_digest(),
         "steps": cfg.steps,
         "metrics": metrics,
         "diagnostics": diagnostics,
@@ -218,9 +285,12 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnosti
     (every rollout of their group scored alike: half or more of a collapsing run's)
     add exactly nothing to the loss or its gradient, so they skip the forward and
     backward passes; they still count in the token-mean's denominator, and their
-    entropy was recorded while sampling. Returns the step's metrics and its
-    gradient diagnostics rows (none with ``diagnostics=False``, which skips the
-    snapshots; bench/diagnostics.py times the difference).
+    entropy was recorded while sampling. With ``cfg.ppo_epochs > 1`` each parameter
+    set takes that many passes and optimizer steps over its turns, the ratio taken
+    against the first pass's log-probabilities. Returns the step's metrics (loss and
+    gradient norm of the first pass; the clipped fraction of tokens over all passes)
+    and the first pass's gradient diagnostics rows (none with ``diagnostics=False``,
+    which skips the snapshots; bench/diagnostics.py times the difference).
     """
     turns_by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
@@ -236,47 +306,61 @@ def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnosti
         if not acting:
             continue  # a parameter set whose roles did not act this step stays untouched
         optimizer = optimizers[name]
-        optimizer.zero_grad(set_to_none=True)
+        batches: dict[tuple[str, str], TurnBatch] = {}
+        old_logps: dict[tuple[str, str], torch.Tensor] = {}
+        grads: dict[tuple[str, str], AgentGrad] = {}
         for (role, agent), turns in acting:
             n_tokens = sum(len(t.completion.completion_ids) for t in turns)
             totals = role_entropy.setdefault(role, [0.0, 0])
             totals[0] += sum(t.completion.entropy_sum for t in turns)
             totals[1] += n_tokens
             learning = [t for t in turns if t.advantage != 0.0]
-            if not learning:
-                if diagnostics:
-                    agent_grads.append(AgentGrad(role, agent, torch.zeros(sum(p.numel() for p in params), dtype=torch.float64), n_tokens))
-                continue
-            batch = TurnBatch.from_turns(learning, pad_token_id).to(policy.device)
-            logps = completion_logps(policy.model_for(role), batch, cfg.temperature)
-            loss, clipped = clipped_loss(
-                logps,
-                logps.detach(),
-                batch.advantages,
-                batch.completion_mask,
-                epsilon_low=cfg.epsilon_low,
-                epsilon_high=cfg.epsilon_high,
-                n_tokens=total_tokens,
-            )
-            before = flat_grad(params) if diagnostics else None
-            loss.backward()
-            if diagnostics:
-                agent_grads.append(AgentGrad(role, agent, flat_grad(params) - before, n_tokens))
-            stats["loss"] += loss.item()
-            stats["clipped"] += clipped.item()
-        for p in params:
-            # As after a backward over every turn: zero, not absent, gradients, so AdamW
-            # still steps (momentum) when no turn of the set had an advantage.
-            if p.grad is None and p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        squared_norm += float(norm) ** 2
-        optimizer.step()
+            if learning:
+                batches[(role, agent)] = TurnBatch.from_turns(learning, pad_token_id).to(policy.device)
+            elif diagnostics:
+                grads[(role, agent)] = AgentGrad(role, agent, torch.zeros(sum(p.numel() for p in params), dtype=torch.float64), n_tokens)
+        for epoch in range(cfg.ppo_epochs):
+            first = epoch == 0
+            optimizer.zero_grad(set_to_none=True)
+            for (role, agent), turns in acting:
+                batch = batches.get((role, agent))
+                if batch is None:
+                    continue
+                logps = completion_logps(policy.model_for(role), batch, cfg.temperature)
+                if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
+                    old_logps[(role, agent)] = logps.detach()
+                loss, clipped = clipped_loss(
+                    logps,
+                    old_logps[(role, agent)],
+                    batch.advantages,
+                    batch.completion_mask,
+                    epsilon_low=cfg.epsilon_low,
+                    epsilon_high=cfg.epsilon_high,
+                    n_tokens=total_tokens,
+                )
+                before = flat_grad(params) if diagnostics and first else None
+                loss.backward()
+                if before is not None:
+                    n_tokens = sum(len(t.completion.completion_ids) for t in turns)
+                    grads[(role, agent)] = AgentGrad(role, agent, flat_grad(params) - before, n_tokens)
+                if first:
+                    stats["loss"] += loss.item()
+                stats["clipped"] += clipped.item()
+            for p in params:
+                # As after a backward over every turn: zero, not absent, gradients, so AdamW
+                # still steps (momentum) when no turn of the set had an advantage.
+                if p.grad is None and p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if first:
+                squared_norm += float(norm) ** 2
+            optimizer.step()
+        agent_grads += [grads[key] for key, _ in acting if key in grads]
     n_turns = sum(len(ts) for ts in turns_by_agent.values())
     metrics = {
         "loss": stats["loss"],
         "entropy": sum(total for total, _ in role_entropy.values()) / max(total_tokens, 1),
-        "clip_fraction": stats["clipped"] / max(total_tokens, 1),
+        "clip_fraction": stats["clipped"] / max(total_tokens * cfg.ppo_epochs, 1),
         "grad_norm": squared_norm**0.5,
         "response_length": total_tokens / max(n_turns, 1),
         "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},

@@ -1,0 +1,152 @@
+"""Generation as the trainer and the evaluation see it: what is scored is what is trained,
+keyed evaluation samples are reproducible and follow the model's distribution, and an
+evaluation's accuracy, standard error and pass@k are computed as documented."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from matrixrl.config import ArithTaskConfig, TinyScale
+from matrixrl.jobs.evaluate import pass_at
+from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
+from matrixrl.tasks import build_task
+from matrixrl.tasks.base import Problem
+from matrixrl.train.grpo import TurnBatch
+from matrixrl.train.rollout import keyed_uniform, make_generate
+from matrixrl.workflows.base import Turn
+
+TINY = TinyScale(kind="tiny", hidden_size=32, num_layers=1, intermediate_size=64, num_heads=2, num_kv_heads=1)
+
+
+class OnePolicy:
+    """The one model every role plays (what make_generate needs of a policy)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def model_for(self, role):
+        return self.model
+
+
+class Scripted(torch.nn.Module):
+    """A stand-in model whose generate() appends a fixed continuation to every prompt."""
+
+    def __init__(self, continuation: list[int]):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.continuation = continuation
+
+    def generate(self, input_ids, **kwargs):
+        tail = torch.tensor([self.continuation] * input_ids.shape[0])
+        return torch.cat([input_ids, tail], dim=1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+def test_a_pad_sampled_mid_answer_is_in_the_scored_text_as_in_the_trained_tokens(tokenizer) -> None:
+    two, one = tokenizer.convert_tokens_to_ids(["2", "1"])
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    generate = make_generate(OnePolicy(Scripted([two, pad, one, eos, pad])), tokenizer, max_new_tokens=5, temperature=1.0, sample=False)
+    (completion,) = generate("generator", ["4+8+9="])
+    # Trained on: up to and including the EOS (what follows is generate's padding).
+    assert completion.completion_ids == [two, pad, one, eos]
+    batch = TurnBatch.from_turns([Turn("generator", "generator0", 0, "4+8+9=", completion, advantage=1.0)], pad)
+    assert batch.completion_ids[0].tolist() == [two, pad, one, eos] and batch.completion_mask[0].tolist() == [1.0] * 4
+    # Scored on: the same tokens, the pad included; "21" alone would be right.
+    assert completion.text == "2<pad>1"
+    task = build_task("arith", ArithTaskConfig(kind="arith", digits=1, terms=3))
+    problem = Problem("p", "4+8+9", "21")
+    assert task.score_batch([problem, problem], [completion.text, "21"]) == [0.0, 1.0]
+
+
+def test_every_sampled_completion_is_the_decoding_of_its_trained_tokens(tokenizer) -> None:
+    model = build_tiny_model(TINY, tokenizer, seed=0)  # untrained: it samples special tokens too
+    policy = OnePolicy(model)
+    eos = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    train = make_generate(policy, tokenizer, max_new_tokens=8, temperature=1.0, sample=True)
+    keyed = make_generate(policy, tokenizer, max_new_tokens=8, temperature=0.7, sample=True, seed=3)
+    completions = train("generator", ["1+2="] * 64) + keyed("generator", ["1+2="] * 64)
+    specials = 0
+    for c in completions:
+        answered = c.completion_ids[:-1] if c.completion_ids[-1:] == [eos] else c.completion_ids
+        assert c.text == tokenizer.decode(answered, skip_special_tokens=False)
+        specials += any(t in tokenizer.all_special_ids for t in answered)
+    assert specials > 0, "an untrained model should sample some special tokens mid-answer"
+
+
+def test_keyed_samples_repeat_and_do_not_depend_on_batch_size_or_global_rng(tokenizer) -> None:
+    policy = OnePolicy(build_tiny_model(TINY, tokenizer, seed=1))
+    prompts = [f"{a}+{b}=" for a in range(10) for b in range(4)]
+
+    def draw(batch_size: int, seed: int = 7) -> list[list[int]]:
+        generate = make_generate(policy, tokenizer, max_new_tokens=6, temperature=0.7, sample=True, seed=seed, batch_size=batch_size)
+        return [c.completion_ids for c in generate("generator", prompts)]
+
+    torch.manual_seed(0)
+    whole = draw(256)
+    torch.manual_seed(123)  # the global generator plays no part
+    assert draw(256) == whole
+    assert draw(7) == whole  # nor the batch size
+    assert draw(256, seed=8) != whole  # another key, other samples
+    # Rows are keyed by their place, not their text: k copies of a prompt are k samples.
+    copies = make_generate(policy, tokenizer, max_new_tokens=6, temperature=0.7, sample=True, seed=7)("generator", ["1+2="] * 8)
+    assert len({tuple(c.completion_ids) for c in copies}) > 1
+
+
+def test_keyed_sampling_follows_the_softmax_at_the_temperature() -> None:
+    from matrixrl.train.rollout import KeyedSampler
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    temperature = 0.7
+    rows = 20_000
+    sampler = KeyedSampler(temperature, torch.arange(rows, dtype=torch.int64) * 7919)
+    picks = sampler(None, logits.repeat(rows, 1)).argmax(dim=-1)
+    frequencies = torch.bincount(picks, minlength=4).double() / rows
+    expected = torch.softmax(logits.double() / temperature, dim=0)
+    # Binomial SE of each frequency is at most 0.0036 here; 4 SEs.
+    assert torch.allclose(frequencies, expected, atol=0.015), (frequencies, expected)
+    noise = keyed_uniform(torch.arange(1000, dtype=torch.int64), 0, 50)
+    assert 0.0 < noise.min() and noise.max() < 1.0 and abs(noise.mean().item() - 0.5) < 0.01
+
+
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    # 4 samples per problem; correct counts 0, 1, 2, 4.
+    correct = np.array([0, 1, 2, 4])
+    got = pass_at(correct, 4)
+    assert list(got) == ["1", "2", "4"]
+    assert got["1"] == pytest.approx(np.mean([0, 1 / 4, 2 / 4, 1]))
+    # pass@2 = 1 - C(k-c, 2) / C(k, 2) with C(4, 2) = 6: c=1 → 1 - 3/6, c=2 → 1 - 1/6.
+    assert got["2"] == pytest.approx(np.mean([0, 0.5, 5 / 6, 1]))
+    assert got["4"] == pytest.approx(0.75)  # any of the four right
+    assert list(pass_at(np.array([1, 0, 1]), 1)) == ["1"] and list(pass_at(np.array([3]), 3)) == ["1", "2", "3"]
+
+
+def test_the_evaluation_standard_error_is_that_of_per_problem_means() -> None:
+    from matrixrl.analysis.curves import CliffRule, summarize_curve
+
+    rule = CliffRule(delta=0.10, noise_se=2.0)
+    # Binomial SEs at n=100: peak 0.7 → 0.0458, final 0.5 → 0.05: drop 0.2 > 2·0.0678.
+    assert summarize_curve([0, 10, 20], [0.3, 0.7, 0.5], 100, rule).cliff is True
+    # The same accuracies with the SEs of k samples whose per-problem means vary more: not beyond noise.
+    assert summarize_curve([0, 10, 20], [0.3, 0.7, 0.5], 100, rule, se=[0.05, 0.08, 0.08]).cliff is False
+    # A missing SE (a file from before SEs were stored) falls back to the binomial one.
+    assert summarize_curve([0, 10, 20], [0.3, 0.7, 0.5], 100, rule, se=[None, float("nan"), None]).cliff is True
+
+
+def test_eval_seeds_differ_per_checkpoint_and_from_training_steps() -> None:
+    from matrixrl.jobs.evaluate import eval_seed
+    from matrixrl.train.trainer import step_seed
+
+    seeds = {eval_seed(0, step) for step in range(0, 100, 10)} | {eval_seed(1, 0)}
+    assert len(seeds) == 11
+    assert eval_seed(0, 10) == eval_seed(0, 10)
+    assert not seeds & {step_seed(0, s) for s in range(100)}
+    assert math.isfinite(eval_seed(0, 0))
