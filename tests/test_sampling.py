@@ -150,3 +150,23 @@ def test_eval_seeds_differ_per_checkpoint_and_from_training_steps() -> None:
     assert eval_seed(0, 10) == eval_seed(0, 10)
     assert not seeds & {step_seed(0, s) for s in range(100)}
     assert math.isfinite(eval_seed(0, 0))
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokenizer, monkeypatch, adapter) -> None:
+    from matrixrl.config import Policies
+    from matrixrl.models.policies import build_policy
+    from matrixrl.train import rollout
+
+    policy = build_policy("isolated", build_tiny_model(TINY, tokenizer, seed=2), ("generator", "aggregator"), Policies(adapter=adapter))
+    prompts = ["1+2=", "12+34=", "7="] * 5 + ["9+9+9="]  # repeats of unequal length, and one prompt alone
+
+    def draw() -> list[list[int]]:
+        keyed = make_generate(policy, tokenizer, max_new_tokens=6, temperature=0.7, sample=True, seed=5)
+        greedy = make_generate(policy, tokenizer, max_new_tokens=6, temperature=1.0, sample=False)
+        return [c.completion_ids for g in (keyed, greedy) for c in g("generator", prompts)]
+
+    assert rollout.prefilled_cache(policy.model_for("generator"), tokenizer, prompts, "cpu") is not None
+    shared = draw()
+    monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
+    assert draw() == shared

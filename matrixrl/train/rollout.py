@@ -9,6 +9,11 @@ A completion's text is the decoding of exactly the tokens the trainer scores (it
 ``completion_ids`` without the closing EOS), special tokens included: a pad token
 sampled mid-answer shows in the text the task scores, as it does in the update.
 
+Prompts that repeat within a call (a group's rollouts of one problem, parallel
+agents, evaluation samples) are encoded once: their KV cache, all but the last prompt
+token, is computed per distinct prompt and copied to every row that repeats it, and
+generate continues from there. It is the same computation as encoding every row.
+
 Three ways to pick tokens: sampling from torch's global generator (training; each
 step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperature
 above 0): the Gumbel-max trick with noise hashed from (seed, call, row, position,
@@ -88,6 +93,26 @@ class EntropyRecorder(LogitsProcessor):
         return scores
 
 
+def prefilled_cache(model, tokenizer, prompts: list[str], device):
+    """A KV cache of ``prompts`` without their last token, computed once per distinct
+    prompt, one row per prompt; None when no prompt repeats (nothing to share)."""
+    distinct = list(dict.fromkeys(prompts))
+    if len(distinct) == len(prompts):
+        return None
+    from transformers import DynamicCache
+
+    # The same prompts as the whole batch, so the same padded width and positions.
+    enc = tokenizer(distinct, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"][:, :-1].to(device), enc["attention_mask"][:, :-1].to(device)
+    if ids.shape[1] == 0:
+        return None
+    cache = DynamicCache()
+    model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), cache=cache, use_cache=True)
+    row_of = {prompt: i for i, prompt in enumerate(distinct)}
+    cache.batch_select_indices(torch.tensor([row_of[p] for p in prompts], device=device))
+    return cache
+
+
 def make_generate(
     policy,
     tokenizer,
@@ -133,6 +158,7 @@ def make_generate(
             sequences = model.generate(
                 input_ids=enc["input_ids"].to(device),
                 attention_mask=enc["attention_mask"].to(device),
+                cache=prefilled_cache(model, tokenizer, chunk, device),
                 max_new_tokens=max_new_tokens,
                 pad_token_id=pad,
                 eos_token_id=eos,
