@@ -353,9 +353,18 @@ class Evaluate(Strict):
     """
 
     temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 decodes greedily")
-    samples: int = Field(1, ge=1, description="completions per problem; accuracy is their mean pass@1")
+    samples: int = Field(2, ge=1, description="completions per problem (default 2; 1 when greedy); accuracy is their mean pass@1")
     max_new_tokens: int = Field(8, ge=1)
     batch_size: int = Field(256, ge=1, description="prompts per generate call", json_schema_extra=RUNTIME)
+    threads: int = Field(1, ge=1, description="torch threads per evaluation job", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_follow_the_temperature(cls, data):
+        # Greedy decoding has one distinct completion per problem: samples defaults to 1 there.
+        if isinstance(data, dict) and data.get("samples") is None and data.get("temperature") == 0:
+            return {**data, "samples": 1}
+        return data
 
     @model_validator(mode="after")
     def _greedy_has_one_sample(self):

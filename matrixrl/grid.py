@@ -158,7 +158,7 @@ def cell_spec(config: Config, cell: Cell) -> CellSpec:
     scale = config.scales[cell.scale]
     return CellSpec(
         cell=cell,
-        base=fingerprint(science(base_spec(config, base_scale(config, cell.scale)))),
+        base=base_digest(config, cell.scale),
         scale=_without_train(scale),
         task=config.tasks[cell.task],
         workflow=getattr(config.workflows, cell.workflow).model_dump(),
@@ -193,6 +193,13 @@ def base_spec(config: Config, scale: str) -> BaseSpec:
         tasks=dict(sorted(config.tasks.items())),
         workflows=config.workflows,
     )
+
+
+def base_digest(config: Config, scale: str) -> str:
+    """Digest of what ``scale``'s base model is computed from (not the scale's name: the
+    warm-start does not depend on it)."""
+    spec = science(base_spec(config, base_scale(config, scale)))
+    return fingerprint({k: v for k, v in spec.items() if k != "scale_name"})
 
 
 def base_scale(config: Config, scale: str) -> str:

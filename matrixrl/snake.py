@@ -144,7 +144,8 @@ def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[
         str(configfile),
         "--cores",
         str(cores),
-        # run: rules (evaluate, analyse) execute in this process: imports paid once.
+        # run: rules execute in this process: analyse itself, and the forks of train,
+        # evaluate and prepare_base from the server that imported torch once (jobs/forked.py).
         "--force-use-threads",
         "--rerun-incomplete",
         "--printshellcmds",

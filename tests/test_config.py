@@ -425,3 +425,25 @@ def test_too_few_distinct_problems_for_the_eval_set(experiment: Path) -> None:
         f"{experiment}: tasks.arith: n_eval 256 leaves too few training problems: digits=1, "
         "terms=2 give 100 distinct problems; keep n_eval at most 50 or raise digits or terms"
     )
+
+
+# --- evaluation and per-scale training settings -----------------------------------------------
+
+
+def test_greedy_evaluation_takes_one_sample_unless_told_otherwise(raw: dict) -> None:
+    raw["eval"] = {"temperature": 0}
+    assert validate(raw, "E.yaml").eval.samples == 1
+    raw["eval"] = {"temperature": 0.7}
+    assert validate(raw, "E.yaml").eval.samples == 2
+    raw["eval"] = {"temperature": 0, "samples": 3}
+    assert error_of(raw) == (
+        "E.yaml: eval: samples 3 with temperature 0: greedy decoding gives identical completions; "
+        "use samples: 1, or a temperature above 0"
+    )
+
+
+def test_a_scales_own_training_settings_are_checked_like_train(raw: dict) -> None:
+    raw["scales"]["tiny-m"]["train"] = {"lr": -1}
+    assert error_of(raw) == "E.yaml: scales.tiny-m.train.lr: must be greater than 0 (got -1)"
+    raw["scales"]["tiny-m"]["train"] = {"rate": 1e-4}
+    assert error_of(raw).startswith("E.yaml: scales.tiny-m.train.rate: unknown key; valid keys here: steps, eval_every, ")

@@ -147,7 +147,7 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     row = rows[0]
     assert list(row) == [
         "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step",
-        "final", "final_tail", "gain", "cliff", "cliff_onset", "n_checkpoints",
+        "final", "final_tail", "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "n_checkpoints",
         "generator_answer_acc_base", "generator_answer_acc_peak", "generator_answer_acc_final",
     ]  # fmt: skip
     curve = accuracies(results, CELL0)
@@ -161,7 +161,7 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     assert math.isclose(row["final_tail"], sum(a for _, a in curve) / 3)  # analysis.final_tail_k is 3
     csv = matrixrl("report", "-c", str(config), "--format", "csv").stdout.splitlines()
     assert csv[0] == (
-        "workflow,task,scale,policy,seed,base,peak,peak_step,final,final_tail,gain,cliff,cliff_onset,"
+        "workflow,task,scale,policy,seed,base,peak,peak_step,final,final_tail,gain,gain_z,peak_gain_z,cliff,cliff_onset,"
         "n_checkpoints,generator_answer_acc_base,generator_answer_acc_peak,generator_answer_acc_final"
     )
     assert csv[1].startswith(f"single,arith,tiny-s,shared,0,{row['base']},")

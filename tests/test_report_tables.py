@@ -113,7 +113,7 @@ def test_summary_has_final_tail_and_per_role_accuracies_at_base_peak_and_final(e
     table = build_tables(path, config, ["summary"])["summary"]
     assert list(table.columns) == [
         "cell", "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step", "final", "final_tail",
-        "gain", "cliff", "cliff_onset", "n_checkpoints",
+        "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "n_checkpoints",
         "aggregator_answer_acc_base", "aggregator_answer_acc_peak", "aggregator_answer_acc_final",
         "generator_answer_acc_base", "generator_answer_acc_peak", "generator_answer_acc_final",
     ]  # fmt: skip
@@ -121,6 +121,8 @@ def test_summary_has_final_tail_and_per_role_accuracies_at_base_peak_and_final(e
     assert single["cell"] == "single-arith-tiny-s-shared-s0"
     assert (single["base"], single["peak"], single["peak_step"], single["final"]) == (0.2, 0.5, 30, 0.5)
     assert single["final_tail"] == approx(0.5) and single["gain"] == approx(0.3)
+    # No stored SEs: binomial ones at n = 1000, sqrt(0.5·0.5/1000 + 0.2·0.8/1000).
+    assert single["gain_z"] == approx(0.3 / math.sqrt((0.25 + 0.16) / 1000)) == single["peak_gain_z"]
     assert single["cliff"] is False and single["cliff_onset"] is None and single["n_checkpoints"] == 6
     assert single["generator_answer_acc_base"] is None  # no per-role rows stored for it
     assert (voting["peak"], voting["peak_step"], voting["final"]) == (0.7, 20, 0.1)

@@ -28,7 +28,7 @@ from matrixrl.config import AXES, Analysis
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
 
 _DTYPES = {
-    **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain"], "float64"),
+    **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z"], "float64"),
     **dict.fromkeys(["dominant_share", "amplification_mean", "amplification_max", "baseline", "change"], "float64"),
     **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "rise_step", "lead"], "Int64"),
     **dict.fromkeys(["cliff", "rose"], "boolean"),

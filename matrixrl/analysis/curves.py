@@ -10,7 +10,10 @@ problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
   (earliest on ties).
 - ``final``: accuracy at the last checkpoint; ``final_tail``: mean of the last
   ``min(k, n_checkpoints)`` checkpoints.
-- ``gain`` = final - base; ``peak_gain`` = peak - base.
+- ``gain`` = final - base; ``peak_gain`` = peak - base; ``gain_z`` and
+  ``peak_gain_z``: those differences in standard errors of the difference,
+  sqrt(se_a^2 + se_base^2) (how far beyond evaluation noise; the peak is the best of
+  several checkpoints, so its z is biased upwards).
 - Terminal cliff: the run ends far below its own peak and does not recover.
   A cell has a cliff iff all of
     1. final <= peak - delta;
@@ -66,6 +69,8 @@ class CurveSummary:
     final_tail: float
     gain: float
     peak_gain: float
+    gain_z: float
+    peak_gain_z: float
     cliff: bool
     cliff_onset: int | None
     n_checkpoints: int
@@ -81,6 +86,12 @@ def _as_int(value: object, what: str) -> int:
     if not as_float.is_integer():
         raise ValueError(f"{what} must be an integer, got {value!r}")
     return int(as_float)
+
+
+def _z(difference: float, se: float) -> float:
+    if se > 0:
+        return difference / se
+    return 0.0 if difference == 0 else math.copysign(math.inf, difference)
 
 
 def summarize_curve(
@@ -154,6 +165,8 @@ def summarize_curve(
         final_tail=final_tail,
         gain=final - base,
         peak_gain=peak - base,
+        gain_z=_z(final - base, math.hypot(error(last), error(0))),
+        peak_gain_z=_z(peak - base, math.hypot(error(peak_i), error(0))),
         cliff=bool(cliff),
         cliff_onset=step_list[onset_i] if cliff else None,
         n_checkpoints=len(acc),
@@ -169,6 +182,8 @@ _DTYPES = {
     "final_tail": "float64",
     "gain": "float64",
     "peak_gain": "float64",
+    "gain_z": "float64",
+    "peak_gain_z": "float64",
     "cliff": "bool",
     "cliff_onset": "Int64",
     "n_checkpoints": "int64",

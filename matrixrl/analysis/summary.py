@@ -4,6 +4,7 @@ Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
 
 Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
 ``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
+``gain_z`` and ``peak_gain_z`` (final and peak minus base, in standard errors),
 ``cliff``, ``cliff_onset``, ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
 then, per role and per metric the role has (``answer_acc`` for roles that propose
 an answer, ``verdict_acc`` for roles that judge one, ``disagreement`` for roles with
@@ -32,6 +33,8 @@ SUMMARY_COLUMNS = [
     "final",
     "final_tail",
     "gain",
+    "gain_z",
+    "peak_gain_z",
     "cliff",
     "cliff_onset",
     "n_checkpoints",

@@ -29,6 +29,11 @@ def main(argv: list[str]) -> None:
 
         base_dir, cell_dir, output = map(Path, paths)
         train(CellSpec.model_validate_json(spec_json), base_dir, cell_dir, output, log=log)
+    elif rule == "evaluate":
+        from matrixrl.jobs.evaluate import evaluate
+
+        step, checkpoint, base_dir, output = paths
+        evaluate(CellSpec.model_validate_json(spec_json), int(step), Path(checkpoint), Path(base_dir), Path(output), log=log)
     else:
         raise SystemExit(f"unknown job rule {rule!r}")
 

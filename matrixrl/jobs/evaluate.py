@@ -9,15 +9,16 @@ completions of one problem are not independent trials). The unbiased pass@j
 the cell's seed and the checkpoint's step (``eval_seed``), so a rerun draws the
 same completions whatever the batch size or the jobs running beside it.
 
-A checkpoint of a GPU scale is evaluated on a GPU this job claims (one per job; the
-jobs are threads of one process, so the claim names ``cuda:N`` rather than hiding
-the other GPUs).
+Each evaluation is its own process, forked from the pre-imported server like a
+training job (``jobs/forked.py``), with ``eval.threads`` torch threads: its own
+generator state and thread pool, and its log gets whatever it prints, a traceback
+included. A checkpoint of a GPU scale is evaluated on a GPU the job claims, as
+``cuda:N``.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 
@@ -25,12 +26,6 @@ import numpy as np
 
 from matrixrl.grid import CellSpec
 from matrixrl.results import EvalResult, write_result
-
-# evaluate jobs run as threads of one Snakemake process, and transformers' lazy
-# imports are not thread-safe ("cannot import name 'AutoTokenizer'" was seen), so
-# importing and loading happen one job at a time; generation runs concurrently.
-_LOAD_LOCK = threading.Lock()
-
 
 def eval_seed(seed: int, step: int) -> int:
     """The sampling key of one checkpoint's evaluation (distinct from any training step's seed)."""
@@ -59,22 +54,24 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
 
 
 def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log, device: str | None) -> EvalResult:
-    with _LOAD_LOCK:
-        from matrixrl.models.hf import model_source
-        from matrixrl.models.policies import load_policy
-        from matrixrl.tasks import build_task
-        from matrixrl.train.metrics import role_metrics, score_episodes
-        from matrixrl.train.rollout import make_generate
-        from matrixrl.workflows import build_workflow
-        from matrixrl.workflows.styles import build_style
+    import torch
 
-        began = time.perf_counter()
-        source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
-        task = build_task(spec.cell.task, spec.task)
-        tokenizer = source.load_tokenizer()
-        style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
-        workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
-        policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, source)
+    from matrixrl.models.hf import model_source
+    from matrixrl.models.policies import load_policy
+    from matrixrl.tasks import build_task
+    from matrixrl.train.metrics import role_metrics, score_episodes
+    from matrixrl.train.rollout import make_generate
+    from matrixrl.workflows import build_workflow
+    from matrixrl.workflows.styles import build_style
+
+    torch.set_num_threads(spec.eval.threads)
+    began = time.perf_counter()
+    source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
+    task = build_task(spec.cell.task, spec.task)
+    tokenizer = source.load_tokenizer()
+    style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
+    workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
+    policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, source)
     cfg = spec.eval
     sampled = cfg.temperature > 0
     generate = make_generate(
@@ -113,11 +110,3 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
         f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"
     )
     return result
-
-
-def evaluate_job(spec_json: str, step: int, checkpoint: str, base_dir: str, output: str, log_path: str) -> None:
-    """The ``evaluate`` rule's body (runs inside the Snakemake process)."""
-    from matrixrl.jobs.logfile import file_logger
-
-    spec = CellSpec.model_validate_json(spec_json)
-    evaluate(spec, step, Path(checkpoint), Path(base_dir), Path(output), log=file_logger(log_path))

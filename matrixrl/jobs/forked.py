@@ -1,10 +1,10 @@
-"""Run a training or warm-start job in its own process, forked from a pre-imported server.
+"""Run a training, evaluation or warm-start job in its own process, forked from a pre-imported server.
 
 Importing torch + transformers (+ TRL's helpers) costs about 12 s per Python process
 on a 2-core machine: 15 of the 21 s of a 40-step tiny training job. A ``shell:``
 rule pays it once per job; the default grid's 34 such jobs spent ~400 core-seconds
-on imports alone (bench/job_launch.py measures it). Here the ``train`` and
-``prepare_base`` rules instead ask Python's ``forkserver``: a single-threaded server
+on imports alone (bench/job_launch.py measures it). Here the ``train``,
+``evaluate`` and ``prepare_base`` rules instead ask Python's ``forkserver``: a single-threaded server
 process, started once per Snakemake process, imports the job modules once and forks
 a fresh child per job. The child is still its own process, exactly as a shell job's:
 
@@ -32,7 +32,13 @@ import sys
 import threading
 
 # What the server imports once; each child finds these modules already loaded.
-PRELOAD = ["matrixrl.jobs.__main__", "matrixrl.jobs.train", "matrixrl.jobs.prepare_base", "matrixrl.train.trainer"]
+PRELOAD = [
+    "matrixrl.jobs.__main__",
+    "matrixrl.jobs.train",
+    "matrixrl.jobs.prepare_base",
+    "matrixrl.jobs.evaluate",
+    "matrixrl.train.trainer",
+]
 _PR_SET_PDEATHSIG = 1
 
 # One server per process: the context is a singleton, and the preload list is read

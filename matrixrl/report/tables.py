@@ -34,7 +34,7 @@ from matrixrl.config import AXES, Config, ConfigError
 from matrixrl.report import TABLE_NAMES
 from matrixrl.store import Store
 
-RECORD_VERSION = "1"
+RECORD_VERSION = "2"
 """Part of every fingerprint: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")

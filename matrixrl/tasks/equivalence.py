@@ -9,10 +9,10 @@ reading is the fallback.
 
 math-verify bounds each parse and comparison with ``signal.alarm``, which works only
 in a process's main thread, and some answers (``10^{10^{10}}``) never finish without
-it. In the main thread (the training job) scoring runs in-process with those
-timeouts; in any other thread (evaluate jobs run as threads of the Snakemake process)
-it goes to a helper process, ``python -m matrixrl.tasks.equivalence``, whose main
-thread can use them, and which is killed and restarted if it still overruns.
+it. In the main thread (a training or evaluation job) scoring runs in-process with
+those timeouts; in any other thread it goes to a helper process, ``python -m
+matrixrl.tasks.equivalence``, whose main thread can use them, and which is killed
+and restarted if it still overruns.
 """
 
 from __future__ import annotations
