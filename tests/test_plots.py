@@ -103,7 +103,7 @@ def test_learning_curves_one_labelled_panel_per_workflow_and_scale(study) -> Non
     figures = plots.study_figures(plots.load_study(config))
     assert list(figures) == ["curves-arith"]
     fig = figures["curves-arith"]
-    assert fig._suptitle.get_text() == "arith: accuracy vs training step (line: mean of 2 seed(s), band: min–max)"
+    assert fig._suptitle.get_text() == "arith: accuracy vs training step\nline: mean of 2 seed(s), band: min–max"
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["single · tiny-s", "voting · tiny-s"]
     assert [ax.get_xlabel() for ax in axes] == ["", "training step"]  # bottom row only (shared x)

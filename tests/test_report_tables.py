@@ -516,7 +516,8 @@ def test_only_cells_with_new_results_are_recomputed(experiment: Path) -> None:
         assert store.computations() == {cell_id: n + 1 for cell_id, n in after.items()}
 
 
-def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> None:
+def one_ingested_cell(experiment: Path):
+    """A one-cell grid whose three result files (train, two evaluations) are in the store."""
     config = config_for(experiment, workflow="[single]", policy="[shared]")
     results = Path(config.results_dir)
     c = cell("single", "shared")
@@ -524,6 +525,11 @@ def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> Non
     for e in evaluations(c, [0.2, 0.3]):
         write_result(results / eval_result(c.id, e.step), e)
     assert ingest(results) == 3
+    return config, results, c
+
+
+def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> None:
+    config, results, _ = one_ingested_cell(experiment)
     with sqlite3.connect(results / STORE_FILE) as db:
         db.execute("delete from cell_inputs")
     assert ingest(results) == 3  # every file once more, to record its digest
@@ -534,13 +540,7 @@ def test_a_store_from_before_digests_is_read_again_once(experiment: Path) -> Non
 def test_a_store_of_another_schema_version_is_rebuilt_from_the_result_files(experiment: Path) -> None:
     from matrixrl.store import SCHEMA_VERSION
 
-    config = config_for(experiment, workflow="[single]", policy="[shared]")
-    results = Path(config.results_dir)
-    c = cell("single", "shared")
-    write_result(results / train_result(c.id), training(c, [], steps=10))
-    for e in evaluations(c, [0.2, 0.3]):
-        write_result(results / eval_result(c.id, e.step), e)
-    assert ingest(results) == 3
+    config, results, c = one_ingested_cell(experiment)
     with sqlite3.connect(results / STORE_FILE) as db:
         # What an older matrixrl left: another layout, and rows no result file backs.
         db.execute("alter table evaluations drop column se")

@@ -166,8 +166,16 @@ def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, rule: Cliff
                     ax.set_ylabel("accuracy")
         axes[0][0].set_ylim(bottom=0)
         n_seeds = of_task["seed"].nunique()
-        fig.suptitle(f"{task}: accuracy vs training step (line: mean of {n_seeds} seed(s), band: min–max)")
-        fig.legend(handles=_curve_legend(policies_drawn), loc="outside lower center", ncols=4, frameon=False)
+        # Two lines and a narrower legend, so that a one-scale figure (one panel wide) is not cut.
+        fig.suptitle(f"{task}: accuracy vs training step\nline: mean of {n_seeds} seed(s), band: min–max")
+        wide = len(scales) > 1
+        fig.legend(
+            handles=_curve_legend(policies_drawn),
+            loc="outside lower center",
+            ncols=4 if wide else 2,
+            fontsize="medium" if wide else "small",
+            frameon=False,
+        )
         figures[curves_name(task)] = fig
     return figures
 

@@ -117,8 +117,6 @@ def resume_point(cell_dir: Path, digest: str, steps: int, log: Callable[[str], N
         )
         for step in stale:
             shutil.rmtree(checkpoint_dir(cell_dir, step))
-    if start is None and complete_checkpoints(cell_dir):
-        log("no checkpoint of these settings to resume from; training from step 0")
     return start
 
 
