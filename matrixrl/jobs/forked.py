@@ -47,6 +47,14 @@ _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(PRELOAD)
 
 
+# Jobs start and end in concurrent Snakemake threads, and a child's exit status can be
+# read from the server only once: Process.start() polls every other live child
+# (multiprocessing's _cleanup), so a start racing another job's join() made one of
+# them read end-of-file and report exit code 255 for a job that had succeeded (seen
+# once evaluations were forked too). Starts and status reads take turns.
+_STATUS_LOCK = threading.Lock()
+
+
 class JobFailed(RuntimeError):
     """A forked job exited non-zero; its log says why."""
 
@@ -60,11 +68,20 @@ def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> 
     """
     title = f"matrixrl.jobs {argv[0]} {name}"
     process = _FORKSERVER.Process(target=_child, args=(argv, title, log_path, append), name=title)
-    process.start()
-    process.join()
-    if process.exitcode != 0:
-        how = f"was killed by signal {-process.exitcode}" if process.exitcode < 0 else f"exited {process.exitcode}"
+    exitcode = run_to_end(process)
+    if exitcode != 0:
+        how = f"was killed by signal {-exitcode}" if exitcode < 0 else f"exited {exitcode}"
         raise JobFailed(f"{title} {how}; see its log {log_path}")
+
+
+def run_to_end(process: multiprocessing.Process) -> int:
+    """Start ``process``, wait for it to end, return its exit code (safe from any thread)."""
+    with _STATUS_LOCK:
+        process.start()
+    multiprocessing.connection.wait([process.sentinel])  # until it ends, without reading its status
+    with _STATUS_LOCK:
+        process.join()
+    return process.exitcode
 
 
 def _child(argv: list[str], title: str, log_path: str, append: bool) -> None:
