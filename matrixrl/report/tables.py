@@ -259,11 +259,13 @@ def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.Data
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
     with Store(store_path) as store:
         by_run = cell_records(store, _runs_frame(needed), config)
-    records = {cell: by_run[run] for cell, run in zip(needed["cell"], needed["run"]) if run in by_run}
+    run_of = dict(zip(needed["cell"], needed["run"]))
+    records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
-    per_cell["run"] = per_cell["cell"].map(dict(zip(needed["cell"], needed["run"])))
+    per_cell["run"] = per_cell["cell"].map(run_of)
     per_selected = per_cell[per_cell["cell"].isin(selected["cell"])]
 
+    same_run = same_run_caption(selected)
     frames = {}
     for name in names:
         if name == "compare":
@@ -274,8 +276,8 @@ def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.Data
         table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
-        elif name == "summary" and same_run_caption(selected) is not None:
-            table.attrs["caption"] = same_run_caption(selected)
+        elif name == "summary" and same_run is not None:
+            table.attrs["caption"] = same_run
         frames[name] = table
     return frames, per_selected
 

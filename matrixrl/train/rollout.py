@@ -139,7 +139,8 @@ def make_generate(
         nonlocal calls
         model = policy.model_for(role)
         device = next(model.parameters()).device
-        call_key = splitmix64(splitmix64(torch.tensor([seed or 0], dtype=torch.int64)) ^ calls)
+        if keyed:  # each call's rows get keys of their own
+            call_key = splitmix64(splitmix64(torch.tensor([seed], dtype=torch.int64)) ^ calls)
         calls += 1
         out: list[Completion] = []
         for start in range(0, len(prompts), batch_size):
