@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from matrixrl.config import AXES, Config, ConfigError, load_config
+from matrixrl.config import AXES, Config, load_config
+from matrixrl.errors import ConfigError, UserError
 
 app = typer.Typer(
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
@@ -66,21 +67,15 @@ class Format(str, Enum):
 
 
 def user_errors(command):
-    """Turn user-facing errors into one line on stderr and exit code 2, no traceback."""
+    """Turn a :class:`UserError` into its one line on stderr and its exit code, no traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from matrixrl.results import ResultFileError
-        from matrixrl.snake import ProfileError, SnakemakeError
-
         try:
             return command(*args, **kwargs)
-        except SnakemakeError as exc:
+        except UserError as exc:
             err.print(f"Error: {exc}", markup=False, soft_wrap=True)
-            raise typer.Exit(1)
-        except (ConfigError, ResultFileError, ProfileError) as exc:
-            err.print(f"Error: {exc}", markup=False, soft_wrap=True)
-            raise typer.Exit(2)
+            raise typer.Exit(exc.exit_code)
 
     return wrapper
 
@@ -308,7 +303,8 @@ def run(
 
 
 def _check_profile(profile: Path) -> Path:
-    from matrixrl.snake import ProfileError, profile_config
+    from matrixrl.errors import ProfileError
+    from matrixrl.snake import profile_config
 
     if not profile.is_dir():
         raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
@@ -526,6 +522,7 @@ app.add_typer(models_app, name="models")
 
 
 @models_app.command("convert-smollm2")
+@user_errors
 def convert_smollm2_command(
     to: Annotated[
         Optional[Path],
@@ -545,13 +542,9 @@ def convert_smollm2_command(
 
         matrixrl models convert-smollm2 --to models/smollm2
     """
-    from matrixrl.models.hf import ModelLoadError, convert_smollm2
+    from matrixrl.models.hf import convert_smollm2
 
-    try:
-        folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
-    except ModelLoadError as exc:
-        err.print(f"Error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+    folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
     err.print(f"Use it as a scale: {{kind: hf, path: {folder}, prompt_style: chat}}", markup=False)
     print(folder)
 

@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
 
+from matrixrl.errors import ConfigError, DataError
+
 from matrixrl.tasks.pyfunc import FAMILIES as PYFUNC_FAMILIES
 from matrixrl.tasks.pyfunc import distinct_problems as pyfunc_distinct_problems
 from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
@@ -28,10 +30,6 @@ from matrixrl.workflows.voting import Settings as VotingSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 POLICIES = ("shared", "isolated")
-
-
-class ConfigError(Exception):
-    """A user-facing configuration problem; the message is one line and says how to fix it."""
 
 
 class Strict(BaseModel):
@@ -658,7 +656,7 @@ def _resolve_task_data(name: str, task, base: Path, source: str):
 
     Only that the files exist is checked here; their records are read by the task.
     """
-    from matrixrl.tasks.files import DataError, locate
+    from matrixrl.tasks.files import locate
 
     if getattr(task, "path", None) is None:
         return task

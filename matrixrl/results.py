@@ -14,9 +14,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-
-class ResultFileError(Exception):
-    """A result file that cannot be used; the message is one line."""
+from matrixrl.errors import ResultFileError
 
 
 class Result(BaseModel):

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from matrixrl.config import Config
+from matrixrl.errors import ProfileError, SnakemakeError
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 CONFIG_FILE = ".matrixrl/config.yaml"
@@ -232,14 +233,6 @@ def profile_config(profile: Path) -> dict:
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: expected a mapping of Snakemake options")
     return raw
-
-
-class ProfileError(Exception):
-    """A Snakemake profile that cannot be used; one line."""
-
-
-class SnakemakeError(Exception):
-    """Snakemake could not evaluate the workflow; one line."""
 
 
 def _as_mapping(value, where: str) -> dict:

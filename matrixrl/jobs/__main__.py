@@ -40,12 +40,11 @@ def main(argv: list[str]) -> None:
 
 def run(argv: list[str]) -> None:
     """``main`` with the errors a user can fix reported as one line (exit 1), not a traceback."""
-    from matrixrl.models.devices import GpuClaimError
-    from matrixrl.models.hf import ModelLoadError
+    from matrixrl.errors import UserError
 
     try:
         main(argv)
-    except (ModelLoadError, GpuClaimError) as exc:
+    except UserError as exc:
         # The job log (the run names it) ends with the one line that says what to fix.
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

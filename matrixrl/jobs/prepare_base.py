@@ -70,7 +70,8 @@ def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
     seconds and no GPU memory even for a large model. Training and evaluation jobs
     load the model from the scale's own path; nothing is written to ``model_dir``.
     """
-    from matrixrl.models.hf import ModelLoadError, model_source
+    from matrixrl.errors import ModelLoadError
+    from matrixrl.models.hf import model_source
 
     began = time.perf_counter()
     source = model_source(spec.scale_name, spec.scale, Path(), device="cpu")

