@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from matrixrl.analysis.curves import CliffRule, CurveSummary, summarize_cells, summarize_curve
+from matrixrl.config import Analysis
 
-RULE = CliffRule()  # delta=0.10, noise_se=2.0, final_tail_k=3
+RULE = CliffRule.from_analysis(Analysis())  # delta=0.10, noise_se=2.0, final_tail_k=3
 approx = pytest.approx
 
 
@@ -87,13 +88,13 @@ def test_peak_ties_take_earliest_step() -> None:
 
 def test_zero_delta_onset_still_comes_after_peak() -> None:
     # With delta=0 every point is "<= peak", the peak included; the onset must follow it.
-    rule = CliffRule(delta=0.0, noise_se=0.0)
+    rule = CliffRule.from_analysis(Analysis(cliff_delta=0.0, cliff_noise_se=0.0))
     s = summarize_curve([0, 10, 20], [0.3, 0.7, 0.69], 100, rule)
     assert s.cliff is True and s.cliff_onset == 20
 
 
 def test_final_tail_with_k_larger_than_curve() -> None:
-    s = summarize_curve([0, 1, 2], [0.2, 0.5, 0.8], 100, CliffRule(final_tail_k=10))
+    s = summarize_curve([0, 1, 2], [0.2, 0.5, 0.8], 100, CliffRule.from_analysis(Analysis(final_tail_k=10)))
     assert s.final_tail == approx(0.5)
 
 
@@ -123,10 +124,11 @@ def test_validation_errors(steps, acc, n, message) -> None:
 
 
 def test_rule_validation() -> None:
+    # The rule's settings are checked where they are defined, in ``analysis:``.
     with pytest.raises(ValueError, match="final_tail_k"):
-        CliffRule(final_tail_k=0)
-    with pytest.raises(ValueError, match="delta"):
-        CliffRule(delta=-0.1)
+        Analysis(final_tail_k=0)
+    with pytest.raises(ValueError, match="cliff_delta"):
+        Analysis(cliff_delta=-0.1)
 
 
 def _long(cell: str, steps: list[int], acc: list[float], n: int) -> pd.DataFrame:

@@ -18,14 +18,16 @@ from dataclasses import asdict, fields
 
 import pandas as pd
 
-from matrixrl.analysis.curves import CurveSummary, summarize_curve
+from matrixrl.analysis.curves import CliffRule, CurveSummary, summarize_curve
 from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import MechanismRule, assess, signal_of
-from matrixrl.analysis.summary import cliff_rule, role_accuracies
 from matrixrl.config import AXES, Analysis
 
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
+
+ROLE_METRICS = ("answer_acc", "verdict_acc", "disagreement")
+"""The eval-time role metrics a record keeps (:func:`role_accuracies`)."""
 
 _DTYPES = {
     **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z"], "float64"),
@@ -37,12 +39,19 @@ _DTYPES = {
 }
 
 
-def mechanism_rule(analysis: Analysis) -> MechanismRule:
-    return MechanismRule(
-        baseline_steps=analysis.mechanism_baseline_steps,
-        rise=analysis.mechanism_rise,
-        smooth_steps=analysis.mechanism_smooth_steps,
-    )
+def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str, float | None]:
+    """``{role}_{metric}_{at}`` for one cell's eval-time role metrics (``step, role, metric, value``).
+
+    ``steps`` maps ``base``/``peak``/``final`` to checkpoint steps; a value missing
+    at that step is None.
+    """
+    out: dict[str, float | None] = {}
+    rows = role_rows[role_rows["metric"].isin(ROLE_METRICS)]
+    for (role, metric), group in rows.groupby(["role", "metric"], sort=True):
+        by_step = dict(zip(group["step"].astype(int), group["value"].astype(float)))
+        for at, step in steps.items():
+            out[f"{role}_{metric}_{at}"] = by_step.get(step)
+    return out
 
 
 def cell_record(
@@ -68,11 +77,12 @@ def cell_record(
     evals = evals.sort_values("step", kind="stable")
     steps = [int(s) for s in evals["step"].tolist()]
     se = evals["se"].tolist() if "se" in evals.columns else None
-    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), cliff_rule(analysis), se)
+    rule = CliffRule.from_analysis(analysis)
+    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), rule, se)
     record.update(asdict(curve))
     record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
     signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
-    record.update(assess(signal, curve.cliff_onset, steps, mechanism_rule(analysis)))
+    record.update(assess(signal, curve.cliff_onset, steps, MechanismRule.from_analysis(analysis)))
     return record
 
 

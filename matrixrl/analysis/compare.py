@@ -1,4 +1,4 @@
-"""Comparisons between policy modes, and against the single-agent control (design.md §2).
+"""Comparisons between policy modes, and against the single-agent control (docs/design.md §4).
 
 Two kinds of row:
 

@@ -30,9 +30,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from matrixrl.config import Analysis
 
 # Absorbs float rounding in "<= peak - delta" (e.g. 0.7 - 0.1 == 0.5999999999999999).
 _TOL = 1e-12
@@ -40,22 +44,20 @@ _TOL = 1e-12
 
 @dataclass(frozen=True)
 class CliffRule:
-    """Thresholds for a terminal cliff (they come from experiments.yaml ``analysis:``)."""
+    """Thresholds for a terminal cliff: experiments.yaml ``analysis:``, whose model
+    (:class:`matrixrl.config.Analysis`) holds their defaults and checks; build it with
+    :meth:`from_analysis`."""
 
-    delta: float = 0.10
+    delta: float
     """Minimum drop below the peak (absolute accuracy) that counts as a collapse."""
-    noise_se: float = 2.0
+    noise_se: float
     """The peak-to-final drop must exceed this many standard errors of the difference."""
-    final_tail_k: int = 3
+    final_tail_k: int
     """Number of trailing checkpoints averaged into ``final_tail``."""
 
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.delta) and self.delta >= 0):
-            raise ValueError(f"CliffRule.delta must be a finite number >= 0, got {self.delta!r}")
-        if not (math.isfinite(self.noise_se) and self.noise_se >= 0):
-            raise ValueError(f"CliffRule.noise_se must be a finite number >= 0, got {self.noise_se!r}")
-        if isinstance(self.final_tail_k, bool) or not isinstance(self.final_tail_k, int) or self.final_tail_k < 1:
-            raise ValueError(f"CliffRule.final_tail_k must be an int >= 1, got {self.final_tail_k!r}")
+    @classmethod
+    def from_analysis(cls, analysis: Analysis) -> CliffRule:
+        return cls(delta=analysis.cliff_delta, noise_se=analysis.cliff_noise_se, final_tail_k=analysis.final_tail_k)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Per-cell summaries of the per-update gradient diagnostics (design.md §3).
+"""Per-cell summaries of the per-update gradient diagnostics (docs/design.md §5).
 
 Input everywhere: the long rows of ``gradient_diagnostics`` (``kind, role, agent,
 other, value``) with ``cell`` and ``step`` columns added.

@@ -1,4 +1,4 @@
-"""The mechanism test (design.md §3): does the claimed signal rise before a cliff?
+"""The mechanism test (docs/design.md §5): does the claimed signal rise before a cliff?
 
 The study claims that under isolated policies (IP) parallel same-role agents add up
 their gradients and drive the late collapse, and that under a shared policy (SP)
@@ -42,13 +42,12 @@ collapses — that is, whether it discriminates at all.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import AXES
+from matrixrl.config import AXES, Analysis
 
 VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff")
 FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict")
@@ -56,17 +55,21 @@ FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "l
 
 @dataclass(frozen=True)
 class MechanismRule:
-    """Thresholds of the mechanism test (from experiments.yaml ``analysis:``)."""
+    """Thresholds of the mechanism test: experiments.yaml ``analysis:``, whose model
+    (:class:`matrixrl.config.Analysis`) holds their defaults and checks; build it with
+    :meth:`from_analysis`."""
 
-    baseline_steps: int = 5
-    rise: float = 0.25
-    smooth_steps: int = 3
+    baseline_steps: int
+    rise: float
+    smooth_steps: int
 
-    def __post_init__(self) -> None:
-        if self.baseline_steps < 1 or self.smooth_steps < 1:
-            raise ValueError("MechanismRule.baseline_steps and smooth_steps must be >= 1")
-        if not (math.isfinite(self.rise) and self.rise > 0):
-            raise ValueError(f"MechanismRule.rise must be a finite number > 0, got {self.rise!r}")
+    @classmethod
+    def from_analysis(cls, analysis: Analysis) -> MechanismRule:
+        return cls(
+            baseline_steps=analysis.mechanism_baseline_steps,
+            rise=analysis.mechanism_rise,
+            smooth_steps=analysis.mechanism_smooth_steps,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Across seeds: the mean and a confidence interval of each per-cell figure (design.md §2).
+"""Across seeds: the mean and a confidence interval of each per-cell figure (docs/design.md §4).
 
 **Interval method: Student-t interval of the mean**, mean ± t(1 − α/2, n − 1) · s / √n
 with the sample standard deviation s (ddof 1). A study has 2–5 seeds per cell; at

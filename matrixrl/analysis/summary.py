@@ -1,4 +1,4 @@
-"""The per-cell tables of ``matrixrl report`` (design.md §2, §3): summary and diagnostics.
+"""The per-cell tables of ``matrixrl report`` (docs/design.md §4, §5): summary and diagnostics.
 
 Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
 
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from matrixrl.analysis.curves import CliffRule
+from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.config import AXES, Analysis
 
-ROLE_METRICS = ("answer_acc", "verdict_acc", "disagreement")
 CHECKPOINTS = ("base", "peak", "final")
 
 SUMMARY_COLUMNS = [
@@ -42,25 +41,6 @@ SUMMARY_COLUMNS = [
 ROLE_ACCURACY_SUFFIXES = tuple(f"{metric}_{at}" for metric in ROLE_METRICS for at in CHECKPOINTS)
 
 DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
-
-
-def cliff_rule(analysis: Analysis) -> CliffRule:
-    return CliffRule(delta=analysis.cliff_delta, noise_se=analysis.cliff_noise_se, final_tail_k=analysis.final_tail_k)
-
-
-def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str, float | None]:
-    """``{role}_{metric}_{at}`` for one cell's eval-time role metrics (``step, role, metric, value``).
-
-    ``steps`` maps ``base``/``peak``/``final`` to checkpoint steps; a value missing
-    at that step is None.
-    """
-    out: dict[str, float | None] = {}
-    rows = role_rows[role_rows["metric"].isin(ROLE_METRICS)]
-    for (role, metric), group in rows.groupby(["role", "metric"], sort=True):
-        by_step = dict(zip(group["step"].astype(int), group["value"].astype(float)))
-        for at, step in steps.items():
-            out[f"{role}_{metric}_{at}"] = by_step.get(step)
-    return out
 
 
 def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:
@@ -102,8 +82,6 @@ def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) 
 
     Rows follow the order of ``cells``. (The ``analyse`` job's ``summary.json``.)
     """
-    from matrixrl.analysis.cell import cell_record, records_frame
-
     evals = evals[evals["cell"].isin(cells["cell"])]
     empty = pd.DataFrame(columns=["step", "role", "metric", "value"])
     records = {
