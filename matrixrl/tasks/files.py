@@ -20,13 +20,50 @@ import json
 from abc import abstractmethod
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from matrixrl.errors import ConfigError, DataError
+from matrixrl.settings import Strict
 from matrixrl.tasks.base import BatchScorer, Problem
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+
+
+class Settings(Strict):
+    """Where a file-based task's problems are and how they split: the settings every
+    file-based task kind shares (``mathdata.Settings``, ``code.Settings`` add theirs)."""
+
+    path: str | None = Field(
+        None,
+        description="a .jsonl/.jsonl.gz/.json/.parquet file, or a folder of one such file per split "
+        "(test.jsonl, train.jsonl); relative to the experiments file",
+    )
+    hub: str | None = Field(None, description="a hub dataset id for datasets.load_dataset (needs the network)")
+    hub_config: str | None = Field(None, description="the hub dataset's configuration, e.g. main for openai/gsm8k")
+    split: str = Field("test", min_length=1, description="the evaluated split: a file of the folder or a hub split")
+    train_split: str | None = Field(
+        None, min_length=1, description="the split training draws from; null: the problems of split that n_eval leaves"
+    )
+    n_eval: int | None = Field(
+        100, ge=1, description="problems in the fixed evaluation set; null: all of split (then set train_split)"
+    )
+    eval_pick: Literal["first", "random"] = Field("random", description="first n_eval of split, or drawn with seed")
+    seed: int = Field(0, ge=0, description="seeds the evaluation pick")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.path is not None and self.hub is not None:
+            raise ValueError("set either path (local data) or hub (a dataset id), not both")
+        if self.hub_config is not None and self.hub is None:
+            raise ValueError("hub_config applies to hub datasets only; remove it or set hub")
+        if self.n_eval is None and self.train_split is None:
+            raise ValueError(
+                "n_eval: none evaluates the whole split and leaves nothing to train on; set train_split or a number"
+            )
+        return self
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:

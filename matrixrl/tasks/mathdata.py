@@ -14,12 +14,37 @@ An answer is correct when math-verify finds it equal to the reference (``1,000``
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from matrixrl.errors import DataError
+from matrixrl.tasks import files
 from matrixrl.tasks.base import Problem
 from matrixrl.tasks.equivalence import equivalent_batch
-from matrixrl.errors import DataError
 from matrixrl.tasks.files import FileTask, field, question_key
 
 GSM8K_MARK = "####"
+
+
+class Settings(files.Settings):
+    """Math problems from files, scored by mathematical equivalence (see matrixrl.tasks.mathdata).
+
+    gsm8k: question + answer ending '#### N'; math: problem + answer or a \\boxed{} solution;
+    math_generic: prompt + answer.
+    """
+
+    kind: Literal["gsm8k", "math", "math_generic"] = Field(
+        description="the record format: gsm8k (question, answer ending '#### N'), math (problem, answer or a "
+        "solution with a \\boxed{} answer) or math_generic (prompt, answer)"
+    )
+    verify_timeout_s: int = Field(2, ge=1, description="math-verify's limit per parse or comparison, in seconds")
+
+    @model_validator(mode="after")
+    def _needs_data(self):
+        if self.path is None and self.hub is None:
+            raise ValueError("set path (a file or folder of the data) or hub (a dataset id)")
+        return self
 
 
 def gsm8k_reference(solution: str, where: str) -> str:
@@ -42,6 +67,7 @@ def boxed_reference(solution: str, where: str) -> str:
 
 class MathTask(FileTask):
     family = "math"
+    Settings = Settings
 
     def _problem(self, record: dict, where: str) -> Problem:
         kind = self.config.kind

@@ -32,11 +32,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
+from typing import Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
+from matrixrl.settings import RUNTIME, Strict
 from matrixrl.tasks.base import Problem, SeededTask
-from matrixrl.tasks.code import defines
+from matrixrl.tasks.python_source import defines
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,45 @@ HIDDEN_INPUTS = range(-20, 31)  # hidden tests draw from here, never a shown inp
 def distinct_problems(families: Sequence[str], examples: int, max_input: int) -> int:
     """How many different questions the families give (functions × sets of shown inputs)."""
     return sum(FAMILIES[f].size for f in set(families)) * comb(max_input + 1, examples)
+
+
+class Settings(Strict):
+    """Seeded program synthesis from input/output examples, run in the sandbox (see matrixrl.tasks.pyfunc)."""
+
+    kind: Literal["pyfunc"] = Field(description="pyfunc: write f(x) from examples such as 1>4,2>5,7>10 → x+3")
+    families: list[Literal[tuple(FAMILIES)]] = Field(
+        ["add", "sub", "mul", "affine"], min_length=1, description="function families of training/eval problems"
+    )
+    warmstart_families: list[Literal[tuple(FAMILIES)]] = Field(
+        ["add", "sub", "mul"], min_length=1, description="families of most warm-start problems"
+    )
+    warmstart_hard_fraction: float = Field(
+        0.5, ge=0, le=1, description="share of warm-start problems drawn from families instead"
+    )
+    examples: int = Field(3, ge=3, le=6, description="input/output examples shown (3 determine any family member)")
+    max_input: int = Field(9, ge=2, le=99, description="shown inputs are distinct integers 0..max_input")
+    hidden_tests: int = Field(4, ge=1, le=20, description="asserts on unshown inputs an answer must pass")
+    n_eval: int = Field(256, ge=1, description="size of the fixed evaluation set")
+    seed: int = Field(0, ge=0, description="seeds the evaluation set and the hidden tests")
+    timeout_s: float = Field(2.0, gt=0, description="sandbox wall-clock limit per answer, in seconds")
+    memory_mb: int = Field(256, ge=16, description="sandbox address-space limit per answer, in MiB")
+    workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="after")
+    def _enough_distinct_problems(self):
+        if self.examples > self.max_input + 1:
+            raise ValueError(
+                f"examples {self.examples} need as many distinct inputs, but 0..max_input={self.max_input} "
+                f"has {self.max_input + 1}; raise max_input or lower examples"
+            )
+        distinct = distinct_problems(self.families, self.examples, self.max_input)
+        if self.n_eval * 2 > distinct:
+            raise ValueError(
+                f"n_eval {self.n_eval} leaves too few training problems: families {', '.join(self.families)} "
+                f"with examples={self.examples}, max_input={self.max_input} give {distinct} distinct problems; "
+                f"keep n_eval at most {distinct // 2} or add families"
+            )
+        return self
 
 
 def evaluate(expression: str, x: int) -> int:
@@ -163,6 +205,7 @@ def is_expression(answer: str) -> bool:
 
 class PyfuncTask(SeededTask):
     family = "code"
+    Settings = Settings
     # Compute integer-arithmetic answers without the sandbox (bench/pyfunc_scoring.py
     # turns it off to time the sandbox alone; tests check both agree).
     arithmetic_in_process = True

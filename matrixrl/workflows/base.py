@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
 
 
-class WorkflowSettings(BaseModel):
+class WorkflowSettings(Strict):
     """Base of each workflow's ``Settings``: strict, immutable, built from a dict or None."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @classmethod
     def coerce(cls, settings: "WorkflowSettings | dict | None"):

@@ -12,7 +12,7 @@ what a completion means (``style.answer(text)``, ``style.parse_verdict(text)``,
   a python block); answers are extracted from the completion. See ``styles.chat``.
 
 A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
-section of experiments.yaml) tunes the chat style.
+section of experiments.yaml, defined beside the chat style) tunes the chat style.
 """
 
 from __future__ import annotations
@@ -20,26 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from matrixrl.tasks.base import Problem
+from matrixrl.workflows.styles.chat import PromptSettings
 
 STYLE_NAMES = ("compact", "chat")
 Family = Literal["math", "code"]
-
-
-class PromptSettings(BaseModel):
-    """Settings of the chat style (the compact style has fixed, tiny limits)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    quote_chars: int = Field(
-        1500, ge=50, description="characters of another turn's completion quoted into a prompt (its end is kept)"
-    )
-    strategy_chars: int = Field(300, ge=20, description="characters kept of each orchestrator strategy")
-    thinking: bool = Field(
-        False, description="passed to the chat template as enable_thinking (Qwen3's reasoning mode)"
-    )
 
 
 class PromptStyle(Protocol):

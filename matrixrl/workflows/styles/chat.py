@@ -29,8 +29,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.styles import PromptSettings
 
 VERDICT_CORRECT = "VERDICT: CORRECT"
 VERDICT_INCORRECT = "VERDICT: INCORRECT"
@@ -55,6 +57,18 @@ _VERDICT = re.compile(r"VERDICT:\W*(CORRECT|INCORRECT)", re.IGNORECASE)
 _NUMBERED = re.compile(r"^\W*\d+\s*[.):]\s*(.+?)\s*$", re.MULTILINE)
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _ANSWER_LINE = re.compile(r"answer\s*:(.*)", re.IGNORECASE)
+
+
+class PromptSettings(Strict):
+    """Settings of the chat style (the compact style has fixed, tiny limits)."""
+
+    quote_chars: int = Field(
+        1500, ge=50, description="characters of another turn's completion quoted into a prompt (its end is kept)"
+    )
+    strategy_chars: int = Field(300, ge=20, description="characters kept of each orchestrator strategy")
+    thinking: bool = Field(
+        False, description="passed to the chat template as enable_thinking (Qwen3's reasoning mode)"
+    )
 
 
 class ChatStyle:

@@ -1,0 +1,177 @@
+"""Reading an experiments file: YAML, ``--set`` and ``--only``, validation, paths.
+
+:func:`load_config` reads the file, applies the overrides to the raw data, validates
+it (:func:`validate`) and resolves what the file names relative to itself
+(``results_dir``, an hf scale's folder, a task's data), checking that those exist.
+Every problem is a one-line :class:`~matrixrl.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from matrixrl.config.messages import format_validation_error
+from matrixrl.config.schema import AXES, Config, HfScale
+from matrixrl.errors import ConfigError, DataError
+from matrixrl.tasks.files import locate
+
+
+def parse_set(assignment: str) -> tuple[list[str], Any]:
+    key, sep, raw = assignment.partition("=")
+    path = [part.strip() for part in key.split(".")]
+    if not sep or not all(path):
+        raise ConfigError(f"--set {assignment!r}: expected dotted.key=VALUE, e.g. --set train.steps=4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {assignment!r}: the value is not valid YAML; quote it or fix its syntax")
+    return path, value
+
+
+def apply_set(raw: dict, assignment: str) -> None:
+    path, value = parse_set(assignment)
+    node = raw
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(
+                f"--set {assignment!r}: {where} is a single value, not a section, so it has no key "
+                f"{path[i + 1]!r}; use --set {where}=VALUE"
+            )
+        node = child
+    node[path[-1]] = value
+
+
+def parse_only(assignment: str) -> tuple[str, list[str]]:
+    axis, sep, raw = assignment.partition("=")
+    axis = axis.strip()
+    wanted = [v.strip() for v in raw.split(",") if v.strip()]
+    if sep and axis and axis not in AXES:
+        raise ConfigError(
+            f"--only {assignment!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}, e.g. --only seed=0,1"
+        )
+    if not sep or not axis or not wanted:
+        raise ConfigError(
+            f"--only {assignment!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(AXES)}, "
+            "e.g. --only seed=0,1"
+        )
+    repeated = sorted({w for w in wanted if wanted.count(w) > 1}, key=wanted.index)
+    if repeated:
+        raise ConfigError(f"--only {assignment!r}: {', '.join(repeated)} given more than once; list each value once")
+    return axis, wanted
+
+
+def apply_only(raw: dict, assignment: str) -> None:
+    axis, wanted = parse_only(assignment)
+    grid = raw.get("grid")
+    values = grid.get(axis) if isinstance(grid, dict) else None
+    if not isinstance(values, list):
+        return  # validation will report the missing axis
+    by_text = {str(v): v for v in values}
+    missing = [w for w in wanted if w not in by_text]
+    if missing:
+        raise ConfigError(
+            f"--only {assignment!r}: {', '.join(missing)} not in grid.{axis} "
+            f"[{', '.join(map(str, values))}]; --only narrows the grid, "
+            f"use --set grid.{axis}=[...] to change it"
+        )
+    grid[axis] = [by_text[w] for w in wanted]
+
+
+def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) -> Config:
+    """Read, override and validate an experiments file; raise ConfigError on any problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file; pass -c PATH or create experiments.yaml")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read it ({exc.strerror})")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and start and (start.line, start.column) != (getattr(mark, "line", None), getattr(mark, "column", None)):
+            # Where the broken construct began: usually the line to fix.
+            problem += f" ({context} that starts at line {start.line + 1}, column {start.column + 1})"
+        raise ConfigError(f"{source}: not valid YAML{where}: {problem}")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections (grid:, scales:, ...) at the top level")
+    for assignment in sets:
+        apply_set(raw, assignment)
+    for assignment in only:
+        apply_only(raw, assignment)
+    config = validate(raw, source)
+    base = path.resolve().parent
+    scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
+    tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
+    return config.model_copy(
+        update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales, "tasks": tasks}
+    )
+
+
+def _resolve_task_data(name: str, task, base: Path, source: str):
+    """A file-based task's ``path`` made absolute (relative to the experiments file) and checked.
+
+    Only that the files exist is checked here; their records are read by the task.
+    """
+    if getattr(task, "path", None) is None:
+        return task
+    path = (base / Path(task.path).expanduser()).resolve()
+    try:
+        locate(path, task.split, task.train_split)
+    except DataError as exc:
+        raise ConfigError(f"{source}: tasks.{name}.{exc.field}: {exc.message}") from None
+    return task.model_copy(update={"path": str(path)})
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def _resolve_model_path(name: str, scale, base: Path, source: str):
+    """An hf scale's ``path`` as an absolute folder, or unchanged when it is a hub id.
+
+    A path that starts with ``/``, ``./``, ``../`` or ``~``, or names a folder that
+    exists relative to the experiments file, is a folder; anything else must look like
+    a hub id (``NAME`` or ``ORG/NAME``). Nothing is loaded or downloaded here.
+    """
+    if not isinstance(scale, HfScale):
+        return scale
+    where = f"{source}: scales.{name}.path"
+    text = scale.path
+    explicit = text.startswith(("/", "./", "../", "~"))
+    folder = (base / Path(text).expanduser()).resolve()
+    if folder.is_dir():
+        return scale.model_copy(update={"path": str(folder)})
+    if explicit:
+        raise ConfigError(
+            f"{where}: no folder {folder}; point it at a model folder (config.json, weights, tokenizer) "
+            "or use a hub id such as Qwen/Qwen3-0.6B"
+        )
+    if not _HUB_ID.fullmatch(text):
+        raise ConfigError(
+            f"{where}: {text!r} is neither a folder (relative to {base}) nor a hub id such as Qwen/Qwen3-0.6B; fix the path"
+        )
+    return scale
+
+
+def validate(raw: dict, source: str) -> Config:
+    """``raw`` (a parsed experiments file) as a :class:`Config`; a one-line ConfigError naming ``source`` if not."""
+    try:
+        return Config.model_validate(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None

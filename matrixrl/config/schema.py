@@ -1,0 +1,353 @@
+"""The experiments.yaml schema: one pydantic model per section.
+
+Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
+has a description: ``python -m matrixrl.config.reference`` writes them into
+docs/config.md. A task kind's settings live in its task module and a workflow's in
+its workflow module; this module assembles them into :class:`Config`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field, create_model, model_validator
+from pydantic.fields import FieldInfo
+
+from matrixrl.errors import ConfigError
+from matrixrl.settings import RUNTIME, Strict
+from matrixrl.tasks import TASK_SETTINGS
+from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
+from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
+from matrixrl.workflows.single import Settings as SingleSettings
+from matrixrl.workflows.styles import PromptSettings
+from matrixrl.workflows.voting import Settings as VotingSettings
+
+AXES = ("workflow", "task", "scale", "policy", "seed")
+POLICIES = ("shared", "isolated")
+
+
+class Grid(Strict):
+    """The axes of the experiment matrix; every combination is one cell."""
+
+    workflow: list[str] = Field(
+        min_length=1, description="workflows to run, each listed once: single, voting, eval_opt, orch_workers"
+    )
+    task: list[str] = Field(min_length=1, description="tasks to run, by their names under tasks:")
+    scale: list[str] = Field(min_length=1, description="model scales to run, by their names under scales:")
+    policy: list[str] = Field(
+        min_length=1, description="policy modes: shared (one parameter set for every role) or isolated (one per role)"
+    )
+    seed: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1,
+        description="training seeds; a cell's seed draws its training problems and samples, seeds its initial "
+        "adapters and keys its evaluation samples",
+    )
+
+
+class Train(Strict):
+    """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
+
+    steps: int = Field(
+        40,
+        ge=1,
+        description="training steps per cell; each rolls out problems_per_step × group_size episodes and "
+        "updates every parameter set ppo_epochs times",
+    )
+    eval_every: int = Field(
+        10, ge=1, description="checkpoint and evaluate every N steps; step 0 (the base model) and the last step always"
+    )
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="extra resume checkpoints every N steps, not evaluated (default: eval_every only)"
+    )
+    problems_per_step: int = Field(8, ge=1, description="training problems drawn per step, seeded by (seed, step)")
+    group_size: int = Field(
+        8, ge=2, description="rollouts per problem: the GRPO group whose rewards set each other's advantages"
+    )
+    lr: float = Field(
+        1e-4,
+        gt=0,
+        description="AdamW learning rate of every parameter set (betas 0.9/0.99, no weight decay, no schedule); "
+        "docs/lr-sweep.md: how the default was chosen",
+    )
+    ppo_epochs: int = Field(
+        1,
+        ge=1,
+        description="optimisation passes over each step's batch (TRL's num_iterations); the ratio and "
+        "its clipping act from the second pass on",
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="sampling temperature of training rollouts; the trained log-probabilities are taken at it too "
+        "(logits / temperature)",
+    )
+    max_new_tokens: int = Field(
+        8, ge=1, description="longest completion of one role call in training, in tokens (EOS stops it sooner)"
+    )
+    epsilon_low: float = Field(
+        0.2,
+        ge=0,
+        description="lower clip: for a negative advantage the importance ratio counts no lower than 1 − epsilon_low "
+        "(inert at ppo_epochs 1, where the ratio is 1)",
+    )
+    epsilon_high: float = Field(
+        0.28,
+        ge=0,
+        description="upper clip: for a positive advantage the importance ratio counts no higher than "
+        "1 + epsilon_high (DAPO's clip-higher; inert at ppo_epochs 1)",
+    )
+    scale_rewards: bool = Field(
+        True,
+        description="divide each group's advantages (reward − group mean) by the group's reward std + 1e-4; "
+        "false: centre only",
+    )
+    reward: Literal["outcome", "per_agent"] = Field(
+        "outcome",
+        description="outcome: the final answer's score for every turn; per_agent: each turn's own "
+        "answer (evaluators: whether their verdict was right; others: the outcome)",
+    )
+    max_grad_norm: float = Field(
+        1.0,
+        gt=0,
+        description="before each AdamW step, a parameter set's gradient is rescaled so that its L2 norm (over all "
+        "its parameters together) is at most this",
+    )
+    threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
+
+
+# A scale's ``train:`` section: any key of ``train:``, with the same checks, for that scale's cells.
+TrainOverrides = create_model(
+    "TrainOverrides",
+    __base__=Strict,
+    __doc__="Training settings that differ for one scale (e.g. its own lr); unset keys follow ``train:``.",
+    **{
+        name: (Optional[field.annotation], FieldInfo.merge_field_infos(field, default=None))
+        for name, field in Train.model_fields.items()
+    },
+)
+
+
+class WarmStart(Strict):
+    """The short supervised phase that turns a random tiny model into a base model.
+
+    Next-token training on (prompt, completion) pairs of every task's warm-start
+    problems in every workflow's role formats, loss on completion tokens only;
+    AdamW with a linear warm-up over the first 5% of the steps, then cosine decay.
+    """
+
+    steps: int = Field(400, ge=1, description="optimizer steps of supervised training")
+    batch_size: int = Field(64, ge=1, description="(prompt, completion) pairs per step")
+    lr: float = Field(3e-3, gt=0, description="peak AdamW learning rate (after the warm-up, before the decay)")
+    seed: int = Field(0, ge=0, description="seeds the initial weights and the data")
+
+
+class TinyScale(Strict):
+    """A Qwen3-architecture model built locally from this config (character tokenizer)."""
+
+    kind: Literal["tiny"] = Field(description="tiny: a small model built and warm-started here (CPU)")
+    hidden_size: int = Field(128, ge=8, description="width of the residual stream; a multiple of num_heads")
+    num_layers: int = Field(2, ge=1, description="transformer decoder layers")
+    num_heads: int = Field(4, ge=1, description="attention heads, each hidden_size / num_heads wide")
+    num_kv_heads: int = Field(
+        2, ge=1, description="key/value heads (grouped-query attention); num_heads must be a multiple of it"
+    )
+    intermediate_size: int = Field(256, ge=8, description="width of each MLP's hidden layer")
+    max_length: int = Field(
+        64,
+        ge=8,
+        description="longest prompt + completion in tokens (characters): the model's positions; warm-start "
+        "pairs are cut to it",
+    )
+    warmstart: WarmStart = Field(WarmStart(), description="the supervised phase that makes the base model")
+    prompt_style: Literal["compact", "chat"] = Field("compact", description="tiny models play compact prompts only")
+    train: TrainOverrides = Field(
+        TrainOverrides(), description="this scale's own training settings (e.g. its lr); unset keys follow train:"
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.prompt_style != "compact":
+            raise ValueError(
+                f"prompt_style {self.prompt_style!r} needs a chat template, which the character tokenizer "
+                "of a tiny scale lacks; use prompt_style: compact, or a kind: hf scale for chat prompts"
+            )
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} must be a multiple of num_heads {self.num_heads}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} must be a multiple of num_kv_heads {self.num_kv_heads}"
+            )
+        return self
+
+
+class HfScale(Strict):
+    """A pretrained causal LM: a Hugging Face hub id or a local folder (see matrixrl.models.hf)."""
+
+    kind: Literal["hf"] = Field(description="hf: a pretrained model, used as it is (no warm-start)")
+    path: str = Field(
+        min_length=1,
+        description="hub id (Qwen/Qwen3-0.6B) or folder; a relative folder is relative to the experiments file",
+    )
+    revision: str | None = Field(None, description="hub revision (branch, tag or commit) of a hub id")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="auto: bfloat16 on a GPU, float32 on CPU"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: a GPU when one is visible, else CPU", json_schema_extra=RUNTIME
+    )
+    prompt_style: Literal["compact", "chat"] = Field("chat", description="chat: the tokenizer's chat template")
+    train: TrainOverrides = Field(
+        TrainOverrides(), description="this scale's own training settings (e.g. its lr); unset keys follow train:"
+    )
+
+
+Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]
+
+# One member per task module, from the tasks package's registry (matrixrl.tasks.TASK_KINDS).
+TaskConfig = Annotated[Union[TASK_SETTINGS], Field(discriminator="kind")]
+
+
+class LoraSettings(Strict):
+    """LoRA adapters (PEFT) used when ``policies.adapter`` is ``lora``."""
+
+    rank: int = Field(8, ge=1, description="rank r of each adapter's low-rank update")
+    alpha: float = Field(16, gt=0, description="scaling: an adapter's update is multiplied by alpha / rank")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on each adapter's input while training")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="names of the modules that get adapters (default: the attention projections)",
+    )
+
+
+class Policies(Strict):
+    """How both policy modes are built (the grid's ``policy`` axis picks the mode)."""
+
+    adapter: Literal["full", "lora"] = Field(
+        "full", description="train whole models (isolated: one copy per role) or LoRA adapters"
+    )
+    lora: LoraSettings = Field(LoraSettings(), description="the adapters, when adapter is lora")
+
+
+class Workflows(Strict):
+    """Parameters of each workflow (docs/design.md §1); a workflow's cells use its entry."""
+
+    single: SingleSettings = Field(SingleSettings(), description="one generator answers (no settings)")
+    voting: VotingSettings = Field(
+        VotingSettings(), description="parallel generators answer, an aggregator gives the final answer"
+    )
+    eval_opt: EvalOptSettings = Field(
+        EvalOptSettings(), description="a generator drafts, an evaluator judges, the generator refines"
+    )
+    orch_workers: OrchWorkersSettings = Field(
+        OrchWorkersSettings(),
+        description="an orchestrator proposes strategies, parallel workers solve, a synthesizer picks",
+    )
+
+
+WORKFLOWS = tuple(Workflows.model_fields)
+
+
+class Evaluate(Strict):
+    """How each checkpoint is scored on the task's fixed evaluation set (matrixrl.jobs.evaluate).
+
+    As the study: sampled at ``temperature`` 0.7, accuracy = mean pass@1 over ``samples``
+    completions per problem; ``temperature: 0`` decodes greedily (one sample).
+    """
+
+    temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 decodes greedily")
+    samples: int = Field(2, ge=1, description="completions per problem (default 2; 1 when greedy); accuracy is their mean pass@1")
+    max_new_tokens: int = Field(
+        8, ge=1, description="longest completion of one role call in evaluation, in tokens (EOS stops it sooner)"
+    )
+    batch_size: int = Field(256, ge=1, description="prompts per generate call", json_schema_extra=RUNTIME)
+    threads: int = Field(1, ge=1, description="torch threads per evaluation job", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_follow_the_temperature(cls, data):
+        # Greedy decoding has one distinct completion per problem: samples defaults to 1 there.
+        if isinstance(data, dict) and data.get("samples") is None and data.get("temperature") == 0:
+            return {**data, "samples": 1}
+        return data
+
+    @model_validator(mode="after")
+    def _greedy_has_one_sample(self):
+        if self.temperature == 0 and self.samples > 1:
+            raise ValueError(
+                f"samples {self.samples} with temperature 0: greedy decoding gives identical completions; "
+                "use samples: 1, or a temperature above 0"
+            )
+        return self
+
+
+class Analysis(Strict):
+    """Thresholds of the report tables (docs/design.md §4, §5; matrixrl.analysis).
+
+    Changing them reruns no job: ``report`` recomputes its per-cell records.
+    """
+
+    cliff_delta: float = Field(
+        0.10, ge=0, le=1, description="accuracy drop below the peak that counts as a cliff (0.10: 10 points)"
+    )
+    cliff_noise_se: float = Field(
+        2.0, ge=0, description="standard errors of the evaluation (per-problem means) the drop must exceed"
+    )
+    final_tail_k: int = Field(3, ge=1, description="last checkpoints averaged into final_tail")
+    confidence: float = Field(0.95, gt=0, lt=1, description="level of the Student-t intervals across seeds")
+    mechanism_baseline_steps: int = Field(
+        5, ge=1, description="first training updates whose mean signal is the cell's baseline"
+    )
+    mechanism_rise: float = Field(
+        0.25, gt=0, description="relative increase over the baseline that counts as a rise (0.25: +25%)"
+    )
+    mechanism_smooth_steps: int = Field(
+        3, ge=1, description="trailing updates averaged before the signal is compared with the baseline"
+    )
+
+
+class Config(Strict):
+    """A whole experiments file: the grid's axes and what each cell computes."""
+
+    results_dir: str = Field(
+        "results",
+        description="folder of the results, checkpoints and the SQLite store; relative to the experiments file",
+    )
+    grid: Grid = Field(description="the axes; every combination of their values is a cell")
+    scales: dict[str, Scale] = Field(description="model scales by name (grid.scale lists the ones to run)")
+    tasks: dict[str, TaskConfig] = Field(description="tasks by name (grid.task lists the ones to run)")
+    workflows: Workflows = Field(Workflows(), description="each workflow's parameters")
+    policies: Policies = Field(Policies(), description="how the shared and isolated policies are built")
+    prompts: PromptSettings = Field(PromptSettings(), description="the chat prompt style's limits and switches")
+    train: Train = Field(Train(), description="GRPO training of every cell")
+    eval: Evaluate = Field(Evaluate(), description="how each evaluated checkpoint is scored")
+    analysis: Analysis = Field(Analysis(), description="thresholds of the report's tables")
+
+    @model_validator(mode="after")
+    def _grid_values_defined(self):
+        known = {
+            "workflow": WORKFLOWS,
+            "policy": POLICIES,
+            "scale": tuple(self.scales),
+            "task": tuple(self.tasks),
+        }
+        where = {"scale": " or define it under 'scales:'", "task": " or define it under 'tasks:'"}
+        for axis, allowed in known.items():
+            for value in getattr(self.grid, axis):
+                if value not in allowed:
+                    raise ConfigError(
+                        f"grid.{axis}: unknown {axis} {value!r}; use one of: "
+                        f"{', '.join(allowed)}{where.get(axis, '')}"
+                    )
+        for axis in AXES:
+            values = getattr(self.grid, axis)
+            if len(set(values)) != len(values):
+                raise ConfigError(f"grid.{axis}: values repeat in {values}; list each once")
+        return self
+
+    def train_for(self, scale: str) -> Train:
+        """The training settings of ``scale``'s cells: ``train:`` with the scale's own ``train:`` over it."""
+        overrides = self.scales[scale].train.model_dump(exclude_none=True)
+        return self.train.model_copy(update=overrides) if overrides else self.train

@@ -1,0 +1,71 @@
+"""What every settings model shares: the strict base, the runtime marker, ``science``.
+
+experiments.yaml's schema (``matrixrl.config``), each task kind's settings
+(``matrixrl.tasks``), each workflow's and the chat prompt style's
+(``matrixrl.workflows``) are all :class:`Strict` models. This module imports none
+of them, so any of them can import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    """A settings model: unknown keys are errors, and a validated value never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+RUNTIME = {"runtime": True}
+"""``json_schema_extra`` of a setting that cannot change a result (threads, batch sizes,
+devices): it stays out of cell specs' digests and Snakemake params, so changing it
+reruns nothing (see :func:`science`)."""
+
+
+def is_runtime(field) -> bool:
+    return isinstance(field.json_schema_extra, dict) and bool(field.json_schema_extra.get("runtime"))
+
+
+def science(value: Any) -> Any:
+    """``value`` as JSON-able data without its runtime settings: what a result is computed from."""
+    if isinstance(value, BaseModel):
+        return {
+            name: science(getattr(value, name))
+            for name, field in type(value).model_fields.items()
+            if not is_runtime(field)
+        }
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: science(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): science(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [science(v) for v in value]
+    return value
+
+
+def fingerprint(payload: Any) -> str:
+    """A short stable hash of JSON-able settings (what a result was computed from)."""
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models inside an annotation (every member of a union), in order."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found += [m for m in models_in(arg) if m not in found]
+    return found
+
+
+def kind_values(model: type[BaseModel]) -> tuple:
+    """The ``kind:`` values a model of a discriminated union stands for (none: not a union member)."""
+    kind = model.model_fields.get("kind")
+    return get_args(kind.annotation) if kind is not None else ()
