@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 import time
 from enum import Enum
 from pathlib import Path
@@ -15,8 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from matrixrl.config import AXES, Config, load_config
-from matrixrl.errors import ConfigError, UserError
+from matrixrl.config import Config, load_config
+from matrixrl.errors import UserError
+from matrixrl.report import FORMATS, TABLE_NAMES
 
 app = typer.Typer(
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
@@ -43,27 +43,9 @@ SetOpt = Annotated[
 ]
 
 
-class TableName(str, Enum):
-    summary = "summary"
-    seeds = "seeds"
-    compare = "compare"
-    diagnostics = "diagnostics"
-    mechanism = "mechanism"
-
-
-class ReportFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    markdown = "markdown"
-    latex = "latex"
-    json = "json"
-
-
-class Format(str, Enum):
-    table = "table"
-    csv = "csv"
-    markdown = "markdown"
-    json = "json"
+# Choices come from the lists report/ exports (it stays light for exactly this).
+TableName = Enum("TableName", {name: name for name in TABLE_NAMES}, type=str)
+OutputFormat = Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
 
 
 def user_errors(command):
@@ -80,6 +62,14 @@ def user_errors(command):
     return wrapper
 
 
+def command(function):
+    """A ``matrixrl`` command whose user errors print as one line (:func:`user_errors`)."""
+    return app.command()(user_errors(function))
+
+
+EXPERIMENTS = Path("experiments.yaml")
+
+
 def _load(config: Path, only, sets) -> Config:
     return load_config(config, sets=sets or [], only=only or [])
 
@@ -87,53 +77,13 @@ def _load(config: Path, only, sets) -> Config:
 # --- plan -------------------------------------------------------------------------------
 
 
-def planned_jobs(cfg: Config) -> list[dict]:
-    """Every job of the grid with its status, from one real Snakemake dry-run."""
-    from matrixrl import grid as G
-    from matrixrl.snake import pending_jobs
-
-    results = Path(cfg.results_dir)
-    if results.is_dir():
-        pending = pending_jobs(cfg, results)
-    else:
-        with tempfile.TemporaryDirectory() as empty:
-            pending = pending_jobs(cfg, Path(empty))
-    pending_keys = {(j["rule"], tuple(sorted(j["wildcards"].items()))) for j in pending}
-
-    def status(rule: str, **wildcards) -> str:
-        key = (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
-        return "pending" if key in pending_keys else "done"
-
-    runs = G.runs(cfg)  # a one-role workflow's isolated cell is its shared cell's run
-    jobs = [
-        {"rule": "prepare_base", "cell": None, "scale": s, "step": None, "status": status("prepare_base", scale=s)}
-        for s in G.base_scales(cfg)
-    ]
-    for cell in runs:
-        jobs.append({"rule": "train", "cell": cell.id, "scale": cell.scale, "step": None, "status": status("train", cell=cell.id)})
-    for cell in runs:
-        for step in G.checkpoint_steps(cfg.train_for(cell.scale)):
-            jobs.append(
-                {
-                    "rule": "evaluate",
-                    "cell": cell.id,
-                    "scale": cell.scale,
-                    "step": step,
-                    "status": status("evaluate", cell=cell.id, step=step),
-                }
-            )
-    jobs.append({"rule": "analyse", "cell": None, "scale": None, "step": None, "status": status("analyse")})
-    return jobs
-
-
-@app.command()
-@user_errors
+@command
 def plan(
-    config: ConfigOpt = Path("experiments.yaml"),
-    only: OnlyOpt = None,
-    set_: SetOpt = None,
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     profile: ProfileOpt = None,
-    format: Annotated[Format, typer.Option("--format", help="table or json (csv and markdown list every job).")] = Format.table,
+    format: Annotated[
+        OutputFormat, typer.Option("--format", help="table: jobs per rule and per cell; the others list every job.")
+    ] = OutputFormat.table,
 ):
     """Preview every job of the grid, done or pending, without running anything.
 
@@ -147,7 +97,7 @@ def plan(
 
         matrixrl plan --profile profiles/slurm     # also the resources each rule requests
     """
-    from matrixrl.snake import rule_resources
+    from matrixrl.snake import planned_jobs, rule_resources
 
     cfg = _load(config, only, set_)
     jobs = planned_jobs(cfg)
@@ -155,13 +105,15 @@ def plan(
     if resources is not None:
         for job in jobs:
             job["resources"] = resources[job["rule"]]
-    if format is Format.json:
+    if format is OutputFormat.json:
         print(json.dumps(jobs, indent=1))
         return
-    if format in (Format.csv, Format.markdown):
+    if format is not OutputFormat.table:
         import pandas as pd
 
-        _print_frame(pd.DataFrame(jobs), format)
+        from matrixrl.report.formats import render
+
+        print(render(pd.DataFrame(jobs), format.value), end="")
         return
     from matrixrl import grid as G
 
@@ -210,12 +162,9 @@ def _status(status: str) -> str:
 # --- run --------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
+@command
 def run(
-    config: ConfigOpt = Path("experiments.yaml"),
-    only: OnlyOpt = None,
-    set_: SetOpt = None,
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     cores: Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")] = os.cpu_count() or 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on with independent jobs when one fails.")] = False,
     unlock: Annotated[bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit.")] = False,
@@ -236,7 +185,8 @@ def run(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from matrixrl.snake import CONFIG_FILE, run_with_events, snakemake_command, write_configfile
+    from matrixrl import layout as L
+    from matrixrl.snake import run_with_events, snakemake_command, write_configfile
 
     cfg = _load(config, only, set_)
     extra = ["--keep-going"] if keep_going else []
@@ -244,11 +194,11 @@ def run(
         extra += ["--profile", str(_check_profile(profile).resolve())]
     results = Path(cfg.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    configfile = write_configfile(cfg, results / CONFIG_FILE)
+    configfile = write_configfile(cfg, results / L.CONFIG_FILE)
     if unlock:
         extra.append("--unlock")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    log_path = results / "logs" / "snakemake" / f"{stamp}.log"
+    log_path = results / L.SNAKEMAKE_LOGS / f"{stamp}.log"
     from matrixrl.models.devices import gpu_count
 
     # Locally, Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
@@ -320,25 +270,6 @@ def _fail(message: str) -> typer.Exit:
 # --- report -----------------------------------------------------------------------------
 
 
-def report_frame(cfg: Config, table: str, group_by: str | None = None, selected: Config | None = None):
-    """Ingest new result files, then one report table of ``cfg``'s grid (with a ``cell`` column).
-
-    ``selected``: the config narrowed by ``--only``, whose cells' rows are kept
-    (comparisons still take their controls from ``cfg``'s whole grid).
-    """
-    from matrixrl.report.tables import check_group_by, report_table
-    from matrixrl.store import ingest, store_path
-
-    check_group_by(table, group_by)
-    results = Path(cfg.results_dir)
-    has_files = results.is_dir() and any(results.glob("cells/*/eval/step_*.json"))
-    if not has_files and not store_path(results).exists():
-        raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
-    ingest(results)
-    only = {axis: getattr(selected.grid, axis) for axis in AXES} if selected is not None else None
-    return report_table(results, cfg, table, group_by, only=only)
-
-
 TABLE_HELP = (
     "summary: per cell accuracies, cliffs, per-role accuracies; seeds: mean and 95% interval over seeds; "
     "compare: isolated - shared and each workflow - single; diagnostics: per-role gradients; "
@@ -346,14 +277,11 @@ TABLE_HELP = (
 )
 
 
-@app.command()
-@user_errors
+@command
 def report(
-    config: ConfigOpt = Path("experiments.yaml"),
-    only: OnlyOpt = None,
-    set_: SetOpt = None,
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     table: Annotated[TableName, typer.Option("--table", help=TABLE_HELP)] = TableName.summary,
-    format: Annotated[ReportFormat, typer.Option("--format", help="Output format.")] = ReportFormat.table,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.table,
     group_by: Annotated[
         Optional[str],
         typer.Option("--group-by", metavar="AXIS[,AXIS]", help="Sort rows by these axes first (a rule between groups in the table format)."),
@@ -403,19 +331,20 @@ def report(
         matrixrl report --html report.html
     """
     from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES, parse_group_by
+    from matrixrl.report.tables import TABLES, load_report_table, parse_group_by
 
     # The whole grid: comparisons need their controls even where --only leaves them out.
     cfg = _load(config, None, set_)
     selected = _load(config, only, set_) if only else None
     if html is not None or plots_dir is not None:
-        for path in _write_report_files(cfg, selected, group_by, html, plots_dir):
+        from matrixrl.report.html import write_report
+
+        for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
-    frame = report_frame(cfg, table.value, group_by, selected)
-    shown = frame.drop(columns="cell", errors="ignore")
+    frame = load_report_table(cfg, table.value, group_by, selected)
     rendered = render(
-        shown,
+        frame.drop(columns="cell", errors="ignore"),
         format.value,
         title=TABLES[table.value].title,
         group_by=parse_group_by(group_by),
@@ -427,49 +356,6 @@ def report(
         out.print(rendered)
 
 
-def _write_report_files(cfg: Config, selected: Config | None, group_by, html: Path | None, plots_dir: Path | None) -> list[Path]:
-    """Build the page and its plots, then write them (plots first, the page last); returns the paths."""
-    from matrixrl.report.html import build_report, write_html
-    from matrixrl.report.plots import write_atomic
-
-    if html is not None and html.is_dir():
-        raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
-    if plots_dir is not None:
-        _check_out_dir(plots_dir, "--plots")
-    page, pngs = build_report(cfg, selected, group_by)
-    written = []
-    if plots_dir is not None:
-        for name, png in pngs.items():
-            written.append(plots_dir / f"{name}.png")
-            write_atomic(written[-1], png)
-    if html is not None:
-        write_html(html, page)
-        written.append(html)
-    return written
-
-
-def _cell_text(value) -> str:
-    import pandas as pd
-
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
-def _print_frame(frame, format: Format) -> None:
-    if format is Format.csv:
-        print(frame.to_csv(index=False), end="")
-        return
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(_cell_text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    print("\n".join([header, rule, *rows]))
-
-
 # --- plot -------------------------------------------------------------------------------
 
 CellOpt = Annotated[
@@ -478,12 +364,9 @@ CellOpt = Annotated[
 ]
 
 
-@app.command()
-@user_errors
+@command
 def plot(
-    config: ConfigOpt = Path("experiments.yaml"),
-    only: OnlyOpt = None,
-    set_: SetOpt = None,
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Folder for the PNG files [default: RESULTS/plots].")] = None,
     cell: CellOpt = None,
 ):
@@ -501,18 +384,14 @@ def plot(
 
         matrixrl plot --only scale=tiny-s --cell voting-arith-tiny-s-isolated-s0
     """
-    from matrixrl.report.plots import load_study, study_figures, write_pngs
+    from matrixrl.layout import PLOTS_DIR
+    from matrixrl.report.plots import check_out_dir, load_study, study_figures, write_pngs
 
     cfg = _load(config, only, set_)
-    out_dir = out_dir or Path(cfg.results_dir) / "plots"
-    _check_out_dir(out_dir, "--out")
+    out_dir = out_dir or Path(cfg.results_dir) / PLOTS_DIR
+    check_out_dir(out_dir, "--out")
     for path in write_pngs(study_figures(load_study(cfg), cell or []), out_dir):
         print(path)
-
-
-def _check_out_dir(folder: Path, option: str) -> None:
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{option} {folder}: is a file; pass a folder for the PNG files")
 
 
 # --- models -----------------------------------------------------------------------------

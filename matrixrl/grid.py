@@ -1,19 +1,7 @@
-"""The grid: cells, their ids, their checkpoints, and where their results live.
+"""The grid: cells, their ids, the runs that compute them, their specs and digests.
 
-Every path here is relative to ``results_dir``, which is Snakemake's working
-directory, so the Snakefile, the jobs and the store agree on one layout:
-
-    base/{scale}/model/                 warm-started base model (prepare_base)
-    base/{scale}/base.json              its summary: the rule's declared output
-    cells/{cell}/checkpoints/step_{N}/  trainer checkpoints (not Snakemake outputs,
-                                        so a rerun after a kill resumes from them)
-    cells/{cell}/train.json             per-step training metrics (train)
-    cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate)
-    summary.json                        per-cell summary (analyse, after ingest)
-    matrixrl.sqlite                     the store
-    logs/{rule}/...                     one log per job
+Where a cell's files live is ``matrixrl.layout``'s business.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -32,13 +20,10 @@ from matrixrl.config import (
     Train,
     TrainOverrides,
     Workflows,
-    fingerprint,
     science,
 )
+from matrixrl.settings import settings_digest
 from matrixrl.workflows import WORKFLOWS
-
-STORE_FILE = "matrixrl.sqlite"
-SUMMARY_FILE = "summary.json"
 
 
 @dataclass(frozen=True, order=True)
@@ -136,17 +121,17 @@ class CellSpec(BaseModel):
 
     def train_digest(self) -> str:
         """Digest of :meth:`training`: written into the cell's ``train.json``."""
-        return fingerprint(self.training())
+        return settings_digest(self.training())
 
     def resume_digest(self) -> str:
         """Digest of :meth:`training` without ``train.steps``: a checkpoint written under the
         same digest may seed a resume, so a run extended to more steps continues."""
         training = self.training()
-        return fingerprint({**training, "train": {k: v for k, v in training["train"].items() if k != "steps"}})
+        return settings_digest({**training, "train": {k: v for k, v in training["train"].items() if k != "steps"}})
 
     def eval_digest(self) -> str:
         """Digest of the whole science: written into each evaluation's result file."""
-        return fingerprint(science(self))
+        return settings_digest(science(self))
 
 
 def _without_train(scale):
@@ -199,7 +184,7 @@ def base_digest(config: Config, scale: str) -> str:
     """Digest of what ``scale``'s base model is computed from (not the scale's name: the
     warm-start does not depend on it)."""
     spec = science(base_spec(config, base_scale(config, scale)))
-    return fingerprint({k: v for k, v in spec.items() if k != "scale_name"})
+    return settings_digest({k: v for k, v in spec.items() if k != "scale_name"})
 
 
 def base_scale(config: Config, scale: str) -> str:
@@ -212,26 +197,3 @@ def base_scale(config: Config, scale: str) -> str:
 def base_scales(config: Config) -> list[str]:
     """The base models the grid's scales need, one per distinct base definition, in grid order."""
     return list(dict.fromkeys(base_scale(config, scale) for scale in config.grid.scale))
-
-
-# Paths, relative to results_dir ---------------------------------------------------------
-
-
-def base_model_dir(scale: str) -> str:
-    return f"base/{scale}/model"
-
-
-def base_result(scale: str) -> str:
-    return f"base/{scale}/base.json"
-
-
-def cell_dir(cell_id: str) -> str:
-    return f"cells/{cell_id}"
-
-
-def train_result(cell_id: str) -> str:
-    return f"cells/{cell_id}/train.json"
-
-
-def eval_result(cell_id: str, step: int | str) -> str:
-    return f"cells/{cell_id}/eval/step_{step}.json"

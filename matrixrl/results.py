@@ -1,4 +1,4 @@
-"""Result files: what each job writes, read back with clear errors.
+"""ResultModel files: what each job writes, read back with clear errors.
 
 Jobs never touch the store; each writes its own small JSON file atomically, and
 the ingest step reads them. A file that is unreadable or has the wrong shape
@@ -8,20 +8,20 @@ raises ``ResultFileError`` naming the file and the fix.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from matrixrl import atomic
 from matrixrl.errors import ResultFileError
 
 
-class Result(BaseModel):
+class ResultModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class BaseResult(Result):
+class BaseResult(ResultModel):
     scale: str
     params: int
     warmstart_loss: float | None  # None for a pretrained (hf) scale: it is not warm-started
@@ -29,7 +29,7 @@ class BaseResult(Result):
     model: str | None = None  # an hf scale's folder or hub id
 
 
-class RoleMetric(Result):
+class RoleMetric(ResultModel):
     """A role's own performance (see matrixrl.train.metrics); ``step`` only in training."""
 
     step: int | None = None
@@ -38,7 +38,7 @@ class RoleMetric(Result):
     value: float
 
 
-class EvalResult(Result):
+class EvalResult(ResultModel):
     """One checkpoint's evaluation (see matrixrl.jobs.evaluate)."""
 
     cell: str
@@ -54,7 +54,7 @@ class EvalResult(Result):
     spec_digest: str | None = None  # CellSpec.eval_digest() of the spec it was computed under
 
 
-class StepMetrics(Result):
+class StepMetrics(ResultModel):
     step: int
     reward_mean: float
     reward_std: float
@@ -68,7 +68,7 @@ class StepMetrics(Result):
     completion_tokens: int = 0  # absent from files written before it was recorded
 
 
-class DiagnosticRow(Result):
+class DiagnosticRow(ResultModel):
     """One gradient diagnostic of one update (see matrixrl.train.diagnostics)."""
 
     step: int
@@ -79,7 +79,7 @@ class DiagnosticRow(Result):
     value: float
 
 
-class TrainResult(Result):
+class TrainResult(ResultModel):
     cell: str
     axes: dict[str, str | int]
     steps: int
@@ -89,15 +89,12 @@ class TrainResult(Result):
     roles: list[RoleMetric] = []
 
 
-R = TypeVar("R", bound=Result)
+R = TypeVar("R", bound=ResultModel)
 
 
-def write_result(path: Path, result: Result) -> None:
+def write_result(path: Path, result: ResultModel) -> None:
     """Write atomically: readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(result.model_dump_json(indent=1))
-    os.replace(tmp, path)
+    atomic.write_text(path, result.model_dump_json(indent=1))
 
 
 def read_result(path: Path, kind: type[R]) -> R:

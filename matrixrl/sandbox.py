@@ -1,6 +1,6 @@
 """Run an untrusted Python program against its tests in an isolated child process.
 
-``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Result`:
+``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Verdict`:
 ``passed`` is true only when the tests ran to their end without an exception.
 ``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):
 ...`` plus a ``check(entry_point)`` line the caller appends; MBPP: bare ``assert``
@@ -113,7 +113,7 @@ _audit_guard = True
 
 
 @dataclass(frozen=True)
-class Result:
+class Verdict:
     """Verdict of one sandboxed run: ``reason`` is one of :data:`REASONS`."""
 
     passed: bool
@@ -122,7 +122,7 @@ class Result:
     seconds: float = 0.0
 
 
-def run(code: str, tests: str, *, timeout_s: float, memory_mb: int) -> Result:
+def run(code: str, tests: str, *, timeout_s: float, memory_mb: int) -> Verdict:
     """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache)."""
     _check_limits(timeout_s, memory_mb)
     return _run_cached(code, tests, float(timeout_s), int(memory_mb))
@@ -130,7 +130,7 @@ def run(code: str, tests: str, *, timeout_s: float, memory_mb: int) -> Result:
 
 def run_many(
     jobs: Sequence[tuple[str, str]], *, timeout_s: float, memory_mb: int, workers: int
-) -> list[Result]:
+) -> list[Verdict]:
     """``run`` for each ``(code, tests)``, up to ``workers`` at once; results in input order."""
     _check_limits(timeout_s, memory_mb)
     if workers < 1:
@@ -164,7 +164,7 @@ def _check_limits(timeout_s: float, memory_mb: int) -> None:
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Result:
+def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Verdict:
     compiled = []
     for label, source in (("program", code), ("tests", tests)):
         try:
@@ -172,7 +172,7 @@ def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Resu
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as error:
             where = f" line {error.lineno}" if getattr(error, "lineno", None) else ""
             message = getattr(error, "msg", None) or str(error) or type(error).__name__
-            return Result(False, "syntax", f"{label}{where}: {message}"[:300], 0.0)
+            return Verdict(False, "syntax", f"{label}{where}: {message}"[:300], 0.0)
     return _execute(*compiled, timeout_s, memory_mb)
 
 
@@ -237,7 +237,7 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
     return [part.replace("{uid}", str(uid)) for part in prefix]
 
 
-def _execute(program, tests, timeout_s: float, memory_mb: int) -> Result:
+def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
     started = time.perf_counter()
     mode, prefix = isolation()
     uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN)
@@ -326,24 +326,24 @@ def _read_available(fd: int) -> bytes:
 
 def _verdict(
     report, pass_token, report_token, timed_out, returncode, tail, timeout_s, seconds
-) -> Result:
+) -> Verdict:
     if pass_token in report:
-        return Result(True, "passed", "", seconds)
+        return Verdict(True, "passed", "", seconds)
     marker = report_token + b" "
     at = report.find(marker)
     if at >= 0:
         line = report[at + len(marker):].split(b"\n", 1)[0].decode("utf-8", "replace")
         reason, _, detail = line.partition(" ")
         if reason in _CHILD_FAILURES:
-            return Result(False, reason, detail, seconds)
+            return Verdict(False, reason, detail, seconds)
     if timed_out:
-        return Result(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
+        return Verdict(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
     last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
     if "MemoryError" in tail:
-        return Result(False, "memory", last_line[:300], seconds)
+        return Verdict(False, "memory", last_line[:300], seconds)
     if returncode == 0:
-        return Result(False, "exited", "the process ended before the tests finished", seconds)
-    return Result(False, "crashed", f"exit status {returncode}: {last_line}"[:300], seconds)
+        return Verdict(False, "exited", "the process ended before the tests finished", seconds)
+    return Verdict(False, "crashed", f"exit status {returncode}: {last_line}"[:300], seconds)
 
 
 def _remove_tree(path: str) -> None:

@@ -1,4 +1,4 @@
-"""What every settings model shares: the strict base, the runtime marker, ``science``.
+"""What every settings model shares: the strict base, the runtime marker, ``science``, digests.
 
 experiments.yaml's schema (``matrixrl.config``), each task kind's settings
 (``matrixrl.tasks``), each workflow's and the chat prompt style's
@@ -49,8 +49,8 @@ def science(value: Any) -> Any:
     return value
 
 
-def fingerprint(payload: Any) -> str:
-    """A short stable hash of JSON-able settings (what a result was computed from)."""
+def settings_digest(payload: Any) -> str:
+    """A short stable hash of JSON-able settings: the identity of what a result was computed from."""
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -15,24 +15,27 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from matrixrl import atomic
 from matrixrl.config import Config
 from matrixrl.errors import ProfileError, SnakemakeError
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
-CONFIG_FILE = ".matrixrl/config.yaml"
+
+RULES = ("prepare_base", "train", "evaluate", "analyse")
+"""The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
+LOCAL_RULES = ("analyse",)
+"""Rules that run on the submitting host, never through a cluster profile (they write the store)."""
 
 
 def write_configfile(config: Config, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    os.replace(tmp, path)
+    atomic.write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return path
 
 
@@ -55,8 +58,6 @@ def pending_jobs(config: Config, workdir: Path) -> list[dict]:
     ``workdir`` must exist; for a results directory that does not exist yet, pass an
     empty temporary folder (everything is pending).
     """
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         configfile = write_configfile(config, Path(tmp) / "config.yaml")
         proc = subprocess.run(
@@ -100,6 +101,33 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
             workflow.dag(DAGSettings(force_incomplete=True)).execute_workflow(executor="local", pseudo_executor="dryrun")
         finally:
             logger.removeHandler(handler)
+    return jobs
+
+
+def planned_jobs(config: Config) -> list[dict]:
+    """Every job of the grid with its status (done or pending), from one real Snakemake dry-run."""
+    from matrixrl import grid as G
+
+    results = Path(config.results_dir)
+    if results.is_dir():
+        pending = pending_jobs(config, results)
+    else:
+        with tempfile.TemporaryDirectory() as empty:
+            pending = pending_jobs(config, Path(empty))
+    pending_keys = {(j["rule"], tuple(sorted(j["wildcards"].items()))) for j in pending}
+
+    def job(rule: str, wildcards: dict, cell=None, scale=None, step=None) -> dict:
+        key = (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
+        status = "pending" if key in pending_keys else "done"
+        return {"rule": rule, "cell": cell, "scale": scale, "step": step, "status": status}
+
+    runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
+    jobs = [job("prepare_base", {"scale": s}, scale=s) for s in G.base_scales(config)]
+    jobs += [job("train", {"cell": c.id}, cell=c.id, scale=c.scale) for c in runs]
+    for c in runs:
+        for step in G.checkpoint_steps(config.train_for(c.scale)):
+            jobs.append(job("evaluate", {"cell": c.id, "step": step}, cell=c.id, scale=c.scale, step=step))
+    jobs.append(job("analyse", {}))
     return jobs
 
 
@@ -265,7 +293,7 @@ def rule_resources(profile: Path, rules: list[str]) -> dict[str, dict]:
             grouped.setdefault(rule, {}).update(_as_mapping([pair], f"{path}: set-resources"))
         per_rule = grouped
     threads = raw.get("set-threads") or {}
-    local = {"analyse"}  # localrules: they run on the submitting host
+    local = set(LOCAL_RULES)
     table = {}
     for rule in rules:
         if rule in local:

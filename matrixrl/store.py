@@ -8,7 +8,7 @@ written. Only the submitting host writes the store (never a cluster job).
 
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell (``cell_inputs``: one row per train or eval result) and the
-cell's cached summary with the fingerprint it was computed from
+cell's cached summary with the cache key of what it was computed from
 (``cell_summaries``); see :class:`Store` and ``matrixrl.report.tables``.
 """
 
@@ -19,121 +19,98 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import get_args
 from pathlib import Path
 
 import pandas as pd
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, select
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from pydantic import BaseModel
+from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text, create_engine, delete, event, select
+from sqlalchemy.orm import Session
 
-from matrixrl.grid import STORE_FILE
-from matrixrl.results import EvalResult, TrainResult, read_result
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class CellRow(Base):
-    __tablename__ = "cells"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    workflow: Mapped[str] = mapped_column(String)
-    task: Mapped[str] = mapped_column(String)
-    scale: Mapped[str] = mapped_column(String)
-    policy: Mapped[str] = mapped_column(String)
-    seed: Mapped[int] = mapped_column(Integer)
-    spec_digest: Mapped[str | None] = mapped_column(String, nullable=True)  # of the spec it was trained under
+from matrixrl import layout as L
+from matrixrl.config import AXES
+from matrixrl.errors import ConfigError
+from matrixrl.layout import store_path
+from matrixrl.results import DiagnosticRow, EvalResult, RoleMetric, StepMetrics, TrainResult, read_result
 
 
-class EvaluationRow(Base):
-    __tablename__ = "evaluations"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    step: Mapped[int] = mapped_column(Integer, primary_key=True)
-    accuracy: Mapped[float] = mapped_column(Float)  # mean pass@1
-    n: Mapped[int] = mapped_column(Integer)  # problems
-    n_correct: Mapped[int] = mapped_column(Integer)  # correct completions of n * samples
-    seconds: Mapped[float] = mapped_column(Float)
-    samples: Mapped[int] = mapped_column(Integer, default=1)
-    se: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: a file from before SEs were stored
-    spec_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+METADATA = MetaData()
 
 
-class TrainStepRow(Base):
-    __tablename__ = "train_steps"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    step: Mapped[int] = mapped_column(Integer, primary_key=True)
-    reward_mean: Mapped[float] = mapped_column(Float)
-    reward_std: Mapped[float] = mapped_column(Float)
-    loss: Mapped[float] = mapped_column(Float)
-    entropy: Mapped[float] = mapped_column(Float)
-    response_length: Mapped[float] = mapped_column(Float)
-    grad_norm: Mapped[float] = mapped_column(Float)
-    clip_fraction: Mapped[float] = mapped_column(Float)
-    group_size: Mapped[int] = mapped_column(Integer)
-    seconds: Mapped[float] = mapped_column(Float)
-    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+def _table(name: str, keys: Mapping[str, type], values: Mapping[str, type], optional: Mapping[str, type] = {}) -> Table:
+    """A table of primary-key columns ``keys``, required ``values`` and nullable ``optional`` ones."""
+    return Table(
+        name,
+        METADATA,
+        *(Column(column, kind, primary_key=True) for column, kind in keys.items()),
+        *(Column(column, kind, nullable=False) for column, kind in values.items()),
+        *(Column(column, kind, nullable=True) for column, kind in optional.items()),
+    )
 
 
-class DiagnosticRowTable(Base):
-    __tablename__ = "diagnostics"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    cell: Mapped[str] = mapped_column(String, index=True)
-    step: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String)
-    role: Mapped[str | None] = mapped_column(String, nullable=True)
-    agent: Mapped[str | None] = mapped_column(String, nullable=True)
-    other: Mapped[str | None] = mapped_column(String, nullable=True)
-    value: Mapped[float] = mapped_column(Float)
+# A trained cell's axes, and the digest of the spec it was trained under.
+CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else String for axis in AXES}, {"spec_digest": String})
+# A digest of each result stored for a cell: part is "train" or "eval/step_N".
+CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String})
+# A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
+CELL_SUMMARIES = _table(
+    "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
+)
+# Every result file read, by its path relative to the results directory, as it was then.
+INGESTED_FILES = _table("ingested_files", {"path": String}, {"size": Integer, "mtime_ns": Integer})
 
 
-class RoleMetricRow(Base):
-    """A role's own metric, per training step (``source='train'``) or checkpoint (``'eval'``)."""
-
-    __tablename__ = "role_metrics"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    source: Mapped[str] = mapped_column(String, primary_key=True)
-    step: Mapped[int] = mapped_column(Integer, primary_key=True)
-    role: Mapped[str] = mapped_column(String, primary_key=True)
-    metric: Mapped[str] = mapped_column(String, primary_key=True)
-    value: Mapped[float] = mapped_column(Float)
+# The tables that hold result files' contents are derived from the result models
+# (matrixrl.results), so a field added there is a column here: a scalar field is a
+# column of the same name; lists and mappings (roles, pass_at, ...) go to their own tables.
+_SQL_TYPES = {int: Integer, float: Float, str: String, bool: Boolean}
 
 
-class CellInputRow(Base):
-    """A digest of one result stored for a cell: ``part`` is ``train`` or ``eval/step_N``."""
-
-    __tablename__ = "cell_inputs"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    part: Mapped[str] = mapped_column(String, primary_key=True)
-    digest: Mapped[str] = mapped_column(String)
-
-
-class CellSummaryRow(Base):
-    """A cell's cached per-cell summary (JSON) and the fingerprint of what it was computed from."""
-
-    __tablename__ = "cell_summaries"
-    cell: Mapped[str] = mapped_column(String, primary_key=True)
-    fingerprint: Mapped[str] = mapped_column(String)
-    summary: Mapped[str] = mapped_column(Text)
-    computations: Mapped[int] = mapped_column(Integer, default=1)
-    computed_at: Mapped[float] = mapped_column(Float)
+def _result_columns(model: type[BaseModel], keys: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Column]:
+    columns = []
+    for name, field in model.model_fields.items():
+        if name in exclude:
+            continue
+        members = get_args(field.annotation) or (field.annotation,)
+        scalar = [m for m in members if m is not type(None)]
+        if len(scalar) != 1 or scalar[0] not in _SQL_TYPES:
+            raise TypeError(f"{model.__name__}.{name}: no SQL column for {field.annotation}; exclude it or store it in its own table")
+        nullable = type(None) in members and name not in keys
+        columns.append(Column(name, _SQL_TYPES[scalar[0]](), primary_key=name in keys, nullable=nullable))
+    return columns
 
 
-class IngestedFile(Base):
-    __tablename__ = "ingested_files"
-    path: Mapped[str] = mapped_column(String, primary_key=True)
-    size: Mapped[int] = mapped_column(Integer)
-    mtime_ns: Mapped[int] = mapped_column(Integer)
-    ok: Mapped[bool] = mapped_column(Boolean, default=True)
-
-
-def store_path(results_dir: str | Path) -> Path:
-    return Path(results_dir) / STORE_FILE
+EVALUATIONS = Table(
+    "evaluations", METADATA, *_result_columns(EvalResult, keys=("cell", "step"), exclude=("roles", "pass_at"))
+)
+TRAIN_STEPS = Table(
+    "train_steps",
+    METADATA,
+    Column("cell", String, primary_key=True),
+    *_result_columns(StepMetrics, keys=("step",)),
+)
+DIAGNOSTICS = Table(
+    "diagnostics",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cell", String, index=True, nullable=False),
+    *_result_columns(DiagnosticRow),
+)
+ROLE_METRICS = Table(
+    "role_metrics",
+    METADATA,
+    Column("cell", String, primary_key=True),
+    # train: one row per training step; eval: per checkpoint (the evaluation's step).
+    Column("source", String, primary_key=True),
+    *_result_columns(RoleMetric, keys=("step", "role", "metric")),
+)
 
 
 def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of an older layout: it is emptied and refilled from the result files,
 which are the truth (``ingest`` reads every file again)."""
@@ -155,7 +132,7 @@ def engine_at(db_file: str | Path):
             tables = [row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")]
             for table in tables:
                 conn.exec_driver_sql(f'DROP TABLE "{table}"')
-            Base.metadata.create_all(conn)
+            METADATA.create_all(conn)
             conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return engine
 
@@ -176,7 +153,7 @@ def _upsert(session: Session, table, rows: list[dict]) -> None:
     """Insert or update ``rows`` (dicts with the same keys) by primary key, as one executemany."""
     if rows:
         columns = tuple(rows[0])
-        session.connection().exec_driver_sql(_upsert_sql(table.__table__, columns), [tuple(r[c] for c in columns) for r in rows])
+        session.connection().exec_driver_sql(_upsert_sql(table, columns), [tuple(r[c] for c in columns) for r in rows])
 
 
 def _digest(result: TrainResult | EvalResult) -> str:
@@ -186,27 +163,27 @@ def _digest(result: TrainResult | EvalResult) -> str:
 def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
     """Replace everything the store holds from this one result, and record its digest."""
     if isinstance(result, TrainResult):
-        _upsert(session, CellRow, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
-        session.query(TrainStepRow).filter(TrainStepRow.cell == result.cell).delete()
-        _upsert(session, TrainStepRow, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
-        session.query(DiagnosticRowTable).filter(DiagnosticRowTable.cell == result.cell).delete()
+        _upsert(session, CELLS, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
+        session.execute(delete(TRAIN_STEPS).where(TRAIN_STEPS.c.cell == result.cell))
+        _upsert(session, TRAIN_STEPS, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
+        session.execute(delete(DIAGNOSTICS).where(DIAGNOSTICS.c.cell == result.cell))
         if result.diagnostics:
             # A long run logs hundreds of thousands of rows: straight to the driver's executemany,
             # which is an order of magnitude faster than building SQLAlchemy parameters per row.
-            columns = ("step", "kind", "role", "agent", "other", "value")
+            columns = tuple(DiagnosticRow.model_fields)
             dumped = result.model_dump(include={"diagnostics"})["diagnostics"]
             session.connection().exec_driver_sql(
                 f"INSERT INTO diagnostics (cell, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
                 [(result.cell, *(d[c] for c in columns)) for d in dumped],
             )
-        _upsert(session, RoleMetricRow, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
+        _upsert(session, ROLE_METRICS, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
         part = "train"
     elif isinstance(result, EvalResult):
-        _upsert(session, EvaluationRow, [result.model_dump(exclude={"roles", "pass_at"})])
+        _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at"})])
         pass_rows = [{"role": "episode", "metric": f"pass@{j}", "value": v} for j, v in result.pass_at.items()]
         _upsert(
             session,
-            RoleMetricRow,
+            ROLE_METRICS,
             [
                 {"cell": result.cell, "source": "eval", **row, "step": result.step}
                 for row in [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
@@ -215,7 +192,7 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
         part = f"eval/step_{result.step}"
     else:
         raise TypeError(f"expected a TrainResult or EvalResult, got {type(result).__name__}")
-    _upsert(session, CellInputRow, [{"cell": result.cell, "part": part, "digest": _digest(result)}])
+    _upsert(session, CELL_INPUTS, [{"cell": result.cell, "part": part, "digest": _digest(result)}])
 
 
 def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
@@ -224,8 +201,8 @@ def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
     engine = engine_for(results_dir)
     try:
         with Session(engine) as session:
-            known = {row.path: (row.size, row.mtime_ns) for row in session.scalars(select(IngestedFile))}
-            if known and session.scalars(select(CellInputRow.cell).limit(1)).first() is None:
+            known = {row.path: (row.size, row.mtime_ns) for row in session.execute(select(INGESTED_FILES))}
+            if known and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None:
                 # A store written before per-cell digests existed: read every file once more
                 # so each cell gets its digests (and incremental reports see it).
                 return {}
@@ -237,7 +214,7 @@ def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
 def _changed_files(results_dir: Path) -> list[tuple[Path, str, object]]:
     known = _known_files(results_dir)
     found = []
-    for pattern, kind in (("cells/*/train.json", TrainResult), ("cells/*/eval/step_*.json", EvalResult)):
+    for pattern, kind in ((L.TRAIN_RESULTS, TrainResult), (L.EVAL_RESULTS, EvalResult)):
         for path in sorted(results_dir.glob(pattern)):
             rel = str(path.relative_to(results_dir))
             stat = path.stat()
@@ -265,9 +242,16 @@ def ingest(results_dir: str | Path) -> int:
         for path, rel, result in parsed:
             _write_result(session, result)
             stat = path.stat()
-            _upsert(session, IngestedFile, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ok": True}])
+            _upsert(session, INGESTED_FILES, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}])
     engine.dispose()
     return len(parsed)
+
+
+def ingest_for_report(results_dir: str | Path) -> None:
+    """``ingest`` before a report or a plot; ConfigError when there is nothing to read at all."""
+    if not L.has_results(results_dir):
+        raise ConfigError(f"{Path(results_dir)}: no results yet; run `matrixrl run` first")
+    ingest(results_dir)
 
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
@@ -315,7 +299,7 @@ class Store:
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
         """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""
-        sql_table = Base.metadata.tables[table]
+        sql_table = METADATA.tables[table]
         frames = []
         with self.engine.connect() as conn:
             for start in range(0, max(len(cells), 1), _IN_CHUNK):
@@ -334,19 +318,19 @@ class Store:
         return found
 
     def cached_summaries(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
-        """Per cell, the cached ``(fingerprint, summary)``; cells never summarized are absent."""
+        """Per cell, the cached ``(cache key, summary)``; cells never summarized are absent."""
         frame = self.rows("cell_summaries", cells)
-        return {row.cell: (row.fingerprint, json.loads(row.summary)) for row in frame.itertuples(index=False)}
+        return {row.cell: (row.cache_key, json.loads(row.summary)) for row in frame.itertuples(index=False)}
 
     def save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
-        """Cache ``{cell: (fingerprint, summary)}``, counting each cell's computations."""
+        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations."""
         if not summaries:
             return
         now = time.time()
-        rows = [(cell, fp, json.dumps(summary, allow_nan=False), now) for cell, (fp, summary) in summaries.items()]
+        rows = [(cell, key, json.dumps(summary, allow_nan=False), now) for cell, (key, summary) in summaries.items()]
         sql = (
-            "INSERT INTO cell_summaries (cell, fingerprint, summary, computations, computed_at) VALUES (?, ?, ?, 1, ?) "
-            "ON CONFLICT (cell) DO UPDATE SET fingerprint = excluded.fingerprint, summary = excluded.summary, "
+            "INSERT INTO cell_summaries (cell, cache_key, summary, computations, computed_at) VALUES (?, ?, ?, 1, ?) "
+            "ON CONFLICT (cell) DO UPDATE SET cache_key = excluded.cache_key, summary = excluded.summary, "
             "computed_at = excluded.computed_at, computations = cell_summaries.computations + 1"
         )
         with Session(self.engine) as session, session.begin():
@@ -355,4 +339,4 @@ class Store:
     def computations(self) -> dict[str, int]:
         """How many times each cell's summary has been computed (it is cached in between)."""
         with self.engine.connect() as conn:
-            return dict(conn.execute(select(CellSummaryRow.cell, CellSummaryRow.computations)).all())
+            return dict(conn.execute(select(CELL_SUMMARIES.c.cell, CELL_SUMMARIES.c.computations)).all())

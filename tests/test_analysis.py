@@ -7,10 +7,10 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from matrixrl.analysis.curves import CliffRule, CurveSummary, summarize_cells, summarize_curve
+from matrixrl.analysis.curves import CurveSummary, summarize_cells, summarize_curve
 from matrixrl.config import Analysis
 
-RULE = CliffRule.from_analysis(Analysis())  # delta=0.10, noise_se=2.0, final_tail_k=3
+RULE = Analysis()  # cliff_delta=0.10, cliff_noise_se=2.0, final_tail_k=3
 approx = pytest.approx
 
 
@@ -88,13 +88,13 @@ def test_peak_ties_take_earliest_step() -> None:
 
 def test_zero_delta_onset_still_comes_after_peak() -> None:
     # With delta=0 every point is "<= peak", the peak included; the onset must follow it.
-    rule = CliffRule.from_analysis(Analysis(cliff_delta=0.0, cliff_noise_se=0.0))
+    rule = Analysis(cliff_delta=0.0, cliff_noise_se=0.0)
     s = summarize_curve([0, 10, 20], [0.3, 0.7, 0.69], 100, rule)
     assert s.cliff is True and s.cliff_onset == 20
 
 
 def test_final_tail_with_k_larger_than_curve() -> None:
-    s = summarize_curve([0, 1, 2], [0.2, 0.5, 0.8], 100, CliffRule.from_analysis(Analysis(final_tail_k=10)))
+    s = summarize_curve([0, 1, 2], [0.2, 0.5, 0.8], 100, Analysis(final_tail_k=10))
     assert s.final_tail == approx(0.5)
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from matrixrl.grid import STORE_FILE, Cell, eval_result, train_result
+from matrixrl.grid import Cell
+from matrixrl.layout import STORE_FILE, eval_result, train_result
 from matrixrl.results import EvalResult, StepMetrics, TrainResult, write_result
 
 from conftest import run_cli

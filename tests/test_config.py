@@ -157,6 +157,12 @@ def test_out_of_range_in_a_named_task(raw: dict) -> None:
     assert error_of(raw) == "E.yaml: tasks.arith.digits: must be less than or equal to 6 (got 9)"
 
 
+def test_an_infinite_analysis_threshold_is_refused(raw: dict) -> None:
+    # .inf would switch the cliff rule off without a word: no drop exceeds infinite SEs.
+    raw["analysis"] = {"cliff_noise_se": float("inf")}
+    assert error_of(raw) == "E.yaml: analysis.cliff_noise_se: must be a finite number (got inf)"
+
+
 def test_wrong_boolean(raw: dict) -> None:
     raw["train"]["scale_rewards"] = "maybe"
     assert error_of(raw) == "E.yaml: train.scale_rewards: expected true or false (got 'maybe')"

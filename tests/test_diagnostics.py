@@ -1,4 +1,4 @@
-"""Gradient diagnostics (design §3), checked against hand-computed values."""
+"""Gradient diagnostics (docs/design.md §5), checked against hand-computed values."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from matrixrl import grid as G
+from matrixrl import layout as L
 from matrixrl.config import ConfigError, HfScale, TinyScale, load_config
 from matrixrl.models.devices import GpuClaimError, claim_gpu, gpu_count, visible_gpus
 from matrixrl.models.hf import ModelLoadError, model_source, not_cached_message, resolve_dtype
@@ -444,7 +445,7 @@ def test_one_real_rl_step_of_a_chat_workflow_on_smollm2(smollm2, tmp_path):
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks import build_task
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step
     from matrixrl.workflows import build_workflow
     from matrixrl.workflows.styles import build_style
 
@@ -462,7 +463,11 @@ def test_one_real_rl_step_of_a_chat_workflow_on_smollm2(smollm2, tmp_path):
     optimizers = {"shared": torch.optim.AdamW(params, lr=spec.train.lr)}
     generate = make_generate(policy, tokenizer, max_new_tokens=32, temperature=spec.train.temperature, sample=True)
 
-    row, roles, diagnostics = grpo_step(0, 0, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, spec.train)
+    run = GrpoRun(
+        seed=0, policy=policy, optimizers=optimizers, workflow=workflow, task=task, generate=generate,
+        pad_token_id=tokenizer.pad_token_id, cfg=spec.train,
+    )
+    row, roles, diagnostics = grpo_step(run, 0)
     print(f"\nSmolLM2 voting step (2 problems x group 2, 2 votes + aggregator, 32 tokens, LoRA, 1 thread): {row['seconds']:.1f} s")
 
     assert row["step"] == 1 and 0 < row["reward_std"] and 0 < row["reward_mean"] < 1
@@ -487,15 +492,15 @@ def test_train_and_evaluate_jobs_run_a_chat_cell_on_smollm2(smollm2, tmp_path):
     (cell,) = G.cells(cfg)
     spec = G.cell_spec(cfg, cell)
     results = Path(cfg.results_dir)
-    base = prepare_base(G.base_spec(cfg, "smollm2"), results / G.base_model_dir("smollm2"), results / G.base_result("smollm2"), log=lambda m: None)
+    base = prepare_base(G.base_spec(cfg, "smollm2"), results / L.base_model_dir("smollm2"), results / L.base_result("smollm2"), log=lambda m: None)
     assert (base.params, base.warmstart_loss, base.model) == (SMOLLM2_PARAMS, None, str(smollm2))
 
-    trained = train(spec, results / G.base_model_dir("smollm2"), results / G.cell_dir(cell.id), results / G.train_result(cell.id), log=lambda m: None)
+    trained = train(spec, results / L.base_model_dir("smollm2"), results / L.cell_dir(cell.id), results / L.train_result(cell.id), log=lambda m: None)
     assert [m.step for m in trained.metrics] == [1]
-    checkpoint = results / G.cell_dir(cell.id) / "checkpoints" / "step_1"
+    checkpoint = L.checkpoint_dir(results / L.cell_dir(cell.id), 1)
     saved = sorted(p.name for p in checkpoint.rglob("*.safetensors"))
     assert saved == ["adapter_model.safetensors"]  # the adapter only, not the 540 MB base
 
-    result = evaluate(spec, 1, checkpoint, results / G.base_model_dir("smollm2"), results / G.eval_result(cell.id, 1), log=lambda m: None)
+    result = evaluate(spec, 1, checkpoint, results / L.base_model_dir("smollm2"), results / L.eval_result(cell.id, 1), log=lambda m: None)
     assert (result.n, result.step) == (2, 1) and 0 <= result.accuracy <= 1
     assert {r.role for r in result.roles} >= {"generator"}

@@ -16,7 +16,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
 from matrixrl.config import POLICIES, load_config
-from matrixrl.grid import Cell, cells, eval_result, train_result
+from matrixrl.grid import Cell, cells
+from matrixrl.layout import eval_result, train_result
 from matrixrl.report import plots
 from matrixrl.results import DiagnosticRow, EvalResult, StepMetrics, TrainResult, write_result
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from matrixrl.analysis.mechanism import VERDICTS, MechanismRule, Signal, assess
+from matrixrl.analysis.mechanism import VERDICTS, Signal, assess
 from matrixrl.analysis.seeds import t_interval
-from matrixrl.config import load_config
-from matrixrl.grid import STORE_FILE, Cell, eval_result, train_result
+from matrixrl.config import Analysis, load_config
+from matrixrl.grid import Cell
+from matrixrl.layout import STORE_FILE, eval_result, train_result
 from matrixrl.report import FORMATS, TABLE_NAMES
 from matrixrl.report.formats import render
 from matrixrl.report.tables import TABLES, build_tables
@@ -393,7 +394,7 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
 
 
 def test_assess_edge_cases() -> None:
-    rule = MechanismRule(baseline_steps=5, rise=0.25, smooth_steps=1)
+    rule = Analysis(mechanism_baseline_steps=5, mechanism_rise=0.25, mechanism_smooth_steps=1)
     flat = Signal("amplification", "generator", pd.Series([2.0] * 10, index=range(1, 11)))
     # The onset falls inside the baseline window: nothing to test.
     assert assess(flat, 4, [0, 4, 8], rule)["verdict"] == "n/a"
@@ -604,8 +605,14 @@ def test_cli_user_errors_for_group_by_and_empty_comparisons(experiment: Path) ->
     )
 
 
-def test_registry_and_cli_offer_the_same_tables() -> None:
-    from matrixrl.cli import ReportFormat, TableName
+def test_registry_and_cli_offer_the_same_tables_and_formats() -> None:
+    """The CLI's choices come from the light lists in matrixrl.report: those must be what the
+    registry builds and what render writes."""
+    from matrixrl.cli import OutputFormat, TableName
+    from matrixrl.report.formats import render
 
     assert tuple(TABLES) == TABLE_NAMES == tuple(t.value for t in TableName)
-    assert FORMATS == tuple(f.value for f in ReportFormat)
+    assert FORMATS == tuple(f.value for f in OutputFormat)
+    frame = pd.DataFrame({"workflow": ["single"], "peak": [0.25]})
+    for format in FORMATS:
+        assert render(frame, format)  # every offered format renders

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from matrixrl.config import ArithTaskConfig, TinyScale
+from matrixrl.config import TinyScale
 from matrixrl.jobs.evaluate import pass_at
 from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
 from matrixrl.tasks import build_task
+from matrixrl.tasks.arith import Settings as ArithSettings
 from matrixrl.tasks.base import Problem
 from matrixrl.train.grpo import TurnBatch
 from matrixrl.train.rollout import keyed_uniform, make_generate
@@ -61,7 +62,7 @@ def test_a_pad_sampled_mid_answer_is_in_the_scored_text_as_in_the_trained_tokens
     assert batch.completion_ids[0].tolist() == [two, pad, one, eos] and batch.completion_mask[0].tolist() == [1.0] * 4
     # Scored on: the same tokens, the pad included; "21" alone would be right.
     assert completion.text == "2<pad>1"
-    task = build_task("arith", ArithTaskConfig(kind="arith", digits=1, terms=3))
+    task = build_task("arith", ArithSettings(kind="arith", digits=1, terms=3))
     problem = Problem("p", "4+8+9", "21")
     assert task.score_batch([problem, problem], [completion.text, "21"]) == [0.0, 1.0]
 
@@ -130,9 +131,10 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
 
 
 def test_the_evaluation_standard_error_is_that_of_per_problem_means() -> None:
-    from matrixrl.analysis.curves import CliffRule, summarize_curve
+    from matrixrl.analysis.curves import summarize_curve
+    from matrixrl.config import Analysis
 
-    rule = CliffRule(delta=0.10, noise_se=2.0)
+    rule = Analysis(cliff_delta=0.10, cliff_noise_se=2.0)
     # Binomial SEs at n=100: peak 0.7 → 0.0458, final 0.5 → 0.05: drop 0.2 > 2·0.0678.
     assert summarize_curve([0, 10, 20], [0.3, 0.7, 0.5], 100, rule).cliff is True
     # The same accuracies with the SEs of k samples whose per-problem means vary more: not beyond noise.

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from matrixrl import sandbox
-from matrixrl.sandbox import REASONS, Result, run, run_many
+from matrixrl.sandbox import REASONS, Verdict, run, run_many
 
 REPO = Path(__file__).resolve().parent.parent
 LIMITS = {"timeout_s": 10.0, "memory_mb": 256}
@@ -58,7 +58,7 @@ def assert_no_leftover_processes(before: set[int]) -> None:
         assert not (first & sandbox_processes()), "sandbox processes outlived their run"
 
 
-def sandbox_dir_of(result: Result) -> Path:
+def sandbox_dir_of(result: Verdict) -> Path:
     """The sandbox directory a program reported by raising ``Exception(os.getcwd())``."""
     assert result.reason == "failed" and result.detail.startswith("Exception: "), result
     path = Path(result.detail.removeprefix("Exception: "))
@@ -95,7 +95,7 @@ def host_run(code: str, tests: str = "", *, mode: str = "default", guard: bool =
 
 def test_correct_answer_passes_and_wrong_answer_fails():
     correct = run("def add(a, b):\n    return a + b\n", "assert add(2, 3) == 5\n", **LIMITS)
-    assert correct == Result(True, "passed", "", correct.seconds)
+    assert correct == Verdict(True, "passed", "", correct.seconds)
     wrong = run("def add(a, b):\n    return a - b\n", "assert add(2, 3) == 5\n", **LIMITS)
     assert (wrong.passed, wrong.reason, wrong.detail) == (False, "failed", "AssertionError: ")
     assert wrong.seconds > 0
@@ -159,7 +159,7 @@ def test_syntax_error_is_found_without_starting_a_process(monkeypatch):
         raise AssertionError("a process was started")
 
     monkeypatch.setattr(sandbox.subprocess, "Popen", no_process)
-    assert run("def f(:\n    pass\n", "assert True\n", **LIMITS) == Result(
+    assert run("def f(:\n    pass\n", "assert True\n", **LIMITS) == Verdict(
         False, "syntax", "program line 1: invalid syntax", 0.0
     )
     tests_broken = run("x = 1\n", "assert x ==\n", **LIMITS)

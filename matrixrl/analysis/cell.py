@@ -18,10 +18,10 @@ from dataclasses import asdict, fields
 
 import pandas as pd
 
-from matrixrl.analysis.curves import CliffRule, CurveSummary, summarize_curve
+from matrixrl.analysis.curves import CurveSummary, summarize_curve
 from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
-from matrixrl.analysis.mechanism import MechanismRule, assess, signal_of
+from matrixrl.analysis.mechanism import assess, signal_of
 from matrixrl.config import AXES, Analysis
 
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
@@ -77,12 +77,11 @@ def cell_record(
     evals = evals.sort_values("step", kind="stable")
     steps = [int(s) for s in evals["step"].tolist()]
     se = evals["se"].tolist() if "se" in evals.columns else None
-    rule = CliffRule.from_analysis(analysis)
-    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), rule, se)
+    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), analysis, se)
     record.update(asdict(curve))
     record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
     signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
-    record.update(assess(signal, curve.cliff_onset, steps, MechanismRule.from_analysis(analysis)))
+    record.update(assess(signal, curve.cliff_onset, steps, analysis))
     return record
 
 

@@ -43,24 +43,6 @@ _TOL = 1e-12
 
 
 @dataclass(frozen=True)
-class CliffRule:
-    """Thresholds for a terminal cliff: experiments.yaml ``analysis:``, whose model
-    (:class:`matrixrl.config.Analysis`) holds their defaults and checks; build it with
-    :meth:`from_analysis`."""
-
-    delta: float
-    """Minimum drop below the peak (absolute accuracy) that counts as a collapse."""
-    noise_se: float
-    """The peak-to-final drop must exceed this many standard errors of the difference."""
-    final_tail_k: int
-    """Number of trailing checkpoints averaged into ``final_tail``."""
-
-    @classmethod
-    def from_analysis(cls, analysis: Analysis) -> CliffRule:
-        return cls(delta=analysis.cliff_delta, noise_se=analysis.cliff_noise_se, final_tail_k=analysis.final_tail_k)
-
-
-@dataclass(frozen=True)
 class CurveSummary:
     """Summary of one cell's accuracy curve (see the module docstring)."""
 
@@ -100,7 +82,7 @@ def summarize_curve(
     steps: Sequence[int],
     accuracies: Sequence[float],
     n_eval: int | Sequence[int],
-    rule: CliffRule,
+    analysis: Analysis,
     se: Sequence[float | None] | None = None,
 ) -> CurveSummary:
     """Summarize one accuracy curve.
@@ -134,10 +116,10 @@ def summarize_curve(
     last = len(acc) - 1
     peak_i = int(np.argmax(acc))  # argmax returns the first maximum: earliest on ties
     base, peak, final = acc[0], acc[peak_i], acc[last]
-    k = min(rule.final_tail_k, len(acc))
+    k = min(analysis.final_tail_k, len(acc))
     final_tail = float(np.mean(acc[-k:]))
 
-    threshold = peak - rule.delta
+    threshold = peak - analysis.cliff_delta
     below = [a <= threshold + _TOL for a in acc]
     run_start = len(acc)
     while run_start > 0 and below[run_start - 1]:
@@ -157,7 +139,7 @@ def summarize_curve(
 
     drop = peak - final
     se_drop = math.hypot(error(peak_i), error(last))
-    cliff = below[last] and drop > rule.noise_se * se_drop and onset_i <= last
+    cliff = below[last] and drop > analysis.cliff_noise_se * se_drop and onset_i <= last
 
     return CurveSummary(
         base=base,
@@ -192,7 +174,7 @@ _DTYPES = {
 }
 
 
-def summarize_cells(evals: pd.DataFrame, rule: CliffRule) -> pd.DataFrame:
+def summarize_cells(evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
     """Summarize every cell of a long ``cell, step, accuracy, n`` (+ optional ``se``) frame.
 
     Rows may come in any order. Returns one row per cell, sorted by cell, with
@@ -213,7 +195,7 @@ def summarize_cells(evals: pd.DataFrame, rule: CliffRule) -> pd.DataFrame:
         try:
             se = group["se"].tolist() if "se" in group.columns else None
             summary = summarize_curve(
-                group["step"].tolist(), group["accuracy"].tolist(), group["n"].tolist(), rule, se
+                group["step"].tolist(), group["accuracy"].tolist(), group["n"].tolist(), analysis, se
             )
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc

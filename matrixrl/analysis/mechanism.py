@@ -54,25 +54,6 @@ FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "l
 
 
 @dataclass(frozen=True)
-class MechanismRule:
-    """Thresholds of the mechanism test: experiments.yaml ``analysis:``, whose model
-    (:class:`matrixrl.config.Analysis`) holds their defaults and checks; build it with
-    :meth:`from_analysis`."""
-
-    baseline_steps: int
-    rise: float
-    smooth_steps: int
-
-    @classmethod
-    def from_analysis(cls, analysis: Analysis) -> MechanismRule:
-        return cls(
-            baseline_steps=analysis.mechanism_baseline_steps,
-            rise=analysis.mechanism_rise,
-            smooth_steps=analysis.mechanism_smooth_steps,
-        )
-
-
-@dataclass(frozen=True)
 class Signal:
     name: str
     """``amplification`` or ``share``."""
@@ -101,7 +82,7 @@ def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None, share
     return Signal("share", dominant_role, shares[dominant_role].astype(float))
 
 
-def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int], rule: MechanismRule) -> dict:
+def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int], analysis: Analysis) -> dict:
     """The mechanism fields of one cell (``FIELDS``; see the module docstring)."""
     out = {"signal": None, "signal_role": None, "baseline": None, "change": None, "rose": None,
            "rise_step": None, "lead": None, "verdict": "n/a"}  # fmt: skip
@@ -109,17 +90,17 @@ def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int]
         return out
     out["signal"], out["signal_role"] = signal.name, signal.role
     values = signal.values.sort_index()
-    k = rule.baseline_steps
+    k = analysis.mechanism_baseline_steps
     if len(values) <= k:
         return out
     baseline = float(values.iloc[:k].mean())
     out["baseline"] = baseline
-    smoothed = values.rolling(rule.smooth_steps, min_periods=1).mean().iloc[k:]
+    smoothed = values.rolling(analysis.mechanism_smooth_steps, min_periods=1).mean().iloc[k:]
     if cliff_onset is not None:
         smoothed = smoothed[smoothed.index <= cliff_onset]
     if smoothed.empty:
         return out  # the onset falls inside the baseline window: nothing to test
-    risen = smoothed[smoothed > baseline * (1 + rule.rise)]
+    risen = smoothed[smoothed > baseline * (1 + analysis.mechanism_rise)]
     rise_step = int(risen.index[0]) if not risen.empty else None
     out["change"] = float(smoothed.max()) / baseline - 1 if baseline > 0 else None
     out["rose"] = rise_step is not None

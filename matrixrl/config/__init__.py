@@ -12,7 +12,7 @@ Every model forbids unknown keys, and every error names its key path.
 - :mod:`matrixrl.config.reference`: ``python -m matrixrl.config.reference`` writes
   docs/config.md, every setting with its type, default and description.
 
-``Strict``, ``RUNTIME``, ``science`` and ``fingerprint`` live in :mod:`matrixrl.settings`
+``Strict``, ``RUNTIME`` and ``science`` live in :mod:`matrixrl.settings`
 and errors in :mod:`matrixrl.errors`; both are re-exported here for existing callers.
 """
 
@@ -37,7 +37,7 @@ from matrixrl.config.schema import (
     Workflows,
 )
 from matrixrl.errors import ConfigError
-from matrixrl.settings import RUNTIME, Strict, fingerprint, is_runtime, science
+from matrixrl.settings import RUNTIME, Strict, is_runtime, science
 from matrixrl.workflows.styles import PromptSettings
 
 __all__ = [
@@ -64,7 +64,6 @@ __all__ = [
     "Workflows",
     "apply_only",
     "apply_set",
-    "fingerprint",
     "is_runtime",
     "load_config",
     "parse_only",

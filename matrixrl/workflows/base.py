@@ -16,6 +16,7 @@ import numpy as np
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
+from matrixrl.workflows.styles.compact import CompactStyle
 
 
 class WorkflowSettings(Strict):
@@ -65,7 +66,6 @@ class Generate(Protocol):
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
 
 
-
 def parallel_turns(role: str, prompts: list[str], completions: list[Completion], size: int, n: int, answer) -> list[list[Turn]]:
     """Per episode, the turns of ``n`` parallel agents of ``role`` (``role0..n-1``, index 0).
 
@@ -87,6 +87,18 @@ def decide(episodes: list[Episode], role: str, prompts: list[str], generate: "Ge
     for episode, prompt, completion in zip(episodes, prompts, generate(role, prompts)):
         episode.answer = answer(completion.text)
         episode.turns.append(Turn(role, f"{role}0", 0, prompt, completion, answer=episode.answer))
+
+
+class WorkflowBase:
+    """What every workflow class shares: its validated settings and its prompt style
+    (the compact style when none is given)."""
+
+    settings_model: type[WorkflowSettings] = WorkflowSettings
+
+    def __init__(self, settings: WorkflowSettings | dict | None = None, style=None):
+        self.settings = self.settings_model.coerce(settings)
+        self.style = style or CompactStyle()
+
 
 class Workflow(Protocol):
     name: str

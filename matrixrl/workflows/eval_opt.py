@@ -18,9 +18,8 @@ import numpy as np
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
-from matrixrl.workflows.styles import PromptStyle
-from matrixrl.workflows.styles.compact import CompactStyle, wrong_answer
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings
+from matrixrl.workflows.styles.compact import wrong_answer
 
 DEFAULT_ITERATIONS = {"math": 3, "code": 2}
 
@@ -31,13 +30,10 @@ class Settings(WorkflowSettings):
     )
 
 
-class EvalOpt:
+class EvalOpt(WorkflowBase):
     name = "eval_opt"
     roles = ("generator", "evaluator")
-
-    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
-        self.settings = Settings.coerce(settings)
-        self.style = style or CompactStyle()
+    settings_model = Settings
 
     @property
     def max_iterations(self) -> int:

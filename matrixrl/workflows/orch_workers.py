@@ -15,22 +15,18 @@ import numpy as np
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings, decide, parallel_turns
-from matrixrl.workflows.styles import PromptStyle
-from matrixrl.workflows.styles.compact import CompactStyle, noisy_candidates, pick_target
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings, decide, parallel_turns
+from matrixrl.workflows.styles.compact import noisy_candidates, pick_target
 
 
 class Settings(WorkflowSettings):
     n_workers: int = Field(3, ge=2, description="parallel worker agents (and strategies) per episode")
 
 
-class OrchWorkers:
+class OrchWorkers(WorkflowBase):
     name = "orch_workers"
     roles = ("orchestrator", "worker", "synthesizer")
-
-    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
-        self.settings = Settings.coerce(settings)
-        self.style = style or CompactStyle()
+    settings_model = Settings
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         style, n, size = self.style, self.settings.n_workers, len(problems)

@@ -5,22 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowSettings
-from matrixrl.workflows.styles import PromptStyle
-from matrixrl.workflows.styles.compact import CompactStyle
+from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings
 
 
 class Settings(WorkflowSettings):
     """``single`` has no parameters."""
 
 
-class Single:
+class Single(WorkflowBase):
     name = "single"
     roles = ("generator",)
-
-    def __init__(self, settings: Settings | dict | None = None, style: PromptStyle | None = None):
-        self.settings = Settings.coerce(settings)
-        self.style = style or CompactStyle()
+    settings_model = Settings
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
         prompts = [self.style.generator(p) for p in problems]

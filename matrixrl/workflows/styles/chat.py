@@ -126,11 +126,7 @@ class ChatStyle:
         )
 
     def aggregator(self, problem: Problem, candidates: Sequence[str]) -> str:
-        return self.render(
-            f"Several agents solved the same {self._noun} problem independently. Compare their "
-            f"solutions and decide on the right one. {self._format}",
-            self._with_candidates(problem, candidates),
-        )
+        return self._choose_among("aggregator", problem, candidates)
 
     def orchestrator(self, problem: Problem, n: int) -> str:
         return self.render(
@@ -147,11 +143,19 @@ class ChatStyle:
         )
 
     def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str:
-        return self.render(
-            f"Workers solved the same {self._noun} problem, each following a different strategy. "
-            f"Compare their solutions and give the final one. {self._format}",
-            self._with_candidates(problem, candidates),
-        )
+        return self._choose_among("synthesizer", problem, candidates)
+
+    # The roles that read every candidate and then answer the problem themselves.
+    _CHOOSING = {
+        "aggregator": "Several agents solved the same {noun} problem independently. Compare their solutions "
+        "and decide on the right one.",
+        "synthesizer": "Workers solved the same {noun} problem, each following a different strategy. Compare "
+        "their solutions and give the final one.",
+    }
+
+    def _choose_among(self, role: str, problem: Problem, candidates: Sequence[str]) -> str:
+        instruction = self._CHOOSING[role].format(noun=self._noun)
+        return self.render(f"{instruction} {self._format}", self._with_candidates(problem, candidates))
 
     def _with_candidates(self, problem: Problem, candidates: Sequence[str]) -> str:
         shown = "\n\n".join(f"Solution {i + 1}:\n{self.quote(c)}" for i, c in enumerate(candidates))

@@ -1,0 +1,81 @@
+"""The results directory's layout: the one module that knows where each file lives.
+
+Paths are relative to ``results_dir``, which is Snakemake's working directory, so
+the Snakefile, the jobs, the store and the report agree on one layout:
+
+    base/{scale}/model/                 warm-started base model (prepare_base)
+    base/{scale}/base.json              its summary: the rule's declared output
+    cells/{cell}/checkpoints/step_{N}/  trainer checkpoints (not Snakemake outputs,
+                                        so a rerun after a kill resumes from them)
+    cells/{cell}/train.json             per-step training metrics (train)
+    cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate)
+    summary.json                        per-cell summary (analyse, after ingest)
+    matrixrl.sqlite                     the store, an index over the result files
+    logs/{rule}/...                     one log per job; logs/snakemake/ per run
+    .matrixrl/config.yaml               the resolved config Snakemake reads
+    plots/                              `matrixrl plot`'s default folder
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STORE_FILE = "matrixrl.sqlite"
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = ".matrixrl/config.yaml"
+PLOTS_DIR = "plots"
+SNAKEMAKE_LOGS = "logs/snakemake"
+
+TRAIN_RESULTS = "cells/*/train.json"
+"""Glob of every cell's training result."""
+EVAL_RESULTS = "cells/*/eval/step_*.json"
+"""Glob of every checkpoint's evaluation."""
+
+
+def base_model_dir(scale: str) -> str:
+    return f"base/{scale}/model"
+
+
+def base_result(scale: str) -> str:
+    return f"base/{scale}/base.json"
+
+
+def cell_dir(cell_id: str) -> str:
+    return f"cells/{cell_id}"
+
+
+def train_result(cell_id: str) -> str:
+    return f"cells/{cell_id}/train.json"
+
+
+def eval_result(cell_id: str, step: int | str) -> str:
+    return f"cells/{cell_id}/eval/step_{step}.json"
+
+
+def checkpoints_dir(cell_dir: str | Path) -> Path:
+    """Where a cell's trainer writes its checkpoints (``cell_dir`` as a job receives it)."""
+    return Path(cell_dir) / "checkpoints"
+
+
+def checkpoint_dir(cell_dir: str | Path, step: int | str) -> Path:
+    return checkpoints_dir(cell_dir) / f"step_{step}"
+
+
+def job_log(rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int | str = "{step}") -> str:
+    """A job's log; with the defaults, the Snakemake pattern with its wildcards."""
+    return {
+        "prepare_base": f"logs/prepare_base/{scale}.log",
+        "train": f"logs/train/{cell}.log",
+        "evaluate": f"logs/evaluate/{cell}/step_{step}.log",
+        "analyse": "logs/analyse.log",
+    }[rule]
+
+
+def store_path(results_dir: str | Path) -> Path:
+    return Path(results_dir) / STORE_FILE
+
+
+def has_results(results_dir: str | Path) -> bool:
+    """Whether any result is there to report: an evaluation file or a store."""
+    results = Path(results_dir)
+    return (results.is_dir() and any(results.glob(EVAL_RESULTS))) or store_path(results).exists()
