@@ -1,11 +1,12 @@
 """What the per-agent gradient diagnostics cost: the trainer's update against two references.
 
-Design §3 claims that measuring every agent's gradient by one backward pass per agent
-and differencing ``.grad`` costs little, and that a separate ``torch.autograd.grad``
-per agent costs more. This benchmark checks both claims on the current code, timing
-only the update (rollout and scoring excluded) on one fixed batch of episodes:
+The trainer measures every agent's gradient by one backward pass per agent and
+differencing ``.grad`` (docs/design.md §5), claimed to cost little, and less than a
+separate ``torch.autograd.grad`` per agent. This benchmark checks both claims on the
+current code, timing only the update (rollout and scoring excluded) on one fixed
+batch of episodes:
 
-- ``trainer update``: ``matrixrl.train.trainer.update`` as training runs it: per
+- ``trainer update``: ``matrixrl.train.trainer.update_policy`` as training runs it: per
   parameter set, one forward + backward per agent, ``.grad`` differencing, then
   ``gradient_diagnostics`` (norms, cosines, amplification), clipping, optimizer step.
 - ``per-agent, no diagnostics`` (the reference): the same update with
@@ -151,13 +152,13 @@ def main() -> None:
 
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
-    from matrixrl.train.trainer import update
+    from matrixrl.train.trainer import update_policy
 
     torch.set_num_threads(1)
     cfg = train_config()
     variants = {
-        "trainer update": lambda *a: update(*a),
-        "per-agent, no diagnostics": lambda *a: update(*a, diagnostics=False),
+        "trainer update": lambda *a: update_policy(*a),
+        "per-agent, no diagnostics": lambda *a: update_policy(*a, diagnostics=False),
         "one batch per set": update_without_diagnostics,
         "autograd.grad per agent": update_with_autograd_grad,
     }

@@ -84,7 +84,7 @@ def run_workflow(base: Path, name: str, steps: int, arithmetic_in_process: bool)
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks import build_task
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step
     from matrixrl.workflows import build_workflow
     from transformers import AutoTokenizer
 
@@ -112,9 +112,13 @@ def run_workflow(base: Path, name: str, steps: int, arithmetic_in_process: bool)
         return original(problems, answers)
 
     timer.inner = recording
+    run = GrpoRun(
+        seed=0, policy=policy, optimizers=optimizers, workflow=workflow, task=task, generate=generate,
+        pad_token_id=tokenizer.pad_token_id, cfg=cfg.train,
+    )
     step_seconds = []
     for step in range(steps):
-        row, _, _ = grpo_step(step, 0, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg.train)
+        row, _, _ = grpo_step(run, step)
         step_seconds.append(row["seconds"])
     return {
         "step": statistics.mean(step_seconds),

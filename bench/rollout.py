@@ -33,10 +33,11 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from matrixrl.config import ArithTaskConfig, Policies, TinyScale
+    from matrixrl.config import Policies, TinyScale
     from matrixrl.models.policies import build_policy, load_causal_lm
     from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
     from matrixrl.tasks.arith import ArithTask
+    from matrixrl.tasks.arith import Settings as ArithSettings
     from matrixrl.train import rollout
     from matrixrl.train.rollout import make_generate
     from matrixrl.workflows import WORKFLOWS, build_workflow
@@ -45,7 +46,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     max_new_tokens = 4
-    task = ArithTask("arith", ArithTaskConfig(kind="arith", digits=1, terms=3, n_eval=16))
+    task = ArithTask("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=16))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         tokenizer = build_char_tokenizer()

@@ -35,20 +35,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def arith_task():
-    from matrixrl.config import ArithTaskConfig
     from matrixrl.tasks import build_task
+    from matrixrl.tasks.arith import Settings as ArithSettings
 
-    return build_task("arith", ArithTaskConfig(kind="arith", digits=1, terms=3, n_eval=256))
+    return build_task("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=256))
 
 
 def time_steps(policy, tokenizer, workflow, task, train, steps: int) -> dict:
     import torch
 
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step
 
     optimizers = {name: torch.optim.AdamW(params, lr=train.lr) for name, (_, params) in policy.parameter_sets().items()}
     generate = make_generate(policy, tokenizer, max_new_tokens=train.max_new_tokens, temperature=train.temperature, sample=True)
+    run = GrpoRun(
+        seed=0, policy=policy, optimizers=optimizers, workflow=workflow, task=task, generate=generate,
+        pad_token_id=tokenizer.pad_token_id, cfg=train,
+    )
     seconds, completion, prompt = [], [], []
     original = workflow.run
 
@@ -60,7 +64,7 @@ def time_steps(policy, tokenizer, workflow, task, train, steps: int) -> dict:
     workflow.run = run_and_count
     for step in range(steps + 1):
         began = time.perf_counter()
-        row, _, _ = grpo_step(step, 0, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, train)
+        row, _, _ = grpo_step(run, step)
         if step:  # the first step warms up
             seconds.append(time.perf_counter() - began)
             completion.append(row["completion_tokens"])

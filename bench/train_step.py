@@ -19,7 +19,7 @@ completions of at most 8 new tokens, with one torch thread each:
 A matrixrl update is timed as ``grpo_step``, the body of ``train_cell``'s loop: draw
 the problems, roll out (``make_generate`` + ``workflow.run``), score
 (``assign_rewards`` + ``role_metrics``), group advantages (``assign_advantages``) and
-``update`` (backward per agent with its gradient diagnostics, clipping, optimizer
+``update_policy`` (backward per agent with its gradient diagnostics, clipping, optimizer
 step). Checkpointing is left out. A TRL update is
 one optimizer step, timed from ``on_step_begin`` to ``on_step_end`` with a
 ``TrainerCallback``; it includes TRL's generation, reward, advantage, loss and
@@ -86,31 +86,31 @@ def build_random_base(folder: Path) -> None:
 
 
 def build_arith():
-    from matrixrl.config import ArithTaskConfig
+    from matrixrl.tasks.arith import Settings as ArithSettings
     from matrixrl.tasks import build_task
 
     # The experiments.yaml task: three one-digit operands.
-    return build_task("arith", ArithTaskConfig(**ARITH))
+    return build_task("arith", ArithSettings(**ARITH))
 
 
 @contextlib.contextmanager
 def zero_advantage_shares():
-    """While active, the trainer's ``update`` records each update's share of zero-advantage turns."""
+    """While active, the trainer's ``update_policy`` records each update's share of zero-advantage turns."""
     import matrixrl.train.trainer as trainer
 
     shares: list[float] = []
-    update = trainer.update
+    update = trainer.update_policy
 
     def counting(policy, optimizers, episodes, *args, **kwargs):
         turns = [t for e in episodes for t in e.turns]
         shares.append(sum(t.advantage == 0.0 for t in turns) / len(turns))
         return update(policy, optimizers, episodes, *args, **kwargs)
 
-    trainer.update = counting
+    trainer.update_policy = counting
     try:
         yield shares
     finally:
-        trainer.update = update
+        trainer.update_policy = update
 
 
 def train_config():
@@ -127,7 +127,7 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step
     from matrixrl.workflows import build_workflow
 
     cfg = train_config()
@@ -141,11 +141,15 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
         for name, (_, params) in policy.parameter_sets().items()
     }
     generate = make_generate(policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True)
+    run = GrpoRun(
+        seed=SEED, policy=policy, optimizers=optimizers, workflow=workflow, task=task, generate=generate,
+        pad_token_id=tokenizer.pad_token_id, cfg=cfg,
+    )
 
     seconds, tokens = [], []
     with zero_advantage_shares() as zero_advantage:
         for step in range(1 + steps):
-            row, _, _ = grpo_step(step, SEED, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg)
+            row, _, _ = grpo_step(run, step)
             if step > 0:  # the first update warms up
                 seconds.append(row["seconds"])
                 tokens.append(row["completion_tokens"])

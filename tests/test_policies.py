@@ -10,7 +10,7 @@ from matrixrl.models.hf import ModelSource
 from matrixrl.models.policies import build_policy, load_policy
 from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
 from matrixrl.tasks.base import Problem
-from matrixrl.train.trainer import update
+from matrixrl.train.trainer import update_policy
 from matrixrl.workflows.base import Completion, Episode, Turn
 
 ROLES = ("generator", "aggregator")
@@ -56,7 +56,7 @@ def frozen_base(policy) -> list[torch.Tensor]:
 def step(policy, roles):
     optimizers = {name: torch.optim.AdamW(params, lr=1e-2) for name, (_, params) in policy.parameter_sets().items()}
     policy.train(True)
-    update(policy, optimizers, episodes_for(roles), pad_token_id=0, cfg=Train())
+    update_policy(policy, optimizers, episodes_for(roles), pad_token_id=0, cfg=Train())
     policy.train(False)
 
 
@@ -153,7 +153,7 @@ def test_skipping_turns_without_advantage_leaves_the_step_unchanged(base):
     opt_slow = torch.optim.AdamW(slow.parameter_sets()["shared"][1], lr=cfg.lr)
     start = snapshot(fast)["shared"]
     for advantages in ([1.0, 0.0, -1.0, 0.0, 0.5, 0.0], [0.0] * 6):
-        update(fast, opt_fast, mixed_episodes(advantages), pad_token_id=0, cfg=cfg, diagnostics=False)
+        update_policy(fast, opt_fast, mixed_episodes(advantages), pad_token_id=0, cfg=cfg, diagnostics=False)
         reference_update(slow, opt_slow, mixed_episodes(advantages), cfg)
         for a, b in zip(snapshot(fast)["shared"], snapshot(slow)["shared"]):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -198,7 +198,7 @@ def test_clipping_engages_from_the_second_pass_only(base):
         cfg = Train(ppo_epochs=epochs, lr=5e-2)
         optimizers = {"shared": torch.optim.AdamW(policy.parameter_sets()["shared"][1], lr=cfg.lr)}
         policy.train(True)
-        row, diagnostics = update(policy, optimizers, episodes_for(ROLES), pad_token_id=0, cfg=cfg)
+        row, diagnostics = update_policy(policy, optimizers, episodes_for(ROLES), pad_token_id=0, cfg=cfg)
         fractions[epochs] = row["clip_fraction"]
         assert changed(start, snapshot(policy)["shared"])
         # The diagnostics describe the first (on-policy) pass: one row set per agent either way.

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from matrixrl.config import load_config
 from matrixrl.grid import Cell, base_spec, cell_spec
 from matrixrl.jobs.prepare_base import prepare_base
-from matrixrl.train.trainer import COMPLETE, checkpoint_dir, complete_checkpoints, latest_checkpoint, train_cell
+from matrixrl.layout import checkpoint_dir
+from matrixrl.train.trainer import COMPLETE, complete_checkpoints, latest_checkpoint, train_cell
 
 from conftest import EXPERIMENTS
 

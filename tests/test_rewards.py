@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from matrixrl.config import ArithTaskConfig
 from matrixrl.tasks.arith import ArithTask
+from matrixrl.tasks.arith import Settings as ArithSettings
 from matrixrl.tasks.base import Problem
-from matrixrl.train.trainer import assign_rewards
+from matrixrl.train.rewards import assign_rewards
 from matrixrl.workflows.base import Completion, Episode, Turn
 
-TASK = ArithTask("arith", ArithTaskConfig(kind="arith"))
+TASK = ArithTask("arith", ArithSettings(kind="arith"))
 PROBLEM = Problem("4+8+9", "4+8+9", "21")
 
 

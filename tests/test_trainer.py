@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 from matrixrl.config import load_config
 from matrixrl.grid import Cell, base_spec, cell_spec
 from matrixrl.jobs.prepare_base import prepare_base
-from matrixrl.train.trainer import checkpoint_dir, train_cell
+from matrixrl.layout import checkpoint_dir
+from matrixrl.train.trainer import train_cell
 
 pytestmark = pytest.mark.slow
 

@@ -7,13 +7,15 @@ std(c_i / k) / sqrt(n), which for k samples per problem is the honest one (the k
 completions of one problem are not independent trials). The unbiased pass@j
 (Chen et al. 2021) is stored for j = 1, 2, 4, ... up to k. Samples are keyed by
 the cell's seed and the checkpoint's step (``eval_seed``), so a rerun draws the
-same completions whatever the batch size or the jobs running beside it.
+same completions whatever the batch size or the jobs running beside it
+(docs/design.md §3).
 
 Each evaluation is its own process, forked from the pre-imported server like a
 training job (``jobs/forked.py``), with ``eval.threads`` torch threads: its own
 generator state and thread pool, and its log gets whatever it prints, a traceback
 included. A checkpoint of a GPU scale is evaluated on a GPU the job claims, as
-``cuda:N``.
+``cuda:N``. The cell's task, workflow and model are built as training builds them
+(``matrixrl.train.cell.build_cell``).
 """
 
 from __future__ import annotations
@@ -56,27 +58,19 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
 def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log, device: str | None) -> EvalResult:
     import torch
 
-    from matrixrl.models.hf import model_source
-    from matrixrl.models.policies import load_policy
-    from matrixrl.tasks import build_task
-    from matrixrl.train.metrics import role_metrics, score_episodes
-    from matrixrl.train.rollout import make_generate
-    from matrixrl.workflows import build_workflow
-    from matrixrl.workflows.styles import build_style
+    from matrixrl.train.cell import build_cell
+    from matrixrl.train.metrics import role_metrics
+    from matrixrl.train.rewards import score_episodes
 
     torch.set_num_threads(spec.eval.threads)
     began = time.perf_counter()
-    source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
-    task = build_task(spec.cell.task, spec.task)
-    tokenizer = source.load_tokenizer()
-    style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
-    workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
-    policy = load_policy(spec.cell.policy, checkpoint, workflow.roles, spec.policies, source)
+    cell = build_cell(spec, base_dir, device=device)
+    task, workflow = cell.task, cell.workflow
+    policy = cell.load_policy(checkpoint)
     cfg = spec.eval
     sampled = cfg.temperature > 0
-    generate = make_generate(
+    generate = cell.make_generate(
         policy,
-        tokenizer,
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature if sampled else 1.0,
         sample=sampled,

@@ -1,4 +1,4 @@
-"""Per-update gradient diagnostics: the measurements behind design §3.
+"""Per-update gradient diagnostics: the measurements behind docs/design.md §5.
 
 The study's mechanism claims are about gradients: under the isolated policy (IP)
 parallel same-role agents add up their gradients (amplification), under the shared
@@ -8,7 +8,7 @@ This module turns one update's per-agent gradient vectors into long-format rows;
 
 Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad``)
 ---------------------------------------------------------------------------------
-``trainer.update`` already splits a step into sub-batches whose losses add up to
+``trainer.update_policy`` already splits a step into sub-batches whose losses add up to
 the step's loss (``clipped_loss`` divides by the step's total token count, so the
 loss is additive over turns). To measure, split each role's turns further by
 ``turn.agent`` and, for each agent's sub-batch, within the loop over a parameter
@@ -27,7 +27,7 @@ the raw, unclipped gradients. After all parameter sets are done, call
 one parameter set, so every agent's vector lives in the same space; under IP each
 role's vector lives in its role's own parameter space. Differencing costs one
 flatten/copy per agent; a separate ``torch.autograd.grad`` per role was measured
-at about 30% slower (design §3).
+at about 30% slower (docs/design.md §5; bench/diagnostics.py).
 
 Rows
 ----

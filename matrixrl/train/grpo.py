@@ -1,44 +1,21 @@
-"""GRPO pieces: group-relative advantages and the clipped, token-mean policy loss.
+"""The policy-gradient loss of a GRPO step: turns packed into tensors, their
+log-probabilities, and the clipped, token-mean objective (docs/design.md §2).
 
-Reuses TRL's tensor utilities (``selective_log_softmax``, ``nanstd``, ``pad``) and follows TRL's clipped-loss formulation with asymmetric
-clipping (``epsilon_low`` / ``epsilon_high``) and no KL term.
+Each turn arrives with its ``advantage`` already set (matrixrl.train.rewards says how
+it is computed); the trainer's ``update_policy`` calls these per agent and steps the
+optimizers. Reuses TRL's tensor utilities (``selective_log_softmax``, ``pad``) and
+follows TRL's clipped-loss formulation with asymmetric clipping (``epsilon_low`` /
+``epsilon_high``) and no KL term.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-from trl.trainer.utils import nanstd, pad, selective_log_softmax
+from trl.trainer.utils import pad, selective_log_softmax
 
-from matrixrl.workflows.base import Episode, Turn
-
-EPS = 1e-4
-
-
-def assign_advantages(episodes: list[Episode], *, scale_rewards: bool) -> dict[str, int]:
-    """Set ``turn.advantage`` in place; return the group size seen per role.
-
-    Turns are grouped by (problem group, agent, turn index): the same agent's same
-    turn across the G rollouts of one problem. Advantage = reward − group mean,
-    divided by the group std (+eps) when ``scale_rewards``.
-    """
-    groups: dict[tuple, list[Turn]] = defaultdict(list)
-    for episode in episodes:
-        for turn in episode.turns:
-            groups[(episode.group, turn.agent, turn.index)].append(turn)
-    sizes: dict[str, int] = {}
-    for turns in groups.values():
-        rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
-        centred = rewards - rewards.mean()
-        if scale_rewards:
-            centred = centred / (nanstd(rewards) + EPS) if len(turns) > 1 else centred * 0
-        for turn, advantage in zip(turns, centred.tolist()):
-            turn.advantage = advantage
-        role = turns[0].role
-        sizes[role] = min(sizes.get(role, len(turns)), len(turns))
-    return sizes
+from matrixrl.workflows.base import Turn
 
 
 @dataclass

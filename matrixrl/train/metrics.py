@@ -1,6 +1,6 @@
 """Per-role metrics of a batch of episodes: how good each role's own output is.
 
-Used at every training step (sampled episodes) and at every evaluation (greedy),
+Used at every training step and at every evaluation (both on sampled episodes),
 so the store holds, per role, the accuracy of its own answers where it proposes
 one (``generator``, ``worker``, ``aggregator``...), the accuracy of its verdicts
 where it judges (``evaluator``), its mean response length, and, for a role with
@@ -9,34 +9,20 @@ fraction of episodes whose parallel agents did not all give the same answer (0
 means the parallel branches were copies of one another); plus
 ``any_correct``, the fraction of episodes in which some turn proposed a correct
 answer (the ceiling an aggregator or synthesizer could reach).
+
+These are for the report only: nothing here feeds the loss. The rewards and
+advantages the trainer learns from are computed in matrixrl.train.rewards, whose
+``score_episodes`` scores the answers read here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 
-from matrixrl.tasks.base import Problem
-
-
-def score_episodes(task, episodes) -> Callable[[Problem, str], float]:
-    """Every answer the episodes propose, judge or end with, scored by one ``score_batch`` call.
-
-    Returns a lookup ``score(problem, answer)`` for those pairs; code tasks run the
-    whole batch in the sandbox at once instead of answer by answer.
-    """
-    pairs: dict[tuple[str, str], Problem] = {}
-    for episode in episodes:
-        texts = [episode.answer] + [t.answer for t in episode.turns] + [t.judged for t in episode.turns]
-        for text in texts:
-            if text is not None:
-                pairs.setdefault((episode.problem.id, text), episode.problem)
-    keys = list(pairs)
-    scores = dict(zip(keys, task.score_batch([pairs[k] for k in keys], [answer for _, answer in keys])))
-    return lambda problem, answer: scores[(problem.id, answer)]
+from matrixrl.train.rewards import Scores, score_episodes, verdict_score
 
 
-def role_metrics(episodes, task, scores: Callable[[Problem, str], float] | None = None) -> list[dict]:
+def role_metrics(episodes, task, scores: Scores | None = None) -> list[dict]:
     """Long rows ``{"role", "metric", "value"}``; role ``"episode"`` for episode-level ones.
 
     ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
@@ -63,7 +49,7 @@ def role_metrics(episodes, task, scores: Callable[[Problem, str], float] | None 
                 answers[turn.role].append(score)
                 correct_somewhere |= score == 1.0
             if turn.judged is not None:
-                verdicts[turn.role].append(float(bool(turn.approved) == (score_of(episode.problem, turn.judged) == 1.0)))
+                verdicts[turn.role].append(verdict_score(score_of, episode.problem, turn))
         any_correct.append(float(correct_somewhere))
     rows = []
     for role in sorted(lengths):

@@ -1,10 +1,13 @@
 """The GRPO training loop for one cell (workflow × task × scale × policy × seed).
 
-Each step draws ``problems_per_step`` problems, rolls each out ``group_size`` times
-through the workflow (every role call batched over the whole group), scores the
-final answers, broadcasts each episode's reward to all its turns, computes
-group-relative advantages per (problem, agent, turn index), and takes one
-optimizer step per parameter set of the policy.
+Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out
+``group_size`` times through the workflow (every role call batched over the whole
+group), scores the answers and gives every turn its reward and group-relative
+advantage (matrixrl.train.rewards: ``train.reward`` chooses outcome or per-agent
+rewards), and takes one optimizer step per parameter set of the policy
+(``update_policy``, with the loss of matrixrl.train.grpo). docs/design.md §2
+describes the method; the cell's task, workflow and model come from
+``matrixrl.train.cell.build_cell``, as an evaluation's do.
 
 Deviations from textbook GRPO, all deliberate:
 - ``ppo_epochs`` optimisation passes over each step's batch (TRL's
@@ -30,25 +33,29 @@ where it stopped, and any other change of a training setting starts afresh.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
+from matrixrl import atomic
+from matrixrl.config import Train
 from matrixrl.grid import CellSpec, save_steps
-from matrixrl.models.hf import model_source
-from matrixrl.models.policies import build_policy, load_policy
-from matrixrl.tasks import build_task
+from matrixrl.layout import checkpoint_dir, checkpoints_dir
+from matrixrl.models.policies import Policy
+from matrixrl.tasks import Task
+from matrixrl.train.cell import build_cell
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
-from matrixrl.train.grpo import TurnBatch, assign_advantages, clipped_loss, completion_logps
-from matrixrl.train.metrics import role_metrics, score_episodes
-from matrixrl.train.rollout import make_generate
-from matrixrl.workflows import build_workflow
+from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+from matrixrl.train.metrics import role_metrics
+from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
+from matrixrl.workflows import Workflow
+from matrixrl.workflows.base import Generate
 
 STATE_FILE = "trainer_state.pt"
 COMPLETE = "COMPLETE"
@@ -62,10 +69,6 @@ def init_seed(seed: int) -> int:
     """Seeds what building the policy draws (LoRA's initial A matrices), whatever the
     process drew before: a cell's initial adapters depend on its seed alone."""
     return int(np.random.SeedSequence([seed, 0x1A17]).generate_state(1)[0])
-
-
-def checkpoint_dir(cell_dir: Path, step: int) -> Path:
-    return cell_dir / "checkpoints" / f"step_{step}"
 
 
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -84,7 +87,7 @@ def checkpoint_digest(folder: Path) -> str | None:
 def complete_checkpoints(cell_dir: Path) -> dict[int, str | None]:
     """Step → resume digest of every checkpoint folder (``step_N``) that was written completely."""
     found = {}
-    for folder in (cell_dir / "checkpoints").glob("step_*"):
+    for folder in checkpoints_dir(cell_dir).glob("step_*"):
         match = _STEP_DIR.fullmatch(folder.name)  # not step_N.tmp, a write a kill interrupted
         if match and (folder / COMPLETE).exists():
             found[int(match.group(1))] = checkpoint_digest(folder)
@@ -124,48 +127,37 @@ def save_checkpoint(
     cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]], digest: str
 ) -> None:
     """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
-    final = checkpoint_dir(cell_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    policy.save(tmp)
-    torch.save(
-        {
-            "step": step,
-            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
-            "torch_rng": torch.get_rng_state(),
-            **logs,  # per-step metrics so far: a resumed run continues the same lists
-        },
-        tmp / STATE_FILE,
-    )
-    (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    with atomic.replaced_dir(checkpoint_dir(cell_dir, step)) as tmp:
+        policy.save(tmp)
+        torch.save(
+            {
+                "step": step,
+                "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+                "torch_rng": torch.get_rng_state(),
+                **logs,  # per-step metrics so far: a resumed run continues the same lists
+            },
+            tmp / STATE_FILE,
+        )
+        (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
 
 
 def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print) -> dict:
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any."""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
-    from matrixrl.workflows.styles import build_style
-
-    source = model_source(spec.cell.scale, spec.scale, base_dir)
-    tokenizer = source.load_tokenizer()
-    task = build_task(spec.cell.task, spec.task)
-    style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
-    workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
+    cell = build_cell(spec, base_dir)
     saves = set(save_steps(cfg))
 
     digest = spec.resume_digest()
     start = resume_point(cell_dir, digest, cfg.steps, log)
     if start is None:
         torch.manual_seed(init_seed(spec.cell.seed))
-        policy = build_policy(spec.cell.policy, source.load_model(), workflow.roles, spec.policies)
+        policy = cell.new_policy()
         metrics: list[dict] = []
         diagnostics: list[dict] = []
         roles: list[dict] = []
     else:
-        policy = load_policy(spec.cell.policy, checkpoint_dir(cell_dir, start), workflow.roles, spec.policies, source)
+        policy = cell.load_policy(checkpoint_dir(cell_dir, start))
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
     optimizers = {
         name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
@@ -185,13 +177,20 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         diagnostics = state["diagnostics"]
         roles = state["roles"]
 
-    generate = make_generate(
-        policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
+    run = GrpoRun(
+        seed=spec.cell.seed,
+        policy=policy,
+        optimizers=optimizers,
+        workflow=cell.workflow,
+        task=cell.task,
+        generate=cell.make_generate(
+            policy, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
+        ),
+        pad_token_id=cell.tokenizer.pad_token_id,
+        cfg=cfg,
     )
     for step in range(start, cfg.steps):
-        row, step_roles, step_diagnostics = grpo_step(
-            step, spec.cell.seed, policy, optimizers, workflow, task, generate, tokenizer.pad_token_id, cfg
-        )
+        row, step_roles, step_diagnostics = grpo_step(run, step)
         roles.extend(step_roles)
         diagnostics.extend(step_diagnostics)
         metrics.append(row)
@@ -214,21 +213,44 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     }
 
 
-def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate, pad_token_id: int, cfg):
-    """One GRPO update (step index ``step``, 0-based): sample, score, advantages, optimizer step.
+@dataclass
+class GrpoRun:
+    """What every GRPO step of one training run works on.
+
+    ``policy`` and ``optimizers`` (one per parameter set, by its name) are updated
+    in place by each step; the rest stays fixed over the run. ``generate`` samples
+    from ``policy`` at ``cfg.temperature`` (``rollout.make_generate(sample=True)``),
+    ``seed`` is the cell's seed (each step's problems and sampling noise are drawn
+    from ``(seed, step)``), and ``pad_token_id`` pads the turns packed for the loss.
+    """
+
+    seed: int
+    policy: Policy
+    optimizers: dict[str, torch.optim.Optimizer]
+    workflow: Workflow
+    task: Task
+    generate: Generate
+    pad_token_id: int
+    cfg: Train
+
+
+def grpo_step(run: GrpoRun, step: int):
+    """One GRPO update of ``run`` (step index ``step``, 0-based): sample, score,
+    rewards and advantages, optimizer step.
 
     Returns the step's metrics row, its per-role metric rows and its gradient
     diagnostics rows, each tagged with the 1-based step number.
     """
+    policy, task, cfg = run.policy, run.task, run.cfg
     began = time.perf_counter()
-    rng = np.random.default_rng(step_seed(seed, step))
-    torch.manual_seed(step_seed(seed, step))
+    rng = np.random.default_rng(step_seed(run.seed, step))
+    torch.manual_seed(step_seed(run.seed, step))
     problems = task.train_problems(rng, cfg.problems_per_step)
     batch = [p for p in problems for _ in range(cfg.group_size)]
     groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
 
     policy.train(False)
-    episodes = workflow.run(batch, groups, generate)
+    episodes = run.workflow.run(batch, groups, run.generate)
     scores = score_episodes(task, episodes)  # every answer of the step in one batch
     assign_rewards(episodes, task, cfg.reward, scores)
     roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task, scores)]
@@ -236,7 +258,7 @@ def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
     policy.train(True)
-    row, step_diagnostics = update(policy, optimizers, episodes, pad_token_id, cfg)
+    row, step_diagnostics = update_policy(policy, run.optimizers, episodes, run.pad_token_id, cfg)
     roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
     rewards = [e.reward for e in episodes]
     row.update(
@@ -250,34 +272,14 @@ def grpo_step(step: int, seed: int, policy, optimizers, workflow, task, generate
     return row, roles, [{"step": step + 1, **d} for d in step_diagnostics]
 
 
-def assign_rewards(episodes, task, mode: str, scores=None) -> None:
-    """Score each episode's final answer, then give every turn its reward.
-
-    ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
-    scores a turn that proposes an answer on that answer, a judging turn on whether
-    its verdict (``turn.approved``, as its prompt style read it) matched the judged
-    answer's correctness, and any other turn (an orchestrator's plan) on the outcome.
-    ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
-    """
-    score_of = scores or score_episodes(task, episodes)
-    for episode in episodes:
-        episode.reward = score_of(episode.problem, episode.answer)
-        for turn in episode.turns:
-            if mode == "outcome":
-                turn.reward = episode.reward
-            elif turn.answer is not None:
-                turn.reward = score_of(episode.problem, turn.answer)
-            elif turn.judged is not None:
-                turn.reward = float(bool(turn.approved) == (score_of(episode.problem, turn.judged) == 1.0))
-            else:
-                turn.reward = episode.reward
-
-
-def update(policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True) -> tuple[dict, list[dict]]:
-    """One optimizer step per parameter set, each on the turns of the roles it serves.
+def update_policy(
+    policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True
+) -> tuple[dict, list[dict]]:
+    """The policy's update from one step's scored episodes: one optimizer step per
+    parameter set, each on the turns of the roles it serves.
 
     Every agent's turns get their own backward pass, and the change in the
-    accumulated ``.grad`` is that agent's gradient (design.md §3: cheaper than a
+    accumulated ``.grad`` is that agent's gradient (docs/design.md §5: cheaper than a
     separate ``autograd.grad`` per role). ``.grad`` still ends as the sum, so the
     step is the same as one backward over all turns. Turns whose advantage is 0
     (every rollout of their group scored alike: half or more of a collapsing run's)

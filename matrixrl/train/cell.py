@@ -1,0 +1,65 @@
+"""``build_cell``: what training and evaluation of one cell both build from its spec.
+
+The scale's model source (a tiny scale's warm-started folder, or an hf scale's path,
+dtype and device) and its tokenizer; the task; the prompt style and the workflow
+played in it. From these the policy is built on the base model (training's step 0)
+or loaded from a checkpoint (a resumed training, every evaluation), and the
+``generate`` function is made over the policy, with the caller's sampling settings
+(training samples at ``train.temperature``; evaluation samples keyed at
+``eval.temperature``, docs/design.md §3).
+
+Torch's thread count is each job's own (``train.threads``, ``eval.threads``): the
+caller sets it before building.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from matrixrl.grid import CellSpec
+from matrixrl.models.hf import ModelSource, model_source
+from matrixrl.models.policies import Policy, build_policy, load_policy
+from matrixrl.tasks import Task, build_task
+from matrixrl.train.rollout import make_generate
+from matrixrl.workflows import Workflow, build_workflow
+from matrixrl.workflows.styles import PromptStyle, build_style
+
+
+@dataclass(frozen=True)
+class CellParts:
+    """One cell's task, workflow and model source, as ``build_cell`` made them from ``spec``."""
+
+    spec: CellSpec
+    source: ModelSource
+    tokenizer: object
+    task: Task
+    style: PromptStyle
+    workflow: Workflow
+
+    def new_policy(self) -> Policy:
+        """The cell's policy (shared or isolated) on a fresh load of the base model."""
+        spec = self.spec
+        return build_policy(spec.cell.policy, self.source.load_model(), self.workflow.roles, spec.policies)
+
+    def load_policy(self, checkpoint: Path) -> Policy:
+        """The cell's policy as saved in ``checkpoint``."""
+        spec = self.spec
+        return load_policy(spec.cell.policy, checkpoint, self.workflow.roles, spec.policies, self.source)
+
+    def make_generate(self, policy: Policy, **sampling):
+        """A batched ``generate`` over ``policy`` with this cell's tokenizer (``rollout.make_generate``'s settings)."""
+        return make_generate(policy, self.tokenizer, **sampling)
+
+
+def build_cell(spec: CellSpec, base_dir: Path, device: str | None = None) -> CellParts:
+    """The parts of cell ``spec`` whose base model is in ``base_dir`` (tiny scales).
+
+    ``device`` overrides the scale's device (an evaluation's claimed ``cuda:N``).
+    """
+    source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
+    tokenizer = source.load_tokenizer()
+    task = build_task(spec.cell.task, spec.task)
+    style = build_style(spec.scale.prompt_style, task.family, tokenizer, spec.prompts)
+    workflow = build_workflow(spec.cell.workflow, spec.workflow, style)
+    return CellParts(spec=spec, source=source, tokenizer=tokenizer, task=task, style=style, workflow=workflow)

@@ -1,0 +1,104 @@
+"""How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages.
+
+A training step takes its episodes through three functions, in this order
+(docs/design.md §2):
+
+1. ``score_episodes``: every answer the episodes propose, judge or end with, scored
+   by one ``task.score_batch`` call (a code task runs the whole batch in the sandbox
+   at once). Evaluation scores its episodes the same way.
+2. ``assign_rewards``: ``episode.reward`` is the score of the final answer, and each
+   turn's ``turn.reward`` follows ``train.reward``: ``outcome`` gives every turn the
+   episode's reward; ``per_agent`` scores a turn on its own output
+   (``verdict_score`` for a judging turn).
+3. ``assign_advantages``: turns are grouped by (problem, agent, turn index), the same
+   agent's same turn across the group's rollouts; ``turn.advantage`` = reward − group
+   mean, divided by the group's std (+``EPS``) when ``train.scale_rewards``.
+
+The loss (matrixrl.train.grpo) reads ``turn.advantage`` and nothing else of these;
+the per-role report metrics (matrixrl.train.metrics) score the same answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+from trl.trainer.utils import nanstd
+
+from matrixrl.tasks.base import Problem
+from matrixrl.workflows.base import Episode, Turn
+
+EPS = 1e-4
+
+Scores = Callable[[Problem, str], float]
+
+
+def score_episodes(task, episodes) -> Scores:
+    """Every answer the episodes propose, judge or end with, scored by one ``score_batch`` call.
+
+    Returns a lookup ``score(problem, answer)`` for those pairs; code tasks run the
+    whole batch in the sandbox at once instead of answer by answer.
+    """
+    pairs: dict[tuple[str, str], Problem] = {}
+    for episode in episodes:
+        texts = [episode.answer] + [t.answer for t in episode.turns] + [t.judged for t in episode.turns]
+        for text in texts:
+            if text is not None:
+                pairs.setdefault((episode.problem.id, text), episode.problem)
+    keys = list(pairs)
+    scores = dict(zip(keys, task.score_batch([pairs[k] for k in keys], [answer for _, answer in keys])))
+    return lambda problem, answer: scores[(problem.id, answer)]
+
+
+def verdict_score(score_of: Scores, problem: Problem, turn: Turn) -> float:
+    """1.0 when a judging turn's verdict (``turn.approved``, as its prompt style read it)
+    matches whether the answer it judged (``turn.judged``) is correct, else 0.0."""
+    return float(bool(turn.approved) == (score_of(problem, turn.judged) == 1.0))
+
+
+def assign_rewards(episodes, task, mode: str, scores: Scores | None = None) -> None:
+    """Score each episode's final answer, then give every turn its reward.
+
+    ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
+    scores a turn that proposes an answer on that answer, a judging turn on whether
+    its verdict matched the judged answer's correctness (``verdict_score``), and any
+    other turn (an orchestrator's plan) on the outcome.
+    ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
+    """
+    score_of = scores or score_episodes(task, episodes)
+    for episode in episodes:
+        episode.reward = score_of(episode.problem, episode.answer)
+        for turn in episode.turns:
+            if mode == "outcome":
+                turn.reward = episode.reward
+            elif turn.answer is not None:
+                turn.reward = score_of(episode.problem, turn.answer)
+            elif turn.judged is not None:
+                turn.reward = verdict_score(score_of, episode.problem, turn)
+            else:
+                turn.reward = episode.reward
+
+
+def assign_advantages(episodes: list[Episode], *, scale_rewards: bool) -> dict[str, int]:
+    """Set ``turn.advantage`` in place; return the group size seen per role.
+
+    Turns are grouped by (problem group, agent, turn index): the same agent's same
+    turn across the G rollouts of one problem. Advantage = reward − group mean,
+    divided by the group std (+eps) when ``scale_rewards``.
+    """
+    groups: dict[tuple, list[Turn]] = defaultdict(list)
+    for episode in episodes:
+        for turn in episode.turns:
+            groups[(episode.group, turn.agent, turn.index)].append(turn)
+    sizes: dict[str, int] = {}
+    for turns in groups.values():
+        rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
+        centred = rewards - rewards.mean()
+        if scale_rewards:
+            centred = centred / (nanstd(rewards) + EPS) if len(turns) > 1 else centred * 0
+        for turn, advantage in zip(turns, centred.tolist()):
+            turn.advantage = advantage
+        role = turns[0].role
+        sizes[role] = min(sizes.get(role, len(turns)), len(turns))
+    return sizes
