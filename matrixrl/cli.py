@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from matrixrl.config import Config, load_config
-from matrixrl.errors import UserError
+from matrixrl.errors import UserError, disk_error_message
 from matrixrl.report import FORMATS, TABLE_NAMES
 
 app = typer.Typer(
@@ -49,7 +49,8 @@ OutputFormat = Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
 
 
 def user_errors(command):
-    """Turn a :class:`UserError` into its one line on stderr and its exit code, no traceback."""
+    """Turn a :class:`UserError` into its one line on stderr and its exit code, no traceback;
+    so too a full disk or a permission problem (exit 1), named with the path and the fix."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -58,6 +59,12 @@ def user_errors(command):
         except UserError as exc:
             err.print(f"Error: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code)
+        except OSError as exc:
+            message = disk_error_message(exc)
+            if message is None:
+                raise
+            err.print(f"Error: {message}", markup=False, soft_wrap=True)
+            raise typer.Exit(1)
 
     return wrapper
 
@@ -240,10 +247,16 @@ def run(
         )
         raise typer.Exit(1)
     if code:
+        from rich.markup import escape
+
+        from matrixrl.jobs.logfile import failure_cause
+
         for failure in failures:
             where = f" ({failure.wildcards})" if failure.wildcards else ""
+            cause = failure_cause(results / failure.log) if failure.log else None
+            because = f": {escape(cause)}" if cause else ""
             log_file = f"; log: {results / failure.log}" if failure.log else ""
-            err.print(f"[red]✗[/] job {failure.rule}{where} failed{log_file}")
+            err.print(f"[red]✗[/] job {failure.rule}{where} failed{because}{log_file}")
         err.print(f"Error: the run failed after {elapsed:.0f} s; Snakemake's log: {log_path}")
         raise typer.Exit(1)
     if state["nothing"]:

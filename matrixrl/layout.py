@@ -44,8 +44,11 @@ def cell_dir(cell_id: str) -> str:
     return f"cells/{cell_id}"
 
 
+TRAIN_FILE = "train.json"
+
+
 def train_result(cell_id: str) -> str:
-    return f"cells/{cell_id}/train.json"
+    return f"cells/{cell_id}/{TRAIN_FILE}"
 
 
 def eval_result(cell_id: str, step: int | str) -> str:
@@ -59,6 +62,11 @@ def checkpoints_dir(cell_dir: str | Path) -> Path:
 
 def checkpoint_dir(cell_dir: str | Path, step: int | str) -> Path:
     return checkpoints_dir(cell_dir) / f"step_{step}"
+
+
+def cell_dir_of(checkpoint: str | Path) -> Path:
+    """The cell folder a checkpoint folder belongs to."""
+    return Path(checkpoint).parent.parent
 
 
 def job_log(rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int | str = "{step}") -> str:

@@ -196,8 +196,30 @@ def test_a_failed_job_is_named_with_its_log(ran):
     proc = matrixrl("run", "-c", str(config), "--cores", "2", check=False)
     assert proc.returncode == 1
     log = results / "logs" / "evaluate" / CELL0 / "step_2.log"
-    assert f"✗ job evaluate (cell={CELL0}, step=2) failed; log: {log}" in proc.stderr
+    cell = results.resolve() / "cells" / CELL0
+    cause = (
+        f"the checkpoint of step 2 is missing ({cell / 'checkpoints' / 'step_2'}), so it cannot be evaluated; "
+        f"delete {cell / 'train.json'} and run `matrixrl run` again: the cell rebuilds it from its last checkpoint before"
+    )
+    assert f"✗ job evaluate (cell={CELL0}, step=2) failed: {cause}; log: {log}" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # The fix it names works, and rebuilds the same checkpoint: the same accuracy as before.
+    first = dict(accuracies(results, CELL0))
+    (cell / "train.json").unlink()
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    assert dict(accuracies(results, CELL0)) == first
+
+
+def test_a_corrupt_result_file_is_named_by_the_run(ran):
+    config, results, _, _ = ran
+    bad = results / "cells" / CELL0 / "eval" / "step_4.json"
+    bad.write_text("{ not json")
+    proc = matrixrl("run", "-c", str(config), "--cores", "2", check=False)
+    assert proc.returncode == 1
+    cause = f"{bad}: corrupt result file (not valid JSON); delete it and run `matrixrl run` to recompute it"
+    assert f"✗ job analyse failed: {cause}; log: {results / 'logs' / 'analyse.log'}" in proc.stderr
+    bad.unlink()
+    matrixrl("run", "-c", str(config), "--cores", "2")
 
 
 def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):

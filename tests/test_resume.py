@@ -109,10 +109,28 @@ def test_only_complete_checkpoints_of_these_settings_count(study, tmp_path):
     assert latest_checkpoint(cell_dir) == 7
     assert latest_checkpoint(cell_dir, digest) == 6
     _, lines = train(study, cell_dir, "train.steps=8")
-    assert lines[:2] == [
+    assert lines[:3] == [
+        f"removing step_8.tmp from {cell_dir / 'checkpoints'}: unfinished writes of a stopped run",
         "checkpoints at steps 7 were written under other training settings; removing them",
         f"resuming {CELL.id} from its checkpoint at step 6",
     ]
+    assert not (cell_dir / "checkpoints" / "step_8.tmp").exists()
+
+
+def test_a_deleted_evaluated_checkpoint_is_rebuilt_bit_for_bit(study, tmp_path):
+    """An evaluation that must be recomputed needs its checkpoint: training replays up to it."""
+    cell_dir = tmp_path / "cell"
+    first, _ = train(study, cell_dir)
+    before = weights(checkpoint_dir(cell_dir, 4))
+    shutil.rmtree(checkpoint_dir(cell_dir, 4))
+    again, lines = train(study, cell_dir)
+    assert lines[:2] == [
+        "the checkpoint of step 4 is missing; rebuilding it",
+        f"resuming {CELL.id} from its checkpoint at step 2",
+    ]
+    after = weights(checkpoint_dir(cell_dir, 4))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert curve(again) == curve(first)
 
 
 def test_a_one_role_workflow_is_the_same_computation_under_both_modes(study, tmp_path):

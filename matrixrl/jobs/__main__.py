@@ -39,14 +39,26 @@ def main(argv: list[str]) -> None:
 
 
 def run(argv: list[str]) -> None:
-    """``main`` with the errors a user can fix reported as one line (exit 1), not a traceback."""
-    from matrixrl.errors import UserError
+    """``main`` with the errors a user can fix reported as one line (exit 1), not a traceback.
+
+    The job's log (the run names it) ends with that line; a full disk or a permission
+    problem keeps its traceback above the line, which says what it is and the fix.
+    """
+    import traceback
+
+    from matrixrl.errors import UserError, disk_error_message
 
     try:
         main(argv)
     except UserError as exc:
-        # The job log (the run names it) ends with the one line that says what to fix.
         print(f"Error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except Exception as exc:
+        message = disk_error_message(exc)
+        if message is None:
+            raise
+        traceback.print_exc()
+        print(f"Error: {message}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
 
 

@@ -26,8 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+from matrixrl import layout as L
+from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec
 from matrixrl.results import EvalResult, write_result
+
 
 def eval_seed(seed: int, step: int) -> int:
     """The sampling key of one checkpoint's evaluation (distinct from any training step's seed)."""
@@ -46,6 +49,13 @@ def pass_at(correct: np.ndarray, samples: int) -> dict[str, float]:
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
     from matrixrl.models.devices import claim_gpu, gpu_count
     from matrixrl.models.hf import needs_gpu
+
+    if not Path(checkpoint).is_dir():
+        train_file = (L.cell_dir_of(checkpoint) / L.TRAIN_FILE).resolve()
+        raise UserError(
+            f"the checkpoint of step {step} is missing ({Path(checkpoint).resolve()}), so it cannot be evaluated; delete "
+            f"{train_file} and run `matrixrl run` again: the cell rebuilds it from its last checkpoint before"
+        )
 
     claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
     try:

@@ -36,6 +36,7 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -45,7 +46,7 @@ import torch
 
 from matrixrl import atomic
 from matrixrl.config import Train
-from matrixrl.grid import CellSpec, save_steps
+from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
 from matrixrl.layout import checkpoint_dir, checkpoints_dir
 from matrixrl.models.policies import Policy
 from matrixrl.tasks import Task
@@ -105,13 +106,24 @@ def latest_checkpoint(cell_dir: Path, digest: str | None = None, up_to: int | No
     return max(steps, default=None)
 
 
-def resume_point(cell_dir: Path, digest: str, steps: int, log: Callable[[str], None]) -> int | None:
+def resume_point(
+    cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = ()
+) -> int | None:
     """Where training of ``cell_dir`` resumes, or None to start afresh.
 
     Checkpoints written under other settings are removed (said in the log), so the
-    cell's folder only ever holds one training's checkpoints.
+    cell's folder only ever holds one training's checkpoints; so are leftovers of a
+    write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
+    whose checkpoint is gone while a later one exists is rebuilt: training resumes
+    from the last checkpoint before it, and replays the same steps.
     """
-    start = latest_checkpoint(cell_dir, digest, up_to=steps)
+    folder = checkpoints_dir(cell_dir)
+    leftovers = sorted(p.name for p in folder.glob("*") if not _STEP_DIR.fullmatch(p.name)) if folder.is_dir() else []
+    if leftovers:
+        log(f"removing {', '.join(leftovers)} from {folder}: unfinished writes of a stopped run")
+        for name in leftovers:
+            path = folder / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     stale = sorted(step for step, written_under in complete_checkpoints(cell_dir).items() if written_under != digest)
     if stale:
         log(
@@ -120,7 +132,14 @@ def resume_point(cell_dir: Path, digest: str, steps: int, log: Callable[[str], N
         )
         for step in stale:
             shutil.rmtree(checkpoint_dir(cell_dir, step))
-    return start
+    up_to = steps
+    latest = latest_checkpoint(cell_dir, digest, up_to=steps)
+    present = complete_checkpoints(cell_dir)
+    missing = [s for s in evaluated if latest is not None and s < latest and s not in present]
+    if missing:
+        up_to = min(missing) - 1
+        log(f"the checkpoint of step {min(missing)} is missing; rebuilding it")
+    return latest_checkpoint(cell_dir, digest, up_to=up_to) if up_to >= 0 else None
 
 
 def save_checkpoint(
@@ -149,7 +168,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     saves = set(save_steps(cfg))
 
     digest = spec.resume_digest()
-    start = resume_point(cell_dir, digest, cfg.steps, log)
+    start = resume_point(cell_dir, digest, cfg.steps, log, evaluated=checkpoint_steps(cfg))
     if start is None:
         torch.manual_seed(init_seed(spec.cell.seed))
         policy = cell.new_policy()
