@@ -1,15 +1,28 @@
 """The SQLite store: every checkpoint's accuracy and every step's training metrics.
 
-Result files are the truth; the store is an index over them that makes tables
-quick to regenerate. ``ingest`` upserts files that are new or changed since they
-were last read (keyed by path, size and mtime), all in one transaction, after
-validating every one of them — a corrupt file aborts the ingest with nothing
+Result files are the truth; the store is an index over them that mirrors them
+exactly and makes tables quick to regenerate. ``ingest`` upserts files that are
+new or changed since they were last read (keyed by path, size and mtime) and
+deletes the rows of files that are gone, all in one transaction, after
+validating every file it reads — a corrupt file aborts the ingest with nothing
 written. Only the submitting host writes the store (never a cluster job).
 
 For incremental reports the store also keeps, per cell, a digest of every result
-it holds for that cell (``cell_inputs``: one row per train or eval result) and the
-cell's cached summary with the cache key of what it was computed from
-(``cell_summaries``); see :class:`Store` and ``matrixrl.report.tables``.
+it holds for that cell and the spec digest it was computed under (``cell_inputs``:
+one row per train or eval result), and the cell's cached summary with the cache
+key of what it was computed from (``cell_summaries``); see :class:`Store` and
+``matrixrl.report.tables``.
+
+A store that cannot be used — not a SQLite file, truncated or malformed, a table
+missing or with other columns than these, written by another schema version — is
+moved aside (``matrixrl.sqlite.damaged-YYYYmmdd-HHMMSS``, with its journal if
+any), said so in one line on stderr, and rebuilt from the result files. Every
+open (:func:`engine_at`) checks what is cheap to check: the header, the schema
+version, every table's columns. ``PRAGMA quick_check`` reads the whole file (about
+75 ms for a 35 MB store, 0.6 s for the 210 MB one of ``bench/report.py``), so it
+runs only when an operation on the store fails (:func:`repairing`), to tell a
+damaged file from any other error. A store that cannot be moved aside is a
+:class:`StoreError` naming the fix.
 """
 
 from __future__ import annotations
@@ -17,20 +30,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import sqlite3
+import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import get_args
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, get_args
 
 import pandas as pd
+import sqlalchemy.exc
 from pydantic import BaseModel
 from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text, create_engine, delete, event, select
 from sqlalchemy.orm import Session
 
 from matrixrl import layout as L
 from matrixrl.config import AXES
-from matrixrl.errors import ConfigError
-from matrixrl.layout import store_path
+from matrixrl.errors import ConfigError, UserError
+from matrixrl.layout import STORE_FILE, store_path
 from matrixrl.results import DiagnosticRow, EvalResult, RoleMetric, StepMetrics, TrainResult, read_result
 
 
@@ -50,14 +68,18 @@ def _table(name: str, keys: Mapping[str, type], values: Mapping[str, type], opti
 
 # A trained cell's axes, and the digest of the spec it was trained under.
 CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else String for axis in AXES}, {"spec_digest": String})
-# A digest of each result stored for a cell: part is "train" or "eval/step_N".
-CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String})
+# A digest of each result stored for a cell (part: "train" or "eval/step_N"), and of the
+# spec it was computed under (None in files written before spec digests).
+CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
 # A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
 )
-# Every result file read, by its path relative to the results directory, as it was then.
-INGESTED_FILES = _table("ingested_files", {"path": String}, {"size": Integer, "mtime_ns": Integer})
+# Every result file read, by its path relative to the results directory, as it was then,
+# and the result it holds (its cell_inputs key): what to delete when the file is gone.
+INGESTED_FILES = _table(
+    "ingested_files", {"path": String}, {"size": Integer, "mtime_ns": Integer, "cell": String, "part": String}
+)
 
 
 # The tables that hold result files' contents are derived from the result models
@@ -110,15 +132,196 @@ def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """SQLite's ``user_version`` of a store with these tables. A store of another version
-is an index of an older layout: it is emptied and refilled from the result files,
-which are the truth (``ingest`` reads every file again)."""
+is an index of another layout: it is moved aside and rebuilt from the result files,
+which are the truth (like a damaged one)."""
+
+_COMPANIONS = ("-journal", "-wal", "-shm")
+"""The files SQLite keeps next to a database while it writes it."""
+
+
+class StoreError(UserError):
+    """A store that cannot be used and cannot be moved aside to be rebuilt."""
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Why a store file cannot be used, as the note and the error say it."""
+
+    was: str  # "was damaged (...)": the note, after it was moved aside
+    now: str  # "is damaged (...)": the error, when it cannot be moved
+    inode: int  # of the file inspected: another process may have replaced it since
+
+
+def _damaged(reason: str, inode: int) -> _Problem:
+    reason = " ".join(reason.split())  # one line
+    return _Problem(f"was damaged ({reason})", f"is damaged ({reason})", inode)
+
+
+_NEW = "new"
+"""What :func:`_inspect` says of a missing or empty store file: create its tables."""
+
+
+@functools.cache
+def _expected_columns() -> dict[str, list[tuple]]:
+    """``PRAGMA table_info`` of every table, as this module creates them."""
+    engine = create_engine("sqlite://")
+    try:
+        with engine.begin() as conn:
+            METADATA.create_all(conn)
+            return {
+                name: [tuple(row) for row in conn.exec_driver_sql(f'PRAGMA table_info("{name}")')]
+                for name in METADATA.tables
+            }
+    finally:
+        engine.dispose()
+
+
+def _column_difference(table: str, found: list[tuple], expected: list[tuple]) -> str:
+    names, wanted = [row[1] for row in found], [row[1] for row in expected]
+    missing = [n for n in wanted if n not in names]
+    extra = [n for n in names if n not in wanted]
+    said = []
+    if missing:
+        said.append(f"has no column {', '.join(missing)}")
+    if extra:
+        said.append(f"has an unexpected column {', '.join(extra)}")
+    return f"table {table} " + (" and ".join(said) or "has other column types or keys than expected")
+
+
+def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
+    """What makes ``db_file`` unusable as a store of this version (a :class:`_Problem`);
+    ``_NEW`` if it is missing or an empty database; None if it is usable.
+
+    Only reads. Cheap: the header, the version and each table's columns (a
+    millisecond); ``thorough`` adds ``PRAGMA quick_check``, which reads the whole file.
+    Raises ``sqlite3.OperationalError`` (a lock held too long, say): not damage.
+    """
+    try:
+        stat = db_file.stat()
+    except FileNotFoundError:
+        return _NEW
+    if stat.st_size == 0:
+        return _NEW  # SQLite's empty database: a store being created
+    try:
+        # mode=rw: never create a file that is gone by now
+        conn = sqlite3.connect(f"{db_file.resolve().as_uri()}?mode=rw", uri=True, timeout=30)
+    except sqlite3.OperationalError:
+        if not db_file.exists():
+            return _NEW
+        raise
+    try:
+        # One read transaction: what it reads is one committed state, never a writer's half-written one.
+        conn.execute("BEGIN")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version == 0 and not tables:
+            return _NEW
+        if version != SCHEMA_VERSION:
+            said = f"written by another version of matrixrl (store schema {version}, this one uses {SCHEMA_VERSION})"
+            return _Problem(f"was {said}", f"was {said}", stat.st_ino)
+        for table, expected in _expected_columns().items():
+            if table not in tables:
+                return _damaged(f"table {table} is missing", stat.st_ino)
+            found = [tuple(row) for row in conn.execute(f'PRAGMA table_info("{table}")')]
+            if found != expected:
+                return _damaged(_column_difference(table, found, expected), stat.st_ino)
+        if thorough:
+            verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if verdict != "ok":
+                return _damaged(verdict, stat.st_ino)
+        return None
+    except sqlite3.OperationalError:
+        raise
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+        return _damaged(str(exc), stat.st_ino)
+    finally:
+        conn.close()
+
+
+def _set_aside(db_file: Path, problem: _Problem) -> None:
+    """Move the unusable store (and its journal) to ``NAME.damaged-YYYYmmdd-HHMMSS`` next to it,
+    and say so in one line on stderr; StoreError (how to fix it) if it cannot be moved."""
+    try:
+        if db_file.stat().st_ino != problem.inode:
+            return  # another process has moved it aside already and started a new store
+    except FileNotFoundError:
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = db_file.with_name(f"{db_file.name}.damaged-{stamp}")
+    n = 1
+    while any(Path(f"{aside}{suffix}").exists() for suffix in ("", *_COMPANIONS)):
+        aside = db_file.with_name(f"{db_file.name}.damaged-{stamp}-{n}")
+        n += 1
+    try:
+        os.rename(db_file, aside)
+        for suffix in _COMPANIONS:
+            if Path(f"{db_file}{suffix}").exists():
+                # A journal left next to a new store would be played back into it.
+                os.rename(f"{db_file}{suffix}", f"{aside}{suffix}")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(
+            f"{db_file} {problem.now} and cannot be moved aside ({exc.strerror or exc}); "
+            f"make {db_file.parent} writable or delete the file, then run the command again "
+            f"to rebuild the store from the result files"
+        ) from None
+    print(f"note: {db_file} {problem.was}; moved it to {aside}, rebuilding the store from the result files", file=sys.stderr)
+
+
+def _rebuild(db_file: Path) -> None:
+    """Fill a new store at ``db_file`` from the result files next to it (a results directory's store)."""
+    if db_file.name == STORE_FILE:
+        ingest(db_file.parent)
+
+
+def _fill(db_file: Path) -> None:
+    engine = create_engine(f"sqlite:///{db_file}")
+    try:
+        with engine.begin() as conn:
+            METADATA.create_all(conn)
+            conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    finally:
+        engine.dispose()
+
+
+def _create(db_file: Path) -> None:
+    """A new store with every table, created whole: no other process sees one half made."""
+    if db_file.exists():  # SQLite's empty database: fill it where it is
+        _fill(db_file)
+        return
+    new = db_file.with_name(f".{db_file.name}.new-{os.getpid()}")
+    try:
+        _fill(new)
+        try:
+            os.link(new, db_file)  # fails if another process created one meanwhile: keep that one
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not db_file.exists():
+                os.replace(new, db_file)
+    finally:
+        new.unlink(missing_ok=True)
 
 
 def engine_at(db_file: str | Path):
-    """An engine on the SQLite file ``db_file`` (created, with every table, if missing;
-    rebuilt empty if it was written by another schema version)."""
+    """An engine on the SQLite store ``db_file``, the one way the store is opened.
+
+    A missing store is created with every table. An unusable one (damaged, or of
+    another schema version; see :func:`_inspect`) is moved aside with a one-line
+    note on stderr and, if it is a results directory's store, rebuilt from its
+    result files first.
+    """
+    db_file = Path(db_file)
+    state = _inspect(db_file)
+    if isinstance(state, _Problem):
+        _set_aside(db_file, state)
+        _rebuild(db_file)
+        state = _NEW if not db_file.exists() else None
+    if state == _NEW:
+        _create(db_file)
     engine = create_engine(f"sqlite:///{db_file}")
 
     @event.listens_for(engine, "connect")
@@ -126,15 +329,52 @@ def engine_at(db_file: str | Path):
         # Concurrent readers (report) wait for the one writer rather than failing.
         conn.execute("PRAGMA busy_timeout = 30000")
 
-    with engine.begin() as conn:
-        version = conn.exec_driver_sql("PRAGMA user_version").scalar()
-        if version != SCHEMA_VERSION:
-            tables = [row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            for table in tables:
-                conn.exec_driver_sql(f'DROP TABLE "{table}"')
-            METADATA.create_all(conn)
-            conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return engine
+
+
+def _sqlite_error(exc: BaseException) -> sqlite3.DatabaseError | None:
+    """The SQLite error of damage (not a lock or a query's own error) behind ``exc``, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+            return exc
+        exc = getattr(exc, "orig", None) or exc.__cause__ or exc.__context__
+    return None
+
+
+T = TypeVar("T")
+_DATABASE_ERRORS = (sqlalchemy.exc.DatabaseError, sqlite3.DatabaseError, pd.errors.DatabaseError)
+
+
+def repairing(db_file: str | Path, action: Callable[[], T], *, rebuild: bool = True) -> T:
+    """``action()`` (which opens the store ``db_file`` itself, and closes it); if it fails
+    because the file is damaged (``PRAGMA quick_check`` says so), the store is moved aside
+    with a note, rebuilt from the result files (unless ``rebuild`` is false: ``action``
+    reads them itself), and ``action`` runs once more. Any other error is raised as it is."""
+    db_file = Path(db_file)
+    try:
+        return action()
+    except _DATABASE_ERRORS as exc:
+        try:
+            problem = _inspect(db_file, thorough=True)
+        except sqlite3.OperationalError:
+            problem = None
+        if not isinstance(problem, _Problem):
+            raise
+        cause = _sqlite_error(exc)
+        if problem.was.startswith("was damaged") and cause is not None:
+            # SQLite's own words for what failed ("database disk image is malformed"),
+            # rather than quick_check's page-by-page account
+            problem = _damaged(str(cause), problem.inode)
+        error = exc
+    _set_aside(db_file, problem)
+    if rebuild:
+        _rebuild(db_file)
+    try:
+        return action()
+    except _DATABASE_ERRORS as again:
+        raise again from error
 
 
 @functools.cache
@@ -160,13 +400,48 @@ def _digest(result: TrainResult | EvalResult) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
 
 
-def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
-    """Replace everything the store holds from this one result, and record its digest."""
+def _part(result: TrainResult | EvalResult) -> str:
+    """The result's key among its cell's results (``cell_inputs.part``)."""
+    return "train" if isinstance(result, TrainResult) else f"eval/step_{result.step}"
+
+
+_FORGET = {
+    # What one result put in the store, by its part: plain SQL (an ingest runs these for every file).
+    "train": [
+        "DELETE FROM cells WHERE cell = :cell",
+        "DELETE FROM train_steps WHERE cell = :cell",
+        "DELETE FROM diagnostics WHERE cell = :cell",
+        "DELETE FROM role_metrics WHERE cell = :cell AND source = 'train'",
+    ],
+    "eval": [
+        "DELETE FROM evaluations WHERE cell = :cell AND step = :step",
+        "DELETE FROM role_metrics WHERE cell = :cell AND source = 'eval' AND step = :step",
+    ],
+}
+
+
+def _forget(session: Session, cell: str, part: str) -> None:
+    """Delete every row the store holds from one result (``part`` of ``cell``)."""
+    conn = session.connection()
+    if part == "train":
+        statements, values = _FORGET["train"], {"cell": cell}
+    else:
+        statements, values = _FORGET["eval"], {"cell": cell, "step": int(part.removeprefix("eval/step_"))}
+    for sql in statements:
+        conn.exec_driver_sql(sql, values)
+    conn.exec_driver_sql("DELETE FROM cell_inputs WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
+
+
+def _write_result(session: Session, result: TrainResult | EvalResult) -> tuple[str, str]:
+    """Replace everything the store holds from this one result, and record its digests;
+    returns its ``(cell, part)``."""
+    if not isinstance(result, (TrainResult, EvalResult)):
+        raise TypeError(f"expected a TrainResult or EvalResult, got {type(result).__name__}")
+    part = _part(result)
+    _forget(session, result.cell, part)
     if isinstance(result, TrainResult):
         _upsert(session, CELLS, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
-        session.execute(delete(TRAIN_STEPS).where(TRAIN_STEPS.c.cell == result.cell))
         _upsert(session, TRAIN_STEPS, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
-        session.execute(delete(DIAGNOSTICS).where(DIAGNOSTICS.c.cell == result.cell))
         if result.diagnostics:
             # A long run logs hundreds of thousands of rows: straight to the driver's executemany,
             # which is an order of magnitude faster than building SQLAlchemy parameters per row.
@@ -177,8 +452,7 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
                 [(result.cell, *(d[c] for c in columns)) for d in dumped],
             )
         _upsert(session, ROLE_METRICS, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
-        part = "train"
-    elif isinstance(result, EvalResult):
+    else:
         _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at"})])
         pass_rows = [{"role": "episode", "metric": f"pass@{j}", "value": v} for j, v in result.pass_at.items()]
         _upsert(
@@ -189,61 +463,94 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> None:
                 for row in [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
             ],
         )
-        part = f"eval/step_{result.step}"
-    else:
-        raise TypeError(f"expected a TrainResult or EvalResult, got {type(result).__name__}")
-    _upsert(session, CELL_INPUTS, [{"cell": result.cell, "part": part, "digest": _digest(result)}])
+    _upsert(
+        session,
+        CELL_INPUTS,
+        [{"cell": result.cell, "part": part, "digest": _digest(result), "spec_digest": result.spec_digest}],
+    )
+    return result.cell, part
 
 
-def _known_files(results_dir: Path) -> dict[str, tuple[int, int]]:
+def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, str, str]], bool]:
+    """Every file the store has read: path → (size, mtime_ns, cell, part); and whether
+    every file must be read again (a store without per-cell digests)."""
     if not store_path(results_dir).exists():
-        return {}
+        return {}, True
     engine = engine_for(results_dir)
     try:
         with Session(engine) as session:
-            known = {row.path: (row.size, row.mtime_ns) for row in session.execute(select(INGESTED_FILES))}
-            if known and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None:
-                # A store written before per-cell digests existed: read every file once more
-                # so each cell gets its digests (and incremental reports see it).
-                return {}
-            return known
+            known = {row.path: (row.size, row.mtime_ns, row.cell, row.part) for row in session.execute(select(INGESTED_FILES))}
+            # A store that lost its per-cell digests: read every file once more so each
+            # cell gets its digests (and incremental reports see it).
+            again = bool(known) and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None
+            return known, again
     finally:
         engine.dispose()
 
 
-def _changed_files(results_dir: Path) -> list[tuple[Path, str, object]]:
-    known = _known_files(results_dir)
-    found = []
+def _changes(results_dir: Path, known: Mapping[str, tuple], again: bool) -> tuple[list[tuple[Path, str, object]], list[str]]:
+    """The result files to read (new, changed, or backing a result a gone file held too)
+    and the paths of known files that are gone."""
+    found: dict[str, tuple[Path, object, tuple[int, int]]] = {}
     for pattern, kind in ((L.TRAIN_RESULTS, TrainResult), (L.EVAL_RESULTS, EvalResult)):
         for path in sorted(results_dir.glob(pattern)):
-            rel = str(path.relative_to(results_dir))
             stat = path.stat()
-            if known.get(rel) != (stat.st_size, stat.st_mtime_ns):
-                found.append((path, rel, kind))
-    return found
+            found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns))
+    gone = [rel for rel in known if rel not in found]
+    forgotten = {known[rel][2:] for rel in gone}
+    pending = [
+        (path, rel, kind)
+        for rel, (path, kind, signature) in found.items()
+        if again or rel not in known or known[rel][:2] != signature or known[rel][2:] in forgotten
+    ]
+    return pending, gone
 
 
 def ingest(results_dir: str | Path) -> int:
-    """Upsert new or changed result files; returns how many files were read.
+    """Make the store mirror the result files; returns how many files were read.
 
-    Every file is read and validated before the store is opened for writing, so an
-    unusable one raises ``ResultFileError`` with nothing written (not even a new,
-    empty store).
+    New and changed files are upserted, the rows of files that are gone deleted,
+    in one transaction. Every file is read and validated before the store is
+    opened for writing, so an unusable one raises ``ResultFileError`` with nothing
+    written (not even a new, empty store). An unusable store is moved aside (one
+    note on stderr) and every file read into a new one.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         return 0
-    pending = _changed_files(results_dir)
+    return repairing(store_path(results_dir), lambda: _ingest(results_dir), rebuild=False)
+
+
+def _ingest(results_dir: Path) -> int:
+    db_file = store_path(results_dir)
+    state = _inspect(db_file)
+    if isinstance(state, _Problem):
+        _set_aside(db_file, state)  # and read every file into a new store below
+    known, again = _known_files(results_dir)
+    pending, gone = _changes(results_dir, known, again)
     parsed = [(path, rel, read_result(path, kind)) for path, rel, kind in pending]
-    if not parsed:
+    if not parsed and not gone:
         return 0
     engine = engine_for(results_dir)
-    with Session(engine) as session, session.begin():
-        for path, rel, result in parsed:
-            _write_result(session, result)
-            stat = path.stat()
-            _upsert(session, INGESTED_FILES, [{"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}])
-    engine.dispose()
+    try:
+        with Session(engine) as session, session.begin():
+            for rel in gone:
+                _forget(session, *known[rel][2:])
+                session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
+            for path, rel, result in parsed:
+                cell, part = _write_result(session, result)
+                stat = path.stat()
+                row = {"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "cell": cell, "part": part}
+                _upsert(session, INGESTED_FILES, [row])
+            emptied = {known[rel][2] for rel in gone}
+            if emptied:  # cells none of whose results are left: no cached summary either
+                session.execute(
+                    delete(CELL_SUMMARIES).where(
+                        CELL_SUMMARIES.c.cell.in_(emptied), CELL_SUMMARIES.c.cell.not_in(select(CELL_INPUTS.c.cell))
+                    )
+                )
+    finally:
+        engine.dispose()
     return len(parsed)
 
 
@@ -256,12 +563,16 @@ def ingest_for_report(results_dir: str | Path) -> None:
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
     """One store table as a DataFrame (empty, with its columns, if nothing is stored)."""
-    engine = engine_for(results_dir)
-    try:
-        with engine.connect() as conn:
-            return pd.read_sql_table(table, conn)
-    finally:
-        engine.dispose()
+
+    def read() -> pd.DataFrame:
+        engine = engine_for(results_dir)
+        try:
+            with engine.connect() as conn:
+                return pd.read_sql_table(table, conn)
+        finally:
+            engine.dispose()
+
+    return repairing(store_path(results_dir), read)
 
 
 # SQLite's limit on bound values also caps ``cell IN (...)`` lists.
@@ -310,10 +621,20 @@ class Store:
                 frames.append(pd.read_sql(query, conn))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
-    def input_digests(self, cells: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-        """Per cell, the sorted ``(part, digest)`` of every result stored for it; cells with none are absent."""
+    def input_digests(
+        self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None
+    ) -> dict[str, list[tuple[str, str]]]:
+        """Per cell, the sorted ``(part, digest)`` of every result stored for it; cells with none are absent.
+
+        ``current``: ``{cell: (train digest, eval digest)}`` of the specs the cells have
+        now; results computed under another spec are left out (a result without a spec
+        digest, from a file written before them, is kept).
+        """
         found: dict[str, list[tuple[str, str]]] = {}
         for row in self.rows("cell_inputs", cells).sort_values(["cell", "part"]).itertuples(index=False):
+            if current is not None and isinstance(row.spec_digest, str) and row.cell in current:
+                if row.spec_digest != current[row.cell][0 if row.part == "train" else 1]:
+                    continue
             found.setdefault(row.cell, []).append((row.part, row.digest))
         return found
 

@@ -13,18 +13,28 @@ from matrixrl.config import Analysis
 from matrixrl.errors import UserError, disk_error_message
 from matrixrl.grid import Cell
 from matrixrl.jobs.logfile import file_logger
+from matrixrl.report.tables import current_evaluations
 from matrixrl.store import ingest, read_table
 
 
-def analyse_job(cells: list[dict], analysis: dict, output: str, log_path: str) -> None:
+def analyse_job(
+    cells: list[dict], analysis: dict, output: str, log_path: str, eval_digests: dict[str, str] | None = None
+) -> None:
     """The ``analyse`` rule's body. Runs on the submitting host (a local rule), in
-    Snakemake's process: what goes wrong is written to its own log, then raised."""
+    Snakemake's process: what goes wrong is written to its own log, then raised.
+
+    ``eval_digests`` (run id → its current spec's eval digest): evaluations stored under
+    another spec (a checkpoint an old schedule evaluated) are left out, as in the report.
+    """
     log = file_logger(log_path)
     try:
         results_dir = Path(output).resolve().parent
         log(f"ingested {ingest(results_dir)} new or changed result files")
         grid = pd.DataFrame([{"cell": Cell(**c).id, **c} for c in cells])
-        table = summary_table(grid, read_table(results_dir, "evaluations"), Analysis(**analysis))
+        evaluations = read_table(results_dir, "evaluations")
+        if eval_digests is not None:
+            evaluations = current_evaluations(evaluations, {run: (None, digest) for run, digest in eval_digests.items()})
+        table = summary_table(grid, evaluations, Analysis(**analysis))
         atomic.write_text(output, table.to_json(orient="records", indent=1))
         log(f"summarised {len(table)} cells")
     except Exception as exc:

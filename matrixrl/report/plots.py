@@ -79,23 +79,26 @@ class Study:
 
 
 def load_study(config: Config) -> Study:
-    """Ingest new result files into the store and read the grid's rows back.
+    """Ingest new result files into the store and read the grid's rows back: those
+    computed under each cell's current spec (as ``matrixrl report``'s tables).
 
     Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
     """
     from matrixrl import grid as G
     from matrixrl.analysis.cell import rows_of_cells
+    from matrixrl.report.tables import current_evaluations, current_specs, current_trainings
     from matrixrl.store import ingest_for_report, read_table
 
     results = Path(config.results_dir)
     ingest_for_report(results)
     cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)])
     runs = G.run_ids(config)
-    evals = rows_of_cells(read_table(results, "evaluations"), runs)
+    current = current_specs(config)
+    evals = rows_of_cells(current_evaluations(read_table(results, "evaluations"), current), runs)
     if evals.empty:
         raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
-    diagnostics = rows_of_cells(read_table(results, "diagnostics"), runs)
-    return Study(cells, evals, diagnostics, config.analysis)
+    diagnostics = current_trainings(read_table(results, "diagnostics"), read_table(results, "cells"), current)
+    return Study(cells, evals, rows_of_cells(diagnostics, runs), config.analysis)
 
 
 def cliff_cells(study: Study) -> list[str]:

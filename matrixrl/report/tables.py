@@ -9,6 +9,12 @@ and :data:`RECORD_VERSION`. A report reads the cache keys, recomputes only the
 cells whose key changed (a new evaluation, a re-trained cell, another
 threshold), and aggregates the records into the requested tables.
 
+Only results computed under the cell's current spec are reported
+(:func:`current_specs`): an evaluation whose spec digest is not the cell's
+``eval_digest()``, a training whose is not its ``train_digest()`` (an old
+schedule's checkpoint left on disk, say) is left out; results without a spec
+digest (files written before digests) are kept.
+
 Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
 axes first — each axis in the order experiments.yaml lists its values.
 """
@@ -34,7 +40,7 @@ from matrixrl.config import AXES, Config
 from matrixrl.errors import ConfigError
 from matrixrl.report import TABLE_NAMES
 from matrixrl.layout import store_path
-from matrixrl.store import Store, ingest_for_report
+from matrixrl.store import Store, ingest_for_report, repairing
 
 RECORD_VERSION = "2"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
@@ -128,8 +134,40 @@ def _jsonable(record: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
-def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> dict[str, dict]:
-    """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows."""
+def current_specs(config: Config, runs: Sequence[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Each run's ``(train digest, eval digest)`` under ``config`` (of ``runs`` only, if given):
+    what its stored results must have been computed under to be reported."""
+    wanted = None if runs is None else set(runs)
+    digests = {}
+    for run in G.runs(config):
+        if wanted is None or run.id in wanted:
+            spec = G.cell_spec(config, run)
+            digests[run.id] = (spec.train_digest(), spec.eval_digest())
+    return digests
+
+
+def current_evaluations(evals: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """The rows of the store's ``evaluations`` computed under their run's current spec (or without a digest)."""
+    wanted = evals["cell"].map({run: digests[1] for run, digests in current.items()})
+    return evals[evals["spec_digest"].isna() | (evals["spec_digest"] == wanted)]
+
+
+def current_trainings(frame: pd.DataFrame, trained: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """The rows of ``frame`` (a training's rows: diagnostics, steps) of runs whose stored training
+    (``trained``: the store's ``cells``) was computed under their current spec (or without a digest)."""
+    wanted = trained["cell"].map({run: digests[0] for run, digests in current.items()})
+    stale = trained.loc[trained["spec_digest"].notna() & (trained["spec_digest"] != wanted), "cell"]
+    return frame[~frame["cell"].isin(set(stale))]
+
+
+def compute_records(
+    store: Store, cells: Mapping[str, str], config: Config, parts: Mapping[str, Sequence[tuple[str, str]]] | None = None
+) -> dict[str, dict]:
+    """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows.
+
+    ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
+    results each record is computed from; other stored rows are left out.
+    """
     ids = list(cells)
     frames = {
         "evals": store.rows("evaluations", ids),
@@ -140,6 +178,13 @@ def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> d
     records = {}
     for cell, policy in cells.items():
         rows = {name: by_cell[name].get(cell, frame.iloc[0:0]) for name, frame in frames.items()}
+        if parts is not None:
+            kept = {part for part, _ in parts.get(cell, ())}
+            steps = {int(part.removeprefix("eval/step_")) for part in kept if part != "train"}
+            rows["evals"] = rows["evals"][rows["evals"]["step"].isin(steps)]
+            rows["roles"] = rows["roles"][rows["roles"]["step"].isin(steps)]
+            if "train" not in kept:
+                rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
         try:
             record = cell_record(policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis)
         except ValueError as exc:
@@ -148,20 +193,24 @@ def compute_records(store: Store, cells: Mapping[str, str], config: Config) -> d
     return records
 
 
-def cell_records(store: Store, cells: pd.DataFrame, config: Config) -> dict[str, dict]:
+def cell_records(
+    store: Store, cells: pd.DataFrame, config: Config, current: Mapping[str, tuple[str, str]] | None = None
+) -> dict[str, dict]:
     """The records of every cell of ``cells`` (``cell`` + AXES) with stored results.
 
+    ``current`` (:func:`current_specs`): each cell's spec digests; a record is then
+    computed from the results computed under them only (all stored results if None).
     Cached records are reused when their cache key still matches; the others are
     recomputed and cached (only then is the store written).
     """
-    digests = store.input_digests(cells["cell"].tolist())
+    digests = store.input_digests(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
     keys = {cell: record_cache_key(parts, settings) for cell, parts in digests.items()}
     cached = store.cached_summaries(list(keys))
     stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
     policies = dict(zip(cells["cell"], cells["policy"]))
-    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config) if stale else {}
+    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config, digests) if stale else {}
     store.save_summaries({cell: (keys[cell], fresh[cell]) for cell in stale})
     return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in keys}
 
@@ -259,8 +308,14 @@ def _build(db_file, config, names, group_by, only) -> tuple[dict[str, pd.DataFra
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    with Store(db_file) as store:
-        by_run = cell_records(store, _runs_frame(needed), config)
+    runs = _runs_frame(needed)
+    current = current_specs(config, runs["cell"])
+
+    def run_records() -> dict[str, dict]:
+        with Store(db_file) as store:
+            return cell_records(store, runs, config, current)
+
+    by_run = repairing(db_file, run_records)  # a damaged store is rebuilt, and read again
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
