@@ -169,18 +169,54 @@ def _status(status: str) -> str:
 # --- run --------------------------------------------------------------------------------
 
 
+def stops_on_signals(command):
+    """SIGINT, SIGTERM or SIGHUP end the command with one line on stderr and exit code 128 + N.
+
+    What runs under the command, Snakemake and its jobs, is stopped first
+    (:func:`matrixrl.snake.stop_on_signals`).
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from matrixrl.snake import RunStopped, stop_on_signals
+
+        try:
+            with stop_on_signals() as guard:
+                try:
+                    return command(*args, **kwargs)
+                except OSError:
+                    if guard.stopped is None:
+                        raise
+                    raise guard.stopped from None  # e.g. writing to the terminal a SIGHUP closed
+        except RunStopped as stop:
+            try:
+                err.print(stop.message, markup=False, soft_wrap=True)
+            except OSError:  # SIGHUP: the terminal may be gone
+                pass
+            raise typer.Exit(stop.exit_code)
+
+    return wrapper
+
+
 @command
+@stops_on_signals
 def run(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     cores: Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")] = os.cpu_count() or 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on with independent jobs when one fails.")] = False,
-    unlock: Annotated[bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit.")] = False,
+    unlock: Annotated[
+        bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit (refused while that run is alive).")
+    ] = False,
     profile: ProfileOpt = None,
 ):
     """Run the grid's pending jobs through Snakemake, showing progress.
 
     Finished jobs are never rerun; a training job that was killed resumes from its
     last checkpoint. Logs: RESULTS/logs/RULE/..., Snakemake's own in RESULTS/logs/snakemake/.
+
+    Ctrl-C, SIGTERM or SIGHUP stop the run within seconds (exit code 128 + N): the
+    running jobs end, their checkpoints stay, Snakemake's lock is released, and
+    `matrixrl run` resumes. A kill -9 of matrixrl takes Snakemake and its jobs with it.
 
     Examples:
 
@@ -193,14 +229,20 @@ def run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from matrixrl import layout as L
-    from matrixrl.snake import run_with_events, snakemake_command, write_configfile
+    from matrixrl.snake import live_runs, run_with_events, snakemake_command, write_configfile
 
     cfg = _load(config, only, set_)
     extra = ["--keep-going"] if keep_going else []
     if profile:
         extra += ["--profile", str(_check_profile(profile).resolve())]
     results = Path(cfg.results_dir)
+    if unlock and (going := live_runs(results)):  # its lock is not stale: leave it, and its config
+        raise _fail(_locked_by(results, going))
     results.mkdir(parents=True, exist_ok=True)
+    if L.store_path(results).exists():
+        from matrixrl.store import engine_at
+
+        engine_at(L.store_path(results)).dispose()  # a damaged store is set aside and rebuilt now, with a note
     configfile = write_configfile(cfg, results / L.CONFIG_FILE)
     if unlock:
         extra.append("--unlock")
@@ -241,6 +283,8 @@ def run(
         out.print(f"Unlocked {results}.")
         return
     if state["locked"]:
+        if going := live_runs(results):
+            raise _fail(_locked_by(results, going))
         err.print(
             f"Error: {results} is locked by another run. If none is running (a run was killed), "
             "run `matrixrl run --unlock` and try again."
@@ -278,6 +322,14 @@ def _check_profile(profile: Path) -> Path:
 def _fail(message: str) -> typer.Exit:
     err.print(f"Error: {message}")
     return typer.Exit(1)
+
+
+def _locked_by(results: Path, runs: list[dict]) -> str:
+    """The error of a results folder whose lock a live `matrixrl run` holds (``runs``: snake.live_runs)."""
+    pids = [str(r["pid"]) for r in runs]
+    which = f"pid {pids[0]}" if len(pids) == 1 else f"pids {', '.join(pids)}"
+    it = "it" if len(pids) == 1 else "them"
+    return f"{results} is locked by a run that is still going ({which}); stop {it} (kill {' '.join(pids)}) or wait for {it}, then run again"
 
 
 # --- report -----------------------------------------------------------------------------

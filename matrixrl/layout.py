@@ -13,6 +13,8 @@ the Snakefile, the jobs, the store and the report agree on one layout:
     matrixrl.sqlite                     the store, an index over the result files
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
     .matrixrl/config.yaml               the resolved config Snakemake reads
+    .matrixrl/runs/{pid}.json           each `matrixrl run` going on: its pid and Snakemake's
+    .snakemake/locks/                   Snakemake's lock while it runs
     plots/                              `matrixrl plot`'s default folder
 """
 
@@ -25,6 +27,8 @@ SUMMARY_FILE = "summary.json"
 CONFIG_FILE = ".matrixrl/config.yaml"
 PLOTS_DIR = "plots"
 SNAKEMAKE_LOGS = "logs/snakemake"
+RUNS_DIR = ".matrixrl/runs"
+SNAKEMAKE_LOCKS = ".snakemake/locks"
 
 TRAIN_RESULTS = "cells/*/train.json"
 """Glob of every cell's training result."""
@@ -67,6 +71,11 @@ def checkpoint_dir(cell_dir: str | Path, step: int | str) -> Path:
 def cell_dir_of(checkpoint: str | Path) -> Path:
     """The cell folder a checkpoint folder belongs to."""
     return Path(checkpoint).parent.parent
+
+
+def run_record(pid: int) -> str:
+    """Where a `matrixrl run` with this pid records itself while its Snakemake runs."""
+    return f"{RUNS_DIR}/{pid}.json"
 
 
 def job_log(rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int | str = "{step}") -> str:

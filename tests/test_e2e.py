@@ -371,3 +371,16 @@ def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_st
     assert by_workflow[("voting", "shared")]["amplified_role"] == "generator"
     assert by_workflow[("orch_workers", "isolated")]["amplified_role"] == "worker"
     assert by_workflow[("single", "shared")]["amplified_role"] is None
+
+
+def test_a_damaged_store_is_rebuilt_by_run(ran):
+    config, results, _, _ = ran
+    matrixrl("run", "-c", str(config), "--cores", "2")  # settle whatever earlier tests changed
+    query = "select cell, step, accuracy from evaluations order by cell, step"
+    before = stored(results, query)
+    store = results / "matrixrl.sqlite"
+    store.write_bytes(b"not a database " * 100)
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    assert f"note: {store} was damaged (file is not a database); moved it to {store}.damaged-" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert stored(results, query) == before

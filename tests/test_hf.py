@@ -165,7 +165,8 @@ def test_an_uncached_hub_id_fails_the_run_naming_the_job_whose_log_ends_with_the
     )
     log = tmp_path / "results" / "logs" / "prepare_base" / "qwen3-0.6b.log"
     assert proc.returncode == 1
-    assert f"✗ job prepare_base (scale=qwen3-0.6b) failed; log: {log}" in proc.stderr
+    cause = not_cached_message("qwen3-0.6b", "Qwen/Qwen3-0.6B")
+    assert f"✗ job prepare_base (scale=qwen3-0.6b) failed: {cause}; log: {log}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert log.read_text().strip().splitlines()[-1] == f"Error: {not_cached_message('qwen3-0.6b', 'Qwen/Qwen3-0.6B')}"
     assert not (tmp_path / "results" / "base" / "qwen3-0.6b" / "base.json").exists()

@@ -107,5 +107,6 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
         print(failed.stderr)
         assert failed.returncode == 1
         log = results / "logs" / "evaluate" / CELL0 / "step_2.log"
-        assert f"✗ job evaluate (cell={CELL0}, step=2) failed; log: {log}" in failed.stderr
+        assert f"✗ job evaluate (cell={CELL0}, step=2) failed: the checkpoint of step 2 is missing" in failed.stderr
+        assert f"; log: {log}" in failed.stderr
     print(f"\nSLURM grid: first run {elapsed:.0f} s")

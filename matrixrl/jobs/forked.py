@@ -14,7 +14,10 @@ a fresh child per job. The child is still its own process, exactly as a shell jo
 - its stdout and stderr go to the rule's log, as ``python -m matrixrl.jobs`` would write it;
 - it dies with the Snakemake process that asked for it (a thread waits on
   multiprocessing's parent sentinel) and with the server (``PR_SET_PDEATHSIG``), so
-  no training outlives its run to write into a cell a later run owns.
+  no training outlives its run to write into a cell a later run owns;
+- it is in Snakemake's process group, as the server is: a `matrixrl run` stopped by
+  a signal sends the group SIGTERM (matrixrl/snake.py), which ends a child at once,
+  between two atomic writes, so its checkpoints and results are whole or absent.
 
 Why not fork the Snakemake process itself: it runs threads (the evaluations, its
 scheduler), and forking a threaded process can copy a held lock into the child.
