@@ -297,7 +297,8 @@ def run(
 
         for failure in failures:
             where = f" ({failure.wildcards})" if failure.wildcards else ""
-            cause = failure_cause(results / failure.log) if failure.log else None
+            # Under a cluster profile Snakemake lists the job's own log, then the scheduler's.
+            cause = failure_cause(results / failure.log.split(", ")[0]) if failure.log else None
             because = f": {escape(cause)}" if cause else ""
             log_file = f"; log: {results / failure.log}" if failure.log else ""
             err.print(f"[red]✗[/] job {failure.rule}{where} failed{because}{log_file}")

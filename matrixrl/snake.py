@@ -149,6 +149,14 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
     return jobs
 
 
+def _default_stop_signals() -> None:
+    """In Snakemake's child before exec: SIGINT and SIGTERM act by default there, even when
+    matrixrl was started with them ignored (``nohup``, ``cmd &`` in a script), because
+    matrixrl stops Snakemake with them (a cluster run's SIGINT cancels its jobs)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def planned_jobs(config: Config) -> list[dict]:
     """Every job of the grid with its status (done or pending), from one real Snakemake dry-run."""
     from matrixrl import grid as G
@@ -417,7 +425,7 @@ class _Guard:
                 raise self.stopped
             proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, env=env, start_new_session=True,
+                text=True, env=env, start_new_session=True, preexec_fn=_default_stop_signals,
             )  # fmt: skip
             self.snakemake = proc
             threading.Thread(target=self._reap, args=(proc,), name="matrixrl-reap", daemon=True).start()

@@ -65,13 +65,21 @@ def fresh(reference: Path, folder: Path, **overrides) -> tuple[Path, Path]:
     return config, results
 
 
+def as_from_a_terminal() -> None:
+    """The signals a terminal's user sends act by default in the run, however pytest itself
+    was started (``nohup`` or ``&`` in a script leave SIGHUP or SIGINT ignored, and an
+    ignored signal stays ignored across exec, as ``nohup matrixrl run`` relies on)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def background_run(config: Path, stderr: Path):
     """`matrixrl run` in a session of its own (a signal to its group spares pytest); killed at the end if need be."""
     with stderr.open("w") as err:
         runner = subprocess.Popen(
             [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--cores", "2"],
-            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, preexec_fn=as_from_a_terminal,
         )  # fmt: skip
     try:
         yield runner
@@ -273,7 +281,7 @@ def test_a_stopped_run_under_a_slurm_profile_cancels_its_cluster_jobs(reference,
         with stderr.open("w") as err:
             runner = subprocess.Popen(
                 [sys.executable, "-m", "matrixrl", "run", "-c", str(config), "--profile", str(profile), "--cores", "2"],
-                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, env=cluster.env(),
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, preexec_fn=as_from_a_terminal, env=cluster.env(),
             )  # fmt: skip
         try:
             record = record_of(results, runner)
