@@ -202,13 +202,20 @@ def isolation() -> tuple[str, tuple[str, ...]]:
     probe_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
     try:
         candidates = []
-        if os.geteuid() == 0 and _chown(probe_dir, _SANDBOX_UID_BASE):
-            candidates += [
-                ("namespaces+uid", namespaces + drop),
-                ("namespaces+uid", namespaces + drop + read_any),
-                ("uid", drop), ("uid", drop + read_any),
-            ]
-        candidates += [("namespaces", namespaces), ("none", ())]
+        # Each form first with a parent-death signal, so a program dies with the
+        # job that started it even when the job is SIGKILLed: the first setpriv
+        # sets it, unshare's --kill-child passes it on, and the uid drop (which
+        # clears it) sets it again. A setpriv without --pdeathsig gets the plain form.
+        for dies in (("--pdeathsig=KILL",), ()):
+            dying = (setpriv,) + dies if dies else ()
+            if os.geteuid() == 0 and _chown(probe_dir, _SANDBOX_UID_BASE):
+                candidates += [
+                    ("namespaces+uid", dying + namespaces + drop + dies),
+                    ("namespaces+uid", dying + namespaces + drop + dies + read_any),
+                    ("uid", drop + dies), ("uid", drop + dies + read_any),
+                ]
+            candidates += [("namespaces", dying + namespaces)]
+        candidates += [("none", ())]
         for name, prefix in candidates:
             if None in prefix:
                 continue  # util-linux tool missing

@@ -426,6 +426,31 @@ def test_no_new_processes(code):
     assert_no_leftover_processes(before)
 
 
+@needs_namespaces
+def test_a_killed_job_takes_its_programs_along():
+    """SIGKILL of the job (the out-of-memory killer, a cluster's hard limit) leaves
+    no program running on until its own timeout."""
+    before = sandbox_processes()
+    job = subprocess.Popen([
+        sys.executable, "-c",
+        "from matrixrl import sandbox\n"
+        "sandbox.run('while True:\\n    pass\\n', '', timeout_s=60, memory_mb=256)\n",
+    ])
+    try:
+        deadline = time.monotonic() + 30
+        while not sandbox_processes() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = sandbox_processes() - before
+        assert started, "the sandboxed program never started"
+    finally:
+        job.kill()
+        job.wait()
+    deadline = time.monotonic() + 5
+    while started & sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not started & sandbox_processes(), "sandboxed programs outlived their killed job"
+
+
 # -- the host ----------------------------------------------------------------
 
 @pytest.mark.parametrize(
