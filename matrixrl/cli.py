@@ -50,7 +50,8 @@ OutputFormat = Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
 
 def user_errors(command):
     """Turn a :class:`UserError` into its one line on stderr and its exit code, no traceback;
-    so too a full disk or a permission problem (exit 1), named with the path and the fix."""
+    so too a full disk or a permission problem (exit 1), named with the path and the
+    fix, and a Ctrl-C (exit 130)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -65,6 +66,11 @@ def user_errors(command):
                 raise
             err.print(f"Error: {message}", markup=False, soft_wrap=True)
             raise typer.Exit(1)
+        except KeyboardInterrupt:
+            # Every write is atomic or a transaction, so an interrupted command
+            # leaves the folder as it was or complete; ``run`` says more itself.
+            err.print("Interrupted.", markup=False)
+            raise typer.Exit(130)
 
     return wrapper
 

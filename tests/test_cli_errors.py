@@ -147,7 +147,7 @@ def test_console_script_prints_no_traceback(experiment: Path) -> None:
     """The real entry point, in a subprocess: what a user's terminal shows."""
     _edit(experiment, "  steps: 40\n", "  steps: abc\n")
     proc = subprocess.run(
-        [sys.executable, "-c", "from matrixrl.cli import main; main()", "report", "-c", str(experiment)],
+        [sys.executable, "-m", "matrixrl", "report", "-c", str(experiment)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -155,6 +155,35 @@ def test_console_script_prints_no_traceback(experiment: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == f"Error: {experiment}: train.steps: expected an integer (got 'abc')\n"
+
+
+# Ctrl-C lands where the test puts it: while a library loads, or inside a command.
+INTERRUPTS = {
+    "while-loading": (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'rich.table':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+    ),
+    "inside-a-command": (
+        "import matrixrl.cli as cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    raise KeyboardInterrupt\n"
+        "cli.load_config = interrupted\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(INTERRUPTS))
+def test_ctrl_c_ends_with_one_line(experiment: Path, where: str) -> None:
+    script = INTERRUPTS[where] + "import sys, runpy\nsys.argv[0] = 'matrixrl'\nrunpy.run_module('matrixrl', run_name='__main__')\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "report", "-c", str(experiment)], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "Interrupted.\n")
+    assert not results_of(experiment).exists()
 
 
 # --- report without results ------------------------------------------------------------------
