@@ -152,6 +152,7 @@ class _Problem:
     was: str  # "was damaged (...)": the note, after it was moved aside
     now: str  # "is damaged (...)": the error, when it cannot be moved
     inode: int  # of the file inspected: another process may have replaced it since
+    kind: str = "damaged"  # the moved file's suffix: NAME.KIND-YYYYmmdd-HHMMSS
 
 
 def _damaged(reason: str, inode: int) -> _Problem:
@@ -220,7 +221,7 @@ def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
             return _NEW
         if version != SCHEMA_VERSION:
             said = f"written by another version of matrixrl (store schema {version}, this one uses {SCHEMA_VERSION})"
-            return _Problem(f"was {said}", f"was {said}", stat.st_ino)
+            return _Problem(f"was {said}", f"was {said}", stat.st_ino, kind=f"schema-{version}")
         for table, expected in _expected_columns().items():
             if table not in tables:
                 return _damaged(f"table {table} is missing", stat.st_ino)
@@ -241,7 +242,8 @@ def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
 
 
 def _set_aside(db_file: Path, problem: _Problem) -> None:
-    """Move the unusable store (and its journal) to ``NAME.damaged-YYYYmmdd-HHMMSS`` next to it,
+    """Move the unusable store (and its journal) to ``NAME.damaged-YYYYmmdd-HHMMSS`` next to it
+    (``NAME.schema-N-…`` for another version's store, which an older matrixrl can still read),
     and say so in one line on stderr; StoreError (how to fix it) if it cannot be moved."""
     try:
         if db_file.stat().st_ino != problem.inode:
@@ -249,10 +251,10 @@ def _set_aside(db_file: Path, problem: _Problem) -> None:
     except FileNotFoundError:
         return
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = db_file.with_name(f"{db_file.name}.damaged-{stamp}")
+    aside = db_file.with_name(f"{db_file.name}.{problem.kind}-{stamp}")
     n = 1
     while any(Path(f"{aside}{suffix}").exists() for suffix in ("", *_COMPANIONS)):
-        aside = db_file.with_name(f"{db_file.name}.damaged-{stamp}-{n}")
+        aside = db_file.with_name(f"{db_file.name}.{problem.kind}-{stamp}-{n}")
         n += 1
     try:
         os.rename(db_file, aside)

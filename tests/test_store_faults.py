@@ -153,11 +153,11 @@ DAMAGE = {
 }
 
 
-def moved_aside(db: Path) -> Path:
-    """The one file the damaged store was moved to (``NAME.damaged-YYYYmmdd-HHMMSS``)."""
-    aside = sorted(db.parent.glob(f"{db.name}.damaged-*"))
+def moved_aside(db: Path, kind: str = "damaged") -> Path:
+    """The one file the unusable store was moved to (``NAME.KIND-YYYYmmdd-HHMMSS``)."""
+    aside = sorted(db.parent.glob(f"{db.name}.*-*"))
     assert len(aside) == 1, aside
-    assert re.fullmatch(rf"{re.escape(db.name)}\.damaged-\d{{8}}-\d{{6}}", aside[0].name), aside[0].name
+    assert re.fullmatch(rf"{re.escape(db.name)}\.{kind}-\d{{8}}-\d{{6}}", aside[0].name), aside[0].name
     return aside[0]
 
 
@@ -176,7 +176,7 @@ def test_a_damaged_store_is_moved_aside_and_rebuilt_from_the_result_files(study,
 
     result = report(experiment)
     assert result.exit_code == 0, (result.output, result.exception)
-    aside = moved_aside(db)
+    aside = moved_aside(db, "schema-1" if case == "older-version" else "damaged")
     assert result.stderr == note(db, problem, aside)
     assert json.loads(result.stdout) == tables["summary"]
     assert aside.read_bytes() == damaged  # kept as it was, next to the new store
@@ -188,7 +188,7 @@ def test_a_damaged_store_is_moved_aside_and_rebuilt_from_the_result_files(study,
         again = report(experiment, table=name)
         assert again.stderr == ""
         assert rows(again) == expected
-    assert moved_aside(db) == aside
+    assert moved_aside(db, "schema-1" if case == "older-version" else "damaged") == aside
 
 
 def test_plot_on_a_damaged_store(study) -> None:
