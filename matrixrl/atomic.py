@@ -15,10 +15,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from matrixrl.errors import disk_errors_named
+
 
 def write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (parents created) through a uniquely named temporary file."""
+    """Write ``data`` to ``path`` (parents created) through a uniquely named temporary file.
+
+    A full disk or a read-only folder is a ``DiskError`` naming ``path``, not the temporary file.
+    """
     path = Path(path)
+    with disk_errors_named(path):
+        _write_bytes(path, data)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -38,6 +48,7 @@ def write_text(path: str | Path, text: str) -> None:
 @contextmanager
 def replaced_dir(target: str | Path, tmp: str | Path | None = None) -> Iterator[Path]:
     """Fill the yielded temporary folder; on success it replaces ``target`` (removed first).
+    A full disk or a read-only folder is a ``DiskError`` naming ``target``.
 
     ``tmp`` defaults to ``TARGET.tmp`` beside the target, emptied first, so that a write a
     kill interrupted is cleaned up by the next one; pass a unique name where two processes
@@ -45,16 +56,17 @@ def replaced_dir(target: str | Path, tmp: str | Path | None = None) -> Iterator[
     """
     target = Path(target)
     tmp = Path(tmp) if tmp is not None else target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
+    with disk_errors_named(target):
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def _umask() -> int:

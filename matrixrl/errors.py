@@ -7,8 +7,11 @@ other exception is a bug in matrixrl and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 
@@ -63,28 +66,100 @@ _DISK_FIXES = {
 }
 
 
+class DiskError(UserError):
+    """A write that failed for want of space or permission; the message names what,
+    where, and the fix."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+# SQLite's result codes for the same causes (its errors carry no errno).
+_SQLITE_FIXES = {
+    "SQLITE_FULL": _DISK_FIXES[errno.ENOSPC],
+    "SQLITE_READONLY": "the file or its folder is read-only or not writable for this user; "
+    "make it writable, or point results_dir elsewhere",
+}
+
+
 def disk_error_message(exc: BaseException, where: str | Path = ".") -> str | None:
     """One line naming a disk-space or permission failure anywhere in ``exc``'s chain, or None.
 
     Some writers lose the OS error on the way (torch reports a full disk as
-    ``basic_ios::clear: iostream error``, Rust libraries as ``os error 28``); those are
-    recognised by their text, the former only while ``where``'s file system is nearly full.
+    ``basic_ios::clear: iostream error``, Rust libraries as ``os error 28``, SQLite as
+    ``database or disk is full``); those are recognised by their text or result
+    code, torch's only while ``where``'s file system is nearly full.
     """
+    cause = _disk_cause(exc, where)
+    if cause is None:
+        return None
+    path, fix = cause
+    return f"writing {path}: {fix}" if path else fix
+
+
+@contextlib.contextmanager
+def disk_errors_named(path: Path, what: str = ""):
+    """Raise a disk-space or permission failure inside the block as a :class:`DiskError`
+    naming ``path`` (and ``what`` was being written there, which an outer block's
+    ``what`` replaces), with the fix."""
+    path = Path(path).absolute()
+    prefix = f"writing {what} {path}" if what else f"writing {path}"
+    try:
+        yield
+    except DiskError as exc:
+        if not what:
+            raise
+        raise DiskError(f"{prefix}: {exc.fix}", exc.fix) from exc
+    except UserError:
+        raise
+    except Exception as exc:
+        cause = _disk_cause(exc, _existing_parent(path))
+        if cause is None:
+            raise
+        raise DiskError(f"{prefix}: {cause[1]}", cause[1]) from exc
+
+
+def disk_error_in_text(text: str) -> DiskError | None:
+    """The :class:`DiskError` of an OS error another process reported as text
+    (``OSError: [Errno 30] Read-only file system: 'PATH'``), if ``text`` holds one."""
+    found = re.search(r"\[Errno (\d+)\][^:]*: '([^']+)'", text)
+    if found is None or int(found[1]) not in _DISK_FIXES:
+        return None
+    fix = _DISK_FIXES[int(found[1])]
+    return DiskError(f"writing {found[2]}: {fix}", fix)
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _disk_cause(exc: BaseException | None, where: str | Path) -> tuple[str | None, str] | None:
+    """(the file named by the failure, or None; the fix) for a disk failure behind ``exc``."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _DISK_FIXES:
-            path = f"writing {exc.filename}: " if exc.filename else ""
-            return f"{path}{_DISK_FIXES[exc.errno]}"
+            return exc.filename, _DISK_FIXES[exc.errno]
+        if isinstance(exc, sqlite3.Error):
+            name = getattr(exc, "sqlite_errorname", "") or ""
+            for prefix, fix in _SQLITE_FIXES.items():
+                if name.startswith(prefix):  # e.g. SQLITE_READONLY_DIRECTORY
+                    return None, fix
         text = str(exc)
         if "No space left on device" in text or "os error 28" in text:
-            return _DISK_FIXES[errno.ENOSPC]
+            return None, _DISK_FIXES[errno.ENOSPC]
         if "iostream error" in text or "PytorchStreamWriter failed" in text:
             try:
                 usage = shutil.disk_usage(where)
             except OSError:
                 usage = None
             if usage is not None and usage.free < max(64 * 2**20, usage.total // 200):
-                return f"{_DISK_FIXES[errno.ENOSPC]} ({usage.free // 2**20} MiB free under {Path(where).resolve()})"
+                free = f" ({usage.free // 2**20} MiB free under {Path(where).resolve()})"
+                return None, _DISK_FIXES[errno.ENOSPC] + free
         exc = exc.__cause__ or exc.__context__
     return None

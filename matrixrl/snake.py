@@ -30,7 +30,7 @@ import yaml
 from matrixrl import atomic
 from matrixrl import layout as L
 from matrixrl.config import Config
-from matrixrl.errors import ProfileError, SnakemakeError
+from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
@@ -114,6 +114,8 @@ def pending_jobs(config: Config, workdir: Path) -> list[dict]:
     if proc.returncode != 0:
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
         reason = next((line for line in reversed(lines) if "Error" in line or "Exception" in line), lines[-1] if lines else "no output")
+        if (disk_error := disk_error_in_text(reason)) is not None:
+            raise disk_error  # Snakemake writes its metadata in the results folder even for a dry-run
         raise SnakemakeError(f"snakemake's dry-run of {workdir} failed ({reason}); run it by hand for details: snakemake -n --directory {workdir}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

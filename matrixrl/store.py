@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 
 from matrixrl import layout as L
 from matrixrl.config import AXES
-from matrixrl.errors import ConfigError, UserError
+from matrixrl.errors import ConfigError, DiskError, UserError, disk_errors_named
 from matrixrl.layout import STORE_FILE, store_path
 from matrixrl.results import DiagnosticRow, EvalResult, RoleMetric, StepMetrics, TrainResult, read_result
 
@@ -317,13 +317,14 @@ def engine_at(db_file: str | Path):
     result files first.
     """
     db_file = Path(db_file)
-    state = _inspect(db_file)
-    if isinstance(state, _Problem):
-        _set_aside(db_file, state)
-        _rebuild(db_file)
-        state = _NEW if not db_file.exists() else None
-    if state == _NEW:
-        _create(db_file)
+    with disk_errors_named(db_file, "the store"):
+        state = _inspect(db_file)
+        if isinstance(state, _Problem):
+            _set_aside(db_file, state)
+            _rebuild(db_file)
+            state = _NEW if not db_file.exists() else None
+        if state == _NEW:
+            _create(db_file)
     engine = create_engine(f"sqlite:///{db_file}")
 
     @event.listens_for(engine, "connect")
@@ -353,8 +354,14 @@ def repairing(db_file: str | Path, action: Callable[[], T], *, rebuild: bool = T
     """``action()`` (which opens the store ``db_file`` itself, and closes it); if it fails
     because the file is damaged (``PRAGMA quick_check`` says so), the store is moved aside
     with a note, rebuilt from the result files (unless ``rebuild`` is false: ``action``
-    reads them itself), and ``action`` runs once more. Any other error is raised as it is."""
+    reads them itself), and ``action`` runs once more. A full disk or a read-only
+    folder is a :class:`DiskError` naming the store; any other error is raised as it is."""
     db_file = Path(db_file)
+    with disk_errors_named(db_file, "the store"):
+        return _repairing(db_file, action, rebuild)
+
+
+def _repairing(db_file: Path, action: Callable[[], T], rebuild: bool) -> T:
     try:
         return action()
     except _DATABASE_ERRORS as exc:
@@ -646,9 +653,19 @@ class Store:
         return {row.cell: (row.cache_key, json.loads(row.summary)) for row in frame.itertuples(index=False)}
 
     def save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
-        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations."""
+        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations.
+
+        Only a cache: a store that cannot be written (a read-only results folder,
+        an archive) keeps its old entries, and the report is computed all the same.
+        """
         if not summaries:
             return
+        try:
+            self._save_summaries(summaries)
+        except DiskError:
+            pass
+
+    def _save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
         now = time.time()
         rows = [(cell, key, json.dumps(summary, allow_nan=False), now) for cell, (key, summary) in summaries.items()]
         sql = (
@@ -656,7 +673,7 @@ class Store:
             "ON CONFLICT (cell) DO UPDATE SET cache_key = excluded.cache_key, summary = excluded.summary, "
             "computed_at = excluded.computed_at, computations = cell_summaries.computations + 1"
         )
-        with Session(self.engine) as session, session.begin():
+        with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
             session.connection().exec_driver_sql(sql, rows)
 
     def computations(self) -> dict[str, int]:

@@ -548,7 +548,7 @@ def test_a_store_of_another_schema_version_is_rebuilt_from_the_result_files(expe
         db.execute("insert into cells (cell, workflow, task, scale, policy, seed) values ('ghost', 'single', 'arith', 'tiny-s', 'shared', 9)")
         db.execute(f"pragma user_version = {SCHEMA_VERSION - 1}")
     assert ingest(results) == 3  # moved aside, and a new store filled from every file
-    assert len(list(results.glob(f"{STORE_FILE}.damaged-*"))) == 1
+    assert len(list(results.glob(f"{STORE_FILE}.schema-{SCHEMA_VERSION - 1}-*"))) == 1
     with sqlite3.connect(results / STORE_FILE) as db:
         assert db.execute("pragma user_version").fetchone()[0] == SCHEMA_VERSION
         assert db.execute("select cell from cells").fetchall() == [(c.id,)]

@@ -46,6 +46,7 @@ import torch
 
 from matrixrl import atomic
 from matrixrl.config import Train
+from matrixrl.errors import disk_errors_named
 from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
 from matrixrl.layout import checkpoint_dir, checkpoints_dir
 from matrixrl.models.policies import Policy
@@ -145,8 +146,10 @@ def resume_point(
 def save_checkpoint(
     cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]], digest: str
 ) -> None:
-    """Write to a temporary folder, then rename: a kill never leaves a half checkpoint."""
-    with atomic.replaced_dir(checkpoint_dir(cell_dir, step)) as tmp:
+    """Write to a temporary folder, then rename: a kill never leaves a half checkpoint,
+    and a full disk leaves none (a :class:`DiskError` naming the checkpoint)."""
+    folder = checkpoint_dir(cell_dir, step)
+    with disk_errors_named(folder, f"the checkpoint of step {step} to"), atomic.replaced_dir(folder) as tmp:
         policy.save(tmp)
         torch.save(
             {
