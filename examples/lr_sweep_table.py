@@ -5,8 +5,8 @@
 
 One row per (task, scale, lr): base, peak (with its steps) and final accuracy, mean
 over the seeds, then each seed's peak - base and final - base in standard errors of
-the difference (``peak_gain_z``, ``gain_z`` of ``matrixrl report``). A scale of the
-sweep is named ``SCALE-lrRATE``; the rate itself is read from the config.
+the difference (``peak_gain_z``, ``gain_z`` of ``matrixrl report``). The rate is the
+grid's extra axis ``train.lr``, a column of every report table.
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ def main(path: str) -> None:
     config = load_config(path)
     ingest(config.results_dir)
     summary = build_tables(store_path(config.results_dir), config, ["summary"])["summary"]
-    summary["architecture"] = summary["scale"].str.rsplit("-lr", n=1).str[0]
-    summary["lr"] = [config.train_for(scale).lr for scale in summary["scale"]]
     print("| task | scale | lr | base | peak (steps) | final | peak − base, SEs | final − base, SEs |")
     print("|---|---|---|---|---|---|---|---|")
-    for (task, architecture, lr), rows in summary.groupby(["task", "architecture", "lr"], sort=False):
+    for (task, scale, lr), rows in summary.groupby(["task", "scale", "train.lr"], sort=False):
         steps = ", ".join(str(s) for s in rows["peak_step"])
         z = lambda column: " / ".join(f"{v:+.1f}" for v in rows[column])  # noqa: E731
         print(
-            f"| {task} | {architecture} | {rate(lr)} | {rows['base'].mean():.3f} | {rows['peak'].mean():.3f} ({steps}) "
+            f"| {task} | {scale} | {rate(lr)} | {rows['base'].mean():.3f} | {rows['peak'].mean():.3f} ({steps}) "
             f"| {rows['final'].mean():.3f} | {z('peak_gain_z')} | {z('gain_z')} |"
         )
 

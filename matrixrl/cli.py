@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from matrixrl.config import Config, load_config
-from matrixrl.errors import UserError, disk_error_message
+from matrixrl.errors import ConfigError, UserError, disk_error_message
 from matrixrl.report import FORMATS, TABLE_NAMES
 
 app = typer.Typer(
@@ -146,13 +146,16 @@ def plan(
         by_rule.add_row(*row)
     out.print(by_rule)
     per_cell = Table(title="per cell")
-    for col in ("cell", "train", "evaluations done"):
+    extra = list(cfg.grid.sweeps)  # each extra axis's value; — where it leaves the cell alone
+    for col in ("cell", *extra, "train", "evaluations done"):
         per_cell.add_column(col)
+    sweeps = {c.id: c.sweep_values() for c in G.runs(cfg)}
     for cell_id in dict.fromkeys(j["cell"] for j in jobs if j["cell"]):
         train = next(j for j in jobs if j["rule"] == "train" and j["cell"] == cell_id)
         evals = [j for j in jobs if j["rule"] == "evaluate" and j["cell"] == cell_id]
         done = sum(j["status"] == "done" for j in evals)
-        per_cell.add_row(cell_id, _status(train["status"]), f"{done}/{len(evals)}")
+        values = [str(sweeps[cell_id][key]) if key in sweeps[cell_id] else "—" for key in extra]
+        per_cell.add_row(cell_id, *values, _status(train["status"]), f"{done}/{len(evals)}")
     out.print(per_cell)
     if n_runs != n_cells:
         out.print(
@@ -366,6 +369,13 @@ def report(
         Optional[Path],
         typer.Option("--plots", metavar="DIR", help="Write the report's PNG plots to DIR (instead of printing a table)."),
     ] = None,
+    against: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against", metavar="AXIS=VALUE",
+            help="With --table compare: each value of AXIS minus this control value, paired by seed and every other axis.",
+        ),
+    ] = None,
 ):
     """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
@@ -398,6 +408,8 @@ def report(
 
         matrixrl report --table compare --format latex > compare.tex
 
+        matrixrl report --table compare --against train.lr=1.0e-4
+
         matrixrl report --table mechanism --format json > mechanism.json
 
         matrixrl report --html report.html
@@ -408,18 +420,20 @@ def report(
     # The whole grid: comparisons need their controls even where --only leaves them out.
     cfg = _load(config, None, set_)
     selected = _load(config, only, set_) if only else None
+    if against is not None and (html is not None or plots_dir is not None):
+        raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
     if html is not None or plots_dir is not None:
         from matrixrl.report.html import write_report
 
         for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
-    frame = load_report_table(cfg, table.value, group_by, selected)
+    frame = load_report_table(cfg, table.value, group_by, selected, against)
     rendered = render(
         frame.drop(columns="cell", errors="ignore"),
         format.value,
         title=TABLES[table.value].title,
-        group_by=parse_group_by(group_by),
+        group_by=parse_group_by(group_by, list(cfg.grid.sweeps)),
         caption=frame.attrs.get("caption"),
     )
     if isinstance(rendered, str):
@@ -441,11 +455,15 @@ def plot(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Folder for the PNG files [default: RESULTS/plots].")] = None,
     cell: CellOpt = None,
+    lines: Annotated[
+        str,
+        typer.Option("--lines", metavar="AXIS", help="Draw one curve per value of this axis: policy, or an extra axis such as train.lr."),
+    ] = "policy",
 ):
     """Write PNG learning curves and, with `--cell`, a cell's gradient diagnostics.
 
     Learning curves: one figure per task, one panel per workflow and scale, shared
-    and isolated overlaid (mean over seeds, min–max band), every seed's peak
+    and isolated overlaid (or the values of `--lines AXIS`; mean over seeds, min–max band), every seed's peak
     (triangle) and cliff onset (dashed line) marked. Diagnostics: per-role gradient
     norm, gradient-mass share and amplification at every update, with the cell's
     peak and cliff onset. Prints the paths written.
@@ -455,6 +473,8 @@ def plot(
         matrixrl plot --out plots
 
         matrixrl plot --only scale=tiny-s --cell voting-arith-tiny-s-isolated-s0
+
+        matrixrl plot -c examples/lr-sweep.yaml --lines train.lr
     """
     from matrixrl.layout import PLOTS_DIR
     from matrixrl.report.plots import check_out_dir, load_study, study_figures, write_pngs
@@ -462,7 +482,7 @@ def plot(
     cfg = _load(config, only, set_)
     out_dir = out_dir or Path(cfg.results_dir) / PLOTS_DIR
     check_out_dir(out_dir, "--out")
-    for path in write_pngs(study_figures(load_study(cfg), cell or []), out_dir):
+    for path in write_pngs(study_figures(load_study(cfg), cell or [], lines), out_dir):
         print(path)
 
 

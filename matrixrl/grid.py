@@ -5,7 +5,11 @@ Where a cell's files live is ``matrixrl.layout``'s business.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,30 +26,132 @@ from matrixrl.config import (
     Workflows,
     science,
 )
-from matrixrl.settings import settings_digest
+from matrixrl.config.sweeps import canonical, value_at, with_settings
+from matrixrl.settings import RUNTIME, settings_digest
 from matrixrl.workflows import WORKFLOWS
 
 
 @dataclass(frozen=True, order=True)
 class Cell:
+    """One combination of the grid's values: the five fixed axes, and the values of the
+    extra axes (``grid:``'s dotted keys) that change this cell's computation."""
+
     workflow: str
     task: str
     scale: str
     policy: str
     seed: int
+    sweep: tuple[tuple[str, str], ...] = field(default=(), metadata=RUNTIME)
+    """``(dotted key, canonical JSON value)`` per extra axis that affects the cell, in the
+    grid's order. Not science on its own (the swept settings are in the cell's spec)."""
+    label: str = field(default="", compare=False, metadata=RUNTIME)
+    """What the id shows of ``sweep``: the values that differ from the file's own setting."""
 
     @property
     def id(self) -> str:
-        return f"{self.workflow}-{self.task}-{self.scale}-{self.policy}-s{self.seed}"
+        return f"{self.workflow}-{self.task}-{self.scale}-{self.policy}-s{self.seed}{self.label}"
 
     def axes(self) -> dict:
+        """The five fixed axes."""
         return {axis: getattr(self, axis) for axis in AXES}
+
+    def sweep_values(self) -> dict[str, Any]:
+        """The extra axes' values of this cell, by dotted key."""
+        return {key: json.loads(value) for key, value in self.sweep}
 
 
 def cells(config: Config) -> list[Cell]:
-    """Every combination of the grid's axes, in the order the axes list their values."""
+    """Every combination of the grid's axes, in the order the axes list their values.
+
+    An extra axis multiplies only the cells whose spec it changes (``workflows.voting.n_votes``
+    leaves ``single`` cells alone), so each distinct computation is one cell. A cell that
+    reads the setting but is not multiplied (the axis lists only the file's own value)
+    still carries that value, for the report's column.
+    """
     grid = config.grid
-    return [Cell(*values) for values in itertools.product(*(getattr(grid, a) for a in AXES))]
+    fixed = [Cell(*values) for values in itertools.product(*(getattr(grid, a) for a in AXES))]
+    if not grid.sweeps:
+        return fixed
+    sweeps = _sweeps(config)
+    found = []
+    for cell in fixed:
+        axes = [key for key in sweeps.keys if sweeps.reads(key, cell)]
+        choices = [sweeps.values[key] if sweeps.affects(key, cell) else (sweeps.own[key],) for key in axes]
+        for combination in itertools.product(*choices):
+            sweep = tuple(zip(axes, combination))
+            found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep)))
+    return found
+
+
+@dataclass(frozen=True)
+class _Sweeps:
+    """The grid's extra axes, as :func:`cells` expands them."""
+
+    config: Config
+    keys: tuple[str, ...]
+    values: dict[str, tuple[str, ...]]  # canonical JSON texts
+    own: dict[str, str]  # the file's own value of each key
+    short: dict[str, str]  # what an id calls each key
+
+    def reads(self, key: str, cell: Cell) -> bool:
+        """Is ``key`` among the settings ``cell`` computes from? A workflow's, task's or scale's
+        settings belong to its cells, the prompts to chat-style scales, the rest to every cell."""
+        section, name, *_ = key.split(".") + [""]
+        owner = {"workflows": cell.workflow, "tasks": cell.task, "scales": cell.scale}.get(section)
+        if owner is not None:
+            return name == owner
+        if section == "prompts":
+            return self.config.scales[cell.scale].prompt_style == "chat"
+        return True
+
+    def affects(self, key: str, cell: Cell) -> bool:
+        """Does ``key`` change what ``cell`` computes? (Its spec under some value differs from
+        its spec under the file's own value: so ``--only`` narrowing the axis to one value
+        still labels the cells that value changes.)"""
+        own = _science_digest(cell_spec(self.config, cell))
+        return any(
+            _science_digest(cell_spec(self.config, replace(cell, sweep=((key, value),)))) != own
+            for value in self.values[key]
+            if value != self.own[key]
+        )
+
+    def label(self, sweep: tuple[tuple[str, str], ...]) -> str:
+        return "".join(f"-{self.short[key]}={_id_text(value)}" for key, value in sweep if value != self.own[key])
+
+
+def _science_digest(spec: CellSpec) -> str:
+    return settings_digest(science(spec))
+
+
+def _sweeps(config: Config) -> _Sweeps:
+    keys = tuple(config.grid.sweeps)
+    return _Sweeps(
+        config=config,
+        keys=keys,
+        values={key: tuple(canonical(v) for v in values) for key, values in config.grid.sweeps.items()},
+        own={key: canonical(value_at(config, key)) for key in keys},
+        short=_short_names(keys),
+    )
+
+
+def _short_names(keys: Sequence[str]) -> dict[str, str]:
+    """Each key's last part, with as many parts before it as it takes to tell it from the others."""
+    names = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            name = ".".join(parts[-n:])
+            if not any(other != key and other.split(".")[-n:] == parts[-n:] for other in keys):
+                break
+        names[key] = name
+    return names
+
+
+def _id_text(value_json: str) -> str:
+    """A value as an id shows it: short and safe in a file name (``5e-05``, ``lora``, ``true``)."""
+    value = json.loads(value_json)
+    text = value if isinstance(value, str) else value_json
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_") or "_"
 
 
 def run_of(cell: Cell) -> Cell:
@@ -140,19 +246,41 @@ def _without_train(scale):
 
 
 def cell_spec(config: Config, cell: Cell) -> CellSpec:
-    scale = config.scales[cell.scale]
+    """What ``cell`` computes from: ``config`` with the cell's extra-axis values set.
+
+    The base model is the file's own (:func:`base_digest` of ``config``): an extra axis
+    never re-prepares one (a scale's definition cannot be swept; see config.sweeps).
+    """
+    swept = swept_config(config, cell.sweep)
+    scale = swept.scales[cell.scale]
     return CellSpec(
         cell=cell,
         base=base_digest(config, cell.scale),
         scale=_without_train(scale),
-        task=config.tasks[cell.task],
-        workflow=getattr(config.workflows, cell.workflow).model_dump(),
-        policies=config.policies,
+        task=swept.tasks[cell.task],
+        workflow=getattr(swept.workflows, cell.workflow).model_dump(),
+        policies=swept.policies,
         # Only the chat style reads these: compact cells keep the defaults, so tuning them reruns nothing else.
-        prompts=config.prompts if scale.prompt_style == "chat" else PromptSettings(),
-        train=config.train_for(cell.scale),
-        eval=config.eval,
+        prompts=swept.prompts if scale.prompt_style == "chat" else PromptSettings(),
+        train=swept.train_for(cell.scale),
+        eval=swept.eval,
     )
+
+
+def swept_config(config: Config, sweep: tuple[tuple[str, str], ...]) -> Config:
+    """``config`` with the extra-axis values ``sweep`` set (validated once per distinct ``sweep``)."""
+    if not sweep:
+        return config
+    key = (id(config), sweep)
+    cached = _SWEPT.get(key)
+    if cached is None or cached[0] is not config:  # held here, so its id is not reused meanwhile
+        if len(_SWEPT) > 4096:
+            _SWEPT.clear()
+        cached = _SWEPT[key] = (config, with_settings(config, [(k, json.loads(v)) for k, v in sweep]))
+    return cached[1]
+
+
+_SWEPT: dict[tuple[int, tuple], tuple[Config, Config]] = {}
 
 
 class BaseSpec(BaseModel):

@@ -24,7 +24,7 @@ class Strict(BaseModel):
 
 RUNTIME = {"runtime": True}
 """``json_schema_extra`` of a setting that cannot change a result (threads, batch sizes,
-devices): it stays out of cell specs' digests and Snakemake params, so changing it
+devices), or a dataclass field's ``metadata`` that is not science on its own: it stays out of cell specs' digests and Snakemake params, so changing it
 reruns nothing (see :func:`science`)."""
 
 
@@ -41,7 +41,9 @@ def science(value: Any) -> Any:
             if not is_runtime(field)
         }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: science(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: science(getattr(value, f.name)) for f in dataclasses.fields(value) if not f.metadata.get("runtime")
+        }
     if isinstance(value, dict):
         return {str(k): science(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -41,7 +41,9 @@ LOCAL_RULES = ("analyse",)
 
 
 def write_configfile(config: Config, path: Path) -> Path:
-    atomic.write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    # What the file set, not the defaults: the Snakefile's validation then sees what the CLI's
+    # saw (a default that follows another key stays a default), and so do extra axes' values.
+    atomic.write_text(path, yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False))
     return path
 
 
@@ -180,7 +182,7 @@ def planned_jobs(config: Config) -> list[dict]:
     jobs = [job("prepare_base", {"scale": s}, scale=s) for s in G.base_scales(config)]
     jobs += [job("train", {"cell": c.id}, cell=c.id, scale=c.scale) for c in runs]
     for c in runs:
-        for step in G.checkpoint_steps(config.train_for(c.scale)):
+        for step in G.checkpoint_steps(G.cell_spec(config, c).train):  # an extra axis may set the schedule
             jobs.append(job("evaluate", {"cell": c.id, "step": step}, cell=c.id, scale=c.scale, step=step))
     jobs.append(job("analyse", {}))
     return jobs

@@ -103,7 +103,8 @@ def test_unknown_nested_key_lists_valid_keys(raw: dict) -> None:
 def test_unknown_key_in_a_grid(raw: dict) -> None:
     raw["grid"]["seeds"] = [0]
     assert error_of(raw) == (
-        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed"
+        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed, "
+        "or a setting's dotted key as an extra axis (e.g. train.lr)"
     )
 
 

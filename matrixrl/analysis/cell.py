@@ -22,7 +22,8 @@ from matrixrl.analysis.curves import CurveSummary, summarize_curve
 from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import assess, signal_of
-from matrixrl.config import AXES, Analysis
+from matrixrl.analysis.axes import axes_of, cells_frame
+from matrixrl.config import Analysis
 
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
 
@@ -96,14 +97,15 @@ def rows_of_cells(frame: pd.DataFrame, runs: Mapping[str, str]) -> pd.DataFrame:
 
 
 def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell of ``cells`` (``cell`` + AXES, in its order) that has a record.
+    """One row per cell of ``cells`` (``cell`` + its axes, in its order) that has a record.
 
-    Columns: ``cell``, AXES, every record field; typed (nullable ints and booleans
+    Columns: ``cell``, the axes (extra axes too), every record field; typed (nullable ints and booleans
     where a field can be missing).
     """
     rows = [{**axes, **records[axes["cell"]]} for axes in cells.to_dict("records") if axes["cell"] in records]
     per_role = [key for row in rows for key in row]  # the role columns some records have
-    columns = list(dict.fromkeys(["cell", *AXES, *CURVE_FIELDS, *_DTYPES, *per_role]))
-    frame = pd.DataFrame(rows, columns=columns)
-    dtypes = {column: _DTYPES.get(column, "float64") for column in columns if column not in ("cell", *AXES)}
+    axes = axes_of(cells.columns)
+    columns = list(dict.fromkeys(["cell", *axes, *CURVE_FIELDS, *_DTYPES, *per_role]))
+    frame = cells_frame(rows, columns)
+    dtypes = {column: _DTYPES.get(column, "float64") for column in columns if column not in ("cell", *axes)}
     return frame.astype({**dtypes, "seed": "int64"})

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
 from matrixrl.analysis.seeds import t_interval
 
 CONTROL = "single"
@@ -57,35 +58,88 @@ def _by_seed(cells: pd.DataFrame) -> dict[int, tuple[float, float, float, float]
 
 
 def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """The comparison rows (``COMPARE_COLUMNS``) that ``per_cell`` has cells for.
+    """The built-in comparison rows (``COMPARE_COLUMNS``, extra axes after ``policy``) that
+    ``per_cell`` has cells for.
 
     ``per_cell``: one row per cell with the axes and ``peak, final, gain, cliff``.
-    Rows with no seed in common are left out.
+    Cells are paired on every other axis, extra axes too; a ``single`` control
+    that an extra axis does not affect (``workflows.voting.n_votes``) is the control
+    of every value. Rows with no seed in common are left out.
     """
+    extra = extra_axes(per_cell.columns)
     values = ["seed", "peak", "final", "gain", "cliff"]
     if "run" in per_cell.columns:
         values.append("run")
-    per_cell = per_cell[["workflow", "task", "scale", "policy", *values]]
-    cells = {key: group[values] for key, group in per_cell.groupby(["workflow", "task", "scale", "policy"], sort=False)}
+    keys = ["workflow", "task", "scale", "policy", *extra]
+    per_cell = per_cell[[*keys, *values]]
+    cells = {key: group[values] for key, group in grouped(per_cell, keys)}
     rows = []
     treated_mode, control_mode = POLICY_PAIR
-    for (workflow, task, scale), group in per_cell.groupby(["workflow", "task", "scale"], sort=False):
-        by_policy = {policy: cells[(workflow, task, scale, policy)] for policy in group["policy"].unique()}
+    others = ["workflow", "task", "scale", *extra]
+    for key, group in grouped(per_cell, others):
+        workflow, task, scale, *sweep = key
+        axes = {"workflow": workflow, "task": task, "scale": scale, **dict(zip(extra, sweep))}
+        by_policy = {policy: cells[(workflow, task, scale, policy, *sweep)] for policy in group["policy"].unique()}
         paired = treated_mode in by_policy and control_mode in by_policy
         if paired and "run" in values:
             paired = set(by_policy[treated_mode]["run"]) != set(by_policy[control_mode]["run"])
         if paired:
             row = paired_row(by_policy[treated_mode], by_policy[control_mode], confidence)
-            rows.append({"workflow": workflow, "task": task, "scale": scale, "policy": None,
-                         "comparison": f"{treated_mode} - {control_mode}", **row})  # fmt: skip
+            rows.append({**axes, "policy": None, "comparison": f"{treated_mode} - {control_mode}", **row})
         if workflow == CONTROL:
             continue
         for policy, treated in by_policy.items():
-            control = cells.get((CONTROL, task, scale, policy))
+            control = _control_of(cells, (CONTROL, task, scale, policy), sweep)
             if control is not None:
                 row = paired_row(treated, control, confidence)
-                rows.append({"workflow": workflow, "task": task, "scale": scale, "policy": policy,
-                             "comparison": f"{workflow} - {CONTROL}", **row})  # fmt: skip
-    table = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+                rows.append({**axes, "policy": policy, "comparison": f"{workflow} - {CONTROL}", **row})
+    columns = [*COMPARE_COLUMNS[:4], *extra, *COMPARE_COLUMNS[4:]]
+    table = cells_frame(rows, columns)
     table = table[table["n_pairs"] > 0].reset_index(drop=True)
     return table.astype({"n_pairs": "int64"})
+
+
+def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float = 0.95) -> pd.DataFrame:
+    """Each value of ``axis`` against its ``control`` value (``compare --against AXIS=VALUE``).
+
+    A row per value and per combination of the other axes (the seed aside) that has
+    cells of both: ``comparison`` reads ``AXIS=VALUE - AXIS=CONTROL``, and the
+    figures are the mean paired differences by seed, as in :func:`compare_table`.
+    Cells the axis does not affect (no value) are not compared.
+    """
+    extra = extra_axes(per_cell.columns)
+    keys = [a for a in ["workflow", "task", "scale", "policy", *extra] if a != axis]
+    values = ["seed", "peak", "final", "gain", "cliff"]
+    per_cell = per_cell[per_cell[axis].notna()]
+    wanted = _text(control)
+    rows = []
+    for key, group in grouped(per_cell, keys):
+        axes = dict(zip(keys, key))
+        by_value = {_text(v): (v, g[values]) for (v,), g in grouped(group, [axis])}
+        if wanted not in by_value:
+            continue
+        _, control_cells = by_value[wanted]
+        for text, (value, treated) in by_value.items():
+            if text == wanted:
+                continue
+            row = paired_row(treated, control_cells, confidence)
+            rows.append({**axes, axis: value, "comparison": f"{axis}={text} - {axis}={wanted}", **row})
+    columns = ["workflow", "task", "scale", "policy", *extra, *COMPARE_COLUMNS[4:]]
+    table = cells_frame(rows, columns)
+    table = table[table["n_pairs"] > 0].reset_index(drop=True)
+    return table.astype({"n_pairs": "int64"})
+
+
+def _text(value) -> str:
+    """A value as ``--only`` and ``--against`` spell it (``5e-05``, ``true``, ``lora``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _control_of(cells: dict, fixed: tuple, sweep: list) -> pd.DataFrame | None:
+    """The control's cells: the same extra-axis values, or none where the axis leaves the control alone."""
+    for key, frame in cells.items():
+        if key[:4] == fixed and all(theirs is None or theirs == ours for theirs, ours in zip(key[4:], sweep)):
+            return frame
+    return None

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import AXES, Analysis
+from matrixrl.analysis.axes import axes_of
+from matrixrl.config import Analysis
 
 VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff")
 FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict")
@@ -138,4 +139,4 @@ MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS]
 def mechanism_table(per_cell: pd.DataFrame) -> pd.DataFrame:
     """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``."""
     rows = per_cell[per_cell["base"].notna()]
-    return rows[["cell", *AXES, *MECHANISM_COLUMNS]].astype({"cliff": "bool"}).reset_index(drop=True)
+    return rows[["cell", *axes_of(rows.columns), *MECHANISM_COLUMNS]].astype({"cliff": "bool"}).reset_index(drop=True)

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+
 GROUP_AXES = ("workflow", "task", "scale", "policy")
 FIGURES = ("base", "peak", "final", "gain")
 SEEDS_COLUMNS = [
@@ -53,17 +55,19 @@ def _t_quantile(confidence: float, dof: int) -> float:
 
 
 def seeds_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """One row per (workflow, task, scale, policy) over its seeds (``SEEDS_COLUMNS``).
+    """One row per (workflow, task, scale, policy, extra axes) over its seeds (``SEEDS_COLUMNS``).
 
     ``per_cell`` has the axes and ``base, peak, final, gain, cliff`` per cell (one
     row per seed). Groups appear in the order of their first row.
     """
     rows = []
-    for key, group in per_cell.groupby(list(GROUP_AXES), sort=False):
-        row: dict = dict(zip(GROUP_AXES, key))
+    groups = [*GROUP_AXES, *extra_axes(per_cell.columns)]
+    for key, group in grouped(per_cell, groups):
+        row: dict = dict(zip(groups, key))
         for figure in FIGURES:
             row[f"{figure}_mean"], row[f"{figure}_lo"], row[f"{figure}_hi"] = t_interval(group[figure], confidence)
         row["cliff_rate"] = float(group["cliff"].astype(bool).mean())
         row["n_seeds"] = len(group)
         rows.append(row)
-    return pd.DataFrame(rows, columns=SEEDS_COLUMNS).astype({"n_seeds": "int64"})
+    columns = [*GROUP_AXES, *groups[len(GROUP_AXES):], *SEEDS_COLUMNS[len(GROUP_AXES):]]
+    return cells_frame(rows, columns).astype({"n_seeds": "int64"})

@@ -20,6 +20,7 @@ import pandas as pd
 from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
+from matrixrl.analysis.axes import extra_axes
 from matrixrl.config import AXES, Analysis
 
 CHECKPOINTS = ("base", "peak", "final")
@@ -55,13 +56,14 @@ def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:
 
 
 def summary_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
-    """Cells with a base evaluation: ``cell``, ``SUMMARY_COLUMNS``, then per-role accuracies."""
+    """Cells with a base evaluation: ``cell``, ``SUMMARY_COLUMNS`` (extra axes after the fixed ones),
+    then per-role accuracies."""
     rows = per_cell[per_cell["base"].notna()]
     columns = role_columns(rows.columns, ROLE_ACCURACY_SUFFIXES)
     # A role's metric keeps all three columns (base, peak, final) if it has any value.
     measured = {c.rsplit("_", 1)[0] for c in columns if rows[c].notna().any()}
     roles = [c for c in columns if c.rsplit("_", 1)[0] in measured]
-    table = rows[["cell", *SUMMARY_COLUMNS, *roles]].reset_index(drop=True)
+    table = rows[["cell", *AXES, *extra_axes(rows.columns), *SUMMARY_COLUMNS[len(AXES):], *roles]].reset_index(drop=True)
     return table.astype({"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"})
 
 
@@ -74,7 +76,9 @@ def diagnostics_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
     rows = per_cell[per_cell["has_diagnostics"].astype(bool)]
     amp = [c for c in role_columns(rows.columns, (AMP_MEAN, AMP_MAX)) if rows[c].notna().any()]
     ratio = [c for c in role_columns(rows.columns, (NORM_RATIO,)) if rows[c].notna().any()]
-    return rows[["cell", *DIAGNOSTICS_COLUMNS, *amp, *ratio]].reset_index(drop=True)
+    return rows[["cell", *AXES, *extra_axes(rows.columns), *DIAGNOSTICS_COLUMNS[len(AXES):], *amp, *ratio]].reset_index(
+        drop=True
+    )
 
 
 def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:

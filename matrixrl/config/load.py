@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
+from matrixrl.config.sweeps import check_sweeps
 from matrixrl.errors import ConfigError, DataError
 from matrixrl.tasks.files import locate
 
@@ -35,6 +36,9 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
 
 def apply_set(raw: dict, assignment: str) -> None:
     path, value = parse_set(assignment)
+    if path[0] == "grid" and len(path) > 2:
+        # grid.train.lr=[...]: the extra axis train.lr, a dotted key under grid:
+        path = ["grid", ".".join(path[1:])]
     node = raw
     for i, part in enumerate(path[:-1]):
         child = node.get(part)
@@ -54,7 +58,7 @@ def parse_only(assignment: str) -> tuple[str, list[str]]:
     axis, sep, raw = assignment.partition("=")
     axis = axis.strip()
     wanted = [v.strip() for v in raw.split(",") if v.strip()]
-    if sep and axis and axis not in AXES:
+    if sep and axis and axis not in AXES and "." not in axis:
         raise ConfigError(
             f"--only {assignment!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}, e.g. --only seed=0,1"
         )
@@ -73,9 +77,14 @@ def apply_only(raw: dict, assignment: str) -> None:
     axis, wanted = parse_only(assignment)
     grid = raw.get("grid")
     values = grid.get(axis) if isinstance(grid, dict) else None
+    if values is None and "." in axis:
+        raise ConfigError(
+            f"--only {assignment!r}: {axis} is not an axis of this grid; "
+            f"--only narrows the grid, use --set grid.{axis}=[...] to make it one"
+        )
     if not isinstance(values, list):
         return  # validation will report the missing axis
-    by_text = {str(v): v for v in values}
+    by_text = {_shown(v): v for v in values}
     missing = [w for w in wanted if w not in by_text]
     if missing:
         raise ConfigError(
@@ -84,6 +93,13 @@ def apply_only(raw: dict, assignment: str) -> None:
             f"use --set grid.{axis}=[...] to change it"
         )
     grid[axis] = [by_text[w] for w in wanted]
+
+
+def _shown(value) -> str:
+    """A grid value as --only spells it: 5e-05, true, lora."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) -> Config:
@@ -170,7 +186,7 @@ def _resolve_model_path(name: str, scale, base: Path, source: str):
 def validate(raw: dict, source: str) -> Config:
     """``raw`` (a parsed experiments file) as a :class:`Config`; a one-line ConfigError naming ``source`` if not."""
     try:
-        return Config.model_validate(raw)
+        return check_sweeps(Config.model_validate(raw))
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except ValidationError as exc:

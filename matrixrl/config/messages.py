@@ -6,7 +6,7 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from matrixrl.config.schema import Config
+from matrixrl.config.schema import Config, Grid
 from matrixrl.errors import ConfigError
 from matrixrl.settings import kind_values, models_in
 
@@ -86,6 +86,9 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     if kind == "extra_forbidden":
         owner = _describe(Config, loc, tag)
         allowed = f"; valid keys here: {', '.join(owner.model_fields)}" if owner else "; remove it"
+        if owner is Grid:
+            axes = ", ".join(name for name in owner.model_fields if name != "sweeps")
+            allowed = f"; valid keys here: {axes}, or a setting's dotted key as an extra axis (e.g. train.lr)"
         return f"{source}: {path}: unknown key{allowed}"
     if kind == "missing":
         return f"{source}: {path}: required key is missing; add it"

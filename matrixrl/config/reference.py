@@ -134,8 +134,10 @@ def type_text(annotation: Any, metadata: list = ()) -> str:
         else:
             text = f"list of {_plural(type_text(item))}"
         return text + (", at least one" if minimum == 1 else f", at least {minimum}" if minimum else "")
-    if origin is dict:
+    if origin is dict and models_in(args[1]):
         return "mapping of names to entries, each with a `kind:` (below)"
+    if origin is dict:
+        return "dotted keys, each with a list of values"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section (below)"
     words = {int: "integer", float: "number", bool: "true or false", str: "string"}

@@ -8,9 +8,9 @@ its workflow module; this module assembles them into :class:`Config`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, create_model, model_validator
+from pydantic import ConfigDict, Field, create_model, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
@@ -42,6 +42,27 @@ class Grid(Strict):
         description="training seeds; a cell's seed draws its training problems and samples, seeds its initial "
         "adapters and keys its evaluation samples",
     )
+    sweeps: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra axes, written as dotted keys right under grid: (e.g. train.lr: [1.0e-4, 5.0e-5]): "
+        "any setting a cell computes from, with its values; a cell it does not affect is not multiplied "
+        "(docs/sweeps.md)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted_keys_are_sweeps(cls, data):
+        if isinstance(data, dict) and any("." in str(key) for key in data):
+            fixed = {key: value for key, value in data.items() if "." not in str(key)}
+            sweeps = {**(fixed.pop("sweeps", None) or {}), **{k: v for k, v in data.items() if "." in str(k)}}
+            return {**fixed, "sweeps": sweeps}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _sweeps_as_dotted_keys(self, handler):
+        # Written back as the user writes it (the configfile Snakemake reads, say).
+        data = handler(self)
+        return {**{k: v for k, v in data.items() if k != "sweeps"}, **(data.get("sweeps") or {})}
 
 
 class Train(Strict):

@@ -5,13 +5,12 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-import pandas as pd
 
 from matrixrl import atomic
+from matrixrl.analysis.axes import cells_frame
 from matrixrl.analysis.summary import summary_table
 from matrixrl.config import Analysis
 from matrixrl.errors import UserError, disk_error_message
-from matrixrl.grid import Cell
 from matrixrl.jobs.logfile import file_logger
 from matrixrl.report.tables import current_evaluations
 from matrixrl.store import ingest, read_table
@@ -30,7 +29,7 @@ def analyse_job(
     try:
         results_dir = Path(output).resolve().parent
         log(f"ingested {ingest(results_dir)} new or changed result files")
-        grid = pd.DataFrame([{"cell": Cell(**c).id, **c} for c in cells])
+        grid = cells_frame(cells, list(dict.fromkeys(key for cell in cells for key in cell)))
         evaluations = read_table(results_dir, "evaluations")
         if eval_digests is not None:
             evaluations = current_evaluations(evaluations, {run: (None, digest) for run, digest in eval_digests.items()})

@@ -144,11 +144,13 @@ def build_report(
     from matrixrl.report.tables import TABLES, build_tables, parse_group_by
     from matrixrl.layout import store_path
 
-    axes = parse_group_by(group_by)
+    axes = parse_group_by(group_by, list(config.grid.sweeps))
     study = load_study(selected or config)  # ingests; one-line errors when there is nothing yet
-    only = {axis: getattr(selected.grid, axis) for axis in AXES} if selected is not None else None
+    only = None
+    if selected is not None:
+        only = {**{axis: getattr(selected.grid, axis) for axis in AXES}, **selected.grid.sweeps}
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
-    grouped = [name for name in TABLES if set(axes) <= set(TABLES[name].axes)]
+    grouped = [name for name in TABLES if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
     frames = build_tables(store_path(config.results_dir), config, grouped, axes or None, only=only) if grouped else {}
     rest = [name for name in TABLES if name not in grouped]
     frames |= build_tables(store_path(config.results_dir), config, rest, only=only) if rest else {}

@@ -29,14 +29,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from matrixrl import atomic
+from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
 from matrixrl.analysis.curves import summarize_cells
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import Analysis, Config
+from matrixrl.config import AXES, Analysis, Config
 from matrixrl.errors import ConfigError
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
 POLICY_COLOURS = {"shared": "#0072B2", "isolated": "#D55E00"}
 _ROLE_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+LEGEND_WIDTH = 3.2  # inches added beside the panels for a legend of extra-axis values
 PNG_DPI = 110
 PANEL_SIZE = (4.2, 2.8)  # inches per learning-curve panel
 SMOOTH_UPDATES = 5  # per-update diagnostics are noisy; the thick line averages this many updates
@@ -91,7 +93,8 @@ def load_study(config: Config) -> Study:
 
     results = Path(config.results_dir)
     ingest_for_report(results)
-    cells = pd.DataFrame([{"cell": c.id, **c.axes()} for c in G.cells(config)])
+    extra = list(config.grid.sweeps)
+    cells = cells_frame([{"cell": c.id, **c.axes(), **c.sweep_values()} for c in G.cells(config)], ["cell", *AXES, *extra])
     runs = G.run_ids(config)
     current = current_specs(config)
     evals = rows_of_cells(current_evaluations(read_table(results, "evaluations"), current), runs)
@@ -109,19 +112,27 @@ def cliff_cells(study: Study) -> list[str]:
     return [c for c in study.cells["cell"] if c in with_cliff and c in with_diagnostics]
 
 
-def study_figures(study: Study, diagnostics_cells: Sequence[str] = ()) -> dict[str, Figure]:
-    """The learning curves of every task, then the diagnostics of each cell asked for.
+def study_figures(study: Study, diagnostics_cells: Sequence[str] = (), line_by: str = "policy") -> dict[str, Figure]:
+    """The learning curves of every task (a line per value of ``line_by``), then the
+    diagnostics of each cell asked for.
 
-    A cell that is not in the grid, or that has no diagnostics stored yet, is a
-    user error (``ConfigError`` naming ``--cell``).
+    A cell that is not in the grid, or that has no diagnostics stored yet, or a
+    ``line_by`` that is not the policy axis or an extra axis, is a user error
+    (``ConfigError`` naming ``--cell`` or ``--lines``).
     """
+    choices = ["policy", *extra_axes(study.cells.columns)]
+    if line_by not in choices:
+        raise ConfigError(
+            f"--lines {line_by}: not an axis the curves can draw one line per value of; use one of: {', '.join(choices)} "
+            "(workflow, task and scale have panels of their own, seeds make the band)"
+        )
     known = list(study.cells["cell"])
     for cell in diagnostics_cells:
         if cell not in known:
             raise ConfigError(f"--cell {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
         if not (study.diagnostics["cell"] == cell).any():
             raise ConfigError(f"--cell {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
-    figures = learning_curve_figures(study.cells, study.evals, study.analysis)
+    figures = learning_curve_figures(study.cells, study.evals, study.analysis, line_by)
     for cell in dict.fromkeys(diagnostics_cells):
         figures[diagnostics_name(cell)] = diagnostics_figure(cell, study.diagnostics, study.evals, study.analysis)
     return figures
@@ -130,33 +141,41 @@ def study_figures(study: Study, diagnostics_cells: Sequence[str] = ()) -> dict[s
 # --- learning curves --------------------------------------------------------------------
 
 
-def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> dict[str, Figure]:
+def learning_curve_figures(
+    cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis, line_by: str = "policy"
+) -> dict[str, Figure]:
     """One learning-curve figure per task of ``cells`` (see the module docstring).
 
-    ``cells``: columns ``cell`` and the grid axes, in the grid's order; ``evals``:
-    the store's evaluations (``cell, step, accuracy, n``), other cells ignored.
-    Panels of (workflow, scale) pairs with no evaluation yet say so.
+    ``cells``: columns ``cell`` and the grid axes (extra axes too), in the grid's
+    order; ``evals``: the store's evaluations (``cell, step, accuracy, n``), other
+    cells ignored. Each panel draws one line per value of ``line_by`` (an axis other
+    than workflow, task, scale and seed), in its own colour; where other axes vary
+    too (the policy mode, another extra axis), each of their combinations has its own
+    line style. Panels of (workflow, scale) pairs with no evaluation yet say so.
     Returns ``{curves_name(task): figure}`` in the grid's task order.
     """
     evals = evals[evals["cell"].isin(cells["cell"])]
     summaries = summarize_cells(evals[["cell", "step", "accuracy", "n", "se"]], analysis).set_index("cell")
+    others = [a for a in ("policy", *extra_axes(cells.columns)) if a != line_by and cells[a].nunique(dropna=False) > 1]
+    styles = _line_styles(cells, line_by, others)
     figures = {}
     for task in cells["task"].drop_duplicates():
         of_task = cells[cells["task"] == task]
         workflows = list(of_task["workflow"].drop_duplicates())
         scales = list(of_task["scale"].drop_duplicates())
+        beside = line_by != "policy" or bool(others)  # labels like train.lr=5e-05: a legend column beside the panels
         fig = Figure(
-            figsize=(PANEL_SIZE[0] * len(scales), PANEL_SIZE[1] * len(workflows) + 1.0),
+            figsize=(PANEL_SIZE[0] * len(scales) + (LEGEND_WIDTH if beside else 0), PANEL_SIZE[1] * len(workflows) + 1.0),
             layout="constrained",
         )
         axes = fig.subplots(len(workflows), len(scales), sharex=True, sharey=True, squeeze=False)
-        policies_drawn: list[str] = []
+        drawn: list[tuple] = []
         for r, workflow in enumerate(workflows):
             for c, scale in enumerate(scales):
                 ax = axes[r][c]
                 panel = of_task[(of_task["workflow"] == workflow) & (of_task["scale"] == scale)]
-                drawn = _curve_panel(ax, panel, evals, summaries)
-                policies_drawn += [p for p in drawn if p not in policies_drawn]
+                lines = _curve_panel(ax, panel, evals, summaries, [line_by, *others], styles)
+                drawn += [line for line in lines if line not in drawn]
                 ax.set_title(f"{workflow} · {scale}")
                 ax.grid(True, alpha=0.3)
                 if r == len(workflows) - 1:
@@ -168,50 +187,95 @@ def learning_curve_figures(cells: pd.DataFrame, evals: pd.DataFrame, analysis: A
         # Two lines and a narrower legend, so that a one-scale figure (one panel wide) is not cut.
         fig.suptitle(f"{task}: accuracy vs training step\nline: mean of {n_seeds} seed(s), band: min–max")
         wide = len(scales) > 1
-        fig.legend(
-            handles=_curve_legend(policies_drawn),
-            loc="outside lower center",
-            ncols=4 if wide else 2,
-            fontsize="medium" if wide else "small",
-            frameon=False,
-        )
+        handles = _curve_legend([styles[line] for line in sorted(drawn, key=list(styles).index)], bool(others))
+        if not beside:
+            fig.legend(handles=handles, loc="outside lower center", ncols=4 if wide else 2,
+                       fontsize="medium" if wide else "small", frameon=False)  # fmt: skip
+        else:
+            fig.legend(handles=handles, loc="outside right upper", ncols=1, fontsize="small", frameon=False)
         figures[curves_name(task)] = fig
     return figures
 
 
-def _curve_panel(ax, panel: pd.DataFrame, evals: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
-    """Draw one (workflow, task, scale) panel; returns the policies it drew."""
+@dataclass(frozen=True)
+class _LineStyle:
+    colour: str
+    dashes: str
+    label: str  # the whole line: "train.lr=5e-05, policy=isolated"
+    colour_label: str  # what its colour stands for: "train.lr=5e-05"
+    dashes_label: str  # what its dash pattern stands for: "isolated" ("" when nothing else varies)
+
+
+_DASHES = ("-", "--", ":", "-.")
+
+
+def _line_styles(cells: pd.DataFrame, line_by: str, others: list[str]) -> dict[tuple, _LineStyle]:
+    """A colour per value of ``line_by`` (the policy modes keep theirs) and a dash pattern per
+    combination of ``others``, for every line the figures can draw, in the grid's order."""
+    colours: dict = {}
+    dashes: dict = {}
+    styles = {}
+    for key, _ in grouped(cells, [line_by, *others]):
+        value, rest = key[0], key[1:]
+        if value not in colours:
+            colours[value] = POLICY_COLOURS[value] if line_by == "policy" else _ROLE_PALETTE[len(colours) % len(_ROLE_PALETTE)]
+        if all(v is None for v in rest):  # the other axes leave these cells alone
+            dash = "-"
+        else:
+            dash = dashes.setdefault(rest, _DASHES[len(dashes) % len(_DASHES)])
+        names = [line_by, *others]
+        parts = [_shown(name, v) for name, v in zip(names, key) if v is not None]
+        rest_label = ", ".join(_shown(name, v) for name, v in zip(others, rest) if v is not None)
+        styles[key] = _LineStyle(colours[value], dash, ", ".join(parts) or "n/a", _shown(line_by, value), rest_label)
+    return styles
+
+
+def _shown(axis: str, value) -> str:
+    """``shared`` for the policy axis (as before extra axes), ``train.lr=5e-05`` for the others."""
+    return str(value) if axis == "policy" else f"{axis}={value}"
+
+
+def _curve_panel(ax, panel: pd.DataFrame, evals: pd.DataFrame, summaries: pd.DataFrame, keys: list[str], styles) -> list[tuple]:
+    """Draw one (workflow, task, scale) panel, a line per combination of ``keys``; returns the lines drawn."""
     drawn = []
-    for policy in panel["policy"].drop_duplicates():
-        cell_ids = panel.loc[panel["policy"] == policy, "cell"]
-        curves = evals[evals["cell"].isin(cell_ids)]
+    for key, line_cells in grouped(panel, keys):
+        curves = evals[evals["cell"].isin(line_cells["cell"])]
         if curves.empty:
             continue
-        colour = policy_colour(policy)
-        # Later policies draw thinner on top, so identical curves (``single`` has one role) both stay visible.
+        style = styles[key]
+        # Later lines draw thinner on top, so identical curves (``single`` has one role) all stay visible.
         width = max(3.2 - 1.2 * len(drawn), 1.2)
         # seeds as columns; a seed still running contributes to the steps it has reached
         by_step = curves.pivot_table(index="step", columns="cell", values="accuracy", aggfunc="mean").sort_index()
-        ax.plot(by_step.index, by_step.mean(axis=1), color=colour, linewidth=width)
+        ax.plot(by_step.index, by_step.mean(axis=1), color=style.colour, linewidth=width, linestyle=style.dashes)
         if by_step.shape[1] > 1:
-            ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=colour, alpha=0.2, linewidth=0)
+            ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=style.colour, alpha=0.2, linewidth=0)
         for cell in by_step.columns:
             summary = summaries.loc[cell]
-            ax.plot([summary["peak_step"]], [summary["peak"]], marker="^", markersize=8, color=colour,
+            ax.plot([summary["peak_step"]], [summary["peak"]], marker="^", markersize=8, color=style.colour,
                     markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
             if summary["cliff"]:
-                ax.axvline(int(summary["cliff_onset"]), color=colour, linestyle="--", linewidth=1.2)
-        drawn.append(policy)
+                ax.axvline(int(summary["cliff_onset"]), color=style.colour, linestyle="--", linewidth=1.2)
+        drawn.append(key)
     if not drawn:
         ax.text(0.5, 0.5, "no evaluations yet", transform=ax.transAxes, ha="center", va="center", color="grey")
     return drawn
 
 
-def _curve_legend(policies: Iterable[str]) -> list:
+def _curve_legend(styles: Sequence[_LineStyle], by_two: bool = False) -> list:
+    """A line and a band per style; with ``by_two`` (other axes vary too), a colour per
+    value of the chosen axis and a dash pattern per combination of the others instead."""
     handles = []
-    for policy in policies:
-        handles.append(Line2D([], [], color=policy_colour(policy), linewidth=2, label=f"{policy} (mean)"))
-        handles.append(Patch(color=policy_colour(policy), alpha=0.2, label=f"{policy} (seed min–max)"))
+    if not by_two:
+        for style in styles:
+            handles.append(Line2D([], [], color=style.colour, linewidth=2, label=f"{style.label} (mean)"))
+            handles.append(Patch(color=style.colour, alpha=0.2, label=f"{style.label} (seed min–max)"))
+    else:
+        for label, colour in dict((s.colour_label, s.colour) for s in styles).items():
+            handles.append(Line2D([], [], color=colour, linewidth=2, label=f"{label} (mean)"))
+        for label, dash in dict((s.dashes_label, s.dashes) for s in styles if s.dashes_label).items():
+            handles.append(Line2D([], [], color="black", linestyle=dash, linewidth=1.5, label=label))
+        handles.append(Patch(color="grey", alpha=0.2, label="seed min–max"))
     handles.append(Line2D([], [], marker="^", color="grey", markeredgecolor="black", linestyle="none", label="peak (per seed)"))
     handles.append(Line2D([], [], color="grey", linestyle="--", label="cliff onset (per seed)"))
     return handles

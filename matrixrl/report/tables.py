@@ -31,8 +31,9 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl import grid as G
+from matrixrl.analysis.axes import cells_frame
 from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
-from matrixrl.analysis.compare import CONTROL, compare_table
+from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
@@ -92,29 +93,32 @@ TABLES: dict[str, TableSpec] = {
 assert tuple(TABLES) == TABLE_NAMES
 
 
-def parse_group_by(group_by: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"workflow,policy"`` or ``["workflow", "policy"]`` → checked axes; ConfigError names the problem."""
+def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """``"workflow,policy"`` or ``["workflow", "policy"]`` → checked axes (the fixed ones and
+    ``extra``, the grid's extra axes); ConfigError names the problem."""
     if group_by is None:
         return ()
+    known = [*AXES, *extra]
     text = group_by if isinstance(group_by, str) else ",".join(group_by)
     axes = [a.strip() for a in text.split(",") if a.strip()]
     if not axes:
-        raise ConfigError(f"--group-by {text!r}: expected AXIS[,AXIS] with AXIS one of {', '.join(AXES)}")
+        raise ConfigError(f"--group-by {text!r}: expected AXIS[,AXIS] with AXIS one of {', '.join(known)}")
     for axis in axes:
-        if axis not in AXES:
-            raise ConfigError(f"--group-by {text!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}")
+        if axis not in known:
+            raise ConfigError(f"--group-by {text!r}: unknown axis {axis!r}; use one of: {', '.join(known)}")
     repeated = sorted({a for a in axes if axes.count(a) > 1}, key=axes.index)
     if repeated:
         raise ConfigError(f"--group-by {text!r}: {', '.join(repeated)} given more than once; list each axis once")
     return tuple(axes)
 
 
-def check_group_by(name: str, group_by: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The checked ``group_by`` axes for table ``name``; ConfigError if the table has no such column."""
+def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The checked ``group_by`` axes for table ``name``; ConfigError if the table has no such column.
+    Every table has a column per extra axis (``extra``)."""
     if name not in TABLES:
         raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLE_NAMES)}")
-    axes = TABLES[name].axes
-    parsed = parse_group_by(group_by)
+    axes = (*TABLES[name].axes, *extra)
+    parsed = parse_group_by(group_by, extra)
     for axis in parsed:
         if axis not in axes:
             raise ConfigError(
@@ -216,10 +220,12 @@ def cell_records(
 
 
 def _grid_frame(config: Config) -> pd.DataFrame:
-    """The grid's cells (``cell`` + AXES) and ``run``, the id their results are stored under."""
+    """The grid's cells (``cell`` + AXES + the extra axes, None where one leaves a cell alone)
+    and ``run``, the id their results are stored under."""
+    extra = list(config.grid.sweeps)
     cells = [(c, G.run_of(c)) for c in G.cells(config)]
-    rows = [{"cell": c.id, **c.axes(), "run": r.id, "run_policy": r.policy} for c, r in cells]
-    return pd.DataFrame(rows, columns=["cell", *AXES, "run", "run_policy"])
+    rows = [{"cell": c.id, **c.axes(), **c.sweep_values(), "run": r.id, "run_policy": r.policy} for c, r in cells]
+    return cells_frame(rows, ["cell", *AXES, *extra, "run", "run_policy"])
 
 
 def _runs_frame(cells: pd.DataFrame) -> pd.DataFrame:
@@ -255,13 +261,14 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
 
     A missing axis value (``policy`` of an ``isolated - shared`` row) sorts first.
     """
-    keys = [*group_by, *(a for a in AXES if a not in group_by)]
+    keys = [*group_by, *(a for a in [*AXES, *config.grid.sweeps] if a not in group_by)]
     keys = [k for k in keys if k in frame.columns]
     if frame.empty or not keys:
         return frame.reset_index(drop=True)
 
     def position(column: pd.Series) -> pd.Series:
-        order = {str(v): i for i, v in enumerate(getattr(config.grid, column.name))}
+        listed = config.grid.sweeps[column.name] if "." in column.name else getattr(config.grid, column.name)
+        order = {str(v): i for i, v in enumerate(listed)}
         return column.map(lambda v: -1 if pd.isna(v) else order.get(str(v), len(order)))
 
     return frame.sort_values(keys, key=position, kind="stable").reset_index(drop=True)
@@ -274,6 +281,7 @@ def build_tables(
     group_by: str | Sequence[str] | None = None,
     *,
     only: Mapping[str, Sequence] | None = None,
+    against: tuple[str, object] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
@@ -286,17 +294,20 @@ def build_tables(
     ``single`` workflow) from the whole grid of ``config``, and keeps a row when
     every axis it names is selected. Per-cell tables (summary, diagnostics,
     mechanism) have a ``cell`` column first; tables may be empty. The mechanism
-    table's one-line tally is in ``frame.attrs["caption"]``.
+    table's one-line tally is in ``frame.attrs["caption"]``. ``against`` (``(axis, control
+    value)``, from :func:`parse_against`) makes ``compare`` every value of that axis
+    against the control instead of the built-in comparisons.
     """
-    frames, _ = _build(db_file, config, names, group_by, only)
+    frames, _ = _build(db_file, config, names, group_by, only, against)
     return frames
 
 
-def _build(db_file, config, names, group_by, only) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     names = list(TABLE_NAMES if names is None else names)
+    extra = list(config.grid.sweeps)
     for name in names:
-        check_group_by(name, group_by)
-    axes = parse_group_by(group_by)
+        check_group_by(name, group_by, extra)
+    axes = parse_group_by(group_by, extra)
     db_file = Path(db_file)
     if not db_file.is_file():
         raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
@@ -304,7 +315,10 @@ def _build(db_file, config, names, group_by, only) -> tuple[dict[str, pd.DataFra
     grid = _grid_frame(config)
     selected = grid[_selected(grid, only)]
     needed = selected
-    if "compare" in names:
+    if "compare" in names and against is not None:
+        # Controls: the control value's cells, matching the selection on every other axis.
+        needed = grid[grid["cell"].isin(selected["cell"]) | _selected(grid, only, skip=(against[0],))]
+    elif "compare" in names:
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
@@ -326,7 +340,10 @@ def _build(db_file, config, names, group_by, only) -> tuple[dict[str, pd.DataFra
     frames = {}
     for name in names:
         if name == "compare":
-            table = TABLES[name].build(per_cell, config.analysis.confidence)
+            if against is not None:
+                table = against_table(per_cell[per_cell["base"].notna()], *against, config.analysis.confidence)
+            else:
+                table = TABLES[name].build(per_cell, config.analysis.confidence)
             table = table[_selected(table, only)]
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
@@ -346,13 +363,20 @@ def report_table(
     group_by: str | Sequence[str] | None = None,
     *,
     only: Mapping[str, Sequence] | None = None,
+    against: tuple[str, object] | None = None,
 ) -> pd.DataFrame:
     """One table for ``matrixrl report``; ConfigError (one line, how to fix) when it has no rows."""
     results = Path(results_dir)
-    frames, per_cell = _build(store_path(results), config, [name], group_by, only)
+    frames, per_cell = _build(store_path(results), config, [name], group_by, only, against)
     table = frames[name]
     if table.empty:
         needs = TABLES[name].needs
+        if against is not None and per_cell["base"].notna().any():
+            axis, control = against
+            raise ConfigError(
+                f"{results}: nothing to compare against {axis}={_shown(control)}; it needs cells of that value and "
+                f"of another, alike on every other axis and with a seed in common"
+            )
         if name == "compare" and per_cell["base"].notna().any():
             raise ConfigError(
                 f"{results}: nothing to compare for the cells of this grid; compare needs cells of both "
@@ -362,13 +386,66 @@ def report_table(
     return table
 
 
-def load_report_table(config: Config, name: str, group_by: str | None = None, selected: Config | None = None) -> pd.DataFrame:
+def load_report_table(
+    config: Config,
+    name: str,
+    group_by: str | None = None,
+    selected: Config | None = None,
+    against: str | None = None,
+) -> pd.DataFrame:
     """``matrixrl report``'s table: ingest new result files, then ``report_table`` of ``config``'s grid.
 
     ``selected``: the config narrowed by ``--only``, whose cells' rows are kept
     (comparisons still take their controls from ``config``'s whole grid).
     """
-    check_group_by(name, group_by)
+    check_group_by(name, group_by, list(config.grid.sweeps))
+    parsed = parse_against(against, config, name) if against is not None else None
     ingest_for_report(config.results_dir)
-    only = {axis: getattr(selected.grid, axis) for axis in AXES} if selected is not None else None
-    return report_table(config.results_dir, config, name, group_by, only=only)
+    only = None
+    if selected is not None:
+        only = {**{axis: getattr(selected.grid, axis) for axis in AXES}, **selected.grid.sweeps}
+    return report_table(config.results_dir, config, name, group_by, only=only, against=parsed)
+
+
+def parse_against(text: str, config: Config, table: str = "compare") -> tuple[str, object]:
+    """``--against AXIS=VALUE`` → ``(axis, the grid's value)``; ConfigError naming the problem."""
+    axis, sep, raw = text.partition("=")
+    axis, raw = axis.strip(), raw.strip()
+    axes = [a for a in (*AXES, *config.grid.sweeps) if a != "seed"]
+    if table != "compare":
+        raise ConfigError(f"--against {text!r}: it sets compare's control; use it with --table compare")
+    if not sep or not axis or not raw:
+        raise ConfigError(f"--against {text!r}: expected AXIS=VALUE, e.g. --against policy=shared")
+    if axis == "seed":
+        raise ConfigError(f"--against {text!r}: cells are paired by seed, so seed cannot be the control; use another axis")
+    if axis not in axes:
+        raise ConfigError(f"--against {text!r}: unknown axis {axis!r}; use one of: {', '.join(axes)}")
+    values = config.grid.sweeps[axis] if axis in config.grid.sweeps else getattr(config.grid, axis)
+    for value in values:
+        if _shown(value) == raw or _same(value, raw):
+            return axis, value
+    raise ConfigError(
+        f"--against {text!r}: {raw} is not a value of grid.{axis} [{', '.join(map(_shown, values))}]; use one of them"
+    )
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _same(value, raw: str) -> bool:
+    """Is ``raw`` (as typed) the grid's ``value``? ``1e-4`` is ``0.0001``."""
+    import yaml
+
+    try:
+        typed = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(typed) == float(value)
+        except (TypeError, ValueError):
+            return False
+    return typed == value

@@ -1,0 +1,139 @@
+"""Extra grid axes: any setting, by its dotted key, with a list of values.
+
+``grid: {train.lr: [1.0e-4, 5.0e-5]}`` makes ``train.lr`` an axis beside the five
+fixed ones. Each value is checked as ``--set train.lr=VALUE`` would be: the whole
+config is validated with the value in place (:func:`with_settings`), and the first
+problem is one line naming ``grid.KEY``. Only settings a cell computes from can be
+axes: not ``analysis:`` (the report's thresholds), not a runtime setting (threads,
+batch sizes: they change no result), not a scale's definition (its base model: list
+a second scale under ``grid.scale`` instead; a scale's ``train:`` may be swept).
+Which cells an axis multiplies, and how it shows in their ids, is
+``matrixrl.grid``'s business.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from matrixrl.config.messages import format_validation_error
+from matrixrl.config.schema import Config
+from matrixrl.errors import ConfigError
+from matrixrl.settings import is_runtime
+
+SWEEPABLE = ("train", "eval", "policies", "workflows", "tasks", "scales", "prompts")
+"""The sections whose settings can be an axis: what a cell's spec is computed from."""
+
+
+def canonical(value: Any) -> str:
+    """A value's identity as an axis value (1.0e-4 and 0.0001 are one value)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def check_sweeps(config: Config) -> Config:
+    """``config`` with every extra axis checked and its values as validated (``"1e-4"`` → 0.0001);
+    ConfigError (``grid.KEY: …``) naming the first problem."""
+    normalized = {}
+    for key, values in config.grid.sweeps.items():
+        where = f"grid.{key}"
+        parts = key.split(".")
+        if parts[0] not in SWEEPABLE:
+            raise ConfigError(
+                f"{where}: {parts[0]} settings are not part of what a cell computes, so they cannot be an axis; "
+                f"sweep a key under one of: {', '.join(SWEEPABLE)}"
+            )
+        if parts[0] == "scales" and (len(parts) < 3 or parts[2] != "train"):
+            raise ConfigError(
+                f"{where}: a scale's definition chooses its base model, so it cannot be an axis; define a second "
+                f"scale under scales: and list both in grid.scale (a scale's train: settings can be swept)"
+            )
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: expected a non-empty list of values, e.g. {key}: [a, b]")
+        validated = []
+        for value in values:
+            swept = with_settings(config, [(key, value)], where=where)
+            owner, name = _owner(swept, parts)
+            if owner is not None and is_runtime(type(owner).model_fields[name]):
+                raise ConfigError(
+                    f"{where}: a runtime setting (it changes no result), so it cannot be an axis; "
+                    f"set it with --set {key}=VALUE"
+                )
+            validated.append(value_at(swept, key))
+        texts = [canonical(v) for v in validated]
+        repeated = [v for v, t in zip(values, texts) if texts.count(t) > 1]
+        if repeated:
+            raise ConfigError(f"{where}: {repeated[0]!r} is listed more than once (as another spelling, maybe); list each value once")
+        normalized[key] = validated
+    if not normalized:
+        return config
+    return config.model_copy(update={"grid": config.grid.model_copy(update={"sweeps": normalized})})
+
+
+def with_settings(config: Config, assignments: Iterable[tuple[str, Any]], where: str | None = None) -> Config:
+    """``config`` with each ``(dotted key, value)`` set, validated as a whole, without extra axes.
+
+    A problem is a ConfigError naming ``where`` (default: the key) and what is wrong.
+    """
+    assignments = list(assignments)
+    if not assignments:
+        return config
+    # Only what the file set, as --set sees it: validators that fill a default from
+    # another key (eval.samples from eval.temperature) see the same as there.
+    raw = config.model_dump(mode="json", exclude_unset=True)
+    raw["grid"] = {k: v for k, v in raw["grid"].items() if k != "sweeps"}
+    for key, value in assignments:
+        node = raw
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    f"{where or 'grid.' + key}: {'.'.join(parts[: i + 1])} is a single value, not a section, "
+                    f"so it has no key {parts[i + 1]!r}"
+                )
+            node = child
+        node[parts[-1]] = copy.deepcopy(value)
+    try:
+        return Config.model_validate(raw)
+    except ConfigError as exc:
+        message = str(exc)
+    except ValidationError as exc:
+        message = format_validation_error(exc, "").removeprefix(": ")
+    raise ConfigError(_named(message, assignments, where))
+
+
+def _named(message: str, assignments: list[tuple[str, Any]], where: str | None) -> str:
+    """``KEY: what`` → ``WHERE: what``; a problem of another key says which values caused it."""
+    for key, _ in assignments:
+        named = where or f"grid.{key}"
+        if message.startswith(f"{key}: "):
+            return f"{named}: {message[len(key) + 2:]}"
+        if message.startswith(f"{key}."):  # an unknown key under it, say
+            return f"{named}{message[len(key):]}"
+    values = ", ".join(f"{key} = {value!r}" for key, value in assignments)
+    return f"{where or 'grid'}: with {values}, {message}"
+
+
+def value_at(config: Config, key: str) -> Any:
+    """The validated value of the setting at ``key`` (JSON data), e.g. ``value_at(c, "train.lr")``."""
+    node: Any = config
+    for part in key.split("."):
+        if isinstance(node, BaseModel):
+            node = getattr(node, part)
+        else:
+            node = node[part]
+    return node.model_dump(mode="json") if isinstance(node, BaseModel) else json.loads(json.dumps(node))
+
+
+def _owner(config: Config, parts: list[str]) -> tuple[BaseModel | None, str]:
+    """The settings model that holds the last key of ``parts``, and that key."""
+    node: Any = config
+    for part in parts[:-1]:
+        node = getattr(node, part) if isinstance(node, BaseModel) else node.get(part)
+    if isinstance(node, BaseModel) and parts[-1] in type(node).model_fields:
+        return node, parts[-1]
+    return None, parts[-1]

@@ -1,0 +1,346 @@
+"""Extra grid axes: any setting by its dotted key, checked like --set, incremental like the fixed axes.
+
+Validation (exact messages), cell expansion and ids, what an axis does not multiply,
+--only and --set on an extra axis, the report's columns, grouping and
+``compare --against`` on a constructed store (checked by hand), a plot with one line
+per value, and real Snakemake runs: a new value runs only its cells, and a new axis
+holding the file's own value recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import run_cli
+from matrixrl import grid as G
+from matrixrl import layout as L
+from matrixrl.config import load_config
+from matrixrl.errors import ConfigError
+from matrixrl.report import plots
+from matrixrl.report.tables import build_tables, parse_against
+from matrixrl.store import ingest
+from test_cli_errors import assert_user_error
+from test_store_faults import eval_file, train_file
+
+LR = "grid.train.lr=[1.0e-4, 5.0e-5]"
+VOTES = "grid.workflows.voting.n_votes=[3, 5]"
+
+
+def config_of(experiment: Path, *sets: str, only=()):
+    return load_config(experiment, sets=list(sets), only=list(only))
+
+
+def error_of(experiment: Path, *sets: str, only=()) -> str:
+    with pytest.raises(ConfigError) as caught:
+        config_of(experiment, *sets, only=only)
+    return str(caught.value)
+
+
+# --- validation ----------------------------------------------------------------------------
+
+BAD = [
+    ("grid.train.lr=[1.0e-4, -1]", "grid.train.lr: must be greater than 0 (got -1)"),
+    ("grid.train.lr=[1.0e-4, fast]", "grid.train.lr: expected a number (got 'fast')"),
+    ("grid.train.lr=1.0e-4", "grid.train.lr: expected a non-empty list of values, e.g. train.lr: [a, b]"),
+    ("grid.train.lr=[]", "grid.train.lr: expected a non-empty list of values, e.g. train.lr: [a, b]"),
+    (
+        "grid.train.lr=[1.0e-4, 0.0001]",
+        "grid.train.lr: 0.0001 is listed more than once (as another spelling, maybe); list each value once",
+    ),
+    (
+        "grid.train.stepz=[1, 2]",
+        "grid.train.stepz: unknown key; valid keys here: steps, eval_every, checkpoint_every, problems_per_step, "
+        "group_size, lr, ppo_epochs, temperature, max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, "
+        "max_grad_norm, threads",
+    ),
+    (
+        "grid.train.threads=[1, 2]",
+        "grid.train.threads: a runtime setting (it changes no result), so it cannot be an axis; "
+        "set it with --set train.threads=VALUE",
+    ),
+    (
+        "grid.analysis.cliff_delta=[0.1, 0.2]",
+        "grid.analysis.cliff_delta: analysis settings are not part of what a cell computes, so they cannot be an "
+        "axis; sweep a key under one of: train, eval, policies, workflows, tasks, scales, prompts",
+    ),
+    (
+        "grid.scales.tiny-s.num_layers=[2, 3]",
+        "grid.scales.tiny-s.num_layers: a scale's definition chooses its base model, so it cannot be an axis; "
+        "define a second scale under scales: and list both in grid.scale (a scale's train: settings can be swept)",
+    ),
+    (
+        "grid.train.lr.value=[1, 2]",
+        "grid.train.lr.value: train.lr is a single value, not a section, so it has no key 'value'",
+    ),
+]
+
+
+@pytest.mark.parametrize("assignment, message", BAD, ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(BAD)])
+def test_a_bad_axis_is_one_line_naming_it(experiment: Path, assignment: str, message: str) -> None:
+    assert error_of(experiment, assignment) == f"{experiment}: {message}"
+
+
+def test_the_same_message_through_the_cli_and_nothing_is_written(experiment: Path) -> None:
+    for command in ("plan", "run", "report"):
+        assert_user_error(
+            run_cli(command, "-c", experiment, "--set", "grid.train.lr=[1.0e-4, -1]"),
+            f"{experiment}: grid.train.lr: must be greater than 0 (got -1)",
+        )
+    assert not (experiment.parent / "results").exists()
+
+
+def test_an_axis_written_in_the_file_is_checked_the_same(experiment: Path) -> None:
+    raw = yaml.safe_load(experiment.read_text())
+    raw["grid"]["eval.temperature"] = [0.7, -0.5]
+    experiment.write_text(yaml.safe_dump(raw))
+    assert error_of(experiment) == f"{experiment}: grid.eval.temperature: must be greater than or equal to 0 (got -0.5)"
+
+
+def test_only_names_an_extra_axis_the_grid_has(experiment: Path) -> None:
+    assert error_of(experiment, only=["train.lr=1e-4"]) == (
+        "--only 'train.lr=1e-4': train.lr is not an axis of this grid; "
+        "--only narrows the grid, use --set grid.train.lr=[...] to make it one"
+    )
+    with pytest.raises(ConfigError) as caught:
+        config_of(experiment, LR, only=["train.lr=3e-4"])
+    assert str(caught.value) == (
+        "--only 'train.lr=3e-4': 3e-4 not in grid.train.lr [0.0001, 5e-05]; "
+        "--only narrows the grid, use --set grid.train.lr=[...] to change it"
+    )
+
+
+# --- cells and ids -------------------------------------------------------------------------
+
+
+def test_values_are_validated_to_one_spelling(experiment: Path) -> None:
+    config = config_of(experiment, "grid.train.lr=[1e-4, 5e-5]")  # YAML reads 1e-4 as a string
+    assert config.grid.sweeps == {"train.lr": [0.0001, 5e-05]}
+
+
+def test_an_axis_multiplies_the_cells_it_changes_and_ids_show_values_other_than_the_files(experiment: Path) -> None:
+    plain = G.cells(config_of(experiment))
+    swept = G.cells(config_of(experiment, LR, VOTES))
+    voting = [c for c in plain if c.workflow == "voting"]
+    # train.lr changes every cell; n_votes only voting's
+    assert len(swept) == 2 * len(plain) + 2 * len(voting)
+    assert len({c.id for c in swept}) == len(swept)
+    ids = {c.id for c in swept}
+    assert {"single-arith-tiny-s-shared-s0", "single-arith-tiny-s-shared-s0-lr=5e-05"} <= ids
+    assert {
+        "voting-arith-tiny-s-shared-s0",
+        "voting-arith-tiny-s-shared-s0-n_votes=5",
+        "voting-arith-tiny-s-shared-s0-lr=5e-05",
+        "voting-arith-tiny-s-shared-s0-lr=5e-05-n_votes=5",
+    } <= ids
+    assert not any("n_votes" in c.id for c in swept if c.workflow != "voting")
+    single = next(c for c in swept if c.id == "single-arith-tiny-s-shared-s0-lr=5e-05")
+    assert single.sweep_values() == {"train.lr": 5e-05}
+    assert all(re.fullmatch(r"[A-Za-z0-9_.=+-]+", c.id) for c in swept)
+
+
+def test_a_swept_value_is_in_the_cells_spec(experiment: Path) -> None:
+    config = config_of(experiment, LR, VOTES)
+    by_id = {c.id: c for c in G.cells(config)}
+    spec = G.cell_spec(config, by_id["voting-arith-tiny-s-shared-s0-lr=5e-05-n_votes=5"])
+    assert (spec.train.lr, spec.workflow["n_votes"]) == (5e-05, 5)
+    # ... and the base model stays the file's: an extra axis never re-prepares one
+    assert spec.base == G.cell_spec(config, by_id["voting-arith-tiny-s-shared-s0"]).base
+
+
+def test_a_setting_a_cell_does_not_read_does_not_multiply_it(experiment: Path) -> None:
+    # The compact prompt style (the tiny scales) reads no prompts: settings: nothing to sweep there.
+    plain = G.cells(config_of(experiment))
+    assert G.cells(config_of(experiment, "grid.prompts.quote_chars=[200, 400]")) == plain
+
+
+def test_a_new_axis_holding_the_files_value_keeps_every_existing_id_and_digest(experiment: Path) -> None:
+    before = config_of(experiment)
+    after = config_of(experiment, "grid.train.lr=[1.0e-4, 2.0e-4]", "grid.workflows.voting.n_votes=[3, 5]")
+    digests = {c.id: G.cell_spec(before, c).eval_digest() for c in G.cells(before)}
+    kept = {c.id: G.cell_spec(after, c).eval_digest() for c in G.cells(after) if c.id in digests}
+    assert kept == digests
+
+
+def test_keys_with_the_same_last_part_are_told_apart(experiment: Path) -> None:
+    config = config_of(experiment, "grid.train.lr=[1.0e-4, 2.0e-4]", "grid.scales.tiny-s.train.lr=[1.0e-4, 3.0e-4]")
+    ids = {c.id for c in G.cells(config)}
+    assert "single-arith-tiny-s-shared-s0-train.lr=0.0002-tiny-s.train.lr=0.0003" in ids
+
+
+def test_only_narrows_an_extra_axis_and_keeps_the_ids(experiment: Path) -> None:
+    whole = {c.id for c in G.cells(config_of(experiment, LR, VOTES))}
+    narrowed = G.cells(config_of(experiment, LR, VOTES, only=["workflow=voting", "workflows.voting.n_votes=5"]))
+    assert narrowed and all(c.id.endswith("n_votes=5") for c in narrowed)
+    assert {c.id for c in narrowed} <= whole
+
+
+# --- the report on a constructed store -----------------------------------------------------
+
+CURVES = {  # (train.lr, seed) → accuracy at steps 0, 10, 20
+    (1e-4, 0): (0.25, 0.5, 0.375),
+    (1e-4, 1): (0.25, 0.5, 0.5),
+    (5e-5, 0): (0.25, 0.625, 0.625),
+    (5e-5, 1): (0.25, 0.625, 0.5),
+}
+
+
+@pytest.fixture
+def study(experiment: Path):
+    """single · arith · tiny-s · shared, seeds 0 and 1, train.lr 1e-4 and 5e-5: four cells written and ingested."""
+    sets = ["grid.seed=[0, 1]", LR]
+    only = ["workflow=single", "task=arith", "scale=tiny-s", "policy=shared"]
+    config = config_of(experiment, *sets, only=only)
+    results = Path(config.results_dir)
+    for cell in G.cells(config):
+        train_file(results, config, cell, 20)
+        for step, accuracy in zip((0, 10, 20), CURVES[(cell.sweep_values()["train.lr"], cell.seed)]):
+            eval_file(results, config, cell, step, accuracy)
+    assert ingest(results) == 16  # 4 cells: a train.json and 3 evaluations each
+    args = [a for s in sets for a in ("--set", s)] + [a for o in only for a in ("--only", o)]
+    return experiment, config, args
+
+
+def report_json(experiment: Path, args: list[str], *more: str) -> list[dict]:
+    result = run_cli("report", "-c", experiment, *args, "--format", "json", *more)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.stdout)
+
+
+def test_every_table_has_the_axis_as_a_column_named_by_its_key(study) -> None:
+    experiment, config, args = study
+    summary = report_json(experiment, args)
+    assert [(r["seed"], r["train.lr"], r["peak"], r["final"]) for r in summary] == [
+        (0, 1e-4, 0.5, 0.375), (0, 5e-5, 0.625, 0.625), (1, 1e-4, 0.5, 0.5), (1, 5e-5, 0.625, 0.5),
+    ]  # fmt: skip
+    seeds = report_json(experiment, args, "--table", "seeds")
+    assert [(r["train.lr"], r["peak_mean"], r["n_seeds"]) for r in seeds] == [(1e-4, 0.5, 2), (5e-5, 0.625, 2)]
+    for table in ("diagnostics", "mechanism"):
+        assert {r["train.lr"] for r in report_json(experiment, args, "--table", table)} == {1e-4, 5e-5}
+    header = run_cli("report", "-c", experiment, *args, "--format", "csv").stdout.splitlines()[0]
+    assert header.startswith("workflow,task,scale,policy,seed,train.lr,base,")
+
+
+def test_group_by_and_only_on_the_axis(study) -> None:
+    experiment, config, args = study
+    grouped = report_json(experiment, args, "--group-by", "train.lr")
+    assert [(r["train.lr"], r["seed"]) for r in grouped] == [(1e-4, 0), (1e-4, 1), (5e-5, 0), (5e-5, 1)]
+    only = report_json(experiment, args, "--only", "train.lr=5e-05")
+    assert [(r["train.lr"], r["seed"]) for r in only] == [(5e-5, 0), (5e-5, 1)]
+    assert_user_error(
+        run_cli("report", "-c", experiment, *args, "--group-by", "train.lrr"),
+        "--group-by 'train.lrr': unknown axis 'train.lrr'; use one of: workflow, task, scale, policy, seed, train.lr",
+    )
+
+
+def test_compare_against_a_control_value_is_paired_by_seed(study) -> None:
+    experiment, config, args = study
+    rows = report_json(experiment, args, "--table", "compare", "--against", "train.lr=1e-4")
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["train.lr"], row["comparison"], row["n_pairs"]) == (5e-5, "train.lr=5e-05 - train.lr=0.0001", 2)
+    # By hand: peaks 0.625 - 0.5 for both seeds; finals 0.625 - 0.375 and 0.5 - 0.5 (bases are equal).
+    assert row["peak_diff"] == pytest.approx(0.125) and row["peak_lo"] == pytest.approx(0.125)
+    assert row["final_diff"] == pytest.approx(0.125) and row["gain_diff"] == pytest.approx(0.125)
+    half = 12.706204736 * 0.25 / 2**0.5 / 2**0.5  # t(0.975, 1) · sd(0.25, 0) / √2
+    assert (row["final_lo"], row["final_hi"]) == (pytest.approx(0.125 - half), pytest.approx(0.125 + half))
+    summary = {(r["train.lr"], r["seed"]): r["cliff"] for r in report_json(experiment, args)}
+    expected = sum(summary[(5e-5, s)] - summary[(1e-4, s)] for s in (0, 1)) / 2
+    assert row["cliff_rate_diff"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "against, message",
+    [
+        ("train.lr=3e-4", "--against 'train.lr=3e-4': 3e-4 is not a value of grid.train.lr [0.0001, 5e-05]; use one of them"),
+        ("seed=0", "--against 'seed=0': cells are paired by seed, so seed cannot be the control; use another axis"),
+        ("lr=1e-4", "--against 'lr=1e-4': unknown axis 'lr'; use one of: workflow, task, scale, policy, train.lr"),
+        ("train.lr", "--against 'train.lr': expected AXIS=VALUE, e.g. --against policy=shared"),
+    ],
+)
+def test_bad_against_is_one_line(study, against: str, message: str) -> None:
+    experiment, config, args = study
+    assert_user_error(run_cli("report", "-c", experiment, *args, "--table", "compare", "--against", against), message)
+
+
+def test_against_needs_the_compare_table(study) -> None:
+    _, config, _ = study
+    with pytest.raises(ConfigError, match="use it with --table compare"):
+        parse_against("train.lr=1e-4", config, "summary")
+
+
+def test_a_removed_value_leaves_the_report_but_stays_in_the_store(study) -> None:
+    experiment, config, args = study
+    narrowed = [a if a != LR else "grid.train.lr=[1.0e-4]" for a in args]
+    assert {r["train.lr"] for r in report_json(experiment, narrowed)} == {1e-4}
+    stored = build_tables(L.store_path(config.results_dir), config, ["summary"])["summary"]
+    assert set(stored["train.lr"]) == {1e-4, 5e-5}  # asked for again, it is all there
+
+
+def test_curves_draw_one_line_per_value(study) -> None:
+    experiment, config, args = study
+    figure = plots.study_figures(plots.load_study(config), line_by="train.lr")["curves-arith"]
+    ax = figure.get_axes()[0]
+    means = [line for line in ax.get_lines() if len(line.get_xdata()) == 3]
+    assert len(means) == 2
+    assert sorted(tuple(line.get_ydata()) for line in means) == sorted(
+        [(0.25, 0.5, 0.4375), (0.25, 0.625, 0.5625)]  # the mean over seeds of each rate
+    )
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert [label for label in legend if label.endswith("(mean)")] == ["train.lr=0.0001 (mean)", "train.lr=5e-05 (mean)"]
+
+
+# --- real runs -----------------------------------------------------------------------------
+
+
+def matrixrl(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", *args], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def trained(proc: subprocess.CompletedProcess) -> list[str]:
+    return re.findall(r"▶ train cell=(\S+)", proc.stderr + proc.stdout)
+
+
+def pending(config: Path, *args: str) -> list[str]:
+    jobs = json.loads(matrixrl("plan", "-c", str(config), *args, "--format", "json").stdout)
+    return [job["rule"] for job in jobs if job["status"] == "pending"]
+
+
+def snapshot(results: Path) -> dict[str, int]:
+    return {str(p.relative_to(results)): p.stat().st_mtime_ns for p in (results / "cells").rglob("*.json")}
+
+
+@pytest.mark.slow
+def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(tmp_path: Path) -> None:
+    from test_e2e import small_experiment
+
+    config = small_experiment(tmp_path)
+    cell = "single-arith-tiny-s-shared-s0"
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    results = tmp_path / "results"
+    before = snapshot(results)
+
+    # An axis whose one value is the file's own: no training or evaluation reruns, no
+    # result file is rewritten; only the summary gains the axis's column.
+    same = ["--set", "grid.train.lr=[1.0e-4]"]
+    assert pending(config, *same) == ["analyse"]
+    assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *same)) == []
+    assert snapshot(results) == before
+
+    # A second value: its cell alone trains; the first one's files stay as they were.
+    two = ["--set", "grid.train.lr=[1.0e-4, 3.0e-4]"]
+    assert pending(config, *two) == ["train", "evaluate", "evaluate", "evaluate", "analyse"]
+    assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *two)) == [f"{cell}-lr=0.0003"]
+    assert {k: v for k, v in snapshot(results).items() if k in before} == before
+    rows = json.loads(matrixrl("report", "-c", str(config), *two, "--format", "json").stdout)
+    assert [(r["train.lr"], r["n_checkpoints"]) for r in rows] == [(1e-4, 3), (3e-4, 3)]
+    spec = json.loads((results / L.train_result(f"{cell}-lr=0.0003")).read_text())
+    assert spec["cell"] == f"{cell}-lr=0.0003"
