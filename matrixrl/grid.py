@@ -42,8 +42,8 @@ class Cell:
     policy: str
     seed: int
     sweep: tuple[tuple[str, str], ...] = field(default=(), metadata=RUNTIME)
-    """``(dotted key, canonical JSON value)`` per extra axis that affects the cell, in the
-    grid's order. Not science on its own (the swept settings are in the cell's spec)."""
+    """``(dotted key, canonical JSON value)`` per extra axis whose setting the cell reads, in
+    the grid's order. Not science on its own: the swept settings are in the cell's spec."""
     label: str = field(default="", compare=False, metadata=RUNTIME)
     """What the id shows of ``sweep``: the values that differ from the file's own setting."""
 
@@ -76,7 +76,8 @@ def cells(config: Config) -> list[Cell]:
     found = []
     for cell in fixed:
         axes = [key for key in sweeps.keys if sweeps.reads(key, cell)]
-        choices = [sweeps.values[key] if sweeps.affects(key, cell) else (sweeps.own[key],) for key in axes]
+        own = _science_digest(cell_spec(config, cell))
+        choices = [sweeps.values[key] if sweeps.affects(key, cell, own) else (sweeps.own[key],) for key in axes]
         for combination in itertools.product(*choices):
             sweep = tuple(zip(axes, combination))
             found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep)))
@@ -104,11 +105,10 @@ class _Sweeps:
             return self.config.scales[cell.scale].prompt_style == "chat"
         return True
 
-    def affects(self, key: str, cell: Cell) -> bool:
-        """Does ``key`` change what ``cell`` computes? (Its spec under some value differs from
-        its spec under the file's own value: so ``--only`` narrowing the axis to one value
-        still labels the cells that value changes.)"""
-        own = _science_digest(cell_spec(self.config, cell))
+    def affects(self, key: str, cell: Cell, own: str) -> bool:
+        """Does ``key`` change what ``cell`` computes? Its spec under some value differs from
+        ``own``, its spec's digest under the file's own value (so ``--only`` narrowing the
+        axis to one value still labels the cells that value changes)."""
         return any(
             _science_digest(cell_spec(self.config, replace(cell, sweep=((key, value),)))) != own
             for value in self.values[key]

@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict
 class Strict(BaseModel):
     """A settings model: unknown keys are errors, and a validated value never changes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # validate_default: a default is converted like a given value (16 → 16.0 for a float), so a
+    # spec reads the same before and after a JSON round trip (digests compare specs across processes).
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 RUNTIME = {"runtime": True}
