@@ -30,6 +30,12 @@ devices), or a dataclass field's ``metadata`` that is not science on its own: it
 reruns nothing (see :func:`science`)."""
 
 
+ADDED = {"omit_at_default": True}
+"""``json_schema_extra`` of a setting added after results were computed without it: at
+its default it stays out of :func:`science`, so existing results keep their digests
+and rerun nothing. Its default must compute exactly what the code did before it."""
+
+
 def is_runtime(field) -> bool:
     return isinstance(field.json_schema_extra, dict) and bool(field.json_schema_extra.get("runtime"))
 
@@ -40,7 +46,7 @@ def science(value: Any) -> Any:
         return {
             name: science(getattr(value, name))
             for name, field in type(value).model_fields.items()
-            if not is_runtime(field)
+            if not is_runtime(field) and not _omitted(field, getattr(value, name))
         }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
@@ -51,6 +57,14 @@ def science(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [science(v) for v in value]
     return value
+
+
+def _omitted(field, value) -> bool:
+    extra = field.json_schema_extra
+    if not (isinstance(extra, dict) and extra.get("omit_at_default")):
+        return False
+    default = field.default_factory() if field.default_factory is not None else field.default
+    return value == default
 
 
 def settings_digest(payload: Any) -> str:

@@ -359,6 +359,7 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
     assert list(table.columns) == [
         "cell", "workflow", "task", "scale", "policy", "seed", "cliff", "cliff_onset",
         "signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict",
+        "kl_mean", "damper_scale_mean",
     ]  # fmt: skip
     rows = {(r["workflow"], r["policy"], r["seed"]): r for r in records(table)}
     assert len(rows) == 8

@@ -30,9 +30,13 @@ CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
 ROLE_METRICS = ("answer_acc", "verdict_acc", "disagreement")
 """The eval-time role metrics a record keeps (:func:`role_accuracies`)."""
 
+INTERVENTION_METRICS = ("kl", "damper_scale")
+"""The training-time role metrics of the interventions a record keeps (:func:`intervention_signals`)."""
+
 _DTYPES = {
     **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z"], "float64"),
     **dict.fromkeys(["dominant_share", "amplification_mean", "amplification_max", "baseline", "change"], "float64"),
+    **dict.fromkeys([f"{metric}_mean" for metric in INTERVENTION_METRICS], "float64"),
     **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "rise_step", "lead"], "Int64"),
     **dict.fromkeys(["cliff", "rose"], "boolean"),
     "has_diagnostics": "bool",
@@ -55,17 +59,36 @@ def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str,
     return out
 
 
+def intervention_signals(train_roles: pd.DataFrame, until: int | None) -> dict[str, float | None]:
+    """The interventions' per-step signals of one cell's training (``step, role, metric, value``):
+    ``{role}_kl_mean`` and ``{role}_damper_scale_mean`` over the whole run, and ``kl_mean``,
+    ``damper_scale_mean`` over every role up to step ``until`` (the cliff's onset; all steps if None)."""
+    out: dict[str, float | None] = dict.fromkeys(f"{metric}_mean" for metric in INTERVENTION_METRICS)
+    rows = train_roles[train_roles["metric"].isin(INTERVENTION_METRICS)] if not train_roles.empty else train_roles
+    if rows.empty:
+        return out
+    for (role, metric), group in rows.groupby(["role", "metric"], sort=True):
+        out[f"{role}_{metric}_mean"] = float(group["value"].mean())
+    span = rows if until is None else rows[rows["step"] <= until]
+    for metric in INTERVENTION_METRICS:
+        values = span.loc[span["metric"] == metric, "value"]
+        out[f"{metric}_mean"] = float(values.mean()) if len(values) else None
+    return out
+
+
 def cell_record(
     policy: str | None,
     evals: pd.DataFrame,
     roles: pd.DataFrame,
     diagnostics: pd.DataFrame,
     analysis: Analysis,
+    train_roles: pd.DataFrame | None = None,
 ) -> dict:
     """One cell's record (JSON-able: numbers, strings, booleans, None).
 
     ``evals``: ``step, accuracy, n``; ``roles``: eval-time ``step, role, metric,
-    value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty).
+    value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty);
+    ``train_roles``: training-time role metrics (the interventions' KL and damper scale).
     """
     record: dict = dict.fromkeys(CURVE_FIELDS)
     record["has_diagnostics"] = not diagnostics.empty
@@ -83,6 +106,8 @@ def cell_record(
     record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
     signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
     record.update(assess(signal, curve.cliff_onset, steps, analysis))
+    if train_roles is not None:
+        record.update(intervention_signals(train_roles, curve.cliff_onset))
     return record
 
 

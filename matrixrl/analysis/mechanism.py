@@ -133,7 +133,8 @@ def mechanism_caption(table: pd.DataFrame) -> str:
     )
 
 
-MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS]
+MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS, "kl_mean", "damper_scale_mean"]
+"""``kl_mean``, ``damper_scale_mean``: the interventions' signals up to the onset (all steps without a cliff)."""
 
 
 def mechanism_table(per_cell: pd.DataFrame) -> pd.DataFrame:

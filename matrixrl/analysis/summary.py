@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.analysis.axes import extra_axes
@@ -39,6 +39,7 @@ SUMMARY_COLUMNS = [
     "cliff_onset",
     "n_checkpoints",
 ]
+INTERVENTION_SUFFIXES = tuple(f"{metric}_mean" for metric in INTERVENTION_METRICS)
 ROLE_ACCURACY_SUFFIXES = tuple(f"{metric}_{at}" for metric in ROLE_METRICS for at in CHECKPOINTS)
 
 DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
@@ -71,14 +72,16 @@ def diagnostics_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
     """Cells with gradient diagnostics: ``cell``, ``DIAGNOSTICS_COLUMNS``, then per-role columns.
 
     Per role: ``{role}_amp_mean`` / ``{role}_amp_max`` for roles with several agents
-    and ``{role}_norm_ratio`` for every role (see ``cell_diagnostics``).
+    and ``{role}_norm_ratio`` for every role (see ``cell_diagnostics``); where a cell
+    trained with an intervention on, ``{role}_kl_mean`` and ``{role}_damper_scale_mean``.
     """
     rows = per_cell[per_cell["has_diagnostics"].astype(bool)]
     amp = [c for c in role_columns(rows.columns, (AMP_MEAN, AMP_MAX)) if rows[c].notna().any()]
     ratio = [c for c in role_columns(rows.columns, (NORM_RATIO,)) if rows[c].notna().any()]
-    return rows[["cell", *AXES, *extra_axes(rows.columns), *DIAGNOSTICS_COLUMNS[len(AXES):], *amp, *ratio]].reset_index(
-        drop=True
-    )
+    # The interventions' per-role means, where a cell of the table trained with one on.
+    switched = [c for c in role_columns(rows.columns, INTERVENTION_SUFFIXES) if rows[c].notna().any()]
+    columns = ["cell", *AXES, *extra_axes(rows.columns), *DIAGNOSTICS_COLUMNS[len(AXES):], *amp, *ratio, *switched]
+    return rows[columns].reset_index(drop=True)
 
 
 def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, create_model, model_serializer, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, create_model, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
-from matrixrl.settings import RUNTIME, Strict
+from matrixrl.settings import ADDED, RUNTIME, Strict
 from matrixrl.tasks import TASK_SETTINGS
 from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
 from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
@@ -63,6 +63,17 @@ class Grid(Strict):
         # Written back as the user writes it (the configfile Snakemake reads, say).
         data = handler(self)
         return {**{k: v for k, v in data.items() if k != "sweeps"}, **(data.get("sweeps") or {})}
+
+
+def _known_roles(by_role: dict[str, float] | None) -> dict[str, float] | None:
+    """A per-role map names roles some workflow has (a scale's ``train:`` may leave it unset)."""
+    from matrixrl.workflows import WORKFLOWS as REGISTRY
+
+    known = sorted({role for workflow in REGISTRY.values() for role in workflow.roles})
+    for role in by_role or {}:
+        if role not in known:
+            raise ValueError(f"unknown role {role!r}; use one of: {', '.join(known)}")
+    return by_role
 
 
 class Train(Strict):
@@ -129,6 +140,51 @@ class Train(Strict):
     )
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
 
+    # The remedies of docs/design.md §6, off by default; matrixrl.train.interventions.
+    kl_beta: float = Field(
+        0.0,
+        ge=0,
+        description="per-role KL anchor (the study's I1): each role's loss gains β · KL(π_role ‖ π_base) on its "
+        "completion tokens (k3 estimator, token-mean like the policy loss); the reference is the cell's base "
+        "model; 0: off",
+        json_schema_extra=ADDED,
+    )
+    kl_beta_roles: Annotated[dict[str, Annotated[float, Field(ge=0)]], AfterValidator(_known_roles)] = Field(
+        default_factory=dict,
+        description="β of named roles (e.g. {aggregator: 0.1}); roles not named get kl_beta",
+        json_schema_extra=ADDED,
+    )
+    damper: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="gradient-coherence damper λ (the study's I6): before clipping, each role's gradient g is "
+        "scaled by 1 − λ · clamp(cos(g, ḡ), 0, 1), ḡ the moving average of its damped gradient; 0: off "
+        "(the study advises λ ≤ 0.3; at 1 a role can freeze)",
+        json_schema_extra=ADDED,
+    )
+    damper_roles: Annotated[dict[str, Annotated[float, Field(ge=0, le=1)]], AfterValidator(_known_roles)] = Field(
+        default_factory=dict,
+        description="λ of named roles; roles not named get damper",
+        json_schema_extra=ADDED,
+    )
+    damper_window: int = Field(
+        10, ge=1, description="window of the damper's moving average ḡ: τ = 1 − 1/window", json_schema_extra=ADDED
+    )
+    advantage_group: Literal["turn", "agent"] = Field(
+        "turn",
+        description="what an advantage is normalised over: turn: the same agent's same turn across a problem's "
+        "rollouts; agent: all of that agent's turns across them (Dr.MAS's agent-wise normalisation)",
+        json_schema_extra=ADDED,
+    )
+
+
+def _unset(field: FieldInfo) -> FieldInfo:
+    """``field`` with no default of its own (None: follow ``train:``)."""
+    copied = FieldInfo.merge_field_infos(field)
+    copied.default, copied.default_factory = None, None
+    return copied
+
 
 # A scale's ``train:`` section: any key of ``train:``, with the same checks, for that scale's cells.
 TrainOverrides = create_model(
@@ -136,7 +192,7 @@ TrainOverrides = create_model(
     __base__=Strict,
     __doc__="Training settings that differ for one scale (e.g. its own lr); unset keys follow ``train:``.",
     **{
-        name: (Optional[field.annotation], FieldInfo.merge_field_infos(field, default=None))
+        name: (Optional[field.annotation], _unset(field))
         for name, field in Train.model_fields.items()
     },
 )

@@ -9,6 +9,11 @@ per role) or LoRA adapters on a frozen base (``adapter: lora``; under isolated, 
 PEFT adapter per role, switched with ``set_adapter``). Parallel agents of one role
 always share that role's parameters.
 
+For the KL anchor (matrixrl.train.interventions) a policy also gives the reference,
+the base model, through :meth:`Policy.reference`: under LoRA the same model with its
+adapters switched off, under full fine-tuning a frozen copy attached with
+:meth:`FullPolicy.attach_reference` (one for all roles).
+
 A checkpoint folder holds one subfolder per parameter set (``shared/`` or one per
 role); LoRA subfolders hold only the adapter, re-attached to the base model on load.
 Loading goes through the scale's ``ModelSource`` (matrixrl.models.hf): the same
@@ -17,8 +22,10 @@ dtype and device as the base model the policy was built from.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 
 from matrixrl.models.hf import ModelSource, load_causal_lm
@@ -57,6 +64,10 @@ class Policy(ABC):
 
     @abstractmethod
     def model_for(self, role: str): ...
+
+    @abstractmethod
+    def reference(self) -> contextlib.AbstractContextManager:
+        """A context in which the yielded model computes as the base model did (the KL anchor's reference)."""
 
     @abstractmethod
     def parameters_of(self, name: str) -> list: ...
@@ -101,6 +112,19 @@ class FullPolicy(Policy):
     def model_for(self, role):
         return self.models[self.set_of(role)]
 
+    def attach_reference(self, base) -> None:
+        """Keep ``base`` (a fresh load of the base model) frozen as the reference."""
+        base.requires_grad_(False)
+        base.eval()
+        self.reference_model = base
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator:
+        model = getattr(self, "reference_model", None)
+        if model is None:
+            raise RuntimeError("no reference attached: CellParts builds the policy with reference=True for the KL anchor")
+        yield model
+
     def parameters_of(self, name):
         return [p for p in self.models[name].parameters() if p.requires_grad]
 
@@ -144,6 +168,11 @@ class LoraPolicy(Policy):
             self.model.set_adapter(name)
             self._active = name
         return self.model
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator:
+        with self.model.disable_adapter():  # the frozen base under the adapters: no second copy
+            yield self.model
 
     def parameters_of(self, name):
         marker = f".{name}."

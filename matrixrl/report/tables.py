@@ -32,7 +32,7 @@ import pandas as pd
 
 from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
@@ -43,7 +43,7 @@ from matrixrl.report import TABLE_NAMES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
-RECORD_VERSION = "2"
+RECORD_VERSION = "3"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
@@ -176,6 +176,7 @@ def compute_records(
     frames = {
         "evals": store.rows("evaluations", ids),
         "roles": store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS),
+        "train_roles": store.rows("role_metrics", ids, source="train", metric=INTERVENTION_METRICS),
         "diagnostics": store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS),
     }
     by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
@@ -189,8 +190,11 @@ def compute_records(
             rows["roles"] = rows["roles"][rows["roles"]["step"].isin(steps)]
             if "train" not in kept:
                 rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
+                rows["train_roles"] = rows["train_roles"].iloc[0:0]
         try:
-            record = cell_record(policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis)
+            record = cell_record(
+                policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis, rows["train_roles"]
+            )
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc
         records[cell] = _jsonable(record)

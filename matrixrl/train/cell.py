@@ -17,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from matrixrl.grid import CellSpec
 from matrixrl.models.hf import ModelSource, model_source
-from matrixrl.models.policies import Policy, build_policy, load_policy
+from matrixrl.models.policies import FullPolicy, Policy, build_policy, load_policy
 from matrixrl.tasks import Task, build_task
 from matrixrl.train.rollout import make_generate
 from matrixrl.workflows import Workflow, build_workflow
@@ -37,15 +39,24 @@ class CellParts:
     style: PromptStyle
     workflow: Workflow
 
-    def new_policy(self) -> Policy:
-        """The cell's policy (shared or isolated) on a fresh load of the base model."""
+    def new_policy(self, reference: bool = False) -> Policy:
+        """The cell's policy (shared or isolated) on a fresh load of the base model;
+        ``reference``: with the base model as the KL anchor's reference too."""
         spec = self.spec
-        return build_policy(spec.cell.policy, self.source.load_model(), self.workflow.roles, spec.policies)
+        policy = build_policy(spec.cell.policy, self.source.load_model(), self.workflow.roles, spec.policies)
+        return self._with_reference(policy) if reference else policy
 
-    def load_policy(self, checkpoint: Path) -> Policy:
-        """The cell's policy as saved in ``checkpoint``."""
+    def load_policy(self, checkpoint: Path, reference: bool = False) -> Policy:
+        """The cell's policy as saved in ``checkpoint`` (``reference``: see :meth:`new_policy`)."""
         spec = self.spec
-        return load_policy(spec.cell.policy, checkpoint, self.workflow.roles, spec.policies, self.source)
+        policy = load_policy(spec.cell.policy, checkpoint, self.workflow.roles, spec.policies, self.source)
+        return self._with_reference(policy) if reference else policy
+
+    def _with_reference(self, policy: Policy) -> Policy:
+        if isinstance(policy, FullPolicy):  # LoRA's reference is its own base, adapters off
+            with torch.random.fork_rng(devices=[]):  # loading must not move the training's RNG
+                policy.attach_reference(self.source.load_model())
+        return policy
 
     def make_generate(self, policy: Policy, **sampling):
         """A batched ``generate`` over ``policy`` with this cell's tokenizer (``rollout.make_generate``'s settings)."""

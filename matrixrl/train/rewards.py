@@ -80,17 +80,22 @@ def assign_rewards(episodes, task, mode: str, scores: Scores | None = None) -> N
                 turn.reward = episode.reward
 
 
-def assign_advantages(episodes: list[Episode], *, scale_rewards: bool) -> dict[str, int]:
+def assign_advantages(episodes: list[Episode], *, scale_rewards: bool, group_by: str = "turn") -> dict[str, int]:
     """Set ``turn.advantage`` in place; return the group size seen per role.
 
-    Turns are grouped by (problem group, agent, turn index): the same agent's same
-    turn across the G rollouts of one problem. Advantage = reward − group mean,
-    divided by the group std (+eps) when ``scale_rewards``.
+    ``group_by="turn"``: turns are grouped by (problem group, agent, turn index), the
+    same agent's same turn across the G rollouts of one problem. ``"agent"`` (Dr.MAS's
+    agent-wise normalisation): by (problem group, agent), all of that agent's turns
+    across them. Advantage = reward − group mean, divided by the group std (+eps)
+    when ``scale_rewards``.
     """
+    if group_by not in ("turn", "agent"):
+        raise ValueError(f"group_by must be turn or agent, got {group_by!r}")
     groups: dict[tuple, list[Turn]] = defaultdict(list)
     for episode in episodes:
         for turn in episode.turns:
-            groups[(episode.group, turn.agent, turn.index)].append(turn)
+            key = (episode.group, turn.agent, turn.index) if group_by == "turn" else (episode.group, turn.agent)
+            groups[key].append(turn)
     sizes: dict[str, int] = {}
     for turns in groups.values():
         rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)

@@ -54,6 +54,7 @@ from matrixrl.tasks import Task
 from matrixrl.train.cell import build_cell
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+from matrixrl.train.interventions import Damper, kl_k3, role_value
 from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
 from matrixrl.workflows import Workflow
@@ -172,22 +173,28 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
 
     digest = spec.resume_digest()
     start = resume_point(cell_dir, digest, cfg.steps, log, evaluated=checkpoint_steps(cfg))
+    anchored = cfg.kl_beta > 0 or any(cfg.kl_beta_roles.values())  # the KL anchor needs the reference
+    damper = Damper.from_train(cfg)
     if start is None:
         torch.manual_seed(init_seed(spec.cell.seed))
-        policy = cell.new_policy()
+        policy = cell.new_policy(reference=anchored)
         metrics: list[dict] = []
         diagnostics: list[dict] = []
         roles: list[dict] = []
     else:
-        policy = cell.load_policy(checkpoint_dir(cell_dir, start))
+        policy = cell.load_policy(checkpoint_dir(cell_dir, start), reference=anchored)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
     optimizers = {
         name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
         for name, (_, params) in policy.parameter_sets().items()
     }
+    def logs() -> dict:
+        kept = {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}
+        return {**kept, "damper": damper.state_dict()} if damper is not None else kept
+
     if start is None:
         start = 0
-        save_checkpoint(cell_dir, 0, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}, digest)
+        save_checkpoint(cell_dir, 0, policy, optimizers, logs(), digest)
     else:
         # On CPU first: load_state_dict moves optimizer state to its parameters' device.
         state = torch.load(checkpoint_dir(cell_dir, start) / STATE_FILE, weights_only=False, map_location="cpu")
@@ -198,6 +205,8 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         metrics = state["metrics"]
         diagnostics = state["diagnostics"]
         roles = state["roles"]
+        if damper is not None:
+            damper.load_state_dict(state["damper"])
 
     run = GrpoRun(
         seed=spec.cell.seed,
@@ -210,6 +219,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         ),
         pad_token_id=cell.tokenizer.pad_token_id,
         cfg=cfg,
+        damper=damper,
     )
     for step in range(start, cfg.steps):
         row, step_roles, step_diagnostics = grpo_step(run, step)
@@ -221,9 +231,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
             f"entropy {row['entropy']:.3f} len {row['response_length']:.2f} grad {row['grad_norm']:.3f}"
         )
         if step + 1 in saves:
-            save_checkpoint(
-                cell_dir, step + 1, policy, optimizers, {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}, digest
-            )
+            save_checkpoint(cell_dir, step + 1, policy, optimizers, logs(), digest)
     return {
         "cell": spec.cell.id,
         "axes": spec.cell.axes(),
@@ -254,6 +262,7 @@ class GrpoRun:
     generate: Generate
     pad_token_id: int
     cfg: Train
+    damper: Damper | None = None  # the damper's moving averages, when it is on
 
 
 def grpo_step(run: GrpoRun, step: int):
@@ -276,12 +285,16 @@ def grpo_step(run: GrpoRun, step: int):
     scores = score_episodes(task, episodes)  # every answer of the step in one batch
     assign_rewards(episodes, task, cfg.reward, scores)
     roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task, scores)]
-    group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards)
+    group_sizes = assign_advantages(episodes, scale_rewards=cfg.scale_rewards, group_by=cfg.advantage_group)
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
     policy.train(True)
-    row, step_diagnostics = update_policy(policy, run.optimizers, episodes, run.pad_token_id, cfg)
+    row, step_diagnostics = update_policy(policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper)
     roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
+    roles += [{"step": step + 1, "role": r, "metric": "kl", "value": v} for r, v in row.pop("role_kl").items()]
+    for role, (cos, scale) in row.pop("role_damper").items():
+        roles += [{"step": step + 1, "role": role, "metric": "damper_cos", "value": cos},
+                  {"step": step + 1, "role": role, "metric": "damper_scale", "value": scale}]  # fmt: skip
     rewards = [e.reward for e in episodes]
     row.update(
         step=step + 1,
@@ -295,7 +308,7 @@ def grpo_step(run: GrpoRun, step: int):
 
 
 def update_policy(
-    policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True
+    policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True, damper: Damper | None = None
 ) -> tuple[dict, list[dict]]:
     """The policy's update from one step's scored episodes: one optimizer step per
     parameter set, each on the turns of the roles it serves.
@@ -313,6 +326,12 @@ def update_policy(
     gradient norm of the first pass; the clipped fraction of tokens over all passes)
     and the first pass's gradient diagnostics rows (none with ``diagnostics=False``,
     which skips the snapshots; bench/diagnostics.py times the difference).
+
+    The interventions (matrixrl.train.interventions) act here when switched on: a
+    role with a KL coefficient gets the KL term in its loss (and all its turns take
+    part, since the KL has a gradient where the advantage is 0); ``damper`` scales each
+    role's gradient before clipping. Their per-role values of the first pass are in
+    the metrics' ``role_kl`` and ``role_damper``.
     """
     turns_by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
@@ -323,6 +342,9 @@ def update_policy(
     role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
     squared_norm = 0.0
     agent_grads: list[AgentGrad] = []
+    beta = {role: role_value(cfg.kl_beta, cfg.kl_beta_roles, role) for role in policy.roles}
+    role_kl: dict[str, list[float]] = {}  # role → [k3 sum, tokens], first pass
+    role_damper: dict[str, tuple[float, float]] = {}  # role → (cos, scale), first pass
     for name, (roles, params) in policy.parameter_sets().items():
         acting = [(key, turns) for key, turns in sorted(turns_by_agent.items()) if key[0] in roles]
         if not acting:
@@ -330,13 +352,14 @@ def update_policy(
         optimizer = optimizers[name]
         batches: dict[tuple[str, str], TurnBatch] = {}
         old_logps: dict[tuple[str, str], torch.Tensor] = {}
+        ref_logps: dict[tuple[str, str], torch.Tensor] = {}
         grads: dict[tuple[str, str], AgentGrad] = {}
         for (role, agent), turns in acting:
             n_tokens = sum(len(t.completion.completion_ids) for t in turns)
             totals = role_entropy.setdefault(role, [0.0, 0])
             totals[0] += sum(t.completion.entropy_sum for t in turns)
             totals[1] += n_tokens
-            learning = [t for t in turns if t.advantage != 0.0]
+            learning = [t for t in turns if t.advantage != 0.0 or beta[role] > 0]
             if learning:
                 batches[(role, agent)] = TurnBatch.from_turns(learning, pad_token_id).to(policy.device)
             elif diagnostics:
@@ -344,8 +367,11 @@ def update_policy(
         for epoch in range(cfg.ppo_epochs):
             first = epoch == 0
             optimizer.zero_grad(set_to_none=True)
+            role_starts: dict[str, torch.Tensor] = {}  # the damper's view: .grad before each role's turns
             for (role, agent), turns in acting:
                 batch = batches.get((role, agent))
+                if damper is not None and role not in role_starts:
+                    role_starts[role] = flat_grad(params)
                 if batch is None:
                     continue
                 logps = completion_logps(policy.model_for(role), batch, cfg.temperature)
@@ -360,6 +386,16 @@ def update_policy(
                     epsilon_high=cfg.epsilon_high,
                     n_tokens=total_tokens,
                 )
+                if beta[role] > 0:
+                    if first:  # the reference's log-probabilities of the sampled tokens, once per step
+                        with torch.no_grad(), policy.reference() as reference:
+                            ref_logps[(role, agent)] = completion_logps(reference, batch, cfg.temperature)
+                    k3 = kl_k3(logps, ref_logps[(role, agent)], batch.completion_mask)
+                    loss = loss + beta[role] * k3.sum() / total_tokens
+                    if first:
+                        totals = role_kl.setdefault(role, [0.0, 0])
+                        totals[0] += float(k3.detach().sum())
+                        totals[1] += int(batch.completion_mask.sum())
                 before = flat_grad(params) if diagnostics and first else None
                 loss.backward()
                 if before is not None:
@@ -373,6 +409,10 @@ def update_policy(
                 # still steps (momentum) when no turn of the set had an advantage.
                 if p.grad is None and p.requires_grad:
                     p.grad = torch.zeros_like(p)
+            if damper is not None:
+                damped = _damp(params, role_starts, damper, update=first)
+                if first:
+                    role_damper.update(damped)
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if first:
                 squared_norm += float(norm) ** 2
@@ -386,5 +426,33 @@ def update_policy(
         "grad_norm": squared_norm**0.5,
         "response_length": total_tokens / max(n_turns, 1),
         "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},
+        "role_kl": {role: total / max(n, 1) for role, (total, n) in role_kl.items()},
+        "role_damper": role_damper,
     }
     return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared") if diagnostics else []
+
+
+def _damp(params: list, role_starts: dict[str, torch.Tensor], damper: Damper, update: bool) -> dict[str, tuple[float, float]]:
+    """Scale each role's share of the accumulated ``.grad`` of ``params`` by the damper.
+
+    ``role_starts``: the flat ``.grad`` before each role's backward passes, in the order
+    they ran, so a role's gradient is the change up to the next role's start (or the
+    end). ``.grad`` becomes Σ_role scale_role · g_role; with ``update`` (the first pass)
+    each role's moving average takes its damped gradient. Returns {role: (cos, scale)}.
+    """
+    roles = list(role_starts)
+    ends = [role_starts[r] for r in roles[1:]] + [flat_grad(params)]
+    found = {}
+    for role, end in zip(roles, ends):
+        gradient = (end - role_starts[role]).to(torch.float32)
+        scale, cos = damper.scale(role, gradient)
+        if scale != 1.0:
+            offset = 0
+            for p in params:
+                n = p.numel()
+                p.grad.sub_(((1.0 - scale) * gradient[offset : offset + n]).view_as(p).to(p.grad))
+                offset += n
+        if update:
+            damper.update(role, scale * gradient)
+        found[role] = (cos, scale)
+    return found
