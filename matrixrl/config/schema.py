@@ -140,7 +140,7 @@ class Train(Strict):
     )
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
 
-    # The remedies of docs/design.md §6, off by default; matrixrl.train.interventions.
+    # The remedies of docs/design.md §5 (docs/interventions.md), off by default; matrixrl.train.interventions.
     kl_beta: float = Field(
         0.0,
         ge=0,

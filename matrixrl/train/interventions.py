@@ -1,4 +1,4 @@
-"""The remedies for terminal degradation that docs/design.md §6 tests, as training switches.
+"""The remedies for terminal degradation (docs/design.md §5, docs/interventions.md), as training switches.
 
 All are off by default, and off leaves the update exactly as without them.
 
