@@ -104,12 +104,16 @@ def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float 
 
     A row per value and per combination of the other axes (the seed aside) that has
     cells of both: ``comparison`` reads ``AXIS=VALUE - AXIS=CONTROL``, and the
-    figures are the mean paired differences by seed, as in :func:`compare_table`.
+    figures are the mean paired differences by seed, as in :func:`compare_table`, and
+    ``amplification_diff`` (with ``_lo``, ``_hi``), the same for the cells' mean
+    amplification (``AGAINST_COLUMNS``): whether an intervention lowered it.
     Cells the axis does not affect (no value) are not compared.
     """
     extra = extra_axes(per_cell.columns)
     keys = [a for a in ["workflow", "task", "scale", "policy", *extra] if a != axis]
     values = ["seed", "peak", "final", "gain", "cliff"]
+    if "amplification_mean" in per_cell.columns:
+        values.append("amplification_mean")
     per_cell = per_cell[per_cell[axis].notna()]
     wanted = _text(control)
     rows = []
@@ -123,11 +127,25 @@ def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float 
             if text == wanted:
                 continue
             row = paired_row(treated, control_cells, confidence)
+            row.update(_paired_amplification(treated, control_cells, confidence))
             rows.append({**axes, axis: value, "comparison": f"{axis}={text} - {axis}={wanted}", **row})
-    columns = ["workflow", "task", "scale", "policy", *extra, *COMPARE_COLUMNS[4:]]
+    columns = ["workflow", "task", "scale", "policy", *extra, *COMPARE_COLUMNS[4:], *AGAINST_COLUMNS]
     table = cells_frame(rows, columns)
     table = table[table["n_pairs"] > 0].reset_index(drop=True)
     return table.astype({"n_pairs": "int64"})
+
+
+AGAINST_COLUMNS = ["amplification_diff", "amplification_lo", "amplification_hi"]
+
+
+def _paired_amplification(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) -> dict:
+    """Mean paired difference of the cells' mean amplification, over the seeds where both have one."""
+    if "amplification_mean" not in treated.columns:
+        return dict.fromkeys(AGAINST_COLUMNS)
+    a = dict(zip(treated["seed"].astype(int), treated["amplification_mean"].astype(float)))
+    b = dict(zip(control["seed"].astype(int), control["amplification_mean"].astype(float)))
+    diffs = [a[s] - b[s] for s in a if s in b and not (pd.isna(a[s]) or pd.isna(b[s]))]
+    return dict(zip(AGAINST_COLUMNS, t_interval(diffs, confidence)))
 
 
 def _text(value) -> str:
