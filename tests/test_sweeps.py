@@ -344,3 +344,20 @@ def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(
     assert [(r["train.lr"], r["n_checkpoints"]) for r in rows] == [(1e-4, 3), (3e-4, 3)]
     spec = json.loads((results / L.train_result(f"{cell}-lr=0.0003")).read_text())
     assert spec["cell"] == f"{cell}-lr=0.0003"
+
+
+def test_against_pairs_the_mean_amplification_too() -> None:
+    import pandas as pd
+
+    from matrixrl.analysis.compare import against_table
+
+    rows = [
+        {"workflow": "voting", "task": "arith", "scale": "tiny-s", "policy": "isolated", "seed": seed,
+         "train.damper": damper, "peak": 0.3, "final": 0.2, "gain": -0.05, "cliff": False, "amplification_mean": amp}
+        for seed, damper, amp in ((0, 0.0, 2.0), (1, 0.0, 2.4), (0, 0.3, 1.5), (1, 0.3, 2.1))
+    ]  # fmt: skip
+    (row,) = against_table(pd.DataFrame(rows), "train.damper", 0.0).to_dict("records")
+    assert row["comparison"] == "train.damper=0.3 - train.damper=0.0"
+    assert row["amplification_diff"] == pytest.approx(-0.4)  # (−0.5 − 0.3) / 2
+    half = 12.706204736 * (0.2 / 2**0.5) / 2**0.5  # t(0.975, 1) · sd(−0.5, −0.3) / √2
+    assert (row["amplification_lo"], row["amplification_hi"]) == (pytest.approx(-0.4 - half), pytest.approx(-0.4 + half))
