@@ -152,7 +152,7 @@ def main() -> None:
 
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
-    from matrixrl.train.trainer import update_policy
+    from matrixrl.train.trainer import make_optimizers, update_policy
 
     torch.set_num_threads(1)
     cfg = train_config()
@@ -174,10 +174,7 @@ def main() -> None:
                     policy = build_policy(mode, load_causal_lm(base_dir), workflow.roles, Policies())
                     policy.train(True)
                     policies[variant] = policy
-                    optimizers[variant] = {
-                        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99))
-                        for name, (_, params) in policy.parameter_sets().items()
-                    }
+                    optimizers[variant] = make_optimizers(policy, cfg)
                 seconds: dict[str, list[float]] = {v: [] for v in variants}
                 for round_ in range(1 + args.rounds):
                     for variant, fn in variants.items():

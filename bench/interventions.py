@@ -55,9 +55,9 @@ def main() -> None:
 
     from matrixrl.config import Policies
     from matrixrl.models.policies import FullPolicy, build_policy, load_causal_lm
-    from matrixrl.train.interventions import Damper
+    from matrixrl.train.interventions import Damper, needs_reference
     from matrixrl.train.rewards import assign_advantages
-    from matrixrl.train.trainer import update_policy
+    from matrixrl.train.trainer import make_optimizers, update_policy
 
     torch.set_num_threads(1)
     base_cfg = train_config()
@@ -74,14 +74,10 @@ def main() -> None:
                     cfg = base_cfg.model_copy(update=settings)
                     torch.manual_seed(0)
                     policy = build_policy(mode, load_causal_lm(base_dir), workflow.roles, Policies(adapter=adapter))
-                    if cfg.kl_beta > 0 and isinstance(policy, FullPolicy):
+                    if needs_reference(cfg) and isinstance(policy, FullPolicy):
                         policy.attach_reference(load_causal_lm(base_dir))
                     policy.train(True)
-                    optimizers = {
-                        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99))
-                        for name, (_, params) in policy.parameter_sets().items()
-                    }
-                    runs[variant] = (cfg, policy, optimizers, Damper.from_train(cfg))
+                    runs[variant] = (cfg, policy, make_optimizers(policy, cfg), Damper.from_train(cfg))
                 seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
                 for round_ in range(1 + args.rounds):
                     for variant, (cfg, policy, optimizers, damper) in runs.items():

@@ -84,7 +84,7 @@ def run_workflow(base: Path, name: str, steps: int, arithmetic_in_process: bool)
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks import build_task
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import GrpoRun, grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step, make_optimizers
     from matrixrl.workflows import build_workflow
     from transformers import AutoTokenizer
 
@@ -96,10 +96,7 @@ def run_workflow(base: Path, name: str, steps: int, arithmetic_in_process: bool)
     tokenizer = AutoTokenizer.from_pretrained(base)
     workflow = build_workflow(name, getattr(cfg.workflows, name))
     policy = build_policy("shared", load_causal_lm(base), workflow.roles, cfg.policies)
-    optimizers = {
-        key: torch.optim.AdamW(params, lr=cfg.train.lr, betas=(0.9, 0.99), weight_decay=0.0)
-        for key, (_, params) in policy.parameter_sets().items()
-    }
+    optimizers = make_optimizers(policy, cfg.train)
     generate = make_generate(
         policy, tokenizer, max_new_tokens=cfg.train.max_new_tokens, temperature=cfg.train.temperature, sample=True
     )

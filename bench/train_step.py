@@ -127,7 +127,7 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
     from matrixrl.train.rollout import make_generate
-    from matrixrl.train.trainer import GrpoRun, grpo_step
+    from matrixrl.train.trainer import GrpoRun, grpo_step, make_optimizers
     from matrixrl.workflows import build_workflow
 
     cfg = train_config()
@@ -136,10 +136,7 @@ def time_matrixrl(base_dir: Path, mode: str, adapter: str, steps: int) -> tuple[
     workflow = build_workflow("single")
     task = build_arith()
     policy = build_policy(mode, load_causal_lm(base_dir), workflow.roles, Policies(adapter=adapter))
-    optimizers = {
-        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-        for name, (_, params) in policy.parameter_sets().items()
-    }
+    optimizers = make_optimizers(policy, cfg)
     generate = make_generate(policy, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True)
     run = GrpoRun(
         seed=SEED, policy=policy, optimizers=optimizers, workflow=workflow, task=task, generate=generate,

@@ -27,6 +27,7 @@ import pandas as pd
 
 from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
 from matrixrl.analysis.seeds import t_interval
+from matrixrl.config.sweeps import spelled as _text
 
 CONTROL = "single"
 POLICY_PAIR = ("isolated", "shared")
@@ -146,13 +147,6 @@ def _paired_amplification(treated: pd.DataFrame, control: pd.DataFrame, confiden
     b = dict(zip(control["seed"].astype(int), control["amplification_mean"].astype(float)))
     diffs = [a[s] - b[s] for s in a if s in b and not (pd.isna(a[s]) or pd.isna(b[s]))]
     return dict(zip(AGAINST_COLUMNS, t_interval(diffs, confidence)))
-
-
-def _text(value) -> str:
-    """A value as ``--only`` and ``--against`` spell it (``5e-05``, ``true``, ``lora``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _control_of(cells: dict, fixed: tuple, sweep: list) -> pd.DataFrame | None:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
-from matrixrl.config.sweeps import check_sweeps
+from matrixrl.config.sweeps import check_sweeps, spelled
 from matrixrl.errors import ConfigError, DataError
 from matrixrl.tasks.files import locate
 
@@ -84,7 +84,7 @@ def apply_only(raw: dict, assignment: str) -> None:
         )
     if not isinstance(values, list):
         return  # validation will report the missing axis
-    by_text = {_shown(v): v for v in values}
+    by_text = {spelled(v): v for v in values}
     missing = [w for w in wanted if w not in by_text]
     if missing:
         raise ConfigError(
@@ -93,13 +93,6 @@ def apply_only(raw: dict, assignment: str) -> None:
             f"use --set grid.{axis}=[...] to change it"
         )
     grid[axis] = [by_text[w] for w in wanted]
-
-
-def _shown(value) -> str:
-    """A grid value as --only spells it: 5e-05, true, lora."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) -> Config:

@@ -29,6 +29,13 @@ SWEEPABLE = ("train", "eval", "policies", "workflows", "tasks", "scales", "promp
 """The sections whose settings can be an axis: what a cell's spec is computed from."""
 
 
+def spelled(value: Any) -> str:
+    """An axis value as ``--only`` and ``--against`` take it, and tables name it: 5e-05, true, lora."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def canonical(value: Any) -> str:
     """A value's identity as an axis value (1.0e-4 and 0.0001 are one value)."""
     return json.dumps(value, sort_keys=True)

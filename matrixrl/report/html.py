@@ -139,16 +139,13 @@ def build_report(
     gradient diagnostics of every cell that ends in a terminal cliff (the cells the
     mechanism table asks about). Raises ``ConfigError`` when nothing is stored yet.
     """
-    from matrixrl.config import AXES
     from matrixrl.report.plots import cliff_cells, load_study, png_bytes, study_figures
-    from matrixrl.report.tables import TABLES, build_tables, parse_group_by
+    from matrixrl.report.tables import TABLES, build_tables, parse_group_by, selection
     from matrixrl.layout import store_path
 
     axes = parse_group_by(group_by, list(config.grid.sweeps))
     study = load_study(selected or config)  # ingests; one-line errors when there is nothing yet
-    only = None
-    if selected is not None:
-        only = {**{axis: getattr(selected.grid, axis) for axis in AXES}, **selected.grid.sweeps}
+    only = selection(selected)
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
     grouped = [name for name in TABLES if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
     frames = build_tables(store_path(config.results_dir), config, grouped, axes or None, only=only) if grouped else {}

@@ -33,6 +33,7 @@ from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
 from matrixrl.analysis.curves import summarize_cells
 from matrixrl.analysis.diagnostics import share_table
 from matrixrl.config import AXES, Analysis, Config
+from matrixrl.config.sweeps import spelled
 from matrixrl.errors import ConfigError
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -232,7 +233,7 @@ def _line_styles(cells: pd.DataFrame, line_by: str, others: list[str]) -> dict[t
 
 def _shown(axis: str, value) -> str:
     """``shared`` for the policy axis (as before extra axes), ``train.lr=5e-05`` for the others."""
-    return str(value) if axis == "policy" else f"{axis}={value}"
+    return spelled(value) if axis == "policy" else f"{axis}={spelled(value)}"
 
 
 def _curve_panel(ax, panel: pd.DataFrame, evals: pd.DataFrame, summaries: pd.DataFrame, keys: list[str], styles) -> list[tuple]:

@@ -38,6 +38,7 @@ from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
+from matrixrl.config.sweeps import spelled as _shown
 from matrixrl.errors import ConfigError
 from matrixrl.report import TABLE_NAMES
 from matrixrl.layout import store_path
@@ -405,10 +406,14 @@ def load_report_table(
     check_group_by(name, group_by, list(config.grid.sweeps))
     parsed = parse_against(against, config, name) if against is not None else None
     ingest_for_report(config.results_dir)
-    only = None
-    if selected is not None:
-        only = {**{axis: getattr(selected.grid, axis) for axis in AXES}, **selected.grid.sweeps}
-    return report_table(config.results_dir, config, name, group_by, only=only, against=parsed)
+    return report_table(config.results_dir, config, name, group_by, only=selection(selected), against=parsed)
+
+
+def selection(selected: Config | None) -> dict[str, list] | None:
+    """``{axis: values}`` of a config narrowed by ``--only`` (extra axes too), for ``only=``; None: everything."""
+    if selected is None:
+        return None
+    return {**{axis: getattr(selected.grid, axis) for axis in AXES}, **selected.grid.sweeps}
 
 
 def parse_against(text: str, config: Config, table: str = "compare") -> tuple[str, object]:
@@ -431,12 +436,6 @@ def parse_against(text: str, config: Config, table: str = "compare") -> tuple[st
     raise ConfigError(
         f"--against {text!r}: {raw} is not a value of grid.{axis} [{', '.join(map(_shown, values))}]; use one of them"
     )
-
-
-def _shown(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _same(value, raw: str) -> bool:

@@ -39,6 +39,11 @@ def role_value(default: float, by_role: dict[str, float], role: str) -> float:
     return by_role.get(role, default)
 
 
+def needs_reference(cfg) -> bool:
+    """Does the KL anchor act for some role (so the policy needs its reference)?"""
+    return cfg.kl_beta > 0 or any(cfg.kl_beta_roles.values())
+
+
 def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π_θ ‖ π_ref), zero on padding: exp(r) − r − 1, r = ref − logps."""
     r = ref_logps - logps

@@ -54,7 +54,7 @@ from matrixrl.tasks import Task
 from matrixrl.train.cell import build_cell
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
-from matrixrl.train.interventions import Damper, kl_k3, role_value
+from matrixrl.train.interventions import Damper, kl_k3, needs_reference, role_value
 from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
 from matrixrl.workflows import Workflow
@@ -164,6 +164,14 @@ def save_checkpoint(
         (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
 
 
+def make_optimizers(policy, cfg: Train) -> dict[str, torch.optim.Optimizer]:
+    """One AdamW per parameter set of ``policy``: ``cfg.lr``, betas 0.9/0.99, no weight decay."""
+    return {
+        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+        for name, (_, params) in policy.parameter_sets().items()
+    }
+
+
 def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print) -> dict:
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any."""
     cfg = spec.train
@@ -173,7 +181,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
 
     digest = spec.resume_digest()
     start = resume_point(cell_dir, digest, cfg.steps, log, evaluated=checkpoint_steps(cfg))
-    anchored = cfg.kl_beta > 0 or any(cfg.kl_beta_roles.values())  # the KL anchor needs the reference
+    anchored = needs_reference(cfg)
     damper = Damper.from_train(cfg)
     if start is None:
         torch.manual_seed(init_seed(spec.cell.seed))
@@ -184,10 +192,8 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
     else:
         policy = cell.load_policy(checkpoint_dir(cell_dir, start), reference=anchored)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
-    optimizers = {
-        name: torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-        for name, (_, params) in policy.parameter_sets().items()
-    }
+    optimizers = make_optimizers(policy, cfg)
+
     def logs() -> dict:
         kept = {"metrics": metrics, "diagnostics": diagnostics, "roles": roles}
         return {**kept, "damper": damper.state_dict()} if damper is not None else kept
