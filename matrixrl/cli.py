@@ -8,15 +8,17 @@ import os
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from matrixrl.config import Config, load_config
 from matrixrl.errors import ConfigError, UserError, disk_error_message
 from matrixrl.report import FORMATS, TABLE_NAMES
+
+if TYPE_CHECKING:
+    from matrixrl.config import Config
 
 app = typer.Typer(
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
@@ -84,6 +86,9 @@ EXPERIMENTS = Path("experiments.yaml")
 
 
 def _load(config: Path, only, sets) -> Config:
+    # Imported here: the schema pulls in numpy and the tasks, which `--help` does not need.
+    from matrixrl.config import load_config
+
     return load_config(config, sets=sets or [], only=only or [])
 
 
