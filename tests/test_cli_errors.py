@@ -169,10 +169,10 @@ INTERRUPTS = {
         "sys.meta_path.insert(0, Interrupt())\n"
     ),
     "inside-a-command": (
-        "import matrixrl.cli as cli\n"
+        "import matrixrl.config as config\n"
         "def interrupted(*args, **kwargs):\n"
         "    raise KeyboardInterrupt\n"
-        "cli.load_config = interrupted\n"
+        "config.load_config = interrupted\n"
     ),
 }
 
