@@ -2,15 +2,21 @@
 
 Every program is trivial and passes (``def f(): return i`` / ``assert f() == i``,
 a different ``i`` each time so the verdict cache never answers), so its time is the
-sandbox's own cost: compiling in the host, the launcher (namespaces, uid drop),
-interpreter start, limits and audit hook, verdict, clean-up. Measured in one run,
-interleaved so machine load hits every variant alike:
+sandbox's own cost: compiling in the host, handing the job to a worker, its fork,
+limits and audit hook, verdict, clean-up. Measured in one run, interleaved so
+machine load hits every variant alike:
 
-- ``python -c pass``: the reference, a bare ``subprocess.run`` of this interpreter
-  (site-packages included, as a plain ``python`` starts);
-- ``python -I -S -c pass``: the same, with the sandbox's interpreter flags;
-- ``run()``: one sandbox at a time, with the strongest isolation available;
-- ``run(), no namespaces``: the same without the launcher (audit hook and limits only);
+- ``python -c pass``: a bare ``subprocess.run`` of this interpreter (site-packages
+  included, as a plain ``python`` starts);
+- ``python -I -S -c pass``: the same with the sandbox's interpreter flags, the
+  reference: what one fresh interpreter per program costs at the least;
+- ``run()``: one sandbox at a time, with the strongest isolation available, in the
+  process's started worker (the normal path);
+- ``run(), no namespaces``: the same with a worker without the launcher (audit hook
+  and limits only);
+- ``run(), fresh interpreter``: the path where no worker can start, one interpreter
+  per program under the launcher (what every run cost before the workers);
+- ``run(), worker start``: a run that first starts its worker (the first of a process);
 - ``run_many(workers=W)``: a batch; per-program latency and wall time per program.
 
     python bench/sandbox.py [--programs 40] [--workers 2]
@@ -46,27 +52,42 @@ def main() -> None:
     limits = {"timeout_s": 10.0, "memory_mb": 256}
     mode = sandbox.isolation()  # probed once, outside the timings
     strongest = sandbox.isolation
+    jobs = iter(range(10**9))
 
-    def sandboxed(i: int, *, namespaces: bool) -> float:
+    def sandboxed(*, namespaces: bool = True, fresh: bool = False, cold: bool = False) -> float:
+        code, tests = trivial_job(next(jobs))
         sandbox.isolation = strongest if namespaces else (lambda: ("none", ()))
         try:
-            result = sandbox.run(*trivial_job(i), **limits)
+            if cold:
+                sandbox._workers().close(*sandbox.isolation())
+            if fresh:  # the fallback path, called past the worker pool
+                compiled = [compile(source, "<bench>", "exec") for source in (code, tests)]
+                result = sandbox._execute_fresh(*compiled, limits["timeout_s"], limits["memory_mb"])
+            else:
+                result = sandbox.run(code, tests, **limits)
         finally:
             sandbox.isolation = strongest
         assert result.passed, result
         return result.seconds
 
-    samples: dict[str, list[float]] = {
-        "python -c pass": [], "python -I -S -c pass": [], "run()": [], "run(), no namespaces": [],
+    variants = {
+        "python -c pass": lambda: timed_process([sys.executable, "-c", "pass"]),
+        "python -I -S -c pass": lambda: timed_process([sys.executable, "-I", "-S", "-c", "pass"]),
+        "run()": sandboxed,
+        "run(), no namespaces": lambda: sandboxed(namespaces=False),
+        "run(), fresh interpreter": lambda: sandboxed(fresh=True),
+        "run(), worker start": lambda: sandboxed(cold=True),
     }
-    sandboxed(-1, namespaces=True)  # warm the page cache
-    for i in range(args.programs):
-        samples["python -c pass"].append(timed_process([sys.executable, "-c", "pass"]))
-        samples["python -I -S -c pass"].append(timed_process([sys.executable, "-I", "-S", "-c", "pass"]))
-        samples["run()"].append(sandboxed(i, namespaces=True))
-        samples["run(), no namespaces"].append(sandboxed(args.programs + i, namespaces=False))
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    sandboxed(fresh=True)  # warm the page cache
+    sandboxed(namespaces=False)  # and start both workers
+    for _ in range(args.programs):
+        for name, measure in variants.items():
+            samples[name].append(measure())
 
-    batch = [trivial_job(2 * args.programs + i) for i in range(args.programs)]
+    batch = [trivial_job(next(jobs)) for _ in range(args.programs)]
+    sandbox.run_many(batch[:args.workers], workers=args.workers, **limits)  # start its workers
+    batch = batch[args.workers:]
     started = time.perf_counter()
     results = sandbox.run_many(batch, workers=args.workers, **limits)
     batch_wall = time.perf_counter() - started
@@ -74,12 +95,18 @@ def main() -> None:
     samples[f"run_many(workers={args.workers}) latency"] = [r.seconds for r in results]
 
     rows = {name: statistics.median(values) for name, values in samples.items()}
-    rows[f"run_many(workers={args.workers}) wall/program"] = batch_wall / args.programs
+    rows[f"run_many(workers={args.workers}) wall/program"] = batch_wall / len(batch)
     bare, isolated = rows["python -c pass"], rows["python -I -S -c pass"]
     print(f"isolation: {mode[0]}; {args.programs} programs per row; median seconds per program")
     print(f"{'variant':34} {'seconds':>8} {'vs python -c pass':>18} {'vs python -I -S':>16}")
     for name, seconds in rows.items():
         print(f"{name:34} {seconds:8.4f} {seconds / bare:17.2f}x {seconds / isolated:15.2f}x")
+    print(
+        f"run() in a worker: {rows['run()'] * 1000:.1f} ms per program, "
+        f"{rows['run()'] / isolated:.2f}x python -I -S -c pass "
+        f"({isolated * 1000:.1f} ms) and {rows['run(), fresh interpreter'] / rows['run()']:.1f}x "
+        f"faster than a fresh interpreter per program"
+    )
 
 
 if __name__ == "__main__":
