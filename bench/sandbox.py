@@ -17,6 +17,8 @@ machine load hits every variant alike:
 - ``run(), fresh interpreter``: the path where no worker can start, one interpreter
   per program under the launcher (what every run cost before the workers);
 - ``run(), worker start``: a run that first starts its worker (the first of a process);
+- ``sandbox directory``: making and removing one program's directory in TMPDIR, part
+  of every run (a disk whose filesystem discards freed blocks makes this milliseconds);
 - ``run_many(workers=W)``: a batch; per-program latency and wall time per program.
 
     python bench/sandbox.py [--programs 40] [--workers 2]
@@ -25,9 +27,11 @@ machine load hits every variant alike:
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -38,6 +42,12 @@ def trivial_job(i: int) -> tuple[str, str]:
 def timed_process(argv: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(argv, check=True)
+    return time.perf_counter() - started
+
+
+def timed_directory() -> float:
+    started = time.perf_counter()
+    shutil.rmtree(tempfile.mkdtemp(prefix="matrixrl-sandbox-"))
     return time.perf_counter() - started
 
 
@@ -77,6 +87,7 @@ def main() -> None:
         "run(), no namespaces": lambda: sandboxed(namespaces=False),
         "run(), fresh interpreter": lambda: sandboxed(fresh=True),
         "run(), worker start": lambda: sandboxed(cold=True),
+        "sandbox directory": timed_directory,
     }
     samples: dict[str, list[float]] = {name: [] for name in variants}
     sandboxed(fresh=True)  # warm the page cache

@@ -36,7 +36,9 @@ import time
 # fresh interpreter about 20 ms).
 PRELOAD = ("typing", "collections", "re", "math", "heapq", "itertools", "functools", "string")
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD_SCRIPT = os.path.join(HERE, "_sandbox_child.py")
+# Spelled as the parent spells it (matrixrl.sandbox.CHILD_SCRIPT): beside this
+# script's path as the parent passed it.
+CHILD_SCRIPT = os.path.join(os.path.dirname(sys.argv[0]), "_sandbox_child.py")
 REPORT_LIMIT = 1 << 16  # bytes of verdict read, as the parent reads from a fresh interpreter
 TAIL_BYTES = 2000  # of the program's output, for the verdict of a crash
 FD_CEILING = 256  # above every descriptor the worker opens
@@ -68,7 +70,7 @@ def command_line():
             os.close(mem)
     except (OSError, ValueError, IndexError):
         return None
-    worker, child = os.fsencode(os.path.abspath(__file__)), os.fsencode(CHILD_SCRIPT)
+    worker, child = os.fsencode(sys.argv[0]), os.fsencode(CHILD_SCRIPT)
     parts = [child if part == worker else part for part in current.rstrip(b"\0").split(b"\0")]
     title = b"\0".join(parts) + b"\0"
     if len(title) > len(current):
@@ -159,14 +161,13 @@ def run_one(job, harness, devnull, title, init):
         timed_out, parent_gone = wait(pid, deadline)
     finally:
         # Kill before reaping, so the group id cannot be reused meanwhile.
-        if init:
-            os.kill(-1, _signal.SIGKILL)  # everything in this PID namespace but the worker
-        else:
-            for kill, target in ((os.killpg, pid), (os.kill, pid)):
-                try:
-                    kill(target, _signal.SIGKILL)
-                except OSError:
-                    pass
+        # As process 1: everything in this PID namespace but the worker itself.
+        targets = ((os.kill, -1),) if init else ((os.killpg, pid), (os.kill, pid))
+        for kill, target in targets:
+            try:
+                kill(target, _signal.SIGKILL)
+            except OSError:
+                pass  # nothing left to kill
         returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         reap_orphans(init)
     report = read_available(verdict_read)
@@ -244,7 +245,7 @@ def main():
     # back to a fresh interpreter per program.
     os.close(os.memfd_create("probe"))
     os.close(os.pidfd_open(os.getpid()))
-    send(1, ("ready", os.getpid()))
+    send(1, ("ready",))
     while True:
         job = receive(0)
         if job is None:

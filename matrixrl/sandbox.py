@@ -9,54 +9,73 @@ lines). ``run_many`` scores a batch with several sandboxes at once.
 Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
 ``syntax`` (code or tests do not compile; found in the host by ``compile``, which
 executes nothing, so no process is started); ``timeout`` (no verdict within
-``timeout_s`` wall-clock seconds, interpreter start included); ``memory``
+``timeout_s`` wall-clock seconds, the child's set-up included); ``memory``
 (MemoryError under the ``memory_mb`` address-space limit); ``exited`` (the program
 ended the process, ``sys.exit``/``os._exit``, before the tests finished);
 ``blocked`` (the program attempted something the sandbox forbids, listed below,
 even if it caught the error); ``crashed`` (the process died without a verdict).
 
+Where a program runs. Each process keeps sandbox workers (``_sandbox_worker.py``),
+started on first use, one per program run at a time: an interpreter started once
+under the launcher below (namespaces, uid drop), which loads the harness
+(``_sandbox_child.py``) and the modules programs import most, then forks one child
+per program. The child is the program's process: it takes the per-program limits
+and the audit hook, runs the program and tests, and dies; the worker kills
+whatever it left and answers the parent. So a program starts in milliseconds, and
+whatever it changes in memory (builtins, modules, the harness) ends with its
+child; the next program forks from the untouched worker, in a directory of its own.
+Workers die with their process (end-of-file on their job channel, the launcher's
+parent-death signal, at exit); a forked process starts its own. A worker that dies
+during a program is replaced and the program runs once more, with a fresh deadline.
+Where no worker can start (a kernel without ``pidfd_open``/``memfd_create``), each
+program gets a fresh interpreter under the launcher instead, with a warning.
+
 How a verdict is made unforgeable. The parent draws a random token per run and
-hands it to the child on stdin with the compiled program and tests; the child keeps
-it only as a local variable of the harness function, and keeps the real stdout as
-the verdict channel (the program's prints go to stderr). The harness runs the
-program, then the tests, and only if both returned normally writes the token and
-ends the process with ``os._exit`` (failures are reported under a second token).
-The parent counts a run as passed only when that token arrives, so exiting early
-(any status), printing "passed", killing the parent or writing to the verdict
-descriptor cannot pass. The program cannot read the token because every route to
-the harness's frame is closed by a CPython audit hook (``sys.addaudithook``; a hook
-cannot be removed): ``sys._getframe``, traceback/generator/coroutine frames,
-``sys.settrace``/``setprofile``, ``gc`` object traversal, ctypes, ``/proc``
-(``/proc/self/mem``); Python signal handlers (which receive the interrupted frame)
-cannot be installed, and builtin modules are made at most once, so no fresh
-``_signal`` brings ``signal()`` back. The harness binds every name it uses before
-the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
-``AssertionError`` or any builtin, module attribute or ``sys.modules`` entry does
-not change its path; the tests run with the builtins as they were before the
-program ran and without the program's globals that shadow a builtin.
+hands it to the child with the compiled program and tests; the child keeps it only
+as a local variable of the harness function, and keeps a descriptor of its own as
+the verdict channel (the program's stdout and stderr go to an output file). The
+harness runs the program, then the tests, and only if both returned normally writes
+the token and ends the process with ``os._exit`` (failures are reported under a
+second token). The parent counts a run as passed only when that token arrives, so
+exiting early (any status), printing "passed", killing the parent or writing to the
+verdict descriptor cannot pass. The program cannot read the token because every
+route to the harness's frame is closed by a CPython audit hook
+(``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``,
+traceback/generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc``
+object traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers
+(which receive the interrupted frame) cannot be installed, and builtin modules are
+made at most once, so no fresh ``_signal`` brings ``signal()`` back. The harness
+binds every name it uses before the program runs, so rebinding ``exec``,
+``sys.exit``, ``os._exit``, ``AssertionError`` or any builtin, module attribute or
+``sys.modules`` entry does not change its path; the tests run with the builtins as
+they were before the program ran and without the program's globals that shadow a
+builtin.
 
 Isolation, strongest available first (:func:`isolation` tells which is in use):
 - Namespaces (``unshare --net --pid --fork --kill-child``; ``--user`` added when
-  not root): a network namespace with only a down loopback, so nothing is
-  reachable; a PID namespace, so the parent is invisible (``os.getppid()`` is 0)
-  and every process left in it is killed when the program's process ends.
-- As root, the child drops to a random unprivileged uid (``setpriv``), so the
-  kernel refuses writes outside world-writable places, signals to any other
-  process, and every new process or thread (``RLIMIT_NPROC`` 0, which the kernel
-  enforces for every uid but root). Only if that uid cannot start the interpreter
-  (installed where only root may enter) does it keep CAP_DAC_READ_SEARCH.
-- Always: rlimits (address space ``memory_mb``, CPU ``ceil(timeout_s) + 1`` s,
-  16 MiB per file, 64 descriptors, no core dumps, no new processes), a new
-  session whose whole process group is killed afterwards, a private temporary
-  working directory removed afterwards, a scrubbed environment, ``python -I -S
-  -B`` (no site-packages, no user paths, no PYTHON* variables: standard library
-  only), stdin on /dev/null, and the audit hook, which also refuses: process
-  creation (fork, exec, spawn, system, subprocess), signals to other processes,
-  sockets of any kind (the network cut where namespaces are unavailable), native
-  code (ctypes, extension modules from outside the standard library's directory),
-  subinterpreters, rlimit changes, symlinks, writing outside the
-  sandbox directory, and reading /proc, /sys, /dev (but null, zero, urandom),
-  directories outside the sandbox, or any file not readable by every user. Reading
+  not root), one set per worker: a network namespace with only a down loopback, so
+  nothing is reachable; a PID namespace, so the parent is invisible and the worker
+  is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
+  sent inside the namespace; after each program the worker kills every other
+  process in it, and its death ends them all.
+- As root, the worker drops to a random unprivileged uid of its own (``setpriv``),
+  so the kernel refuses its programs writes outside world-writable places, signals
+  to any process of another uid, and every new process or thread (``RLIMIT_NPROC``
+  0, which the kernel enforces for every uid but root). Only if that uid cannot
+  start the interpreter (installed where only root may enter) does it keep
+  CAP_DAC_READ_SEARCH.
+- Always: rlimits per program (address space ``memory_mb``, CPU ``ceil(timeout_s)
+  + 1`` s, 16 MiB per file, 64 descriptors, no core dumps, no new processes), a
+  process group of its own killed afterwards, a private temporary working directory
+  removed afterwards, a scrubbed environment, ``python -I -S -B`` (no site-packages,
+  no user paths, no PYTHON* variables: standard library only), stdin on /dev/null,
+  and the audit hook, which also refuses: process creation (fork, exec, spawn,
+  system, subprocess), signals to other processes, sockets of any kind (the network
+  cut where namespaces are unavailable), native code (ctypes, extension modules from
+  outside the standard library's directory), subinterpreters, rlimit changes,
+  symlinks, named shared memory and semaphores, writing outside the sandbox
+  directory, and reading /proc, /sys, /dev (but null, zero, urandom), directories
+  outside the sandbox, or any file not readable by every user. Reading
   world-readable files (``/etc/passwd``) is allowed: nothing leaves the sandbox
   but the verdict and its short ``detail``.
 
@@ -64,16 +83,19 @@ Not defended: an audit hook is not a security boundary against native code. A
 program that crafts its own bytecode (``marshal.loads`` stays allowed because
 imports use it) or exploits an interpreter memory bug runs outside the hook's
 reach and could read the token and forge the verdict; then the kernel layers
-above are what still holds (no network, no other processes, no writes outside
-world-writable places as root). Without namespaces and as root only the hook
-guards the host. Tests are trusted code that run with whatever the program left in
-``sys.modules``, and an object whose ``__eq__`` always answers True passes an
-``assert f(x) == y``; write tests that check types where it matters. Programs
-cannot use subprocesses, signal handlers, sockets, third-party packages, threads
-(unless the caller is root without a uid drop) or traceback formatting
-(``traceback.print_exc`` needs frames), and ``if __name__ == "__main__":`` blocks
-do not run (``__name__`` is ``"__sandbox__"``). Disk use within the time limit is
-bounded only per file.
+above are what still holds (no network, no processes but its worker's, no writes
+outside world-writable places as root). Such a program shares its worker's uid and
+namespaces with the programs after it in that worker: it could tamper with the
+worker (ptrace, or a kill where the worker is not process 1) and so with their
+verdicts, or leave files in world-writable places for them. Without namespaces and
+as root only the hook guards the host. Tests are trusted code that run with
+whatever the program left in ``sys.modules``, and an object whose ``__eq__`` always
+answers True passes an ``assert f(x) == y``; write tests that check types where it
+matters. Programs cannot use subprocesses, signal handlers, sockets, third-party
+packages, threads (unless the caller is root without a uid drop) or traceback
+formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
+"__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``). Disk use within
+the time limit is bounded only per file.
 
 Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
 at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many

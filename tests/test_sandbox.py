@@ -676,7 +676,7 @@ def assert_serves(i: int) -> None:
     assert result.passed, result
 
 
-SHM_NAME = f"matrixrl-sandbox-test-{uuid.uuid4().hex[:8]}"
+LEFT_BEHIND = f"matrixrl-sandbox-test-{uuid.uuid4().hex[:8]}"  # a name of this session's own
 
 
 # A program that tries to leave something behind in its worker, then one that
@@ -719,14 +719,13 @@ SHM_NAME = f"matrixrl-sandbox-test-{uuid.uuid4().hex[:8]}"
         ),
         (
             "import os\nopen('left_behind.txt', 'w').write('x')\nos.mkdir('left_behind')\n"
-            "open('/tmp/matrixrl-sandbox-left-behind', 'w').write('x')\n",
-            "import os\nassert os.listdir('.') == []\n"
-            "assert not os.path.exists('/tmp/matrixrl-sandbox-left-behind')\n",
+            f"open('/tmp/{LEFT_BEHIND}', 'w').write('x')\n",
+            f"import os\nassert os.listdir('.') == [] and not os.path.exists('/tmp/{LEFT_BEHIND}')\n",
         ),
         (
             "from multiprocessing import shared_memory\n"
-            f"shared_memory.SharedMemory(name={SHM_NAME!r}, create=True, size=8)\n",
-            f"import os\nassert not os.path.exists('/dev/shm/{SHM_NAME}')\n",
+            f"shared_memory.SharedMemory(name={LEFT_BEHIND!r}, create=True, size=8)\n",
+            f"import os\nassert not os.path.exists('/dev/shm/{LEFT_BEHIND}')\n",
         ),
     ],
     ids=["builtins", "modules", "worker-globals", "process-state", "signals", "threads", "files",
@@ -739,7 +738,7 @@ def test_a_program_leaves_nothing_to_the_next(own_workers, poison, check):
     result = run(check, "assert True\n", **LIMITS)
     assert result.passed, result
     assert worker_processes(os.getpid()) == workers, "the check ran in another worker"
-    assert not Path("/dev/shm", SHM_NAME).exists()
+    assert not Path("/dev/shm", LEFT_BEHIND).exists() and not Path("/tmp", LEFT_BEHIND).exists()
 
 
 @pytest.mark.parametrize(
