@@ -21,12 +21,17 @@ machine load hits every variant alike:
   of every run (a disk whose filesystem discards freed blocks makes this milliseconds);
 - ``run_many(workers=W)``: a batch; per-program latency and wall time per program.
 
+Then CPU seconds per program, which machine load inflates far less than wall time:
+``python -I -S -c pass`` (the processes' own), and ``run()`` in one worker (the
+caller's, plus the worker's and its children's, counted once the worker has ended).
+
     python bench/sandbox.py [--programs 40] [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,6 +54,37 @@ def timed_directory() -> float:
     started = time.perf_counter()
     shutil.rmtree(tempfile.mkdtemp(prefix="matrixrl-sandbox-"))
     return time.perf_counter() - started
+
+
+def cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_per_program(programs: int, sandbox, next_job) -> tuple[float, float]:
+    """CPU seconds of one ``python -I -S -c pass``, and of one run() in a worker."""
+    limits = {"timeout_s": 10.0, "memory_mb": 256}
+    sandbox._workers().close()  # the earlier workers' CPU counted before these figures
+    children = cpu_seconds(resource.RUSAGE_CHILDREN)
+    for _ in range(programs):
+        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
+    interpreter = (cpu_seconds(resource.RUSAGE_CHILDREN) - children) / programs
+
+    def worker_lifetime(runs: int) -> tuple[float, float]:
+        """The caller's CPU over ``runs`` runs after the first (which starts the
+        worker), and the worker's whole, counted once it is ended and reaped."""
+        children = cpu_seconds(resource.RUSAGE_CHILDREN)
+        assert sandbox.run(*next_job(), **limits).passed
+        caller = cpu_seconds(resource.RUSAGE_SELF)
+        for _ in range(runs):
+            assert sandbox.run(*next_job(), **limits).passed
+        caller = cpu_seconds(resource.RUSAGE_SELF) - caller
+        sandbox._workers().close()
+        return caller, cpu_seconds(resource.RUSAGE_CHILDREN) - children
+
+    caller, worker = worker_lifetime(programs)
+    _, start_and_end = worker_lifetime(0)  # one program, and the worker's start and end
+    return interpreter, (caller + worker - start_and_end) / programs
 
 
 def main() -> None:
@@ -112,6 +148,13 @@ def main() -> None:
     print(f"{'variant':34} {'seconds':>8} {'vs python -c pass':>18} {'vs python -I -S':>16}")
     for name, seconds in rows.items():
         print(f"{name:34} {seconds:8.4f} {seconds / bare:17.2f}x {seconds / isolated:15.2f}x")
+    interpreter_cpu, run_cpu = cpu_per_program(
+        args.programs, sandbox, lambda: trivial_job(next(jobs))
+    )
+    print(
+        f"CPU per program: python -I -S -c pass {interpreter_cpu * 1000:.1f} ms, "
+        f"run() in a worker {run_cpu * 1000:.1f} ms ({run_cpu / interpreter_cpu:.2f}x)"
+    )
     print(
         f"run() in a worker: {rows['run()'] * 1000:.1f} ms per program, "
         f"{rows['run()'] / isolated:.2f}x python -I -S -c pass "
