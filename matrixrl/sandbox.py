@@ -24,8 +24,9 @@ and the audit hook, runs the program and tests, and dies; the worker kills
 whatever it left and answers the parent. So a program starts in milliseconds, and
 whatever it changes in memory (builtins, modules, the harness) ends with its
 child; the next program forks from the untouched worker, in a directory of its own.
-Workers die with their process (end-of-file on their job channel, the launcher's
-parent-death signal, at exit); a forked process starts its own. A worker that dies
+Workers die with their process (end-of-file on their job channel, which the kernel
+gives them when it dies; in a PID namespace also the launcher's parent-death
+signal); a forked process starts its own. A worker that dies
 during a program is replaced and the program runs once more, with a fresh deadline.
 Where no worker can start (a kernel without ``pidfd_open``/``memfd_create``), each
 program gets a fresh interpreter under the launcher instead, with a warning.
@@ -351,7 +352,7 @@ class _Worker:
         prefix = key[1]
         dropping = any("{uid}" in part for part in prefix)
         self.uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN) if dropping else None
-        argv = _fill_uid(prefix, self.uid or 0) + [
+        argv = _fill_uid(_worker_launcher(prefix), self.uid or 0) + [
             sys.executable, "-I", "-S", "-B", "-u", str(WORKER_SCRIPT)
         ]
         self.log = tempfile.TemporaryFile()  # the worker's own stderr: why it did not start
@@ -438,6 +439,17 @@ class _Worker:
                 stream.close()
             except OSError:
                 pass
+
+
+def _worker_launcher(prefix: Sequence[str]) -> list[str]:
+    """The isolation's launcher for a worker. Outside a PID namespace, without its
+    parent-death signal: killed with its parent, the worker would leave its running
+    program behind (nothing kills a PID namespace's leftovers there); it ends instead
+    at end-of-file on its job channel, which the kernel gives it when the parent
+    dies, after killing that program."""
+    if "--pid" in prefix:
+        return list(prefix)
+    return [part for part in prefix if not part.startswith("--pdeathsig")]
 
 
 class _Spawner:

@@ -819,6 +819,44 @@ def test_workers_outlive_the_threads_that_started_them(own_workers):
     assert worker_processes(os.getpid()) == workers
 
 
+def uid_drop_alone() -> tuple[str, ...] | None:
+    """This machine's uid drop without the namespaces around it (isolation "uid")."""
+    _name, prefix = sandbox.isolation()
+    if "--reuid={uid}" not in prefix:
+        return None
+    return prefix[prefix.index("--reuid={uid}") - 1:]
+
+
+@pytest.mark.parametrize("mode", ["uid", "none"])
+def test_a_killed_job_takes_its_programs_along_without_namespaces(mode):
+    """Outside a PID namespace nothing kills what a dead worker leaves: the worker
+    must outlive its parent long enough to kill its program first."""
+    prefix = uid_drop_alone() if mode == "uid" else ()
+    if prefix is None:
+        pytest.skip("no uid drop on this machine")
+    before = sandbox_processes()
+    job = subprocess.Popen([
+        sys.executable, "-c",
+        "import sys\nfrom matrixrl import sandbox\n"
+        "sandbox.isolation = lambda: (sys.argv[1], tuple(sys.argv[2:]))\n"
+        "sandbox.run('import time\\ntime.sleep(60)\\n', '', timeout_s=60, memory_mb=256)\n",
+        mode, *prefix,
+    ])
+    try:
+        deadline = time.monotonic() + 30
+        while not sandbox_processes() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = sandbox_processes() - before
+        assert started, "the sandboxed program never started"
+    finally:
+        job.kill()
+        job.wait()
+    deadline = time.monotonic() + 5
+    while started & sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not started & sandbox_processes(), "sandboxed programs outlived their killed job"
+
+
 HOST_WITH_WORKERS = """
 import os, sys
 from matrixrl import sandbox
