@@ -56,38 +56,38 @@ def load_harness():
 
 
 def command_line():
-    """Where this process's command line lies in its memory, and the one its
-    children show instead (the harness script's, so ``pgrep -f _sandbox_child.py``
-    finds running programs and not the worker); None where /proc does not tell."""
+    """Where this process's command line lies in its memory, the one its children
+    show (the harness script's, so ``pgrep -f _sandbox_child.py`` finds running
+    programs and not the worker) and its own, with a descriptor of its memory to
+    write them through; None where /proc does not tell.
+
+    The descriptor is opened now, while the worker is still dumpable (``undumpable``
+    then makes /proc/self/mem root's), and no child keeps it: each closes every
+    descriptor but its own before the program runs.
+    """
     try:
         with open("/proc/self/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5))
-        mem = os.open("/proc/self/mem", os.O_RDONLY)
-        try:
-            current = os.pread(mem, end - start, start)
-        finally:
-            os.close(mem)
+        mem = os.open("/proc/self/mem", os.O_RDWR)
+        current = os.pread(mem, end - start, start)
     except (OSError, ValueError, IndexError):
         return None
     worker, child = os.fsencode(sys.argv[0]), os.fsencode(CHILD_SCRIPT)
     parts = [child if part == worker else part for part in current.rstrip(b"\0").split(b"\0")]
     title = b"\0".join(parts) + b"\0"
     if len(title) > len(current):
+        os.close(mem)
         return None
-    return start, title.ljust(len(current), b"\0")
+    return mem, start, title.ljust(len(current), b"\0"), current
 
 
-def show_title(where):
-    if where is None:
+def show_title(titles, shown):
+    """Write the children's title (``shown`` 2) or the worker's own (3) over the command line."""
+    if titles is None:
         return
-    start, title = where
     try:
-        mem = os.open("/proc/self/mem", os.O_WRONLY)
-        try:
-            os.pwrite(mem, title, start)
-        finally:
-            os.close(mem)
+        os.pwrite(titles[0], titles[shown], titles[1])
     except OSError:
         pass  # only ps and pgrep see the difference
 
@@ -132,8 +132,7 @@ def start_program(job, harness, devnull, output, verdict_fd, title):
     # Everything else the worker holds (its /dev/null, the output file, the verdict
     # pipe's read end: a handful, all low; a range to 2**16 would cost a millisecond).
     os.closerange(3, verdict_fd)
-    os.closerange(verdict_fd + 1, FD_CEILING)
-    show_title(title)
+    os.closerange(verdict_fd + 1, FD_CEILING)  # the worker's memory descriptor too (command_line)
     os.chdir(sandbox_dir)
     os.environ["HOME"] = os.environ["TMPDIR"] = sandbox_dir
     sys.argv[:] = [CHILD_SCRIPT]
@@ -149,6 +148,7 @@ def run_one(job, harness, devnull, title, init):
     deadline = time.monotonic() + job[-1]
     output = os.memfd_create("sandbox-output")
     verdict_read, verdict_write = os.pipe()
+    show_title(title, 2)  # the child starts with a copy of this memory: the harness's title
     pid = os.fork()
     if pid == 0:
         try:
@@ -156,6 +156,7 @@ def run_one(job, harness, devnull, title, init):
         except BaseException as error:  # a setup step failed; the harness never returns
             os.write(2, ("sandbox child: " + harness.describe(error) + "\n").encode())
         os._exit(70)
+    show_title(title, 3)
     os.close(verdict_write)
     try:
         timed_out, parent_gone = wait(pid, deadline)
@@ -228,7 +229,30 @@ def read_available(fd):
     return b"".join(chunks)
 
 
+def undumpable():
+    """Out of its programs' reach through ptrace and /proc/PID/mem.
+
+    Programs run as the worker's uid, so the kernel's one check left on a program
+    that escaped the audit hook and opened the worker's memory (to forge the verdicts
+    of the programs after it) is the worker's dumpable flag. Cleared here, it is
+    inherited by every forked child (they need no debugger either); a kernel that
+    refuses fails the start, and the parent runs each program in a fresh interpreter.
+    """
+    import ctypes
+
+    pr_set_dumpable = 4
+    failed = ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) != 0
+    errno = ctypes.get_errno()
+    # Forgotten again: a program's `import ctypes` must be a fresh import, which the audit hook blocks.
+    for name in [name for name in sys.modules if name.split(".")[0] in ("ctypes", "_ctypes")]:
+        del sys.modules[name]
+    if failed:
+        raise OSError(errno, "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main():
+    title = command_line()  # first: it opens /proc/self/mem, which undumpable closes to the worker's uid
+    undumpable()
     harness = load_harness()
     for name in PRELOAD:
         __import__(name)
@@ -239,7 +263,6 @@ def main():
     # SIGINT handler is the one such handler, and the worker needs none.
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDWR)
-    title = command_line()
     init = os.getpid() == 1
     # Checked now, so a kernel without them fails the start and the parent falls
     # back to a fresh interpreter per program.

@@ -783,6 +783,21 @@ def test_the_worker_survives_its_programs_without_the_audit_hook(own_workers, mo
     assert worker_processes(os.getpid()) == workers, "the worker was replaced"
 
 
+def test_a_program_past_the_audit_hook_cannot_reach_its_workers_memory(own_workers, monkeypatch):
+    """Programs share their worker's uid: were it dumpable, one that slipped past the
+    audit hook could open /proc/WORKER/mem and forge the verdicts of the programs after it."""
+    monkeypatch.setattr(sandbox, "_audit_guard", False)
+    code = (
+        "import os\n"
+        "me = os.readlink('/proc/self')  # this process as the host's /proc names it\n"
+        "worker = open(f'/proc/{me}/stat').read().rpartition(')')[2].split()[1]\n"
+        "try:\n    open(f'/proc/{worker}/mem', 'rb').close()\n    reached = worker\n"
+        "except OSError:\n    reached = None\n"
+    )
+    result = run(code, "assert reached is None, f'opened the memory of process {reached}'\n", **LIMITS)
+    assert result.passed, result
+
+
 def test_a_worker_killed_from_outside_is_replaced(own_workers):
     assert_serves(0)
     for pid in worker_processes(os.getpid()):
