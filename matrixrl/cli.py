@@ -415,11 +415,13 @@ def report(
         matrixrl report --html report.html
     """
     from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES, load_report_table, parse_group_by
+    from matrixrl.report.tables import TABLES, parse_group_by
+    from matrixrl.study import Study
 
-    # The whole grid: comparisons need their controls even where --only leaves them out.
-    cfg = _load(config, None, set_)
-    selected = _load(config, only, set_) if only else None
+    # study.config is the whole grid: comparisons need their controls even where --only leaves them out.
+    study = Study.load(config, only=only or [], set=set_ or [])
+    cfg = study.config
+    selected = study.selected if only else None
     if against is not None and (html is not None or plots_dir is not None):
         raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
     if html is not None or plots_dir is not None:
@@ -428,7 +430,7 @@ def report(
         for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
-    frame = load_report_table(cfg, table.value, group_by, selected, against)
+    frame = study.table(table.value, group_by=group_by, against=against)
     rendered = render(
         frame.drop(columns="cell", errors="ignore"),
         format.value,
@@ -477,12 +479,13 @@ def plot(
         matrixrl plot -c examples/lr-sweep.yaml --lines train.lr
     """
     from matrixrl.layout import PLOTS_DIR
-    from matrixrl.report.plots import check_out_dir, load_study, study_figures, write_pngs
+    from matrixrl.report.plots import check_out_dir, study_figures, write_pngs
+    from matrixrl.study import Study
 
-    cfg = _load(config, only, set_)
-    out_dir = out_dir or Path(cfg.results_dir) / PLOTS_DIR
+    study = Study.load(config, only=only or [], set=set_ or [])
+    out_dir = out_dir or study.results_dir / PLOTS_DIR
     check_out_dir(out_dir, "--out")
-    for path in write_pngs(study_figures(load_study(cfg), cell or [], lines), out_dir):
+    for path in write_pngs(study_figures(study.plot_data(), cell or [], lines), out_dir):
         print(path)
 
 

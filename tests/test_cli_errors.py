@@ -169,10 +169,10 @@ INTERRUPTS = {
         "sys.meta_path.insert(0, Interrupt())\n"
     ),
     "inside-a-command": (
-        "import matrixrl.cli as cli\n"
+        "import matrixrl.cli as cli, matrixrl.study as study\n"
         "def interrupted(*args, **kwargs):\n"
         "    raise KeyboardInterrupt\n"
-        "cli.load_config = interrupted\n"
+        "cli.load_config = study.load_config = interrupted\n"  # report loads through the Python API
     ),
 }
 
