@@ -489,6 +489,56 @@ def plot(
         print(path)
 
 
+# --- export -----------------------------------------------------------------------------
+
+# The names only (matrixrl.export stays unimported until the command runs).
+Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "wandb")}, type=str)
+
+
+@command
+def export(
+    tracker: Annotated[Tracker, typer.Argument(help="tensorboard: event files; wandb: W&B offline runs.", show_default=False)],
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
+    out_dir: Annotated[
+        Optional[Path], typer.Option("--out", metavar="DIR", help="Output folder [default: RESULTS/tensorboard or RESULTS/wandb].")
+    ] = None,
+    project: Annotated[Optional[str], typer.Option("--project", help="W&B only: the runs' project [default: matrixrl].")] = None,
+    group: Annotated[
+        Optional[str], typer.Option("--group", help="W&B only: the runs' group [default: the experiments file's name].")
+    ] = None,
+):
+    """Export per-step training metrics, per-role diagnostics and per-checkpoint accuracies to a tracker.
+
+    One run per cell: TensorBoard event files in DIR/CELL/, or W&B offline runs in
+    DIR/wandb/ (offline only, nothing is uploaded; `wandb sync DIR/wandb` does), with
+    the cell's axes as the run's config and the experiments file as its group. Tags:
+    `train/...` (`train/reward`), `roles/ROLE/...` (`roles/generator/grad_norm`),
+    `eval/...` (`eval/accuracy`).
+
+    Incremental: a second export writes only what is new since the first, and an
+    unchanged study writes nothing; the state is kept in DIR/.matrixrl-export.json.
+    Needs `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`.
+
+    Examples:
+
+        matrixrl export tensorboard && tensorboard --logdir results/tensorboard
+
+        matrixrl export wandb --only scale=tiny-s --project my-study
+
+        matrixrl export tensorboard -c examples/lr-sweep.yaml --out runs/lr-sweep
+    """
+    from matrixrl.export import export_study
+    from matrixrl.study import Study
+
+    if tracker is Tracker.tensorboard and (project is not None or group is not None):
+        raise ConfigError("--project and --group name W&B runs; leave them out with tensorboard")
+    study = Study.load(config, only=only or [], set=set_ or [])
+    summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
+    if summary.removed:
+        err.print(f"Removed {len(summary.removed)} files an interrupted export left (their results are written again).", markup=False)
+    out.print(summary.line(), markup=False)
+
+
 # --- models -----------------------------------------------------------------------------
 
 models_app = typer.Typer(help="Prepare real models for `kind: hf` scales.", no_args_is_help=True)

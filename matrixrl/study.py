@@ -281,6 +281,14 @@ class Study:
 
     # --- internals --------------------------------------------------------------------
 
+    def _current_specs(self) -> dict[str, tuple[str, str]]:
+        """Each selected run's spec digests: what its results must have been computed under (fixed for the study)."""
+        if not hasattr(self, "_specs"):
+            from matrixrl.report.tables import current_specs
+
+            self._specs = current_specs(self.selected)
+        return self._specs
+
     def _narrowed(self) -> Config | None:
         return self.selected if self.only else None
 
@@ -293,7 +301,7 @@ class Study:
 
         ingest_for_report(self.results_dir)
         cells = self.cells().drop(columns="run")
-        rows = stored_rows(self.selected, table)
+        rows = stored_rows(self.selected, table, self._current_specs())
         position = pd.Series(range(len(cells)), index=cells["cell"])
         frame = cells.merge(rows, on="cell", how="inner", sort=False)
         keys = frame["cell"].map(position).rename("_position")

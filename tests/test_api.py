@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import matplotlib.image
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
@@ -43,7 +44,7 @@ def study(experiment: Path) -> Path:
 
 def plain(value):
     """A frame's value as the JSON has it: NaN/NA is null, numpy scalars are Python ones."""
-    if value is None or value is getattr(__import__("pandas"), "NA"):
+    if value is None or value is pd.NA:
         return None
     if hasattr(value, "item"):
         value = value.item()
@@ -251,7 +252,7 @@ def test_the_example_script_prints_the_readme_table_and_writes_a_plot(study: Pat
     lines = capsys.readouterr().out.splitlines()
     header = "| workflow | task | scale | base | shared: peak (step) → final | gain, SEs | isolated: peak (step) → final | gain, SEs |"
     assert lines[0] == header
-    rows = [line for line in lines if line.startswith("| single ") or line.startswith("| voting ")]
+    rows = [line for line in lines if line.startswith(("| single ", "| voting "))]
     assert len(rows) == 2  # one row per workflow, task and scale, seed 0 (the README's table)
     summary = matrixrl.Study.load(study, only=S.ONLY).table("summary")
     shared, isolated = summary.loc["voting-arith-tiny-s-shared-s0"], summary.loc["voting-arith-tiny-s-isolated-s0"]
