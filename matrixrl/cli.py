@@ -434,11 +434,13 @@ def report(
         matrixrl report --html report.html
     """
     from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES, load_report_table, parse_group_by
+    from matrixrl.report.tables import TABLES, parse_group_by
+    from matrixrl.study import Study
 
-    # The whole grid: comparisons need their controls even where --only leaves them out.
-    cfg = _load(config, None, set_)
-    selected = _load(config, only, set_) if only else None
+    # study.config is the whole grid: comparisons need their controls even where --only leaves them out.
+    study = Study.load(config, only=only or [], set=set_ or [])
+    cfg = study.config
+    selected = study.selected if only else None
     if against is not None and (html is not None or plots_dir is not None):
         raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
     if html is not None or plots_dir is not None:
@@ -447,7 +449,7 @@ def report(
         for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
-    frame = load_report_table(cfg, table.value, group_by, selected, against)
+    frame = study.table(table.value, group_by=group_by, against=against)
     rendered = render(
         frame.drop(columns="cell", errors="ignore"),
         format.value,
@@ -496,13 +498,64 @@ def plot(
         matrixrl plot -c examples/lr-sweep.yaml --lines train.lr
     """
     from matrixrl.layout import PLOTS_DIR
-    from matrixrl.report.plots import check_out_dir, load_study, study_figures, write_pngs
+    from matrixrl.report.plots import check_out_dir, study_figures, write_pngs
+    from matrixrl.study import Study
 
-    cfg = _load(config, only, set_)
-    out_dir = out_dir or Path(cfg.results_dir) / PLOTS_DIR
+    study = Study.load(config, only=only or [], set=set_ or [])
+    out_dir = out_dir or study.results_dir / PLOTS_DIR
     check_out_dir(out_dir, "--out")
-    for path in write_pngs(study_figures(load_study(cfg), cell or [], lines), out_dir):
+    for path in write_pngs(study_figures(study.plot_data(), cell or [], lines), out_dir):
         print(path)
+
+
+# --- export -----------------------------------------------------------------------------
+
+# The names only (matrixrl.export stays unimported until the command runs).
+Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "wandb")}, type=str)
+
+
+@command
+def export(
+    tracker: Annotated[Tracker, typer.Argument(help="tensorboard: event files; wandb: W&B offline runs.", show_default=False)],
+    config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
+    out_dir: Annotated[
+        Optional[Path], typer.Option("--out", metavar="DIR", help="Output folder [default: RESULTS/tensorboard or RESULTS/wandb].")
+    ] = None,
+    project: Annotated[Optional[str], typer.Option("--project", help="W&B only: the runs' project [default: matrixrl].")] = None,
+    group: Annotated[
+        Optional[str], typer.Option("--group", help="W&B only: the runs' group [default: the experiments file's name].")
+    ] = None,
+):
+    """Export per-step training metrics, per-role diagnostics and per-checkpoint accuracies to a tracker.
+
+    One run per cell: TensorBoard event files in DIR/CELL/, or W&B offline runs in
+    DIR/wandb/ (offline only, nothing is uploaded; `wandb sync DIR/wandb` does), with
+    the cell's axes as the run's config and the experiments file as its group. Tags:
+    `train/...` (`train/reward`), `roles/ROLE/...` (`roles/generator/grad_norm`),
+    `eval/...` (`eval/accuracy`).
+
+    Incremental: a second export writes only what is new since the first, and an
+    unchanged study writes nothing; the state is kept in DIR/.matrixrl-export.json.
+    Needs `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`.
+
+    Examples:
+
+        matrixrl export tensorboard && tensorboard --logdir results/tensorboard
+
+        matrixrl export wandb --only scale=tiny-s --project my-study
+
+        matrixrl export tensorboard -c examples/lr-sweep.yaml --out runs/lr-sweep
+    """
+    from matrixrl.export import export_study
+    from matrixrl.study import Study
+
+    if tracker is Tracker.tensorboard and (project is not None or group is not None):
+        raise ConfigError("--project and --group name W&B runs; leave them out with tensorboard")
+    study = Study.load(config, only=only or [], set=set_ or [])
+    summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
+    if summary.removed:
+        err.print(f"Removed {len(summary.removed)} files an interrupted export left (their results are written again).", markup=False)
+    out.print(summary.line(), markup=False)
 
 
 # --- models -----------------------------------------------------------------------------

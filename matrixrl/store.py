@@ -563,11 +563,12 @@ def _ingest(results_dir: Path) -> int:
     return len(parsed)
 
 
-def ingest_for_report(results_dir: str | Path) -> None:
-    """``ingest`` before a report or a plot; ConfigError when there is nothing to read at all."""
+def ingest_for_report(results_dir: str | Path) -> int:
+    """``ingest`` before a report or a plot (returns how many files were read); ConfigError
+    when there is nothing to read at all."""
     if not L.has_results(results_dir):
         raise ConfigError(f"{Path(results_dir)}: no results yet; run `matrixrl run` first")
-    ingest(results_dir)
+    return ingest(results_dir)
 
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:

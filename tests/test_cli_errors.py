@@ -169,10 +169,10 @@ INTERRUPTS = {
         "sys.meta_path.insert(0, Interrupt())\n"
     ),
     "inside-a-command": (
-        "import matrixrl.config as config\n"
+        "import matrixrl.config as config, matrixrl.study as study\n"
         "def interrupted(*args, **kwargs):\n"
         "    raise KeyboardInterrupt\n"
-        "config.load_config = interrupted\n"
+        "config.load_config = study.load_config = interrupted\n"  # report loads through the Python API
     ),
 }
 

@@ -29,10 +29,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from matrixrl import atomic
-from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+from matrixrl.analysis.axes import extra_axes, grouped
 from matrixrl.analysis.curves import summarize_cells
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.config import AXES, Analysis, Config
+from matrixrl.config import Analysis, Config
 from matrixrl.config.sweeps import spelled
 from matrixrl.errors import ConfigError
 
@@ -87,22 +87,17 @@ def load_study(config: Config) -> Study:
 
     Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
     """
-    from matrixrl import grid as G
-    from matrixrl.analysis.cell import rows_of_cells
-    from matrixrl.report.tables import current_evaluations, current_specs, current_trainings
-    from matrixrl.store import ingest_for_report, read_table
+    from matrixrl.report.rows import grid_cells, stored_rows
+    from matrixrl.report.tables import current_specs
+    from matrixrl.store import ingest_for_report
 
-    results = Path(config.results_dir)
-    ingest_for_report(results)
-    extra = list(config.grid.sweeps)
-    cells = cells_frame([{"cell": c.id, **c.axes(), **c.sweep_values()} for c in G.cells(config)], ["cell", *AXES, *extra])
-    runs = G.run_ids(config)
+    ingest_for_report(config.results_dir)
     current = current_specs(config)
-    evals = rows_of_cells(current_evaluations(read_table(results, "evaluations"), current), runs)
+    evals = stored_rows(config, "evaluations", current)
     if evals.empty:
-        raise ConfigError(f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
-    diagnostics = current_trainings(read_table(results, "diagnostics"), read_table(results, "cells"), current)
-    return Study(cells, evals, rows_of_cells(diagnostics, runs), config.analysis)
+        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+    cells = grid_cells(config).drop(columns="run")
+    return Study(cells, evals, stored_rows(config, "diagnostics", current), config.analysis)
 
 
 def cliff_cells(study: Study) -> list[str]:
@@ -113,30 +108,42 @@ def cliff_cells(study: Study) -> list[str]:
     return [c for c in study.cells["cell"] if c in with_cliff and c in with_diagnostics]
 
 
-def study_figures(study: Study, diagnostics_cells: Sequence[str] = (), line_by: str = "policy") -> dict[str, Figure]:
+def study_figures(
+    study: Study, diagnostics_cells: Sequence[str] = (), line_by: str = "policy", *, options: tuple[str, str] = ("--cell", "--lines")
+) -> dict[str, Figure]:
     """The learning curves of every task (a line per value of ``line_by``), then the
     diagnostics of each cell asked for.
 
     A cell that is not in the grid, or that has no diagnostics stored yet, or a
     ``line_by`` that is not the policy axis or an extra axis, is a user error
-    (``ConfigError`` naming ``--cell`` or ``--lines``).
+    (``ConfigError`` naming ``options``: what the caller calls the cells and the axis).
     """
-    choices = ["policy", *extra_axes(study.cells.columns)]
-    if line_by not in choices:
-        raise ConfigError(
-            f"--lines {line_by}: not an axis the curves can draw one line per value of; use one of: {', '.join(choices)} "
-            "(workflow, task and scale have panels of their own, seeds make the band)"
-        )
-    known = list(study.cells["cell"])
-    for cell in diagnostics_cells:
-        if cell not in known:
-            raise ConfigError(f"--cell {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
-        if not (study.diagnostics["cell"] == cell).any():
-            raise ConfigError(f"--cell {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
+    check_line_by(study, line_by, options[1])
+    check_diagnostics_cells(study, diagnostics_cells, options[0])
     figures = learning_curve_figures(study.cells, study.evals, study.analysis, line_by)
     for cell in dict.fromkeys(diagnostics_cells):
         figures[diagnostics_name(cell)] = diagnostics_figure(cell, study.diagnostics, study.evals, study.analysis)
     return figures
+
+
+def check_line_by(study: Study, line_by: str, option: str = "--lines") -> None:
+    """ConfigError unless the curves can draw one line per value of ``line_by``."""
+    choices = ["policy", *extra_axes(study.cells.columns)]
+    if line_by not in choices:
+        raise ConfigError(
+            f"{option} {line_by}: not an axis the curves can draw one line per value of; use one of: {', '.join(choices)} "
+            "(workflow, task and scale have panels of their own, seeds make the band)"
+        )
+
+
+def check_diagnostics_cells(study: Study, cells: Sequence[str], option: str = "--cell") -> None:
+    """ConfigError unless every cell of ``cells`` is in the grid and has diagnostics stored."""
+    known = list(study.cells["cell"])
+    for cell in cells:
+        if cell not in known:
+            raise ConfigError(f"{option} {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
+        if not (study.diagnostics["cell"] == cell).any():
+            raise ConfigError(f"{option} {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
 
 
 # --- learning curves --------------------------------------------------------------------

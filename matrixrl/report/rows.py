@@ -1,0 +1,64 @@
+"""A study's stored rows, as the report reads them: one copy per grid cell, current results only.
+
+The store keeps results by run id; a grid cell that is another cell's run (a
+one-role workflow under ``isolated``) gets that run's rows under its own id, as
+the report's rows do. Only results computed under each run's current spec are
+kept (``matrixrl.report.tables.current_specs``): an evaluation whose spec digest
+is not the run's ``eval_digest()``, a training's rows whose is not its
+``train_digest()``; results written before digests are kept.
+
+Nothing here ingests: call ``matrixrl.store.ingest_for_report`` first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from matrixrl import grid as G
+from matrixrl.analysis.axes import cells_frame
+from matrixrl.analysis.cell import rows_of_cells
+from matrixrl.config import AXES, Config
+from matrixrl.report.tables import current_evaluations, current_specs, current_trainings
+from matrixrl.store import read_table
+
+STORED = ("evaluations", "train_steps", "diagnostics", "role_metrics")
+"""The store tables :func:`stored_rows` reads."""
+
+_DROPPED = {"evaluations": ["spec_digest"], "diagnostics": ["id"]}
+"""Store bookkeeping columns that are no result."""
+
+
+def grid_cells(config: Config) -> pd.DataFrame:
+    """The grid's cells in the grid's order: ``cell``, the five axes, the extra axes
+    (None where one leaves a cell alone) and ``run``, the id its results are stored under."""
+    extra = list(config.grid.sweeps)
+    rows = [{"cell": c.id, **c.axes(), **c.sweep_values(), "run": G.run_of(c).id} for c in G.cells(config)]
+    return cells_frame(rows, ["cell", *AXES, *extra, "run"])
+
+
+def stored_rows(config: Config, table: str, current: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+    """The store's ``table`` (one of :data:`STORED`) for the grid cells of ``config``.
+
+    Rows are keyed by grid cell id (``cell``); stale results are left out (see the
+    module docstring). ``current``: :func:`current_specs` of ``config``, if the
+    caller has it already.
+    """
+    if table not in STORED:
+        raise ValueError(f"unknown store table {table!r}; use one of: {', '.join(STORED)}")
+    results = Path(config.results_dir)
+    current = current_specs(config) if current is None else current
+    runs = G.run_ids(config)
+    frame = read_table(results, table)
+    if table == "evaluations":
+        frame = current_evaluations(frame, current)
+    elif table in ("train_steps", "diagnostics"):
+        frame = current_trainings(frame, read_table(results, "cells"), current)
+    else:  # role_metrics: training's rows with their training, evaluation's with their evaluation
+        train = current_trainings(frame[frame["source"] == "train"], read_table(results, "cells"), current)
+        evals = current_evaluations(read_table(results, "evaluations"), current)[["cell", "step"]]
+        evaluated = frame[frame["source"] == "eval"].merge(evals, on=["cell", "step"])
+        frame = pd.concat([train, evaluated], ignore_index=True)
+    frame = frame.drop(columns=_DROPPED.get(table, []))
+    return rows_of_cells(frame, runs).reset_index(drop=True)

@@ -1,0 +1,317 @@
+"""matrixrl from Python: one study's report tables, curves, training metrics and figures.
+
+    import matrixrl
+
+    study = matrixrl.Study.load("experiments.yaml", only=["scale=tiny-s"])
+    study.table("summary")          # the rows of `matrixrl report --table summary --format json`
+    study.curves()                  # accuracy at every evaluated checkpoint, one row per (cell, step)
+    study.figure("curves", task="arith").savefig("arith.png")
+
+A :class:`Study` reads the same SQLite store as the CLI, and every method that
+reads results first ingests the result files that are new since (as every
+``matrixrl report`` does), so a study loaded during a run sees the results of
+each later call. Data frames have one row per grid cell and the cell's axes as
+columns; a one-role workflow's isolated cell repeats its shared run, as in the
+report. Only results computed under each cell's current settings are read.
+Problems a user can fix raise :class:`matrixrl.errors.UserError` subclasses
+(mostly ``ConfigError``) with a one-line message. docs/api.md has the whole API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from matrixrl.config import Config, load_config
+from matrixrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from matrixrl.report.plots import Study as PlotData
+
+FIGURE_KINDS = ("curves", "diagnostics")
+"""What :meth:`Study.figure` draws."""
+
+
+def _only_options(only: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    """``only`` as ``--only`` strings: ``{"scale": "tiny-s", "seed": [0, 1]}`` → ``["scale=tiny-s", "seed=0,1"]``."""
+    from matrixrl.config.sweeps import spelled
+
+    if isinstance(only, str):
+        return [only]
+    if not isinstance(only, Mapping):
+        return list(only)
+    options = []
+    for axis, values in only.items():
+        listed = values if isinstance(values, (list, tuple)) else [values]
+        options.append(f"{axis}={','.join(spelled(v) for v in listed)}")
+    return options
+
+
+def _set_options(sets: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    """``set`` as ``--set`` strings: a mapping's values are written as YAML (a string as it is)."""
+    import json
+
+    if isinstance(sets, str):
+        return [sets]
+    if not isinstance(sets, Mapping):
+        return list(sets)
+    return [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in sets.items()]
+
+
+class Study:
+    """One experiments file's study: its grid, and the results stored for it.
+
+    Build one with :meth:`load`. ``config`` is the whole grid (with ``set`` applied),
+    ``selected`` the grid narrowed by ``only`` (``config`` itself without it): the
+    cells every method reports. Comparisons still take their controls from the
+    whole grid, as ``matrixrl report --only`` does. ``only`` holds the ``--only``
+    strings, ``path`` the experiments file.
+    """
+
+    def __init__(self, config: Config, selected: Config | None = None, only: Sequence[str] = (), path: str | Path | None = None):
+        self.config = config
+        self.selected = selected if selected is not None else config
+        self.only = tuple(only)
+        self.path = Path(path) if path is not None else None  # the experiments file, if loaded from one
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path = "experiments.yaml",
+        *,
+        only: Sequence[str] | Mapping[str, Any] = (),
+        set: Sequence[str] | Mapping[str, Any] = (),  # the name of the CLI's --set
+    ) -> Study:
+        """Read an experiments file as ``matrixrl report -c PATH --only ... --set ...`` does.
+
+        ``only``: ``--only`` strings (``["scale=tiny-s", "seed=0,1"]``) or a mapping
+        (``{"scale": "tiny-s", "seed": [0, 1]}``). ``set``: ``--set`` strings
+        (``["train.steps=20"]``, the value parsed as YAML) or a mapping
+        (``{"analysis.cliff_delta": 0.1, "grid.train.lr": [1e-4, 5e-5]}``).
+        ``results_dir`` is relative to the file, as for the CLI. Raises ConfigError
+        (one line naming the key and the fix) for any problem with the file or the options.
+        """
+        only_options, set_options = _only_options(only), _set_options(set)
+        config = load_config(path, sets=set_options)
+        selected = load_config(path, sets=set_options, only=only_options) if only_options else None
+        return cls(config, selected, only_options, path)
+
+    def __repr__(self) -> str:
+        narrowed = f", only={list(self.only)}" if self.only else ""
+        return f"<matrixrl.Study of {len(self.cells())} cells in {self.results_dir}{narrowed}>"
+
+    @property
+    def name(self) -> str:
+        """The study's name: its experiments file's stem (``lr-sweep`` for examples/lr-sweep.yaml),
+        else its results folder's name."""
+        return self.path.stem if self.path is not None else self.results_dir.name
+
+    @property
+    def results_dir(self) -> Path:
+        """The study's results folder (its store is ``results_dir / "matrixrl.sqlite"``)."""
+        return Path(self.config.results_dir)
+
+    def ingest(self) -> int:
+        """Read result files that are new or changed into the store; returns how many were read.
+
+        Every method below does this first; call it to refresh the store alone.
+        Raises ConfigError when there are no results at all yet (run `matrixrl run`).
+        """
+        from matrixrl.store import ingest_for_report
+
+        return ingest_for_report(self.results_dir)
+
+    # --- the grid ---------------------------------------------------------------------
+
+    def cells(self) -> pd.DataFrame:
+        """The selected grid's cells in the grid's order (what `matrixrl plan` lists).
+
+        Columns: ``cell`` (its id), ``workflow, task, scale, policy, seed``, one column
+        per extra axis (its dotted key; None where the axis leaves a cell alone), and
+        ``run``: the id its results are stored under (another cell's for a one-role
+        workflow under ``isolated``). Reads no results.
+        """
+        from matrixrl.report.rows import grid_cells
+
+        return grid_cells(self.selected)
+
+    # --- report tables ----------------------------------------------------------------
+
+    def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:
+        """One report table: the rows of ``matrixrl report --table NAME --format json``.
+
+        ``name``: summary, seeds, compare, diagnostics or mechanism (docs/report.md
+        has their columns). ``group_by`` (``"workflow,policy"`` or a list) sorts rows
+        by those axes first; ``against`` (``"train.lr=1.0e-4"``) makes ``compare`` each
+        value of that axis against the control value, as ``--against``.
+
+        The columns are those of the JSON, in its order, and each value is the JSON's
+        (missing values NaN or None). The per-cell tables (summary, diagnostics,
+        mechanism) are indexed by cell id. ``frame.attrs["caption"]`` holds the line
+        the terminal table prints under it, if any. Raises ConfigError when the table
+        has no rows (saying what it needs) or an option is wrong.
+        """
+        from matrixrl.report.tables import load_report_table
+
+        frame = load_report_table(self.config, name, _group_by_text(group_by), self._narrowed(), against)
+        if "cell" in frame.columns:
+            attrs = dict(frame.attrs)
+            frame = frame.set_index("cell")
+            frame.attrs.update(attrs)
+        return frame
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every report table that has rows, by name, as :meth:`table` gives them."""
+        from matrixrl.report import TABLE_NAMES
+
+        found = {}
+        for name in TABLE_NAMES:
+            try:
+                found[name] = self.table(name)
+            except ConfigError:
+                if name == TABLE_NAMES[0]:
+                    raise  # no summary: nothing stored for these cells at all; say so
+        return found
+
+    # --- stored results, per cell -----------------------------------------------------
+
+    def curves(self) -> pd.DataFrame:
+        """Every evaluated checkpoint: one row per (cell, step), in grid order, then step.
+
+        Columns: ``cell``, the axes, ``step``, ``accuracy`` (mean pass@1 over problems
+        and samples), ``se`` (its standard error), ``n`` (problems), ``n_correct``
+        (correct completions of n × samples), ``samples``, ``seconds``.
+        """
+        return self._stored("evaluations", ["step"])
+
+    def training(self) -> pd.DataFrame:
+        """Every training step's metrics: one row per (cell, step).
+
+        Columns: ``cell``, the axes, ``step``, then ``reward_mean``, ``reward_std``,
+        ``loss``, ``entropy``, ``response_length``, ``grad_norm`` (before clipping),
+        ``clip_fraction``, ``group_size``, ``seconds``, ``completion_tokens``.
+        """
+        return self._stored("train_steps", ["step"])
+
+    def diagnostics(self, kind: str | Sequence[str] | None = None) -> pd.DataFrame:
+        """Per-role (and per-agent) gradient diagnostics of every update, long format.
+
+        Columns: ``cell``, the axes, ``step``, ``kind``, ``role``, ``agent``, ``other``,
+        ``value``. Kinds: ``role_norm``, ``role_share``, ``role_tokens``,
+        ``amplification``, ``agent_norm``, ``agent_tokens``, ``agent_cosine`` (agent vs
+        ``other``), ``role_cosine`` and ``role_total_cosine`` (shared policy only);
+        docs/design.md §5. ``kind``: keep only this kind (or these).
+        Pivot for one number per role and step, e.g.
+        ``d[d.kind == "role_norm"].pivot_table(index=["cell", "step"], columns="role", values="value")``.
+        """
+        frame = self._stored("diagnostics", ["step"])
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, str) else list(kind)
+            frame = frame[frame["kind"].isin(kinds)].reset_index(drop=True)
+        return frame
+
+    def role_metrics(self, source: str | None = None) -> pd.DataFrame:
+        """Each role's own metrics, long format: at every training step (``source`` "train")
+        and at every evaluated checkpoint ("eval").
+
+        Columns: ``cell``, the axes, ``source``, ``step``, ``role``, ``metric``, ``value``.
+        Metrics: ``answer_acc``, ``verdict_acc``, ``disagreement``, ``response_length``,
+        ``entropy``, ``group_size``, an intervention's ``kl`` and ``damper_scale``; role
+        ``episode`` holds the episode's own (``any_correct``, ``pass@J`` at evaluation).
+        ``source``: keep only "train" or "eval".
+        """
+        if source not in (None, "train", "eval"):
+            raise ConfigError(f"source={source!r}: use 'train', 'eval' or None (both)")
+        frame = self._stored("role_metrics", ["source", "step"])
+        if source is not None:
+            frame = frame[frame["source"] == source].reset_index(drop=True)
+        return frame
+
+    # --- figures ----------------------------------------------------------------------
+
+    def figures(self, cells: Sequence[str] = (), lines: str = "policy") -> dict[str, Figure]:
+        """What ``matrixrl plot --cell ... --lines ...`` draws, by file stem: ``curves-TASK``
+        for every task, then ``diagnostics-CELL`` for each of ``cells``.
+
+        Plain matplotlib Figures (no pyplot state): ``fig.savefig(...)``, or display
+        one in a notebook. ``lines``: one line per value of this axis (``policy``, or
+        an extra axis such as ``train.lr``).
+        """
+        from matrixrl.report.plots import study_figures
+
+        return study_figures(self.plot_data(), [cells] if isinstance(cells, str) else list(cells), lines,
+                             options=("cell", "lines"))  # fmt: skip
+
+    def figure(self, kind: str = "curves", *, task: str | None = None, cell: str | None = None, lines: str = "policy") -> Figure:
+        """One figure: ``"curves"`` (the learning curves of ``task``; it may be left out
+        when the grid has one task) or ``"diagnostics"`` (one ``cell``'s per-role gradient
+        norm, share and amplification). See docs/report.md for what they show."""
+        from matrixrl.report import plots
+
+        if kind not in FIGURE_KINDS:
+            raise ConfigError(f"figure {kind!r}: use one of: {', '.join(FIGURE_KINDS)}")
+        data = self.plot_data()
+        if kind == "diagnostics":
+            if cell is None:
+                raise ConfigError("figure('diagnostics'): pass cell=CELL_ID; study.cells() lists them")
+            plots.check_diagnostics_cells(data, [cell], "cell")
+            return plots.diagnostics_figure(cell, data.diagnostics, data.evals, data.analysis)
+        tasks = list(dict.fromkeys(data.cells["task"]))
+        if task is None and len(tasks) > 1:
+            raise ConfigError(f"figure('curves'): the grid has tasks {', '.join(tasks)}; pass task=NAME")
+        task = tasks[0] if task is None else task
+        if task not in tasks:
+            raise ConfigError(f"task {task}: not a task of this grid; use one of: {', '.join(tasks)}")
+        plots.check_line_by(data, lines, "lines")
+        of_task = data.cells[data.cells["task"] == task]
+        return plots.learning_curve_figures(of_task, data.evals, data.analysis, lines)[plots.curves_name(task)]
+
+    def plot_data(self) -> PlotData:
+        """What the figures are drawn from (``matrixrl.report.plots.Study``): ``cells`` (the
+        selected cells and their axes), ``evals`` (their evaluations), ``diagnostics`` and
+        ``analysis`` (the cliff rule's thresholds); for figures of your own with the
+        functions of ``matrixrl.report.plots``. Raises ConfigError when nothing is evaluated yet."""
+        from matrixrl.report.plots import load_study
+
+        return load_study(self.selected)
+
+    # --- internals --------------------------------------------------------------------
+
+    def _current_specs(self) -> dict[str, tuple[str, str]]:
+        """Each selected run's spec digests: what its results must have been computed under (fixed for the study)."""
+        if not hasattr(self, "_specs"):
+            from matrixrl.report.tables import current_specs
+
+            self._specs = current_specs(self.selected)
+        return self._specs
+
+    def _narrowed(self) -> Config | None:
+        return self.selected if self.only else None
+
+    def _stored(self, table: str, order: list[str]) -> pd.DataFrame:
+        """The store's ``table`` for the selected cells, with their axes, sorted by grid order then ``order``."""
+        import pandas as pd
+
+        from matrixrl.report.rows import stored_rows
+        from matrixrl.store import ingest_for_report
+
+        ingest_for_report(self.results_dir)
+        cells = self.cells().drop(columns="run")
+        rows = stored_rows(self.selected, table, self._current_specs())
+        position = pd.Series(range(len(cells)), index=cells["cell"])
+        frame = cells.merge(rows, on="cell", how="inner", sort=False)
+        keys = frame["cell"].map(position).rename("_position")
+        frame = frame.assign(_position=keys).sort_values(["_position", *order], kind="stable")
+        return frame.drop(columns="_position").reset_index(drop=True)
+
+def _group_by_text(group_by: str | Sequence[str] | None) -> str | None:
+    if group_by is None or isinstance(group_by, str):
+        return group_by
+    return ",".join(group_by)
+
+
+__all__ = ["FIGURE_KINDS", "Study"]
