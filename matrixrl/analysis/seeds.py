@@ -8,7 +8,8 @@ its interval collapses towards the observed range. The t interval assumes the
 per-seed values are roughly normal, reasonable for accuracies averaged over a few
 hundred problems. Bounds are not clipped to [0, 1]: a bound outside it shows how
 little a few seeds pin down. With one seed there is no interval (NaN), not a zero-
-width one. The t quantile comes from ``scipy.stats.t``.
+width one. The t quantile comes from ``scipy.special.stdtrit`` (what ``scipy.stats.t.ppf``
+computes, without the second it takes to import ``scipy.stats``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
 
@@ -51,7 +51,9 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
 
 @functools.cache
 def _t_quantile(confidence: float, dof: int) -> float:
-    return float(stats.t.ppf((1 + confidence) / 2, dof))  # a few ms per call: tables ask for few (level, dof)
+    from scipy.special import stdtrit  # here: only tables with several seeds need it
+
+    return float(stdtrit(dof, (1 + confidence) / 2))
 
 
 def seeds_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
