@@ -26,6 +26,12 @@ app = typer.Typer(
 )
 # Off a terminal (pipes, CI logs) rich would squeeze tables into 80 columns.
 out = Console(highlight=False, width=None if os.isatty(1) else 200)
+
+
+def _terminal() -> Console:
+    """The console for report tables: the terminal's width, or COLUMNS where set (rich reads it),
+    else 200 off a terminal; read when printing, so a test can set COLUMNS."""
+    return Console(highlight=False, width=None if os.isatty(1) or os.environ.get("COLUMNS", "").isdigit() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="Experiments file.", show_default=True)]
@@ -376,6 +382,16 @@ def report(
             help="With --table compare: each value of AXIS minus this control value, paired by seed and every other axis.",
         ),
     ] = None,
+    columns: Annotated[
+        Optional[str],
+        typer.Option(
+            "--columns", metavar="NAME[,NAME]",
+            help="Show these columns after the axes: names, patterns such as '*_final', 'default' or 'all' (every format).",
+        ),
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column (--columns all); the terminal table stacks them in sections to fit.")
+    ] = False,
 ):
     """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
@@ -388,6 +404,13 @@ def report(
     amplification per role with parallel agents, gradient-norm ratios.
     `--table mechanism`: per cell, whether the amplification (isolated) or the
     dominant role's share (shared) rose before the cliff onset.
+
+    Columns: `table`, `markdown` and `latex` show the columns that answer each
+    table's question (summary: base, peak@step, final, gain, cliff@onset);
+    `--wide` shows every one (the per-role accuracies too), `--columns` picks
+    (the axes always come first). `csv` and `json` keep every column unless
+    `--columns` names some. The terminal table never cuts a value: where it is
+    too wide it wraps headers, then stacks its columns in numbered sections.
 
     Reads the result files into the store first (only new ones), so it works
     during a run too; per-cell summaries are cached in the store and recomputed
@@ -404,6 +427,10 @@ def report(
 
         matrixrl report --only scale=tiny-s --format markdown
 
+        matrixrl report --wide
+
+        matrixrl report --columns gain_z,peak_gain_z,'generator_*'
+
         matrixrl report --table seeds --group-by policy
 
         matrixrl report --table compare --format latex > compare.tex
@@ -414,6 +441,7 @@ def report(
 
         matrixrl report --html report.html
     """
+    from matrixrl.report.columns import shown
     from matrixrl.report.formats import render
     from matrixrl.report.tables import TABLES, load_report_table, parse_group_by
 
@@ -428,18 +456,26 @@ def report(
         for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
+    if wide and columns is not None:
+        raise ConfigError("--wide is --columns all; give one of them")
     frame = load_report_table(cfg, table.value, group_by, selected, against)
+    reading = format.value in ("table", "markdown", "latex")
+    view = shown(table.value, frame.drop(columns="cell", errors="ignore"), "all" if wide else columns, reading=reading)
+    captions = [frame.attrs.get("caption")]
+    if view.hidden and columns is None and not wide:
+        captions.append(f"{view.hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help).")
     rendered = render(
-        frame.drop(columns="cell", errors="ignore"),
+        view.frame,
         format.value,
         title=TABLES[table.value].title,
         group_by=parse_group_by(group_by, list(cfg.grid.sweeps)),
-        caption=frame.attrs.get("caption"),
+        caption="\n".join(c for c in captions if c) or None,
+        right=view.joined,
     )
     if isinstance(rendered, str):
         print(rendered, end="")
     else:
-        out.print(rendered)
+        _terminal().print(rendered)
 
 
 # --- plot -------------------------------------------------------------------------------
