@@ -441,15 +441,16 @@ def report(
 
         matrixrl report --html report.html
     """
-    from matrixrl.report.columns import shown
-    from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES, load_report_table, parse_group_by
+    from matrixrl.report.columns import printable
+    from matrixrl.report.tables import load_report_table, parse_group_by
 
     # The whole grid: comparisons need their controls even where --only leaves them out.
     cfg = _load(config, None, set_)
     selected = _load(config, only, set_) if only else None
     if against is not None and (html is not None or plots_dir is not None):
         raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
+    if (columns is not None or wide) and (html is not None or plots_dir is not None):
+        raise ConfigError("--columns and --wide choose the printed table's columns (the HTML page has every one); leave them out with --html and --plots")
     if html is not None or plots_dir is not None:
         from matrixrl.report.html import write_report
 
@@ -459,18 +460,9 @@ def report(
     if wide and columns is not None:
         raise ConfigError("--wide is --columns all; give one of them")
     frame = load_report_table(cfg, table.value, group_by, selected, against)
-    reading = format.value in ("table", "markdown", "latex")
-    view = shown(table.value, frame.drop(columns="cell", errors="ignore"), "all" if wide else columns, reading=reading)
-    captions = [frame.attrs.get("caption")]
-    if view.hidden and columns is None and not wide:
-        captions.append(f"{view.hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help).")
-    rendered = render(
-        view.frame,
-        format.value,
-        title=TABLES[table.value].title,
+    rendered = printable(
+        table.value, frame, format.value, columns="all" if wide else columns,
         group_by=parse_group_by(group_by, list(cfg.grid.sweeps)),
-        caption="\n".join(c for c in captions if c) or None,
-        right=view.joined,
     )
     if isinstance(rendered, str):
         print(rendered, end="")

@@ -46,6 +46,9 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 """Each table's default reading columns after the axes; a name the table lacks is skipped."""
 
+COUNTS = ("n_seeds", "n_pairs")
+"""Default columns that become one line under the table when every row has the same value."""
+
 @dataclass(frozen=True)
 class Joined:
     """A reading column made of ``parts``: ``text`` turns the parts' values into one text."""
@@ -95,6 +98,8 @@ class Shown:
     frame: pd.DataFrame
     joined: tuple[str, ...]
     hidden: int
+    notes: tuple[str, ...] = ()
+    """Lines for under the table: the default's counts that are the same in every row."""
 
 
 def parse_columns(spec: str, table: str, columns: Sequence[str]) -> list[str]:
@@ -123,13 +128,20 @@ def parse_columns(spec: str, table: str, columns: Sequence[str]) -> list[str]:
     return chosen
 
 
-def shown(table: str, frame: pd.DataFrame, spec: str | None, *, reading: bool) -> Shown:
-    """The columns of report table ``table`` to render from ``frame`` (its ``cell`` column dropped).
+READING_FORMATS = ("table", "markdown", "latex")
+"""The formats for people: joined columns are text there; csv and json are for programs."""
 
-    ``spec``: the ``--columns`` text (None: ``default`` for reading formats, ``all``
-    for csv and json). ``reading``: a format for people (joined columns become text)
-    rather than for programs (a joined name stands for its parts).
+
+def shown(table: str, frame: pd.DataFrame, spec: str | None, format: str) -> Shown:
+    """The columns of report table ``table`` to render from ``frame`` (its ``cell`` column dropped)
+    in ``format``.
+
+    ``spec``: the ``--columns`` text (None: ``default`` for the reading formats, ``all``
+    for csv and json). In csv and json a joined name stands for its parts. In the
+    ``table`` format a default count column with one value throughout
+    (:data:`COUNTS`) becomes a note instead.
     """
+    reading = format in READING_FORMATS
     columns = [str(c) for c in frame.columns]
     joined = joined_columns(columns)
     chosen = parse_columns(spec or (DEFAULT if reading else ALL), table, columns)
@@ -140,8 +152,14 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, *, reading: bool) -
             names += [p for p in (joined[name].parts if name in joined else (name,)) if p not in names]
         out = frame[[*keys, *(n for n in names if n not in keys)]]
         return Shown(out, (), len(columns) - len(out.columns))
+    notes, covered = [], set(keys)
+    if spec is None and format == "table" and len(frame) > 1:
+        for name in COUNTS:
+            if name in chosen and frame[name].nunique(dropna=False) == 1:
+                chosen.remove(name)
+                covered.add(name)
+                notes.append(f"{name} = {cell_text(frame[name].iloc[0])} in every row")
     out = frame[keys].copy()
-    covered = set(keys)
     for name in chosen:
         if name in joined:
             parts = joined[name].parts
@@ -152,4 +170,32 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, *, reading: bool) -
             out[name] = frame[name]
             covered.add(name)
     out.attrs = dict(frame.attrs)
-    return Shown(out, tuple(n for n in chosen if n in joined), len(set(columns) - covered))
+    return Shown(out, tuple(n for n in chosen if n in joined), len(set(columns) - covered), tuple(notes))
+
+
+def printable(
+    table: str,
+    frame: pd.DataFrame,
+    format: str,
+    *,
+    columns: str | None = None,
+    group_by: Sequence[str] = (),
+):
+    """Report table ``table`` (``frame`` as the table builders return it) as ``matrixrl report``
+    prints it in ``format``: the columns of ``columns`` (``--columns``; ``all`` for ``--wide``),
+    under its title, with its caption and notes. Text, or a rich renderable for ``table``."""
+    from matrixrl.report.formats import render
+    from matrixrl.report.tables import TABLES
+
+    view = shown(table, frame.drop(columns="cell", errors="ignore"), columns, format)
+    captions = [frame.attrs.get("caption"), *view.notes]
+    if view.hidden and columns is None:
+        captions.append(f"{view.hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help).")
+    return render(
+        view.frame,
+        format,
+        title=TABLES[table].title,
+        group_by=group_by,
+        caption="\n".join(c for c in captions if c) or None,
+        right=view.joined,
+    )
