@@ -104,6 +104,15 @@ def blocks(text: str, n_rows: int) -> list[dict]:
     return found
 
 
+def same_in_every_row(lines: list[str]) -> dict[str, str]:
+    """``{column: text}`` of the ``in every row: a = 1, b = x`` line (it may go on over indented lines)."""
+    text = ""
+    for line in lines:
+        if line.startswith("in every row: ") or (text and line.startswith(" ")):
+            text += " " + line.removeprefix("in every row: ").strip()
+    return dict(item.split(" = ", 1) for item in text.strip().split(", ")) if text else {}
+
+
 def text_of(value) -> str:
     """What the table shows for a JSON value: 3 decimals, yes/no, — for a missing one."""
     if value is None:
@@ -141,28 +150,25 @@ def printed(table: str, frame, columns: str | None = None, width: int = WIDTH) -
 
 
 def check_default_columns(name: str, text: str, records: list[dict], expected: list[str]) -> None:
-    """One section: the axes and ``expected``, each value as --format json has it; then the notes."""
+    """One section: the axes and ``expected``, each value as --format json has it, but for
+    columns with one value in every row that had to move under the table to fit."""
     axes = AXES_OF.get(name, DEFAULT_AXES)
     check_fits(text)
     (table,) = blocks(text, len(records))
-    assert list(table["columns"]) == [*axes, *expected], name
+    same = same_in_every_row(table["after"])
+    for column, value in same.items():
+        assert {joined_text(column, r) if column not in r else text_of(r[column]) for r in records} == {value}
+    assert list(table["columns"]) == [c for c in [*axes, *expected] if c not in same], name
     for column, texts in table["columns"].items():
         assert texts == [joined_text(column, r) if column not in r else text_of(r[column]) for r in records], (name, column)
-    # A count that is the same in every row is a line under the table instead of a column.
-    count = {"seeds": "n_seeds", "compare": "n_pairs"}.get(name)
-    notes = []
-    if count:
-        assert {r[count] for r in records} == {records[0][count]}
-        notes = [f"{count} = {records[0][count]} in every row"]
-    parts = sum(2 if "@" in c else 3 if "±" in c else 1 for c in expected) + len(notes)
-    hidden = len(records[0]) - len(axes) - parts
-    assert table["after"][-1 - len(notes) :] == [*notes, f"{hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help)."]
+    hidden = len(records[0]) - len(axes) - sum(2 if "@" in c else 3 if "±" in c else 1 for c in expected)
+    assert table["after"][-1] == f"{hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help)."
 
 
 DEFAULT_COLUMNS = {
     "summary": ["base", "peak@step", "final", "gain", "cliff@onset"],
-    "seeds": ["base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"],
-    "compare": ["final_diff±ci", "gain_diff±ci", "cliff_rate_diff"],
+    "seeds": ["n_seeds", "base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"],
+    "compare": ["n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff"],
     "diagnostics": ["dominant_role", "dominant_share", "amplified_role", "amplification_mean"],
     "mechanism": ["cliff@onset", "signal", "change", "rise_step", "lead", "verdict"],
 }
@@ -184,18 +190,22 @@ def test_every_table_of_the_default_grid_fits_100_columns_with_every_value_whole
         records = json.loads(render(frames[name].drop(columns="cell", errors="ignore"), "json"))
         check_default_columns(name, printed(name, frames[name]), records, DEFAULT_COLUMNS[name])
 
-        # --wide: every column of --format json, stacked in sections that each start with the axes.
-        axes = AXES_OF.get(name, DEFAULT_AXES)
+        # --wide: every column of --format json, stacked in sections that each start with the
+        # axes, but for the columns with one value throughout: those are a line under the table.
         wide = printed(name, frames[name], "all")
         check_fits(wide)
         sections = blocks(wide, len(records))
+        same = same_in_every_row(sections[-1]["after"])
+        for column, text in same.items():
+            assert {text_of(r[column]) for r in records} == {text}, (name, column)
+        axes = [a for a in AXES_OF.get(name, DEFAULT_AXES) if a not in same]
         shown = []
         for section in sections:
             assert list(section["columns"])[: len(axes)] == axes, name
             shown += [c for c in section["columns"] if c not in axes]
             for column, texts in section["columns"].items():
                 assert texts == [text_of(r[column]) for r in records], (name, column)
-        assert [*axes, *shown] == list(records[0]), name
+        assert sorted([*axes, *shown, *same]) == sorted(records[0]) and len(shown) == len(set(shown)), name
         if len(sections) > 1:
             numbers = [s["title"].rsplit(" ", 1)[-1] for s in sections]
             assert numbers == [f"({i}/{len(sections)})" for i in range(1, len(sections) + 1)], name
@@ -210,6 +220,8 @@ def test_intervals_of_three_seeds_fit_too(experiment: Path) -> None:
         records = json.loads(render(frame, "json"))
         assert all(r["gain_lo"] is not None for r in records) and any(r[name == "seeds" and "gain_mean" or "gain_diff"] < 0 for r in records)
         check_default_columns(name, printed(name, frame), records, DEFAULT_COLUMNS[name])
+    # The widest of them: the three pairs of each comparison are a line under the table instead.
+    assert same_in_every_row(blocks(printed("compare", frames["compare"]), len(frames["compare"]))[0]["after"]) == {"n_pairs": "3"}
 
 
 def test_the_command_prints_at_the_width_of_COLUMNS(one_seed, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,17 +253,18 @@ def test_columns_picks_by_name_and_pattern_in_every_format(one_seed, monkeypatch
 
 def test_a_terminal_too_narrow_for_the_axes_gets_each_row_one_value_per_line(one_seed, monkeypatch: pytest.MonkeyPatch) -> None:
     _, experiment = one_seed
-    monkeypatch.setenv("COLUMNS", "40")
-    records = json.loads(report(experiment, "--only", "task=arith", "--format", "json"))
-    text = report(experiment, "--only", "task=arith")
-    check_fits(text, 40)
-    assert text.count("row ") == len(records) == 16
-    first = text.split("row 2 of 16")[0].splitlines()
-    assert first[1] == "row 1 of 16"
-    pairs = [re.split(r"\s{2,}", line.strip()) for line in first[2:] if line.strip()]
-    assert pairs[:6] == [["workflow", "single"], ["task", "arith"], ["scale", "tiny-s"], ["policy", "shared"], ["seed", "0"],
-                         ["base", text_of(records[0]["base"])]]  # fmt: skip
-    assert ["peak@step", f"{records[0]['peak']:.3f}@{records[0]['peak_step']}"] in pairs
+    monkeypatch.setenv("COLUMNS", "30")
+    records = json.loads(report(experiment, "--format", "json"))
+    text = report(experiment)
+    check_fits(text, 30)
+    assert text.count("\nrow ") == len(records) == 32
+    first = text.split("\nrow 2 of 32\n")[0].splitlines()
+    assert first[:2] == ["per-cell summary", "row 1 of 32"]
+    pairs = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in first[2:]]
+    same = same_in_every_row(text.splitlines())
+    assert same == {"seed": "0"}  # the one value of the grid's seed axis is a line under the table
+    expected = [*(c for c in DEFAULT_AXES if c not in same), *DEFAULT_COLUMNS["summary"]]
+    assert pairs == [[c, joined_text(c, records[0]) if c not in records[0] else text_of(records[0][c])] for c in expected]
 
 
 def test_columns_user_errors(one_seed) -> None:

@@ -46,9 +46,6 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 """Each table's default reading columns after the axes; a name the table lacks is skipped."""
 
-COUNTS = ("n_seeds", "n_pairs")
-"""Default columns that become one line under the table when every row has the same value."""
-
 @dataclass(frozen=True)
 class Joined:
     """A reading column made of ``parts``: ``text`` turns the parts' values into one text."""
@@ -98,8 +95,6 @@ class Shown:
     frame: pd.DataFrame
     joined: tuple[str, ...]
     hidden: int
-    notes: tuple[str, ...] = ()
-    """Lines for under the table: the default's counts that are the same in every row."""
 
 
 def parse_columns(spec: str, table: str, columns: Sequence[str]) -> list[str]:
@@ -137,9 +132,7 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, format: str) -> Sho
     in ``format``.
 
     ``spec``: the ``--columns`` text (None: ``default`` for the reading formats, ``all``
-    for csv and json). In csv and json a joined name stands for its parts. In the
-    ``table`` format a default count column with one value throughout
-    (:data:`COUNTS`) becomes a note instead.
+    for csv and json). In csv and json a joined name stands for its parts.
     """
     reading = format in READING_FORMATS
     columns = [str(c) for c in frame.columns]
@@ -152,13 +145,7 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, format: str) -> Sho
             names += [p for p in (joined[name].parts if name in joined else (name,)) if p not in names]
         out = frame[[*keys, *(n for n in names if n not in keys)]]
         return Shown(out, (), len(columns) - len(out.columns))
-    notes, covered = [], set(keys)
-    if spec is None and format == "table" and len(frame) > 1:
-        for name in COUNTS:
-            if name in chosen and frame[name].nunique(dropna=False) == 1:
-                chosen.remove(name)
-                covered.add(name)
-                notes.append(f"{name} = {cell_text(frame[name].iloc[0])} in every row")
+    covered = set(keys)
     out = frame[keys].copy()
     for name in chosen:
         if name in joined:
@@ -170,7 +157,7 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, format: str) -> Sho
             out[name] = frame[name]
             covered.add(name)
     out.attrs = dict(frame.attrs)
-    return Shown(out, tuple(n for n in chosen if n in joined), len(set(columns) - covered), tuple(notes))
+    return Shown(out, tuple(n for n in chosen if n in joined), len(set(columns) - covered))
 
 
 def printable(
@@ -188,7 +175,7 @@ def printable(
     from matrixrl.report.tables import TABLES
 
     view = shown(table, frame.drop(columns="cell", errors="ignore"), columns, format)
-    captions = [frame.attrs.get("caption"), *view.notes]
+    captions = [frame.attrs.get("caption")]
     if view.hidden and columns is None:
         captions.append(f"{view.hidden} more columns: --wide shows them all, --columns NAME,... picks (see --help).")
     return render(

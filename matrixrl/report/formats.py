@@ -36,6 +36,7 @@ from rich.text import Text
 
 from matrixrl.analysis.axes import axes_of
 from matrixrl.config import AXES
+from matrixrl.config.sweeps import spelled
 from matrixrl.report import FORMATS
 
 MISSING = "—"
@@ -76,9 +77,25 @@ def is_numeric_column(frame: pd.DataFrame, column: str) -> bool:
     return column not in AXES and pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
 
 
+def is_axis(column: str) -> bool:
+    """The fixed axes and the extra ones (dotted keys such as ``train.lr``)."""
+    return column in AXES or "." in column
+
+
+def value_text(value, column: str, missing: str = MISSING) -> str:
+    """:func:`cell_text`, but an axis value as ``--only`` takes it (``5e-05``, not ``0.000``)."""
+    if is_axis(str(column)) and not is_missing(value):
+        return spelled(value.item() if isinstance(value, np.generic) else value)
+    return cell_text(value, missing)
+
+
+def column_texts(frame: pd.DataFrame, column: str, missing: str = MISSING) -> list[str]:
+    return [value_text(v, column, missing) for v in frame[column].tolist()]
+
+
 def _texts(frame: pd.DataFrame, missing: str) -> pd.DataFrame:
     return pd.DataFrame(
-        {column: [cell_text(v, missing) for v in frame[column].tolist()] for column in frame.columns},
+        {column: column_texts(frame, column, missing) for column in frame.columns},
         columns=frame.columns,
         dtype=object,
     )
@@ -178,11 +195,14 @@ class FittedTable:
     """A report table for the terminal that fits the width it is printed at, and never
     shortens a value: rich would otherwise squeeze every column to "0.2…".
 
-    At print time: the whole table if it fits; else with headers wrapped at their
-    underscores, the widest savings first, as far as needed; else stacked in
-    sections of as many columns as fit, each repeating the ``keys`` (the columns that
-    say what a row is); and where not even the keys and one column fit, each row as
-    a list of ``column  value`` lines. ``caption`` lines follow, wrapped.
+    At print time, the first of these that fits: the whole table; the table with
+    headers wrapped at their underscores (the widest savings first, only as far as
+    needed); then also with columns that have one value in every row moved to one
+    line under the table (the counts and figures first, then the axes, widest first);
+    those columns stacked in numbered sections of as many columns as fit, each
+    repeating the ``keys`` (the columns that say what a row is); and, where not even
+    the keys and one column fit, each row as a list of ``column  value`` lines.
+    ``caption`` lines follow, wrapped.
     """
 
     def __init__(
@@ -197,26 +217,36 @@ class FittedTable:
         self.title = title
         self.caption = caption
         self.columns = [
-            _Column(str(name), justify, [cell_text(v) for v in frame[name].tolist()], str(name))
+            _Column(str(name), justify, column_texts(frame, name), str(name))
             for name, justify in zip(frame.columns, _alignments(frame, right))
         ]
-        self.keys = [c for c in self.columns if c.name in set(keys)]
-        self.values = [c for c in self.columns if c not in self.keys]
+        self.keys = {str(k) for k in keys}
         self.n_rows = len(frame)
         groups = list(frame[list(group_by)].itertuples(index=False, name=None)) if group_by else [()] * self.n_rows
         # A rule before each row that starts another group.
         self.new_group = [i > 0 and groups[i] != groups[i - 1] for i in range(self.n_rows)]
 
-    def sections(self, width: int) -> list[list[_Column]] | None:
-        """The columns of each stacked section at ``width`` (one section if it all fits);
-        None when not even the keys and one more column fit."""
-        columns = self.keys + self.values
+    def layout(self, width: int) -> tuple[list[list[_Column]] | None, list[_Column]]:
+        """``(sections, same)`` at ``width``: the columns of each stacked section (one if it all
+        fits; None when not even the keys and one more column fit) and the columns with one
+        value in every row that were moved under the table to make it fit."""
+        columns = [c for c in self.columns if c.name in self.keys] + [c for c in self.columns if c.name not in self.keys]
         if _table_width(columns) <= width:
-            return [columns]
+            return [columns], []
         wrapped = _wrapped_to_fit(columns, width)
         if _table_width(wrapped) <= width:
-            return [wrapped]
-        keys, values = wrapped[: len(self.keys)], wrapped[len(self.keys) :]
+            return [wrapped], []
+        constant = [c for c in columns if self.n_rows > 1 and len(set(c.texts)) == 1]
+        # Counts first (n_pairs = 3), then the axes (task = arith), then figures; the widest first.
+        constant.sort(key=lambda c: (not c.name.startswith("n_"), c.name not in self.keys, -c.width))
+        same: list[_Column] = []
+        for column in constant:
+            same.append(column)
+            wrapped = _wrapped_to_fit([c for c in columns if c not in same], width)
+            if _table_width(wrapped) <= width:
+                return [wrapped], same
+        n_keys = sum(c.name in self.keys for c in wrapped)
+        keys, values = wrapped[:n_keys], wrapped[n_keys:]
         sections: list[list[_Column]] = []
         for column in values:
             if sections and _table_width([*keys, *sections[-1], column]) <= width:
@@ -224,8 +254,8 @@ class FittedTable:
             elif _table_width([*keys, column]) <= width:
                 sections.append([column])
             else:
-                return None
-        return [[*keys, *section] for section in sections] or None
+                return None, same
+        return ([[*keys, *section] for section in sections] or None), same
 
     def _rich_table(self, columns: Sequence[_Column], title: str) -> Table:
         table = Table(
@@ -239,31 +269,46 @@ class FittedTable:
             table.add_row(*(column.texts[i] for column in columns))
         return table
 
-    def _records(self) -> list:
+    def _records(self, columns: Sequence[_Column]) -> list:
         """Each row as ``column  value`` lines: for a terminal too narrow for any table."""
-        width = max(cell_len(c.name) for c in self.columns)
+        width = max(cell_len(c.name) for c in columns)
         records: list = [Text(self.title, style="table.title")] if self.title else []
         for i in range(self.n_rows):
             lines = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
             lines.add_column(min_width=width, no_wrap=True)
             lines.add_column(overflow="fold")
-            for column in self.columns:
+            for column in columns:
                 lines.add_row(column.name, column.texts[i])
             records += [Text(f"row {i + 1} of {self.n_rows}", style="bold"), lines]
         return records
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        sections = self.sections(options.max_width)
+        sections, same = self.layout(options.max_width)
         if sections is None:
-            yield Group(*self._records())
+            yield Group(*self._records([c for c in self.columns if c not in same]))
         else:
             for i, columns in enumerate(sections):
                 numbered = f"{self.title} ({i + 1}/{len(sections)})" if len(sections) > 1 and self.title else self.title
                 if i:
                     yield Text("")
                 yield self._rich_table(columns, numbered)
+        if same:
+            yield Text("\n".join(_packed([f"{c.name} = {c.texts[0]}" for c in same], "in every row: ", options.max_width)))
         if self.caption:
             yield Text(self.caption)
+
+
+def _packed(items: Sequence[str], lead: str, width: int) -> list[str]:
+    """``lead`` and ``items`` joined by commas into lines of at most ``width`` where they can
+    be, breaking only between items (continuation lines indented like the first item)."""
+    lines = [lead + items[0]]
+    for item in items[1:]:
+        if cell_len(lines[-1] + ", " + item) <= width:
+            lines[-1] += ", " + item
+        else:
+            lines[-1] += ","
+            lines.append(" " * len(lead) + item)
+    return lines
 
 
 def _wrapped_to_fit(columns: Sequence[_Column], width: int) -> list[_Column]:
