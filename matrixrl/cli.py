@@ -416,10 +416,13 @@ def report(
     during a run too; per-cell summaries are cached in the store and recomputed
     only for cells with new results. Thresholds come from the `analysis:` section.
 
-    `--html FILE` writes one HTML page instead, with every table (the numbers of
-    `--format json`) and every plot embedded: the learning curves and the gradient
-    diagnostics of each cell with a terminal cliff. `--plots DIR` writes those
-    plots as PNG files. Both print the paths they wrote.
+    `--html FILE` writes one HTML page instead. It opens with the study as a
+    matrix (workflow by task × scale, shared beside isolated, one per value of an
+    extra axis), each square coloured by its peak and final gain and marked where
+    it collapses, linking to its cell's curve and numbers; then the learning
+    curves, and every table (the numbers of `--format json`, sortable), with the
+    gradient diagnostics of each cell with a terminal cliff. `--plots DIR` writes
+    the plots as PNG files. Both print the paths they wrote.
 
     Examples:
 

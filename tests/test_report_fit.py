@@ -46,15 +46,17 @@ STEPS = (0, 10, 20, 30, 40)
 N_EVAL = 256
 
 
-def default_study(experiment: Path, seeds: str, sets: tuple | list = ()):
-    """The default grid with ``seeds`` (and ``sets``), filled with results; every fourth run collapses."""
+def default_study(experiment: Path, seeds: str, sets: tuple | list = (), cliff=lambda i: i % 4 == 1):
+    """The default grid with ``seeds`` (and ``sets``), filled with results in its store; the
+    runs whose index (``grid.runs`` order) ``cliff`` picks collapse, by default every fourth."""
     config = load_config(experiment, sets=[f"grid.seed={seeds}", *sets])
     rng = random.Random(0)
     results = []
     for i, run in enumerate(G.runs(config)):
-        base = rng.uniform(0.18, 0.36)
-        curve = [base + rng.uniform(-0.06, 0.14) * min(step, 20) / 20 for step in STEPS]
-        if i % 4 == 1:  # a cliff at 30: far below the peak, to the end
+        base, gain = rng.uniform(0.18, 0.36), rng.uniform(-0.06, 0.14)
+        # Up or down by the gain over 20 steps, then level, within a point: no cliff of its own.
+        curve = [base + gain * min(step, 20) / 20 + rng.uniform(-0.01, 0.01) for step in STEPS]
+        if cliff(i):  # a cliff at 30: far below the peak, to the end
             curve[1] = curve[2] = base + 0.2
             curve[3] = curve[4] = base - 0.1
         evals = []
