@@ -245,3 +245,36 @@ def test_group_by_sorts_the_tables_that_have_those_axes(study) -> None:
     assert '<table data-table="seeds">' in page
     caption = build_tables(store_path(config.results_dir), config, ["mechanism"])["mechanism"].attrs["caption"]
     assert f'<p class="caption">{html.escape(caption, quote=False)}</p>' in page
+
+
+def test_one_matrix_per_value_of_an_extra_axis_with_the_cells_it_leaves_alone_in_each() -> None:
+    """workflows.voting.n_votes [3, 5] changes voting's cells only: two matrices, single's squares in both."""
+    from matrixrl.analysis.axes import cells_frame
+    from matrixrl.report.html import matrix_html, squares_of
+
+    axis = "workflows.voting.n_votes"
+    rows, summary = [], []
+    for workflow, values in (("single", [None]), ("voting", [3, 5])):
+        for policy in ("shared", "isolated"):
+            for votes in values:
+                cell = f"{workflow}-arith-tiny-s-{policy}-s0" + ("" if votes is None else f"-v{votes}")
+                rows.append({"cell": cell, "workflow": workflow, "task": "arith", "scale": "tiny-s", "policy": policy, "seed": 0, axis: votes})
+                gain = {None: 0.05, 3: -0.02, 5: 0.1}[votes]
+                summary.append({"cell": cell, "seed": 0, "base": 0.3, "peak": 0.3 + max(gain, 0), "peak_step": 10, "final": 0.3 + gain,
+                                "gain": gain, "cliff": votes == 5 and policy == "isolated", "cliff_onset": 30 if votes == 5 else None})  # fmt: skip
+    cells = cells_frame(rows, ["cell", "workflow", "task", "scale", "policy", "seed", axis])
+    summary = pd.DataFrame(summary).assign(peak_gain=lambda f: f["peak"] - f["base"])
+    runs = {c: c.replace("isolated", "shared") if c.startswith("single") else c for c in cells["cell"]}
+    markup = matrix_html(cells, squares_of(cells, summary, runs), 1)
+    matrices = re.findall(r'<table class="matrix" data-matrix="([^"]*)">(.*?)</table>', markup)
+    assert [caption for caption, _ in matrices] == [f"{axis}=3", f"{axis}=5"]
+    for (_, body), votes in zip(matrices, (3, 5)):
+        squares = re.findall(r'<td class="([^"]*)" data-square="([^"]*)"><a href="#([^"]*)"', body)
+        assert [(anchor, href) for _, anchor, href in squares] == [(a, a) for a in [
+            "cell-single-arith-tiny-s-shared", "cell-single-arith-tiny-s-isolated",
+            f"cell-voting-arith-tiny-s-shared-{votes}", f"cell-voting-arith-tiny-s-isolated-{votes}"]]  # fmt: skip
+        classes = [set(c.split()) for c, _, _ in squares]
+        assert ["same" in c for c in classes] == [False, True, False, False]  # single's isolated cell is its shared run
+        assert ["cliff" in c for c in classes] == [False, False, False, votes == 5]
+        finals = [json.loads(html.unescape(v)) for v in re.findall(r'<span class="final"[^>]*data-value="([^"]*)"', body)]
+        assert finals == pytest.approx([0.05, 0.05, {3: -0.02, 5: 0.1}[votes], {3: -0.02, 5: 0.1}[votes]])
