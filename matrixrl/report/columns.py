@@ -137,7 +137,7 @@ def shown(table: str, frame: pd.DataFrame, spec: str | None, format: str) -> Sho
     reading = format in READING_FORMATS
     columns = [str(c) for c in frame.columns]
     joined = joined_columns(columns)
-    chosen = parse_columns(spec or (DEFAULT if reading else ALL), table, columns)
+    chosen = parse_columns(spec if spec is not None else DEFAULT if reading else ALL, table, columns)
     keys = row_keys(columns)
     if not reading:
         names = []

@@ -315,8 +315,9 @@ def _colour_scale(squares: Sequence[Square]) -> float:
     return max(0.05, math.ceil(max(gains, default=0.0) / 0.05 - 1e-9) * 0.05)
 
 
-def square_html(square: Square, scale: float, edge: bool) -> str:
-    """One ``<td class="square">``: peak and final gain, the cliff mark, a link to its card."""
+def square_html(square: Square, full: float, edge: bool) -> str:
+    """One ``<td class="square">``: peak and final gain (full colour at ±``full``), the cliff mark,
+    a link to its card."""
     edge_class = " task-edge" if edge else ""
     if square.rows.empty:
         return (
@@ -330,7 +331,7 @@ def square_html(square: Square, scale: float, edge: bool) -> str:
     parts = []
     for name, column in (("peak", "peak_gain"), ("final", "gain")):
         value = square.mean(column)
-        background, colour = _colour(value, scale)
+        background, colour = _colour(value, full)
         text = "—" if value is None else f"{value:+.3f}"
         parts.append(
             f'<span class="{name}" style="background:{background};color:{colour}" data-value="{_attr(json.dumps(value))}">'
@@ -358,60 +359,60 @@ def matrix_html(cells: pd.DataFrame, squares: Mapping[tuple, Square], n_seeds: i
     a column per task × scale × policy (shared beside isolated)."""
     extra = extra_axes(cells.columns)
     workflows, tasks, scales, policies = (list(dict.fromkeys(cells[a])) for a in ("workflow", "task", "scale", "policy"))
-    scale = _colour_scale(list(squares.values()))
+    full = _colour_scale(list(squares.values()))
+    columns = [(s, p) for s in scales for p in policies]  # under each task
+    head = (
+        '<thead><tr><th rowspan="3"></th>'
+        + "".join(f'<th colspan="{len(columns)}" class="task-edge">{_text(t)}</th>' for t in tasks)
+        + "</tr><tr>"
+        + "".join(
+            f'<th colspan="{len(policies)}"{_classes(**{"task-edge": i == 0})}>{_text(s)}</th>'
+            for _ in tasks for i, s in enumerate(scales)
+        )
+        + "</tr><tr>"
+        + "".join(
+            f'<th{_classes(**{"task-edge": i == 0})} style="color:{POLICY_COLOURS.get(p, "#333")}">{_text(p)}</th>'
+            for _ in tasks for i, (_, p) in enumerate(columns)
+        )
+        + "</tr></thead>"
+    )
     combos = [()]
     for axis in extra:
         combos = [(*c, v) for c in combos for v in dict.fromkeys(v for v in cells[axis] if v is not None)]
     blocks = []
     for combo in combos:
-        chosen = dict(zip(extra, combo))
-
-        def square_at(workflow, task, scale_, policy):
-            for key, square in squares.items():
-                if key[:4] == (workflow, task, scale_, policy) and all(
-                    mine is None or mine == want for mine, want in zip(key[4:], combo)
-                ):
-                    return square
-            return None
-
-        head_task = "".join(
-            f'<th colspan="{len(scales) * len(policies)}" class="task-edge">{_text(t)}</th>' for t in tasks
-        )
-        head_scale = "".join(
-            f'<th colspan="{len(policies)}"{_classes(**{"task-edge": i == 0})}>{_text(s)}</th>'
-            for _ in tasks for i, s in enumerate(scales)
-        )
-        columns = [(s, p) for s in scales for p in policies]  # under each task
-        head_policy = "".join(
-            f'<th{_classes(**{"task-edge": i == 0})} style="color:{POLICY_COLOURS.get(p, "#333")}">{_text(p)}</th>'
-            for _ in tasks for i, (_, p) in enumerate(columns)
-        )
         rows = []
         for workflow in workflows:
             tds = []
             for task in tasks:
-                for i, (scale_, policy) in enumerate(columns):
-                    square = square_at(workflow, task, scale_, policy)
-                    tds.append(square_html(square, scale, i == 0) if square else '<td class="square"></td>')
+                for i, (scale, policy) in enumerate(columns):
+                    square = _square_at(squares, (workflow, task, scale, policy), combo)
+                    tds.append(square_html(square, full, i == 0) if square else '<td class="square"></td>')
             rows.append(f'<tr><th class="workflow">{_text(workflow)}</th>{"".join(tds)}</tr>')
-        caption = ", ".join(f"{_axis_label(a, v)}" for a, v in chosen.items())
+        caption = ", ".join(_axis_label(a, v) for a, v in zip(extra, combo))
         blocks.append(
             (f"<h3>{_text(caption)}</h3>" if caption else "")
-            + '<table class="matrix" data-matrix="'
-            + _attr(caption)
-            + '"><thead>'
-            + f'<tr><th rowspan="3"></th>{head_task}</tr><tr>{head_scale}</tr><tr>{head_policy}</tr>'
-            + f"</thead><tbody>{''.join(rows)}</tbody></table>"
+            + f'<table class="matrix" data-matrix="{_attr(caption)}">{head}<tbody>{"".join(rows)}</tbody></table>'
         )
     over = f"mean over {n_seeds} seeds" if n_seeds > 1 else "one seed"
+    same = any(s.same_as for s in squares.values())
     legend = (
         f'<p class="legend">Each square: peak − base and final − base (the gain) of one cell, {over}; '
-        f'<span class="scale-bar" style="background:linear-gradient(to right, {_colour(-scale, scale)[0]}, #fff, '
-        f'{_colour(scale, scale)[0]})"></span> −{scale:.2f} … +{scale:.2f}; ▼ a terminal cliff (its onset step); '
-        + ("dashed: a one-role workflow's isolated cell, the same runs as its shared one. " if any(s.same_as for s in squares.values()) else "")
+        f'<span class="scale-bar" style="background:linear-gradient(to right, {_colour(-full, full)[0]}, #fff, '
+        f'{_colour(full, full)[0]})"></span> −{full:.2f} … +{full:.2f}; ▼ a terminal cliff (its onset step); '
+        + ("dashed: a one-role workflow's isolated cell, the same runs as its shared one. " if same else "")
         + "A square links to its cell's curve and numbers below.</p>"
     )
     return f'<section id="matrix">{"".join(blocks)}{legend}</section>'
+
+
+def _square_at(squares: Mapping[tuple, Square], fixed: tuple, combo: tuple) -> Square | None:
+    """The square of the fixed axes ``fixed`` (but the seed) whose extra-axis values are ``combo``,
+    or that the extra axes leave alone (None)."""
+    for key, square in squares.items():
+        if key[:4] == fixed and all(mine is None or mine == want for mine, want in zip(key[4:], combo)):
+            return square
+    return None
 
 
 def curve_svg(square: Square, evals: pd.DataFrame, y_range: tuple[float, float], x_max: int) -> str:
