@@ -1,13 +1,15 @@
 """Child side of :mod:`matrixrl.sandbox`: run one untrusted program and its tests.
 
-Started by the sandbox as ``python -I -S -B -u _sandbox_child.py`` and never imported.
-The job arrives on stdin (marshalled: two secret tokens, compiled program,
-compiled tests, sandbox directory, limits); the verdict leaves on stdout, which this script keeps
-for itself and never lets the untrusted code print to. See the module docstring of
-``matrixrl.sandbox`` for the design; the rule that matters here is that everything
-the harness touches after the untrusted code starts is a local variable bound
-before it started, so rebinding builtins, module attributes or ``__main__`` globals
-cannot change what the harness does.
+Two ways in. Normally the sandbox's worker (``_sandbox_worker.py``) loads this file
+once and, in a child it forks per program, calls :func:`run_program`. Where no worker
+can start, the sandbox runs it as a script, ``python -I -S -B -u _sandbox_child.py``,
+one fresh interpreter per program: the job arrives on stdin (marshalled: two secret
+tokens, compiled program, compiled tests, sandbox directory, limits, audit flag). Either
+way the verdict leaves on a descriptor the harness keeps for itself and never lets the
+untrusted code print to. See the module docstring of ``matrixrl.sandbox`` for the
+design; the rule that matters here is that everything the harness touches after the
+untrusted code starts is a local variable bound before it started, so rebinding
+builtins, module attributes or ``__main__`` globals cannot change what the harness does.
 """
 
 import _imp
@@ -44,6 +46,9 @@ DENIED_MODULES = frozenset({
     "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",
     "_interpreters", "_interpchannels", "_interpqueues", "_testcapi", "_testinternalcapi",
     "_testmultiphase", "_signal", "posix", "_dbm", "_gdbm",
+    # Named shared memory and semaphores: files in /dev/shm, made without an audit
+    # event, that outlive the program (a channel to the programs after it).
+    "_posixshmem", "_multiprocessing",
 })
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
 # Events whose listed argument positions are paths the event writes to.
@@ -57,6 +62,20 @@ READABLE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/ra
 HIDDEN_TREES = ("/proc", "/sys", "/dev")
 UNCHECKABLE = "(a path with '..' or not a str)"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_EXCL
+# Functions made in namespaces without the program's builtins (compiled once here:
+# a worker's children then skip the compiler).
+CREATE_BUILTIN = compile(
+    "def create_builtin(spec):\n"
+    "    holder = []\n"
+    "    audit('sandbox.create_builtin', spec, holder)\n"
+    "    return holder[0]\n",
+    "<sandbox>", "exec",
+)
+REFUSE_SIGNAL = compile(
+    "def signal(signalnum, handler):\n"
+    "    raise PermissionError('sandbox: signal handlers are not available')\n",
+    "<sandbox>", "exec",
+)
 
 
 def install_guard(sandbox_dir, violations):
@@ -174,13 +193,7 @@ def install_guard(sandbox_dir, violations):
 
     sys.addaudithook(hook)
     namespace = {"__builtins__": {}, "audit": sys.audit}
-    exec(
-        "def create_builtin(spec):\n"
-        "    holder = []\n"
-        "    audit('sandbox.create_builtin', spec, holder)\n"
-        "    return holder[0]\n",
-        namespace,
-    )
+    exec(CREATE_BUILTIN, namespace)
     _imp.create_builtin = namespace["create_builtin"]  # the original lives on only in the hook
 
 
@@ -189,11 +202,7 @@ def refuse_signal_handlers():
     import _signal
 
     namespace = {"__builtins__": {"PermissionError": PermissionError}}
-    exec(
-        "def signal(signalnum, handler):\n"
-        "    raise PermissionError('sandbox: signal handlers are not available')\n",
-        namespace,
-    )
+    exec(REFUSE_SIGNAL, namespace)
     _signal.signal = namespace["signal"]
     # Unaudited ways to create files outside the sandbox directory.
     for name in ("mkfifo", "mknod"):
@@ -221,6 +230,7 @@ def describe(error):
 
 
 def main():
+    """One program in this fresh interpreter: the job from stdin, the verdict to stdout."""
     pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard = read_job()
     # stdin is closed for the program; stdout becomes the verdict channel and the
     # program's own stdout joins stderr (the output file the parent reads on crashes).
@@ -229,6 +239,17 @@ def main():
     os.close(devnull)
     verdict_fd = os.dup(1)
     os.dup2(2, 1)
+    run_program(
+        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd
+    )
+
+
+def run_program(
+    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd
+):
+    """Limit this process, run ``program`` then ``tests``, write the verdict to
+    ``verdict_fd`` and end the process. Its working directory is ``sandbox_dir``,
+    stdin is empty and stdout/stderr are the output the parent reads on crashes."""
     mib = 1 << 20
     for limit, value in (
         (resource.RLIMIT_AS, memory_mb * mib),
@@ -285,4 +306,5 @@ def main():
     exit_now(0)
 
 
-main()
+if __name__ == "__main__":
+    main()

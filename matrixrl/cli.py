@@ -8,15 +8,17 @@ import os
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from matrixrl.config import Config, load_config
 from matrixrl.errors import ConfigError, UserError, disk_error_message
 from matrixrl.report import FORMATS, TABLE_NAMES
+
+if TYPE_CHECKING:
+    from matrixrl.config import Config
 
 app = typer.Typer(
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
@@ -90,6 +92,9 @@ EXPERIMENTS = Path("experiments.yaml")
 
 
 def _load(config: Path, only, sets) -> Config:
+    # Imported here: the schema pulls in numpy and the tasks, which `--help` does not need.
+    from matrixrl.config import load_config
+
     return load_config(config, sets=sets or [], only=only or [])
 
 
@@ -156,12 +161,16 @@ def plan(
     for col in ("cell", *extra, "train", "evaluations done"):
         per_cell.add_column(col)
     sweeps = {c.id: c.sweep_values() for c in G.runs(cfg)}
-    for cell_id in dict.fromkeys(j["cell"] for j in jobs if j["cell"]):
-        train = next(j for j in jobs if j["rule"] == "train" and j["cell"] == cell_id)
-        evals = [j for j in jobs if j["rule"] == "evaluate" and j["cell"] == cell_id]
-        done = sum(j["status"] == "done" for j in evals)
+    trains, evals = {}, {}
+    for j in jobs:
+        if j["rule"] == "train":
+            trains[j["cell"]] = j
+        elif j["rule"] in ("copy_base_eval", "evaluate"):
+            evals.setdefault(j["cell"], []).append(j)
+    for cell_id, train in trains.items():
+        done = sum(j["status"] == "done" for j in evals[cell_id])
         values = [str(sweeps[cell_id][key]) if key in sweeps[cell_id] else "—" for key in extra]
-        per_cell.add_row(cell_id, *values, _status(train["status"]), f"{done}/{len(evals)}")
+        per_cell.add_row(cell_id, *values, _status(train), f"{done}/{len(evals[cell_id])}")
     out.print(per_cell)
     if n_runs != n_cells:
         out.print(
@@ -177,8 +186,14 @@ def _pending(n: int) -> str:
     return f"[yellow]{n}[/]" if n else "0"
 
 
-def _status(status: str) -> str:
-    return "[green]done[/]" if status == "done" else "[yellow]pending[/]"
+_WHY = {
+    "missing": "", "incomplete": " (killed run)", "unreadable": " (unreadable result)",
+    "changed": " (settings changed)", "upstream": " (its input is recomputed)",
+}
+
+
+def _status(job: dict) -> str:
+    return "[green]done[/]" if job["status"] == "done" else f"[yellow]pending{_WHY[job['reason']]}[/]"
 
 
 # --- run --------------------------------------------------------------------------------
@@ -265,8 +280,12 @@ def run(
     log_path = results / L.SNAKEMAKE_LOGS / f"{stamp}.log"
     from matrixrl.models.devices import gpu_count
 
-    # Locally, Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
-    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count())
+    from matrixrl.status import job_statuses, stale_outputs
+
+    # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally,
+    # Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
+    stale = [] if unlock else stale_outputs(job_statuses(cfg))
+    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count(), stale=stale)
 
     failures: list = []
     state = {"nothing": False, "locked": False}

@@ -4,6 +4,7 @@ Where a cell's files live is ``matrixrl.layout``'s business.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -221,9 +222,14 @@ class CellSpec(BaseModel):
     train: Train  # train: with the scale's own train: over it
     eval: Evaluate
 
+    @functools.cached_property
+    def science(self) -> dict:
+        """:func:`matrixrl.config.science` of this spec, computed once (a plan reads it per job)."""
+        return science(self)
+
     def training(self) -> dict:
         """The science the ``train`` job computes from (no evaluation settings)."""
-        return {name: value for name, value in science(self).items() if name != "eval"}
+        return {name: value for name, value in self.science.items() if name != "eval"}
 
     def train_digest(self) -> str:
         """Digest of :meth:`training`: written into the cell's ``train.json``."""
@@ -237,7 +243,38 @@ class CellSpec(BaseModel):
 
     def eval_digest(self) -> str:
         """Digest of the whole science: written into each evaluation's result file."""
-        return settings_digest(science(self))
+        return settings_digest(self.science)
+
+
+def base_eval_science(spec: CellSpec) -> dict:
+    """What the evaluation of a cell's step 0, its base model, is computed from.
+
+    Not the cell's seed, policy mode or training settings: before any update, every
+    cell of a (workflow, task, scale) holds the base model (adapters start at zero, a
+    full fine-tune's copies are the base), so one evaluation, sampled with seed 0's
+    key, serves them all (docs/design.md, "The base model's evaluation").
+    """
+    own = spec.science
+    names = {"workflow_name": spec.cell.workflow, "task_name": spec.cell.task}
+    return {**names, **{key: own[key] for key in ("base", "scale", "task", "workflow", "policies", "prompts", "eval")}}
+
+
+def base_eval_digest(spec: CellSpec) -> str:
+    return settings_digest(base_eval_science(spec))
+
+
+def base_eval_key(config: Config, spec: CellSpec, base: str | None = None) -> tuple[str, str]:
+    """``(base scale, name)`` of the shared evaluation of ``spec``'s base model (layout.base_eval_result);
+    ``base``: the cell's :func:`base_scale`, where the caller has it."""
+    name = f"{spec.cell.workflow}-{spec.cell.task}-{base_eval_digest(spec)[:10]}"
+    return base or base_scale(config, spec.cell.scale), name
+
+
+def base_eval_spec(spec: CellSpec) -> CellSpec:
+    """The spec a base evaluation runs under: ``spec`` as its seed-0 shared cell."""
+    cell = Cell(spec.cell.workflow, spec.cell.task, spec.cell.scale, "shared", 0)
+    # A new spec, not model_copy: that would carry over the cached science of the original.
+    return CellSpec(cell=cell, **{name: getattr(spec, name) for name in CellSpec.model_fields if name != "cell"})
 
 
 def _without_train(scale):
@@ -297,6 +334,10 @@ class BaseSpec(BaseModel):
     scale: Scale
     tasks: dict[str, TaskConfig]
     workflows: Workflows
+
+    def digest(self) -> str:
+        """Digest of the whole science: written into the base model's ``base.json``."""
+        return settings_digest(science(self))
 
 
 def base_spec(config: Config, scale: str) -> BaseSpec:

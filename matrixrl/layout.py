@@ -5,10 +5,13 @@ the Snakefile, the jobs, the store and the report agree on one layout:
 
     base/{scale}/model/                 warm-started base model (prepare_base)
     base/{scale}/base.json              its summary: the rule's declared output
+    base/{scale}/eval/{name}.json       the base model's evaluation, one per (workflow, task,
+                                        evaluation settings): every cell's step 0 (evaluate_base)
     cells/{cell}/checkpoints/step_{N}/  trainer checkpoints (not Snakemake outputs,
                                         so a rerun after a kill resumes from them)
     cells/{cell}/train.json             per-step training metrics (train)
-    cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate)
+    cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate; step 0 is a
+                                        copy of the base model's, copy_base_eval)
     summary.json                        per-cell summary (analyse, after ingest)
     matrixrl.sqlite                     the store, an index over the result files
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
@@ -42,6 +45,10 @@ def base_model_dir(scale: str) -> str:
 
 def base_result(scale: str) -> str:
     return f"base/{scale}/base.json"
+
+
+def base_eval_result(scale: str, name: str) -> str:
+    return f"base/{scale}/eval/{name}.json"
 
 
 def cell_dir(cell_id: str) -> str:
@@ -78,11 +85,15 @@ def run_record(pid: int) -> str:
     return f"{RUNS_DIR}/{pid}.json"
 
 
-def job_log(rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int | str = "{step}") -> str:
+def job_log(
+    rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int | str = "{step}", name: str = "{name}"
+) -> str:
     """A job's log; with the defaults, the Snakemake pattern with its wildcards."""
     return {
         "prepare_base": f"logs/prepare_base/{scale}.log",
+        "evaluate_base": f"logs/evaluate_base/{scale}/{name}.log",
         "train": f"logs/train/{cell}.log",
+        "copy_base_eval": f"logs/evaluate/{cell}/step_0.log",
         "evaluate": f"logs/evaluate/{cell}/step_{step}.log",
         "analyse": "logs/analyse.log",
     }[rule]

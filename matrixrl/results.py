@@ -27,6 +27,7 @@ class BaseResult(ResultModel):
     warmstart_loss: float | None  # None for a pretrained (hf) scale: it is not warm-started
     seconds: float
     model: str | None = None  # an hf scale's folder or hub id
+    spec_digest: str | None = None  # BaseSpec.digest() of the spec it was prepared under
 
 
 class RoleMetric(ResultModel):
@@ -52,6 +53,7 @@ class EvalResult(ResultModel):
     se: float | None = None  # std of per-problem accuracies / sqrt(n); None in files written before it
     pass_at: dict[str, float] = {}  # unbiased pass@j, j = "1", "2", "4", ... up to samples
     spec_digest: str | None = None  # CellSpec.eval_digest() of the spec it was computed under
+    base_eval: str | None = None  # a step 0 copied from the base model's evaluation: its spec_digest
 
 
 class StepMetrics(ResultModel):

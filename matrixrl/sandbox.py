@@ -9,54 +9,74 @@ lines). ``run_many`` scores a batch with several sandboxes at once.
 Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
 ``syntax`` (code or tests do not compile; found in the host by ``compile``, which
 executes nothing, so no process is started); ``timeout`` (no verdict within
-``timeout_s`` wall-clock seconds, interpreter start included); ``memory``
+``timeout_s`` wall-clock seconds, the child's set-up included); ``memory``
 (MemoryError under the ``memory_mb`` address-space limit); ``exited`` (the program
 ended the process, ``sys.exit``/``os._exit``, before the tests finished);
 ``blocked`` (the program attempted something the sandbox forbids, listed below,
 even if it caught the error); ``crashed`` (the process died without a verdict).
 
+Where a program runs. Each process keeps sandbox workers (``_sandbox_worker.py``),
+started on first use, one per program run at a time: an interpreter started once
+under the launcher below (namespaces, uid drop), which loads the harness
+(``_sandbox_child.py``) and the modules programs import most, then forks one child
+per program. The child is the program's process: it takes the per-program limits
+and the audit hook, runs the program and tests, and dies; the worker kills
+whatever it left and answers the parent. So a program starts in milliseconds, and
+whatever it changes in memory (builtins, modules, the harness) ends with its
+child; the next program forks from the untouched worker, in a directory of its own.
+Workers die with their process (end-of-file on their job channel, which the kernel
+gives them when it dies; in a PID namespace also the launcher's parent-death
+signal); a forked process starts its own. A worker that dies
+during a program is replaced and the program runs once more, with a fresh deadline.
+Where no worker can start (a kernel without ``pidfd_open``/``memfd_create``), each
+program gets a fresh interpreter under the launcher instead, with a warning.
+
 How a verdict is made unforgeable. The parent draws a random token per run and
-hands it to the child on stdin with the compiled program and tests; the child keeps
-it only as a local variable of the harness function, and keeps the real stdout as
-the verdict channel (the program's prints go to stderr). The harness runs the
-program, then the tests, and only if both returned normally writes the token and
-ends the process with ``os._exit`` (failures are reported under a second token).
-The parent counts a run as passed only when that token arrives, so exiting early
-(any status), printing "passed", killing the parent or writing to the verdict
-descriptor cannot pass. The program cannot read the token because every route to
-the harness's frame is closed by a CPython audit hook (``sys.addaudithook``; a hook
-cannot be removed): ``sys._getframe``, traceback/generator/coroutine frames,
-``sys.settrace``/``setprofile``, ``gc`` object traversal, ctypes, ``/proc``
-(``/proc/self/mem``); Python signal handlers (which receive the interrupted frame)
-cannot be installed, and builtin modules are made at most once, so no fresh
-``_signal`` brings ``signal()`` back. The harness binds every name it uses before
-the program runs, so rebinding ``exec``, ``sys.exit``, ``os._exit``,
-``AssertionError`` or any builtin, module attribute or ``sys.modules`` entry does
-not change its path; the tests run with the builtins as they were before the
-program ran and without the program's globals that shadow a builtin.
+hands it to the child with the compiled program and tests; the child keeps it only
+as a local variable of the harness function, and keeps a descriptor of its own as
+the verdict channel (the program's stdout and stderr go to an output file). The
+harness runs the program, then the tests, and only if both returned normally writes
+the token and ends the process with ``os._exit`` (failures are reported under a
+second token). The parent counts a run as passed only when that token arrives, so
+exiting early (any status), printing "passed", killing the parent or writing to the
+verdict descriptor cannot pass. The program cannot read the token because every
+route to the harness's frame is closed by a CPython audit hook
+(``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``,
+traceback/generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc``
+object traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers
+(which receive the interrupted frame) cannot be installed, and builtin modules are
+made at most once, so no fresh ``_signal`` brings ``signal()`` back. The harness
+binds every name it uses before the program runs, so rebinding ``exec``,
+``sys.exit``, ``os._exit``, ``AssertionError`` or any builtin, module attribute or
+``sys.modules`` entry does not change its path; the tests run with the builtins as
+they were before the program ran and without the program's globals that shadow a
+builtin.
 
 Isolation, strongest available first (:func:`isolation` tells which is in use):
 - Namespaces (``unshare --net --pid --fork --kill-child``; ``--user`` added when
-  not root): a network namespace with only a down loopback, so nothing is
-  reachable; a PID namespace, so the parent is invisible (``os.getppid()`` is 0)
-  and every process left in it is killed when the program's process ends.
-- As root, the child drops to a random unprivileged uid (``setpriv``), so the
-  kernel refuses writes outside world-writable places, signals to any other
-  process, and every new process or thread (``RLIMIT_NPROC`` 0, which the kernel
-  enforces for every uid but root). Only if that uid cannot start the interpreter
-  (installed where only root may enter) does it keep CAP_DAC_READ_SEARCH.
-- Always: rlimits (address space ``memory_mb``, CPU ``ceil(timeout_s) + 1`` s,
-  16 MiB per file, 64 descriptors, no core dumps, no new processes), a new
-  session whose whole process group is killed afterwards, a private temporary
-  working directory removed afterwards, a scrubbed environment, ``python -I -S
-  -B`` (no site-packages, no user paths, no PYTHON* variables: standard library
-  only), stdin on /dev/null, and the audit hook, which also refuses: process
-  creation (fork, exec, spawn, system, subprocess), signals to other processes,
-  sockets of any kind (the network cut where namespaces are unavailable), native
-  code (ctypes, extension modules from outside the standard library's directory),
-  subinterpreters, rlimit changes, symlinks, writing outside the
-  sandbox directory, and reading /proc, /sys, /dev (but null, zero, urandom),
-  directories outside the sandbox, or any file not readable by every user. Reading
+  not root), one set per worker: a network namespace with only a down loopback, so
+  nothing is reachable; a PID namespace, so the parent is invisible and the worker
+  is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
+  sent inside the namespace; after each program the worker kills every other
+  process in it, and its death ends them all.
+- As root, the worker drops to a random unprivileged uid of its own (``setpriv``),
+  so the kernel refuses its programs writes outside world-writable places, signals
+  to any process of another uid, and every new process or thread (``RLIMIT_NPROC``
+  0, which the kernel enforces for every uid but root). Only if that uid cannot
+  start the interpreter (installed where only root may enter) does it keep
+  CAP_DAC_READ_SEARCH.
+- Always: rlimits per program (address space ``memory_mb``, CPU ``ceil(timeout_s)
+  + 1`` s, 16 MiB per file, 64 descriptors, no core dumps, no new processes), a
+  process group of its own killed afterwards, a private temporary working directory
+  removed afterwards, a scrubbed environment, ``python -I -S -B`` (no site-packages,
+  no user paths, no PYTHON* variables: standard library only), stdin on /dev/null,
+  and the audit hook, which also refuses: process creation (fork, exec, spawn,
+  system, subprocess), signals to other processes, sockets of any kind (the network
+  cut where namespaces are unavailable), native code (ctypes, extension modules from
+  outside the standard library's directory), subinterpreters, rlimit changes,
+  symlinks, named shared memory and semaphores, writing outside the sandbox
+  directory, and reading /proc, /sys, /dev (but null, zero, urandom), directories
+  outside the sandbox, or any file not readable by every user. Reading
   world-readable files (``/etc/passwd``) is allowed: nothing leaves the sandbox
   but the verdict and its short ``detail``.
 
@@ -64,16 +84,19 @@ Not defended: an audit hook is not a security boundary against native code. A
 program that crafts its own bytecode (``marshal.loads`` stays allowed because
 imports use it) or exploits an interpreter memory bug runs outside the hook's
 reach and could read the token and forge the verdict; then the kernel layers
-above are what still holds (no network, no other processes, no writes outside
-world-writable places as root). Without namespaces and as root only the hook
-guards the host. Tests are trusted code that run with whatever the program left in
-``sys.modules``, and an object whose ``__eq__`` always answers True passes an
-``assert f(x) == y``; write tests that check types where it matters. Programs
-cannot use subprocesses, signal handlers, sockets, third-party packages, threads
-(unless the caller is root without a uid drop) or traceback formatting
-(``traceback.print_exc`` needs frames), and ``if __name__ == "__main__":`` blocks
-do not run (``__name__`` is ``"__sandbox__"``). Disk use within the time limit is
-bounded only per file.
+above are what still holds (no network, no processes but its worker's, no writes
+outside world-writable places as root). Such a program shares its worker's uid and
+namespaces with the programs after it in that worker: it could tamper with the
+worker (ptrace, or a kill where the worker is not process 1) and so with their
+verdicts, or leave files in world-writable places for them. Without namespaces and
+as root only the hook guards the host. Tests are trusted code that run with
+whatever the program left in ``sys.modules``, and an object whose ``__eq__`` always
+answers True passes an ``assert f(x) == y``; write tests that check types where it
+matters. Programs cannot use subprocesses, signal handlers, sockets, third-party
+packages, threads (unless the caller is root without a uid drop) or traceback
+formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
+"__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``). Disk use within
+the time limit is bounded only per file.
 
 Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
 at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many
@@ -83,10 +106,12 @@ identical answers an RL batch holds run once (a cached result keeps its first
 
 from __future__ import annotations
 
+import atexit
 import functools
 import marshal
 import math
 import os
+import queue
 import secrets
 import select
 import shutil
@@ -95,19 +120,27 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
+WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 CACHE_SIZE = 8192
 MIN_MEMORY_MB = 16  # below this not even a trivial program imports `re` (measured)
 REASONS = ("passed", "failed", "syntax", "timeout", "memory", "exited", "blocked", "crashed")
 _CHILD_FAILURES = frozenset({"failed", "memory", "exited", "blocked"})
 _SANDBOX_UID_BASE, _SANDBOX_UID_SPAN = 1 << 30, 1 << 20
 _REPORT_LIMIT = 1 << 16
+_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+_WORKER_START_S = 30.0  # as long as the isolation probe waits for an interpreter
+# A worker kills its program at the deadline itself; past this much more it is stuck.
+_WORKER_GRACE_S = 5.0
+_IDLE_WORKERS = max(2, os.cpu_count() or 1)  # kept per isolation; more are ended when idle
 # Tests switch this off to show what the kernel layers hold on their own.
 _audit_guard = True
 
@@ -245,6 +278,319 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
 
 
 def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
+    """Run in one of this process's workers, or in a fresh interpreter where none can start.
+
+    A worker that dies during a program (killed from outside, or by a program that
+    got past every layer) is replaced and the program runs once more in the new one.
+    """
+    started = time.perf_counter()
+    mode, prefix = isolation()
+    workers = _workers()
+    for _attempt in range(2):
+        worker = workers.take(mode, prefix)
+        if worker is None:
+            return _execute_fresh(program, tests, timeout_s, memory_mb)
+        try:
+            verdict, healthy = _execute_in(worker, program, tests, timeout_s, memory_mb, started)
+        except _WorkerLost:
+            workers.discard(worker)
+            continue
+        except BaseException:  # mid-job: its channel may hold half a frame
+            workers.discard(worker)
+            raise
+        if healthy:
+            workers.put_back(worker)
+        else:
+            workers.discard(worker)
+        return verdict
+    seconds = time.perf_counter() - started
+    return Verdict(False, "crashed", "the sandbox worker died during the program, twice", seconds)
+
+
+def _execute_in(
+    worker: _Worker, program, tests, timeout_s: float, memory_mb: int, started: float
+) -> tuple[Verdict, bool]:
+    """The verdict of one run in ``worker``, and whether the worker can run the next."""
+    attempt_started = time.perf_counter()
+    pass_token, report_token = secrets.token_hex(16).encode(), secrets.token_hex(16).encode()
+    sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+    healthy = True
+    try:
+        if worker.uid is not None and not _chown(sandbox_dir, worker.uid):
+            raise OSError(f"cannot hand the sandbox directory {sandbox_dir} to uid {worker.uid}")
+        deadline = time.monotonic() + timeout_s
+        left = timeout_s - (time.perf_counter() - attempt_started)
+        job = marshal.dumps(
+            (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
+             math.ceil(timeout_s) + 1, _audit_guard, left)
+        )
+        try:
+            report, returncode, timed_out, tail = worker.run(job, deadline + _WORKER_GRACE_S)
+        except TimeoutError:
+            worker.kill()  # before its program's directory goes
+            report, returncode, timed_out, tail, healthy = b"", None, True, b"", False
+    finally:
+        _remove_tree(sandbox_dir)
+    seconds = time.perf_counter() - started
+    verdict = _verdict(
+        report, pass_token, report_token, timed_out, returncode,
+        tail.decode("utf-8", "replace"), timeout_s, seconds,
+    )
+    return verdict, healthy
+
+
+class _WorkerLost(Exception):
+    """The worker ended before it answered."""
+
+
+class _Worker:
+    """One started ``_sandbox_worker.py``, under the isolation's launcher, with a uid
+    of its own where the isolation drops one; runs one program at a time."""
+
+    def __init__(self, key: tuple[str, tuple[str, ...]], spawn: Callable[..., subprocess.Popen]) -> None:
+        self.key = key  # the isolation (name, launcher prefix) it was started under
+        prefix = key[1]
+        dropping = any("{uid}" in part for part in prefix)
+        self.uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN) if dropping else None
+        argv = _fill_uid(_worker_launcher(prefix), self.uid or 0) + [
+            sys.executable, "-I", "-S", "-B", "-u", str(WORKER_SCRIPT)
+        ]
+        self.log = tempfile.TemporaryFile()  # the worker's own stderr: why it did not start
+        self.process = spawn(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            cwd="/", env=_ENVIRONMENT, start_new_session=True,
+        )
+        try:
+            hello = self._receive(time.monotonic() + _WORKER_START_S)
+        except (_WorkerLost, TimeoutError, ValueError, EOFError, TypeError):
+            hello = None
+        if not (isinstance(hello, tuple) and hello[:1] == ("ready",)):
+            self.kill()
+            raise OSError(f"the sandbox worker did not start ({self._last_words()})")
+
+    def run(self, job: bytes, until: float) -> tuple[bytes, int, bool, bytes]:
+        """Send ``job``; the worker's reply: verdict bytes, exit status, whether the
+        deadline passed, output tail. _WorkerLost if the worker died first,
+        TimeoutError if it did not answer by ``until`` (monotonic seconds)."""
+        data = len(job).to_bytes(4, "big") + job
+        try:
+            while data:
+                data = data[os.write(self.process.stdin.fileno(), data):]
+        except OSError as error:  # BrokenPipeError: it died
+            raise _WorkerLost from error
+        return self._receive(until)
+
+    def _receive(self, until: float):
+        fd = self.process.stdout.fileno()
+        header = self._read(fd, 4, until)
+        return marshal.loads(self._read(fd, int.from_bytes(header, "big"), until))
+
+    @staticmethod
+    def _read(fd: int, size: int, until: float) -> bytes:
+        waiter = select.poll()
+        waiter.register(fd, select.POLLIN)
+        chunks, left = [], size
+        while left:
+            wait_s = until - time.monotonic()
+            if wait_s <= 0 or not waiter.poll(wait_s * 1000):
+                raise TimeoutError
+            chunk = os.read(fd, left)
+            if not chunk:
+                raise _WorkerLost
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _last_words(self) -> str:
+        self.log.seek(max(0, self.log.seek(0, os.SEEK_END) - 2000))
+        text = self.log.read().decode("utf-8", "replace")
+        last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+        status = self.process.returncode
+        return f"exit status {status}: {last}"[:300] if last or status else "no answer"
+
+    def close(self, wait_s: float = 1.0) -> None:
+        """End-of-file on its job channel ends the worker (and any program it runs)."""
+        self._close_channels()
+        try:
+            self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.log.close()
+
+    def kill(self) -> None:
+        """SIGKILL its launcher and itself (one process group; in a PID namespace the
+        worker is its process 1, whose death ends every program left in it)."""
+        if self.process.returncode is None:  # not reaped: the group id is still its own
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.process.wait()
+        self._close_channels()
+
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's worker without ending it."""
+        self._close_channels()
+        self.log.close()
+
+    def _close_channels(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _worker_launcher(prefix: Sequence[str]) -> list[str]:
+    """The isolation's launcher for a worker. Outside a PID namespace, without its
+    parent-death signal: killed with its parent, the worker would leave its running
+    program behind (nothing kills a PID namespace's leftovers there); it ends instead
+    at end-of-file on its job channel, which the kernel gives it when the parent
+    dies, after killing that program."""
+    if "--pid" in prefix:
+        return list(prefix)
+    return [part for part in prefix if not part.startswith("--pdeathsig")]
+
+
+class _Spawner:
+    """Starts workers from one thread that lives as long as the process.
+
+    The launcher's parent-death signal (``setpriv --pdeathsig``) fires when the
+    *thread* that started it ends, not the process, and ``run_many``'s threads end
+    with each batch."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="sandbox-worker-starter", daemon=True).start()
+
+    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests.put((argv, kwargs, done))
+        started, value = done.get()
+        if not started:
+            raise value
+        return value
+
+    def _serve(self) -> None:
+        while True:
+            argv, kwargs, done = self._requests.get()
+            try:
+                done.put((True, subprocess.Popen(argv, **kwargs)))
+            except BaseException as error:  # handed to the caller
+                done.put((False, error))
+
+
+class _Workers:
+    """This process's workers: idle ones per isolation, reused across runs."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self._lock = threading.Lock()
+        self._idle: dict[tuple, list[_Worker]] = {}
+        self._live: set[_Worker] = set()
+        self._unavailable: set[tuple] = set()
+        self._spawner: _Spawner | None = None
+
+    def take(self, mode: str, prefix: Sequence[str]) -> _Worker | None:
+        """An idle worker, a new one, or None where none can start (then each program
+        gets a fresh interpreter, for the rest of this process)."""
+        key = (mode, tuple(prefix))
+        with self._lock:
+            if key in self._unavailable:
+                return None
+            idle = self._idle.setdefault(key, [])
+            if idle:
+                return idle.pop()
+            if self._spawner is None:
+                self._spawner = _Spawner()
+            spawner = self._spawner
+        try:
+            worker = _Worker(key, spawner.popen)
+        except (OSError, subprocess.SubprocessError) as error:
+            with self._lock:
+                self._unavailable.add(key)
+            warnings.warn(
+                f"{error}; the sandbox starts a fresh interpreter per program instead",
+                RuntimeWarning, stacklevel=4,
+            )
+            return None
+        with self._lock:
+            self._live.add(worker)
+        return worker
+
+    def put_back(self, worker: _Worker) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(worker.key, [])
+            if len(idle) < _IDLE_WORKERS:
+                idle.append(worker)
+                return
+            self._live.discard(worker)
+        worker.close()
+
+    def discard(self, worker: _Worker) -> None:
+        with self._lock:
+            self._live.discard(worker)
+        worker.kill()
+
+    def close(self, mode: str | None = None, prefix: Sequence[str] = ()) -> None:
+        """End every worker, or those of one isolation; all get end-of-file first, so
+        they end together. (Only at exit, or when no run is under way.)"""
+        ending = (mode, tuple(prefix))
+        with self._lock:
+            live = [w for w in self._live if mode is None or w.key == ending]
+            self._live.difference_update(live)
+            for key in list(self._idle):
+                if mode is None or key == ending:
+                    del self._idle[key]
+        for worker in live:
+            worker._close_channels()
+        for worker in live:
+            worker.close()
+
+    def abandon(self) -> None:
+        """In a forked child (taking no lock, which a parent thread may have held)."""
+        for worker in list(self._live):
+            worker.abandon()
+        _ABANDONED.extend(self._live)  # their Popen objects, not to be waited for here
+
+
+_WORKERS: _Workers | None = None
+_WORKERS_LOCK = threading.Lock()
+_ABANDONED: list[_Worker] = []
+
+
+def _workers() -> _Workers:
+    """This process's workers; a process forked from another starts its own."""
+    global _WORKERS
+    with _WORKERS_LOCK:
+        if _WORKERS is None or _WORKERS.owner != os.getpid():
+            if _WORKERS is not None:
+                _WORKERS.abandon()
+            _WORKERS = _Workers()
+        return _WORKERS
+
+
+def _forget_parent_workers() -> None:
+    """After a fork, in the child: close its copies of the parent's job channels,
+    so the parent's workers still see end-of-file when the parent ends."""
+    global _WORKERS, _WORKERS_LOCK
+    _WORKERS_LOCK = threading.Lock()
+    if _WORKERS is not None:
+        _WORKERS.abandon()
+        _WORKERS = None
+
+
+def _close_workers() -> None:
+    if _WORKERS is not None and _WORKERS.owner == os.getpid():
+        _WORKERS.close()
+
+
+os.register_at_fork(after_in_child=_forget_parent_workers)
+atexit.register(_close_workers)
+
+
+def _execute_fresh(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
+    """Run in a fresh interpreter under the launcher: the way where no worker can start."""
     started = time.perf_counter()
     mode, prefix = isolation()
     uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN)
@@ -260,7 +606,7 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
              math.ceil(timeout_s) + 1, _audit_guard)
         )
         argv = _fill_uid(prefix, uid) + [sys.executable, "-I", "-S", "-B", "-u", str(CHILD_SCRIPT)]
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": sandbox_dir, "TMPDIR": sandbox_dir}
+        env = {**_ENVIRONMENT, "HOME": sandbox_dir, "TMPDIR": sandbox_dir}
         with tempfile.TemporaryFile() as output:
             child = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,

@@ -34,10 +34,11 @@ from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
-RULES = ("prepare_base", "train", "evaluate", "analyse")
+RULES = ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "analyse")
 """The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
-LOCAL_RULES = ("analyse",)
-"""Rules that run on the submitting host, never through a cluster profile (they write the store)."""
+LOCAL_RULES = ("copy_base_eval", "analyse")
+"""Rules that run on the submitting host, never through a cluster profile (analyse writes the
+store; a copy of one small file is not worth a cluster job)."""
 
 
 def write_configfile(config: Config, path: Path) -> Path:
@@ -99,16 +100,30 @@ def _code_root() -> str | None:
 # --- dry-run ----------------------------------------------------------------------------
 
 
-def pending_jobs(config: Config, workdir: Path) -> list[dict]:
-    """Jobs a run would execute now: ``[{"rule": ..., "wildcards": {...}}]``.
+RERUN_TRIGGERS = ("software-env",)
+"""Snakemake's own rerun triggers, as ``matrixrl run`` passes them: none that can fire.
 
-    ``workdir`` must exist; for a results directory that does not exist yet, pass an
-    empty temporary folder (everything is pending).
+matrixrl.status decides what is stale from the digests the result files record, and
+the run names those outputs with ``--forcerun``. Snakemake's ``mtime``, ``params``,
+``input`` and ``code`` triggers would second-guess that (a touched file, a params
+string that changed its spelling, an upgraded Snakefile would rerun finished work),
+and ``--rerun-triggers`` needs one: ``software-env`` never fires without a conda or
+container environment, which matrixrl's rules do not use.
+"""
+
+
+def pending_jobs(config: Config, workdir: Path, stale: list[str] = ()) -> list[dict]:
+    """Jobs a run would execute now, by Snakemake's own dry-run: ``[{"rule": ..., "wildcards": {...}}]``.
+
+    ``stale``: the outputs the run names with ``--forcerun`` (matrixrl.status). Planning
+    does without this (matrixrl.status answers the same in a fraction of the time); the
+    tests compare the two. ``workdir`` must exist; for a results directory that does not
+    exist yet, pass an empty temporary folder (everything is pending).
     """
     with tempfile.TemporaryDirectory() as tmp:
         configfile = write_configfile(config, Path(tmp) / "config.yaml")
         proc = subprocess.run(
-            [sys.executable, "-m", "matrixrl.snake", str(configfile), str(workdir)],
+            [sys.executable, "-m", "matrixrl.snake", str(configfile), str(workdir), *stale],
             capture_output=True,
             text=True,
             env=job_environment(),
@@ -122,9 +137,10 @@ def pending_jobs(config: Config, workdir: Path) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
+def _dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = ()) -> list[dict]:
     from snakemake.api import SnakemakeApi
     from snakemake.logging import logger
+    from snakemake.settings.enums import RerunTrigger
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
     from snakemake_interface_logger_plugins.common import LogEvent
 
@@ -147,7 +163,9 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
                 workdir=workdir,
             )
             # As `matrixrl run` passes --rerun-incomplete: a killed job's outputs are pending, not an error.
-            workflow.dag(DAGSettings(force_incomplete=True)).execute_workflow(executor="local", pseudo_executor="dryrun")
+            triggers = frozenset(RerunTrigger.parse_choice(name) for name in RERUN_TRIGGERS)
+            dag = DAGSettings(force_incomplete=True, rerun_triggers=triggers, forcerun=frozenset(stale))
+            workflow.dag(dag).execute_workflow(executor="local", pseudo_executor="dryrun")
         finally:
             logger.removeHandler(handler)
     return jobs
@@ -162,30 +180,11 @@ def _default_stop_signals() -> None:
 
 
 def planned_jobs(config: Config) -> list[dict]:
-    """Every job of the grid with its status (done or pending), from one real Snakemake dry-run."""
-    from matrixrl import grid as G
+    """Every job of the grid with its status (done or pending) and why it is pending
+    (matrixrl.status: from the result files, no Snakemake DAG)."""
+    from matrixrl.status import job_statuses
 
-    results = Path(config.results_dir)
-    if results.is_dir():
-        pending = pending_jobs(config, results)
-    else:
-        with tempfile.TemporaryDirectory() as empty:
-            pending = pending_jobs(config, Path(empty))
-    pending_keys = {(j["rule"], tuple(sorted(j["wildcards"].items()))) for j in pending}
-
-    def job(rule: str, wildcards: dict, cell=None, scale=None, step=None) -> dict:
-        key = (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
-        status = "pending" if key in pending_keys else "done"
-        return {"rule": rule, "cell": cell, "scale": scale, "step": step, "status": status}
-
-    runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
-    jobs = [job("prepare_base", {"scale": s}, scale=s) for s in G.base_scales(config)]
-    jobs += [job("train", {"cell": c.id}, cell=c.id, scale=c.scale) for c in runs]
-    for c in runs:
-        for step in G.checkpoint_steps(G.cell_spec(config, c).train):  # an extra axis may set the schedule
-            jobs.append(job("evaluate", {"cell": c.id, "step": step}, cell=c.id, scale=c.scale, step=step))
-    jobs.append(job("analyse", {}))
-    return jobs
+    return job_statuses(config)
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -211,8 +210,11 @@ _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 _FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 
 
-def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None) -> list[str]:
-    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run.
+def snakemake_command(
+    config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None, stale: list[str] = ()
+) -> list[str]:
+    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run;
+    ``stale``: outputs to recompute although they exist (:data:`RERUN_TRIGGERS`).
 
     Locally ``--resources gpu=N`` is a semaphore over the jobs that declare a GPU, and
     an unset limit means unlimited, so a local run always passes the detected count
@@ -237,10 +239,13 @@ def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[
         # evaluate and prepare_base from the server that imported torch once (jobs/forked.py).
         "--force-use-threads",
         "--rerun-incomplete",
+        "--rerun-triggers",
+        *RERUN_TRIGGERS,
         "--printshellcmds",
         "--nocolor",
         *resources,
         *extra,
+        *(["--forcerun", *stale] if stale else []),
     ]
 
 
@@ -690,8 +695,8 @@ def _output_to(path: str) -> None:
 
 
 if __name__ == "__main__":
-    # python -m matrixrl.snake CONFIGFILE WORKDIR → JSON list of pending jobs on stdout
-    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]))))
+    # python -m matrixrl.snake CONFIGFILE WORKDIR [STALE...] → JSON list of pending jobs on stdout
+    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])))
 
 
 # --- profiles ---------------------------------------------------------------------------

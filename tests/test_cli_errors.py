@@ -169,10 +169,10 @@ INTERRUPTS = {
         "sys.meta_path.insert(0, Interrupt())\n"
     ),
     "inside-a-command": (
-        "import matrixrl.cli as cli\n"
+        "import matrixrl.config as config\n"
         "def interrupted(*args, **kwargs):\n"
         "    raise KeyboardInterrupt\n"
-        "cli.load_config = interrupted\n"
+        "config.load_config = interrupted\n"
     ),
 }
 
@@ -303,11 +303,12 @@ def test_plan_json_lists_every_job(experiment: Path) -> None:
     assert all(isinstance(j, dict) and {"rule", "cell", "step", "status"} <= set(j) for j in jobs)
     assert [(j["rule"], j["cell"], j["step"]) for j in jobs] == [
         ("prepare_base", None, None),
+        ("evaluate_base", None, 0),  # the base model's evaluation: every cell's step 0
         ("train", CELL.id, None),
-        ("evaluate", CELL.id, 0),
+        ("copy_base_eval", CELL.id, 0),
         ("evaluate", CELL.id, 2),
         ("evaluate", CELL.id, 4),
         ("analyse", None, None),
     ]
-    assert {j["status"] for j in jobs} == {"pending"}
+    assert {j["status"] for j in jobs} == {"pending"} and {j["reason"] for j in jobs} == {"missing"}
     assert not results_of(experiment).exists()  # plan writes nothing

@@ -120,12 +120,14 @@ def test_run_fills_the_store_with_every_checkpoint(ran):
     assert {j["status"] for j in before} == {"pending"}
     assert [(j["rule"], j["step"]) for j in before if j["cell"] == CELL0] == [
         ("train", None),
-        ("evaluate", 0),
+        ("copy_base_eval", 0),  # step 0 is the base model's evaluation (evaluate_base), shared
         ("evaluate", 2),
         ("evaluate", 4),
     ]
     started = jobs_started(proc)
     assert "prepare_base scale=tiny-s" in started
+    assert [job for job in started if job.startswith("evaluate_base")] == ["evaluate_base scale=tiny-s, name=single-arith-"
+        + json.loads((results / "cells" / CELL0 / "eval" / "step_0.json").read_text())["base_eval"][:10]]
     assert f"train cell={CELL0}" in started
     assert [s for s, _ in accuracies(results, CELL0)] == [0, 2, 4]
     assert [s for (s,) in stored(results, f"select step from train_steps where cell = '{CELL0}' order by step")] == [1, 2, 3, 4]
@@ -176,7 +178,7 @@ def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
     mtimes = {p: p.stat().st_mtime_ns for p in (results / "cells" / CELL0).rglob("*.json")}
     pending = [(j["rule"], j["cell"]) for j in plan(config, *grown) if j["status"] == "pending"]
     assert sorted(pending, key=str) == sorted(
-        [("train", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("analyse", None)], key=str
+        [("train", CELL1), ("copy_base_eval", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("analyse", None)], key=str
     )
     proc = matrixrl("run", "-c", str(config), "--cores", "2", *grown)
     started = jobs_started(proc)
@@ -210,16 +212,31 @@ def test_a_failed_job_is_named_with_its_log(ran):
     assert dict(accuracies(results, CELL0)) == first
 
 
-def test_a_corrupt_result_file_is_named_by_the_run(ran):
+def test_a_corrupt_result_file_is_recomputed_by_the_run(ran):
     config, results, _, _ = ran
     bad = results / "cells" / CELL0 / "eval" / "step_4.json"
+    good = bad.read_text()
     bad.write_text("{ not json")
-    proc = matrixrl("run", "-c", str(config), "--cores", "2", check=False)
-    assert proc.returncode == 1
-    cause = f"{bad}: corrupt result file (not valid JSON); delete it and run `matrixrl run` to recompute it"
-    assert f"✗ job analyse failed: {cause}; log: {results / 'logs' / 'analyse.log'}" in proc.stderr
-    bad.unlink()
-    matrixrl("run", "-c", str(config), "--cores", "2")
+    pending = [(j["rule"], j["step"], j["reason"]) for j in plan(config) if j["status"] == "pending"]
+    assert pending == [("evaluate", 4, "unreadable"), ("analyse", None, "upstream")]
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    assert jobs_started(proc) == [f"evaluate cell={CELL0}, step=4", "analyse"]
+    assert json.loads(bad.read_text())["accuracy"] == json.loads(good)["accuracy"]
+
+
+def test_a_result_file_corrupted_while_the_run_goes_is_named(ran, tmp_path):
+    # Damage found only by the job that reads the file: analyse names it and its fix.
+    config, results, _, _ = ran
+    bad = results / "cells" / CELL0 / "eval" / "step_4.json"
+    good = bad.read_text()
+    from matrixrl.jobs.analyse import analyse_job
+
+    bad.write_text("{ not json")
+    with pytest.raises(Exception) as failed:
+        analyse_job([{"cell": CELL0}], {}, str(results / "summary.json"), str(tmp_path / "analyse.log"))
+    cause = "corrupt result file (not valid JSON); delete it and run `matrixrl run` to recompute it"
+    assert cause in str(failed.value) and f"Error: {bad}: {cause}" in (tmp_path / "analyse.log").read_text()
+    bad.write_text(good)
 
 
 def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
@@ -240,7 +257,7 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(ran):
     assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2", *runtime).stdout
     # An evaluation setting reruns the evaluations (and the analysis), not the training.
     pending = {(j["rule"], j["step"]) for j in plan(config, "--set", "eval.temperature=0.5") if j["status"] == "pending"}
-    assert pending == {("evaluate", 0), ("evaluate", 2), ("evaluate", 4), ("analyse", None)}
+    assert pending == {("evaluate_base", 0), ("copy_base_eval", 0), ("evaluate", 2), ("evaluate", 4), ("analyse", None)}
 
 
 def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints(ran):

@@ -281,12 +281,12 @@ def test_training_and_evaluation_jobs_of_gpu_scales_declare_one_gpu(tmp_path):
         rule = next((line.split()[1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule "))), None)
         wildcards = next((line for line in lines if line.startswith("wildcards:")), "")
         resources = next((line for line in lines if line.startswith("resources:")), "")
-        if rule in ("train", "evaluate"):
+        if rule in ("train", "evaluate", "evaluate_base"):
             scale = "qwen" if "qwen" in wildcards else "tiny-s"
             gpus.setdefault((rule, scale), set()).add("gpu=1" in resources)
     assert gpus == {
-        ("train", "qwen"): {True}, ("evaluate", "qwen"): {True},
-        ("train", "tiny-s"): {False}, ("evaluate", "tiny-s"): {False},
+        ("train", "qwen"): {True}, ("evaluate", "qwen"): {True}, ("evaluate_base", "qwen"): {True},
+        ("train", "tiny-s"): {False}, ("evaluate", "tiny-s"): {False}, ("evaluate_base", "tiny-s"): {False},
     }
 
 
@@ -303,15 +303,20 @@ def test_paper_matrix_plans_every_job_without_loading_a_model():
     n_runs = n_cells - len(grid["task"]) * len(grid["scale"]) * len(grid["seed"])
     # Evaluated checkpoints: step 0, every eval_every steps, and the last step.
     n_evals = train["steps"] // train["eval_every"] + 1 + (train["steps"] % train["eval_every"] != 0)
-    expected = n_runs * (1 + n_evals) + len(grid["scale"]) + 1  # + a base check per scale + analyse
+    # Step 0 is each (workflow, task, scale)'s base model, evaluated once and copied into each run.
+    n_base_evals = len(grid["workflow"]) * len(grid["task"]) * len(grid["scale"])
+    expected = n_runs * (1 + n_evals) + n_base_evals + len(grid["scale"]) + 1  # + a base check per scale + analyse
 
     result = run_cli("plan", "-c", PAPER, "--format", "json")
     assert result.exit_code == 0, result.output
     jobs = json.loads(result.stdout)
     assert (n_cells, n_runs, n_evals) == (48, 42, 51)
-    assert len(jobs) == expected == 2188
-    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in ("prepare_base", "train", "evaluate", "analyse")}
-    assert counts == {"prepare_base": 3, "train": n_runs, "evaluate": n_runs * n_evals, "analyse": 1}
+    assert len(jobs) == expected == 2212
+    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "analyse")}
+    assert counts == {
+        "prepare_base": 3, "evaluate_base": n_base_evals, "train": n_runs, "copy_base_eval": n_runs,
+        "evaluate": n_runs * (n_evals - 1), "analyse": 1,
+    }
     assert all(j["status"] == "pending" for j in jobs)
 
     cfg = load_config(PAPER)

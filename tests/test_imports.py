@@ -115,3 +115,33 @@ def test_no_import_circles() -> None:
         where = ", ".join(graph[a][b] for a, b in zip(circle, circle[1:]))
         lines.append(f"import circle: {' -> '.join(circle)} ({where})")
     assert not circles, "\n".join(lines)
+
+
+# Not pydantic: typer itself imports it to read a command's parameters.
+HEAVY = ("torch", "transformers", "peft", "trl", "pandas", "matplotlib", "snakemake", "numpy", "sqlalchemy", "yaml")
+
+
+def test_help_loads_no_heavy_library() -> None:
+    """`matrixrl --help` and every command's help start in a fraction of a second:
+    the libraries a command needs are imported by that command, not by the CLI."""
+    import subprocess
+    import sys
+
+    from matrixrl.cli import app
+
+    commands = [None, *(info.name or info.callback.__name__ for info in app.registered_commands)]
+    probe = (
+        "import sys\n"
+        "from matrixrl.cli import app\n"
+        "try:\n"
+        "    app(sys.argv[1:], prog_name='matrixrl')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print('loaded:', *sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    for name in commands:
+        argv = [name, "--help"] if name else ["--help"]
+        proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
+        loaded = proc.stderr.split("loaded:")[-1].split()
+        assert "Usage" in proc.stdout, proc.stdout
+        assert loaded == [], f"matrixrl {' '.join(argv)} imported {loaded}"

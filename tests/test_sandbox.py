@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -614,3 +615,318 @@ def test_run_many_matches_serial_verdicts():
         "timeout", "failed",
     ]
     assert all(r.reason in REASONS for r in parallel)
+
+
+# -- the worker ----------------------------------------------------------------
+# Programs run in forked children of a started worker process; these check that the
+# worker passes nothing from one program to the next and stays as hard to reach as a
+# fresh interpreter per program.
+
+def worker_processes(ancestor: int | None = None) -> set[int]:
+    """PIDs of live sandbox workers and their launchers (by command line); with
+    ``ancestor``, only those descended from it."""
+    return {
+        pid for pid, (_parent, cmdline) in process_table().items()
+        if str(sandbox.WORKER_SCRIPT).encode() in cmdline
+        and (ancestor is None or descends_from(pid, ancestor))
+    }
+
+
+def process_table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every live process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            table[int(entry.name)] = (int(stat.rpartition(b")")[2].split()[1]), cmdline)
+    return table
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    table = process_table()
+    while pid > 1:
+        pid = table.get(pid, (0, b""))[0]
+        if pid == ancestor:
+            return True
+    return False
+
+
+def wait_until_gone(pids: set[int], seconds: float = 5.0) -> set[int]:
+    """Those of ``pids`` still running after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while pids & worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids & worker_processes()
+
+
+@pytest.fixture
+def own_workers(monkeypatch):
+    """Workers of this test alone (the first run starts one), ended afterwards."""
+    monkeypatch.setattr(sandbox, "_WORKERS", None)
+    yield
+    sandbox._workers().close()
+
+
+def assert_serves(i: int) -> None:
+    result = run(f"x = {i}\n", f"assert x == {i}\n", **LIMITS)
+    assert result.passed, result
+
+
+LEFT_BEHIND = f"matrixrl-sandbox-test-{uuid.uuid4().hex[:8]}"  # a name of this session's own
+
+
+# A program that tries to leave something behind in its worker, then one that
+# checks the next program finds none of it. Run in-process by a worker that does not
+# fork, every check fails.
+@pytest.mark.parametrize(
+    ("poison", "check"),
+    [
+        (
+            "import builtins\nbuiltins.len = lambda x: 0\nbuiltins.left_behind = True\n",
+            "import builtins\nassert len([1]) == 1 and not hasattr(builtins, 'left_behind')\n",
+        ),
+        (
+            "import json, re, sys, typing\ntyping.List = None\nre.compile = None\n"
+            "sys.modules['json'] = 'poisoned'\nsys.path.insert(0, '/tmp')\n",
+            "import json, re, sys, typing\n"
+            "assert typing.List is not None and callable(re.compile) and json.dumps(1) == '1'\n"
+            "assert '/tmp' not in sys.path\n",
+        ),
+        (
+            "import __main__\n__main__.left_behind = True\nfor name in list(vars(__main__)):\n"
+            "    if not name.startswith('__'):\n        setattr(__main__, name, None)\n",
+            "import __main__\nassert not hasattr(__main__, 'left_behind')\n",
+        ),
+        (
+            "import os, sys\nos.environ['LEFT_BEHIND'] = '1'\nos.umask(0o777)\n"
+            "sys.setrecursionlimit(50)\nsys.stdout = None\n",
+            "import os, sys\nassert 'LEFT_BEHIND' not in os.environ and os.umask(0o022) != 0o777\n"
+            "assert sys.getrecursionlimit() > 50 and sys.stdout is not None\n",
+        ),
+        (
+            "import signal\nsignal.alarm(30)\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])\n",
+            "import signal\nassert signal.alarm(0) == 0\n"
+            "assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])\n",
+        ),
+        (
+            "import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n",
+            "import threading\nassert threading.active_count() == 1\n",
+        ),
+        (
+            "import os\nopen('left_behind.txt', 'w').write('x')\nos.mkdir('left_behind')\n"
+            f"open('/tmp/{LEFT_BEHIND}', 'w').write('x')\n",
+            f"import os\nassert os.listdir('.') == [] and not os.path.exists('/tmp/{LEFT_BEHIND}')\n",
+        ),
+        (
+            "from multiprocessing import shared_memory\n"
+            f"shared_memory.SharedMemory(name={LEFT_BEHIND!r}, create=True, size=8)\n",
+            f"import os\nassert not os.path.exists('/dev/shm/{LEFT_BEHIND}')\n",
+        ),
+    ],
+    ids=["builtins", "modules", "worker-globals", "process-state", "signals", "threads", "files",
+         "shared-memory"],
+)
+def test_a_program_leaves_nothing_to_the_next(own_workers, poison, check):
+    run(poison, "assert True\n", **LIMITS)  # its verdict does not matter here
+    workers = worker_processes(os.getpid())
+    assert workers, "no sandbox worker"
+    result = run(check, "assert True\n", **LIMITS)
+    assert result.passed, result
+    assert worker_processes(os.getpid()) == workers, "the check ran in another worker"
+    assert not Path("/dev/shm", LEFT_BEHIND).exists() and not Path("/tmp", LEFT_BEHIND).exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "limits"),
+    [
+        ("while True:\n    pass\n", "timeout", {"timeout_s": 1.0}),
+        ("hoard = []\nwhile True:\n    hoard.append(' ' * 10 ** 6)\n", "memory", {"memory_mb": 128}),
+        ("import os\nwhile True:\n    os.fork()\n", "blocked", {}),
+        ("import os\nos.kill(os.getppid(), 9)\n", "blocked", {}),
+        ("import os\nos._exit(3)\n", "crashed", {}),
+        ("import os\nos.closerange(0, 64)\n", "crashed", {}),  # the verdict descriptor too
+        ("import os\nos.abort()\n", "crashed", {}),
+    ],
+    ids=["timeout", "memory", "fork-bomb", "kill-parent", "exit-status", "close-descriptors",
+         "abort"],
+)
+def test_the_worker_survives_its_programs(own_workers, code, reason, limits):
+    assert_serves(0)
+    workers = worker_processes(os.getpid())
+    result = run(code, "assert False\n", **{**LIMITS, **limits})
+    assert (result.passed, result.reason) == (False, reason), result
+    assert_serves(1)
+    assert worker_processes(os.getpid()) == workers, "the worker was replaced"
+
+
+@needs_namespaces
+def test_the_worker_survives_its_programs_without_the_audit_hook(own_workers, monkeypatch):
+    """As process 1 of its PID namespace the worker is out of its programs' reach
+    in the kernel too: signals to it from inside are dropped."""
+    assert_serves(0)
+    workers = worker_processes(os.getpid())
+    monkeypatch.setattr(sandbox, "_audit_guard", False)
+    code = (
+        "import os\nassert os.getppid() == 1\nfor target in (1, -1):\n"
+        "    for signal in (2, 9, 15, 19):\n        try:\n            os.kill(target, signal)\n"
+        "        except OSError:\n            pass\n"
+    )
+    result = run(code, "assert True\n", **LIMITS)
+    assert result.passed, result
+    monkeypatch.setattr(sandbox, "_audit_guard", True)
+    assert_serves(1)
+    assert worker_processes(os.getpid()) == workers, "the worker was replaced"
+
+
+def test_a_worker_killed_from_outside_is_replaced(own_workers):
+    assert_serves(0)
+    for pid in worker_processes(os.getpid()):
+        os.kill(pid, 9)
+    assert_serves(1)  # between two programs
+
+    # During a program: it runs once more, whole, in a new worker.
+    before = sandbox_processes()
+    result = []
+    runner = threading.Thread(target=lambda: result.append(
+        run("import time\ntime.sleep(1.5)\n", "assert True\n", **LIMITS)
+    ))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not {p for p in sandbox_processes() - before if descends_from(p, os.getpid())}:
+        assert time.monotonic() < deadline, "the program never started"
+        time.sleep(0.05)
+    killed = worker_processes(os.getpid())
+    for pid in killed:
+        os.kill(pid, 9)
+    runner.join()
+    assert result[0].passed, result[0]
+    assert not killed & worker_processes()
+
+
+def test_workers_outlive_the_threads_that_started_them(own_workers):
+    """A parent-death signal fires when the *thread* that started a process ends:
+    run_many's threads end with its batch, its workers must not."""
+    results = run_many([(f"x = {i}\n", f"assert x == {i}\n") for i in range(4)], workers=2, **LIMITS)
+    assert all(r.passed for r in results), results
+    workers = worker_processes(os.getpid())
+    time.sleep(0.5)
+    assert_serves(9)
+    assert worker_processes(os.getpid()) == workers
+
+
+def uid_drop_alone() -> tuple[str, ...] | None:
+    """This machine's uid drop without the namespaces around it (isolation "uid")."""
+    _name, prefix = sandbox.isolation()
+    if "--reuid={uid}" not in prefix:
+        return None
+    return prefix[prefix.index("--reuid={uid}") - 1:]
+
+
+@pytest.mark.parametrize("mode", ["uid", "none"])
+def test_a_killed_job_takes_its_programs_along_without_namespaces(mode):
+    """Outside a PID namespace nothing kills what a dead worker leaves: the worker
+    must outlive its parent long enough to kill its program first."""
+    prefix = uid_drop_alone() if mode == "uid" else ()
+    if prefix is None:
+        pytest.skip("no uid drop on this machine")
+    before = sandbox_processes()
+    job = subprocess.Popen([
+        sys.executable, "-c",
+        "import sys\nfrom matrixrl import sandbox\n"
+        "sandbox.isolation = lambda: (sys.argv[1], tuple(sys.argv[2:]))\n"
+        "sandbox.run('import time\\ntime.sleep(60)\\n', '', timeout_s=60, memory_mb=256)\n",
+        mode, *prefix,
+    ])
+    try:
+        deadline = time.monotonic() + 30
+        while not sandbox_processes() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = sandbox_processes() - before
+        assert started, "the sandboxed program never started"
+    finally:
+        job.kill()
+        job.wait()
+    deadline = time.monotonic() + 5
+    while started & sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not started & sandbox_processes(), "sandboxed programs outlived their killed job"
+
+
+HOST_WITH_WORKERS = """
+import os, sys
+from matrixrl import sandbox
+def serves(i):
+    result = sandbox.run(f"x = {i}", f"assert x == {i}", timeout_s=10, memory_mb=256)
+    assert result.passed, result
+serves(0)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "kill"])
+def test_workers_end_with_their_process(ending):
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_WITH_WORKERS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout.readline() == "ready\n"
+        workers = worker_processes(host.pid)
+        assert workers, "the host started no worker"
+    finally:
+        if ending == "exit":
+            host.stdin.close()  # it exits normally
+        else:
+            host.kill()
+        host.wait(30)
+    assert not wait_until_gone(workers), f"workers outlived their process ({ending})"
+
+
+FORKING_HOST = HOST_WITH_WORKERS + """
+child = os.fork()
+for i in range(1, 6):  # parent and child at once, each in workers of its own
+    serves(i)
+if child == 0:
+    sys.exit(0)  # atexit runs in the child too: it must leave the parent's workers alone
+assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+serves(6)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_forked_process_starts_its_own_workers():
+    host = subprocess.Popen(
+        [sys.executable, "-c", FORKING_HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout.readline() == "ready\n"
+        workers = worker_processes(host.pid)
+        host.stdin.write("\n")
+        host.stdin.flush()
+        assert host.stdout.readline() == "done\n", "a run failed after the fork"
+        # The parent's worker served on; the child's ended with the child.
+        assert worker_processes(host.pid) == workers
+    finally:
+        host.stdin.close()
+        host.wait(30)
+    assert host.returncode == 0
+    assert not wait_until_gone(workers)
+
+
+def test_without_a_worker_each_program_gets_a_fresh_interpreter(monkeypatch):
+    monkeypatch.setattr(sandbox, "_WORKERS", None)
+    monkeypatch.setattr(sandbox, "WORKER_SCRIPT", REPO / "no-such-worker.py")
+    with pytest.warns(RuntimeWarning, match=r"did not start .*fresh interpreter per program"):
+        fresh = run("import sys\nloaded = set(sys.modules)\n", "assert 'typing' not in loaded\n", **LIMITS)
+    assert fresh.passed, fresh
+    blocked = run("import os\nos.kill(os.getppid(), 9)\n", "assert True\n", **LIMITS)
+    assert (blocked.reason, blocked.detail) == ("blocked", "os.kill")
+    assert run("import sys\nsys.exit(0)\n", "assert True\n", **LIMITS).reason == "exited"

@@ -335,9 +335,10 @@ def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(
     assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *same)) == []
     assert snapshot(results) == before
 
-    # A second value: its cell alone trains; the first one's files stay as they were.
+    # A second value: its cell alone trains; the first one's files stay as they were, and its
+    # step 0 is a copy of the base model's one evaluation (a learning rate cannot change it).
     two = ["--set", "grid.train.lr=[1.0e-4, 3.0e-4]"]
-    assert pending(config, *two) == ["train", "evaluate", "evaluate", "evaluate", "analyse"]
+    assert pending(config, *two) == ["train", "copy_base_eval", "evaluate", "evaluate", "analyse"]
     assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *two)) == [f"{cell}-lr=0.0003"]
     assert {k: v for k, v in snapshot(results).items() if k in before} == before
     rows = json.loads(matrixrl("report", "-c", str(config), *two, "--format", "json").stdout)

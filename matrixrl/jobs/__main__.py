@@ -34,6 +34,11 @@ def main(argv: list[str]) -> None:
 
         step, checkpoint, base_dir, output = paths
         evaluate(CellSpec.model_validate_json(spec_json), int(step), Path(checkpoint), Path(base_dir), Path(output), log=log)
+    elif rule == "evaluate_base":
+        from matrixrl.jobs.evaluate import evaluate_base
+
+        base_dir, output = map(Path, paths)
+        evaluate_base(CellSpec.model_validate_json(spec_json), base_dir, output, log=log)
     else:
         raise SystemExit(f"unknown job rule {rule!r}")
 

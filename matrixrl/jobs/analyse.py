@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback
 from pathlib import Path
 
@@ -17,13 +18,15 @@ from matrixrl.store import ingest, read_table
 
 
 def analyse_job(
-    cells: list[dict], analysis: dict, output: str, log_path: str, eval_digests: dict[str, str] | None = None
+    cells: list[dict], analysis: dict, output: str, log_path: str, eval_digests: dict[str, str] | None = None,
+    digest: str | None = None,
 ) -> None:
     """The ``analyse`` rule's body. Runs on the submitting host (a local rule), in
     Snakemake's process: what goes wrong is written to its own log, then raised.
 
     ``eval_digests`` (run id → its current spec's eval digest): evaluations stored under
     another spec (a checkpoint an old schedule evaluated) are left out, as in the report.
+    ``digest`` (matrixrl.status.analyse_digest): what the summary is computed from, recorded in it.
     """
     log = file_logger(log_path)
     try:
@@ -34,7 +37,8 @@ def analyse_job(
         if eval_digests is not None:
             evaluations = current_evaluations(evaluations, {run: (None, digest) for run, digest in eval_digests.items()})
         table = summary_table(grid, evaluations, Analysis(**analysis))
-        atomic.write_text(output, table.to_json(orient="records", indent=1))
+        records = json.loads(table.to_json(orient="records"))
+        atomic.write_text(output, json.dumps({"spec_digest": digest, "cells": records}, indent=1))
         log(f"summarised {len(table)} cells")
     except Exception as exc:
         message = str(exc) if isinstance(exc, UserError) else disk_error_message(exc)

@@ -8,7 +8,9 @@ completions of one problem are not independent trials). The unbiased pass@j
 (Chen et al. 2021) is stored for j = 1, 2, 4, ... up to k. Samples are keyed by
 the cell's seed and the checkpoint's step (``eval_seed``), so a rerun draws the
 same completions whatever the batch size or the jobs running beside it
-(docs/design.md §3).
+(docs/design.md §3). Step 0 is the base model, the same for every cell of a
+(workflow, task, scale): it is evaluated once, with seed 0's key
+(``evaluate_base``), and each cell's step 0 is a copy (``copy_base_eval``).
 
 Each evaluation is its own process, forked from the pre-imported server like a
 training job (``jobs/forked.py``), with ``eval.threads`` torch threads: its own
@@ -26,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec
-from matrixrl.results import EvalResult, write_result
+from matrixrl.results import EvalResult, read_result, write_result
 
 
 def eval_seed(seed: int, step: int) -> int:
@@ -65,7 +68,41 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
             claim.release()
 
 
-def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log, device: str | None) -> EvalResult:
+def evaluate_base(spec: CellSpec, base_dir: Path, output: Path, log=print) -> EvalResult:
+    """Evaluate the base model of ``spec``'s (workflow, task, scale) once: the step 0 of
+    every cell that shares it (``grid.base_eval_science``), sampled with seed 0's key."""
+    from matrixrl.models.devices import claim_gpu, gpu_count
+    from matrixrl.models.hf import needs_gpu
+
+    shared = G.base_eval_spec(spec)
+    name = f"the base model of {spec.cell.workflow}-{spec.cell.task}-{spec.cell.scale}"
+    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
+    try:
+        return _evaluate(
+            shared, 0, None, base_dir, output, log, device=claim.device if claim else None,
+            name=name, digest=G.base_eval_digest(spec),
+        )
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def copy_base_eval(spec: CellSpec, source: Path, output: Path, log=print) -> EvalResult:
+    """A cell's step 0: the shared evaluation of its base model (``evaluate_base``), under the cell's name."""
+    base = read_result(Path(source), EvalResult)
+    result = base.model_copy(
+        update={"cell": spec.cell.id, "seconds": 0.0, "spec_digest": spec.eval_digest(), "base_eval": base.spec_digest}
+    )
+    write_result(output, result)
+    log(f"{spec.cell.id} step 0: accuracy {result.accuracy:.3f}, the base model's evaluation ({source})")
+    return result
+
+
+def _evaluate(
+    spec: CellSpec, step: int, checkpoint: Path | None, base_dir: Path, output: Path, log, device: str | None,
+    name: str | None = None, digest: str | None = None,
+) -> EvalResult:
+    """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero)."""
     import torch
 
     from matrixrl.train.cell import build_cell
@@ -76,7 +113,7 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
     began = time.perf_counter()
     cell = build_cell(spec, base_dir, device=device)
     task, workflow = cell.task, cell.workflow
-    policy = cell.load_policy(checkpoint)
+    policy = cell.new_policy() if checkpoint is None else cell.load_policy(checkpoint)
     cfg = spec.eval
     sampled = cfg.temperature > 0
     generate = cell.make_generate(
@@ -96,7 +133,7 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
     per_problem = correct / k
     n = len(problems)
     result = EvalResult(
-        cell=spec.cell.id,
+        cell=name or spec.cell.id,
         step=step,
         accuracy=float(per_problem.mean()),
         n=n,
@@ -106,11 +143,11 @@ def _evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, outpu
         pass_at=pass_at(correct, k),
         seconds=time.perf_counter() - began,
         roles=role_metrics(episodes, task, scores),
-        spec_digest=spec.eval_digest(),
+        spec_digest=digest or spec.eval_digest(),
     )
     write_result(output, result)
     log(
-        f"{spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
+        f"{name or spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
         f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"
     )
     return result

@@ -57,7 +57,9 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
     )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    result = BaseResult(scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began)
+    result = BaseResult(
+        scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began, spec_digest=spec.digest()
+    )
     write_result(output, result)
     return result
 
@@ -83,6 +85,9 @@ def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
         )
     n_params = source.parameter_count()
     log(f"{spec.scale_name}: {spec.scale.path} loads ({n_params:,} parameters, {spec.scale.prompt_style} prompts)")
-    result = BaseResult(scale=spec.scale_name, params=n_params, warmstart_loss=None, seconds=time.perf_counter() - began, model=spec.scale.path)
+    result = BaseResult(
+        scale=spec.scale_name, params=n_params, warmstart_loss=None, seconds=time.perf_counter() - began,
+        model=spec.scale.path, spec_digest=spec.digest(),
+    )
     write_result(output, result)
     return result

@@ -1,0 +1,170 @@
+"""`matrixrl plan`'s statuses (matrixrl.status) agree with what Snakemake then runs.
+
+One small real run, then every kind of change a user makes or a crash leaves
+behind, each on its own copy of the results: the jobs matrixrl.status calls pending
+are exactly those Snakemake's dry-run (given the run's --rerun-triggers and
+--forcerun) would execute, and a real run executes exactly those.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_e2e import jobs_started, matrixrl, small_experiment
+
+pytestmark = pytest.mark.slow
+
+GRID = {"grid.workflow": ["single", "voting"], "grid.policy": ["shared", "isolated"]}
+
+
+def load(config: Path, results: Path, *sets: str):
+    from matrixrl.config import load_config
+
+    return load_config(config, sets=[f"results_dir={results}", *sets], only=[])
+
+
+def own_pending(cfg) -> set[tuple]:
+    from matrixrl.status import grid_jobs, job_statuses
+
+    jobs = grid_jobs(cfg)
+    rows = job_statuses(cfg, jobs)
+    return {_key(job.rule, job.wildcards) for job, row in zip(jobs, rows) if row["status"] == "pending"}
+
+
+def snakemakes_pending(cfg) -> set[tuple]:
+    from matrixrl.snake import pending_jobs
+    from matrixrl.status import job_statuses, stale_outputs
+
+    results = Path(cfg.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    found = pending_jobs(cfg, results, stale_outputs(job_statuses(cfg)))
+    return {_key(job["rule"], job["wildcards"]) for job in found if job["rule"] != "all"}
+
+
+def _key(rule: str, wildcards: dict) -> tuple:
+    return (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("status")
+    config = small_experiment(folder, **GRID)
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    return config, folder / "results"
+
+
+@pytest.fixture
+def copy(ran, tmp_path):
+    """A private copy of the finished run's results (the copy keeps every mtime)."""
+    config, results = ran
+    target = tmp_path / "results"
+    shutil.copytree(results, target, symlinks=True)
+    return config, target
+
+
+CELL = "voting-arith-tiny-s-isolated-s0"
+
+
+def _mark_incomplete(results: Path, output: str) -> None:
+    # What Snakemake leaves for a job it started and never saw finish (its file persistence).
+    marker = results / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(output.encode()).decode()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("{}")
+
+
+CHANGES = {
+    "nothing": ([], lambda results: None, set()),
+    "new seed": (["grid.seed=[0, 1]"], lambda results: None, {"train", "copy_base_eval", "evaluate", "analyse"}),
+    "training setting": (["train.lr=2e-3"], lambda results: None, {"train", "copy_base_eval", "evaluate", "analyse"}),
+    "evaluation setting": (
+        ["eval.temperature=0.5"], lambda results: None, {"evaluate_base", "copy_base_eval", "evaluate", "analyse"}
+    ),
+    "analysis setting": (["analysis.cliff_delta=0.2"], lambda results: None, {"analyse"}),
+    "runtime setting": (["train.threads=2", "eval.batch_size=5"], lambda results: None, set()),
+    "deleted evaluation": ([], lambda r: (r / "cells" / CELL / "eval" / "step_2.json").unlink(), {"evaluate", "analyse"}),
+    "deleted training": (
+        [], lambda r: (r / "cells" / CELL / "train.json").unlink(), {"train", "evaluate", "analyse"}
+    ),
+    "deleted base evaluation": (
+        [], lambda r: [p.unlink() for p in (r / "base" / "tiny-s" / "eval").glob("voting-*.json")],
+        {"evaluate_base", "copy_base_eval", "analyse"},
+    ),
+    "killed training (checkpoints, no result)": (
+        [], lambda r: ((r / "cells" / CELL / "train.json").unlink(), _mark_incomplete(r, f"cells/{CELL}/train.json")),
+        {"train", "evaluate", "analyse"},
+    ),
+    "killed evaluation that had written its file": (
+        [], lambda r: _mark_incomplete(r, f"cells/{CELL}/eval/step_4.json"), {"evaluate", "analyse"}
+    ),
+    "corrupt result file": (
+        [], lambda r: (r / "cells" / CELL / "eval" / "step_4.json").write_text("{ not json"), {"evaluate", "analyse"}
+    ),
+    "touched training result": (
+        [], lambda r: os.utime(r / "cells" / CELL / "train.json"), set()
+    ),
+    "summary from an older matrixrl": (
+        [], lambda r: (r / "summary.json").write_text(json.dumps(json.loads((r / "summary.json").read_text())["cells"])),
+        {"analyse"},
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_plan_agrees_with_snakemake_on_every_kind_of_change(copy, change):
+    config, results = copy
+    sets, mutate, rules = CHANGES[change]
+    mutate(results)
+    cfg = load(config, results, *sets)
+    ours = own_pending(cfg)
+    assert ours == snakemakes_pending(cfg)
+    assert {rule for rule, _ in ours} == rules
+
+
+def test_plan_of_a_fresh_grid_lists_every_job_as_snakemake_does(tmp_path):
+    config = small_experiment(tmp_path, **GRID)
+    cfg = load(config, tmp_path / "nothing-yet")
+    ours = own_pending(cfg)
+    assert ours == snakemakes_pending(cfg)
+    # Step 0 is evaluated once per (workflow, task, scale), whatever the policy and seed.
+    cfg = load(config, tmp_path / "nothing-yet", "grid.seed=[0, 1, 2]")
+    base_evals = [key for key in own_pending(cfg) if key[0] == "evaluate_base"]
+    assert len(base_evals) == 2  # single and voting; 9 runs share them
+
+
+def test_a_run_executes_what_plan_said_and_shares_step_0(copy):
+    config, results = copy
+    (results / "cells" / CELL / "eval" / "step_4.json").write_text("{ not json")
+    sets = ["--set", f"results_dir={results}", "--set", "eval.temperature=0.5", "--set", "grid.seed=[0, 1]"]
+    planned = json.loads(matrixrl("plan", "-c", str(config), "--format", "json", *sets).stdout)
+    pending = sorted(_started(job) for job in planned if job["status"] == "pending")
+    proc = matrixrl("run", "-c", str(config), "--cores", "2", *sets)
+    assert sorted(jobs_started(proc)) == pending
+    assert {job["status"] for job in json.loads(matrixrl("plan", "-c", str(config), "--format", "json", *sets).stdout)} == {"done"}
+    # Every cell's step 0 is its base model's one evaluation, whatever the cell's policy and seed.
+    base = {}
+    for cell in (results / "cells").iterdir():
+        step0 = json.loads((cell / "eval" / "step_0.json").read_text())
+        assert step0["cell"] == cell.name and step0["seconds"] == 0.0
+        shared = base.setdefault(cell.name.split("-")[0], step0)
+        assert (step0["accuracy"], step0["roles"], step0["base_eval"]) == (shared["accuracy"], shared["roles"], shared["base_eval"])
+
+
+def _started(job: dict) -> str:
+    """A planned job as the run's progress line names it (``▶ RULE WILDCARDS``)."""
+    rule, output = job["rule"], job["output"]
+    if rule == "analyse":
+        return "analyse"
+    if rule in ("prepare_base",):
+        return f"{rule} scale={job['scale']}"
+    if rule == "evaluate_base":
+        scale, name = output.split("/")[1], Path(output).stem
+        return f"{rule} scale={scale}, name={name}"
+    if rule == "evaluate":
+        return f"{rule} cell={job['cell']}, step={job['step']}"
+    return f"{rule} cell={job['cell']}"
