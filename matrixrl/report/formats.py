@@ -197,8 +197,9 @@ class FittedTable:
 
     At print time, the first of these that fits: the whole table; the table with
     headers wrapped at their underscores (the widest savings first, only as far as
-    needed); then also with columns that have one value in every row moved to one
-    line under the table (the counts and figures first, then the axes, widest first);
+    needed); then also with the columns that have one value in every row moved to a
+    line under the table (the counts first, then the axes, then the figures, each
+    kind all at once);
     those columns stacked in numbered sections of as many columns as fit, each
     repeating the ``keys`` (the columns that say what a row is); and, where not even
     the keys and one column fit, each row as a list of ``column  value`` lines.
@@ -237,11 +238,15 @@ class FittedTable:
         if _table_width(wrapped) <= width:
             return [wrapped], []
         constant = [c for c in columns if self.n_rows > 1 and len(set(c.texts)) == 1]
-        # Counts first (n_pairs = 3), then the axes (task = arith), then figures; the widest first.
-        constant.sort(key=lambda c: (not c.name.startswith("n_"), c.name not in self.keys, -c.width))
+        # Counts first (n_pairs = 3), then the axes (task = arith), then figures: each kind all at once.
+        kinds = [
+            [c for c in constant if c.name.startswith("n_")],
+            [c for c in constant if c.name in self.keys],
+            [c for c in constant if not c.name.startswith("n_") and c.name not in self.keys],
+        ]
         same: list[_Column] = []
-        for column in constant:
-            same.append(column)
+        for kind in (k for k in kinds if k):
+            same += kind
             wrapped = _wrapped_to_fit([c for c in columns if c not in same], width)
             if _table_width(wrapped) <= width:
                 return [wrapped], same
