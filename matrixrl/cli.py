@@ -28,6 +28,12 @@ app = typer.Typer(
 )
 # Off a terminal (pipes, CI logs) rich would squeeze tables into 80 columns.
 out = Console(highlight=False, width=None if os.isatty(1) else 200)
+
+
+def _terminal() -> Console:
+    """The console for report tables: the terminal's width, or COLUMNS where set (rich reads it),
+    else 200 off a terminal; read when printing, so a test can set COLUMNS."""
+    return Console(highlight=False, width=None if os.isatty(1) or os.environ.get("COLUMNS", "").isdigit() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="Experiments file.", show_default=True)]
@@ -395,6 +401,16 @@ def report(
             help="With --table compare: each value of AXIS minus this control value, paired by seed and every other axis.",
         ),
     ] = None,
+    columns: Annotated[
+        Optional[str],
+        typer.Option(
+            "--columns", metavar="NAME[,NAME]",
+            help="Show these columns after the axes: names, patterns such as '*_final', 'default' or 'all' (every format).",
+        ),
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column (--columns all); the terminal table stacks them in sections to fit.")
+    ] = False,
 ):
     """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
@@ -408,20 +424,34 @@ def report(
     `--table mechanism`: per cell, whether the amplification (isolated) or the
     dominant role's share (shared) rose before the cliff onset.
 
+    Columns: `table`, `markdown` and `latex` show the columns that answer each
+    table's question (summary: base, peak@step, final, gain, cliff@onset);
+    `--wide` shows every one (the per-role accuracies too), `--columns` picks
+    (the axes always come first). `csv` and `json` keep every column unless
+    `--columns` names some. The terminal table never cuts a value: where it is
+    too wide it wraps headers, then stacks its columns in numbered sections.
+
     Reads the result files into the store first (only new ones), so it works
     during a run too; per-cell summaries are cached in the store and recomputed
     only for cells with new results. Thresholds come from the `analysis:` section.
 
-    `--html FILE` writes one HTML page instead, with every table (the numbers of
-    `--format json`) and every plot embedded: the learning curves and the gradient
-    diagnostics of each cell with a terminal cliff. `--plots DIR` writes those
-    plots as PNG files. Both print the paths they wrote.
+    `--html FILE` writes one HTML page instead. It opens with the study as a
+    matrix (workflow by task × scale, shared beside isolated, one per value of an
+    extra axis), each square coloured by its peak and final gain and marked where
+    it collapses, linking to its cell's curve and numbers; then the learning
+    curves, and every table (the numbers of `--format json`, sortable), with the
+    gradient diagnostics of each cell with a terminal cliff. `--plots DIR` writes
+    the plots as PNG files. Both print the paths they wrote.
 
     Examples:
 
         matrixrl report
 
         matrixrl report --only scale=tiny-s --format markdown
+
+        matrixrl report --wide
+
+        matrixrl report --columns gain_z,peak_gain_z,'generator_*'
 
         matrixrl report --table seeds --group-by policy
 
@@ -433,8 +463,8 @@ def report(
 
         matrixrl report --html report.html
     """
-    from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES, parse_group_by
+    from matrixrl.report.columns import printable
+    from matrixrl.report.tables import parse_group_by
     from matrixrl.study import Study
 
     # study.config is the whole grid: comparisons need their controls even where --only leaves them out.
@@ -443,24 +473,25 @@ def report(
     selected = study.selected if only else None
     if against is not None and (html is not None or plots_dir is not None):
         raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
+    if (columns is not None or wide) and (html is not None or plots_dir is not None):
+        raise ConfigError("--columns and --wide choose the printed table's columns (the HTML page has every one); leave them out with --html and --plots")
     if html is not None or plots_dir is not None:
         from matrixrl.report.html import write_report
 
         for path in write_report(cfg, selected, group_by, html, plots_dir):
             print(path)
         return
+    if wide and columns is not None:
+        raise ConfigError("--wide is --columns all; give one of them")
     frame = study.table(table.value, group_by=group_by, against=against)
-    rendered = render(
-        frame.drop(columns="cell", errors="ignore"),
-        format.value,
-        title=TABLES[table.value].title,
+    rendered = printable(
+        table.value, frame, format.value, columns="all" if wide else columns,
         group_by=parse_group_by(group_by, list(cfg.grid.sweeps)),
-        caption=frame.attrs.get("caption"),
     )
     if isinstance(rendered, str):
         print(rendered, end="")
     else:
-        out.print(rendered)
+        _terminal().print(rendered)
 
 
 # --- plot -------------------------------------------------------------------------------

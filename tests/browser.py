@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,3 +93,22 @@ def inspect_page(page_path: Path, executable: str) -> PageReport:
     # data: URIs are part of the page, not requests to anywhere
     report.requests = [r for r in report.requests if not r.startswith("data:")]
     return report
+
+
+@contextmanager
+def opened(page_path: Path, executable: str, viewport: tuple[int, int] = (1366, 768)) -> Iterator[tuple[object, list[str]]]:
+    """``(page, console_errors)``: ``page_path`` loaded in headless Chromium with a window of
+    ``viewport`` (a laptop's screen), for a test to look at and click through (Playwright's Page)."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+            page.goto(Path(page_path).resolve().as_uri(), wait_until="load")
+            yield page, errors
+        finally:
+            browser.close()

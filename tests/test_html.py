@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from browser import chromium, inspect_page
+from browser import chromium, inspect_page, opened
 from PIL import Image
 from test_cli_errors import assert_user_error
 from test_plots import CLIFF_CELL, ONLY, png_size, study  # noqa: F401  (study is a fixture)
 
 from conftest import run_cli
 from matrixrl.report import TABLE_NAMES
-from matrixrl.report.formats import cell_text, to_json
+from matrixrl.report.formats import to_json, value_text
 from matrixrl.report.html import CSP, TableSection, report_page, table_html
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -66,14 +66,89 @@ def test_report_html_in_a_headless_browser(study, tmp_path: Path) -> None:
         if printed.exit_code != 0:  # a table without rows for this grid: the page says so instead
             assert name in seen.empty_tables, (name, printed.output)
             continue
-        records = json.loads(printed.stdout)
+        # single's isolated rows repeat its shared runs: the page leaves them out (and says so)
+        records = [r for r in json.loads(printed.stdout) if (r["workflow"], r["policy"]) != ("single", "isolated")]
         table = seen.tables[name]
         assert table["columns"] == table["headers"] == list(records[0]), name
         assert len(table["rows"]) == len(records), name
         for row, record in zip(table["rows"], records):
             assert [json.loads(c["value"]) for c in row] == list(record.values()), name
-            assert [c["text"] for c in row] == [cell_text(v) for v in record.values()], name
+            assert [c["text"] for c in row] == [value_text(v, c) for c, v in record.items()], name
     assert {"summary", "seeds", "compare", "diagnostics", "mechanism"} <= set(seen.tables)  # this study fills them all
+
+
+# The default grid's study, one run (voting, arith, tiny-s, shared) collapsing at step 30.
+CLIFF_RUN = 4
+
+
+@pytest.mark.slow  # the default grid's page: 32 cells, their curves drawn (10-30 s on 2 shared cores)
+def test_the_page_opens_with_the_matrix_on_a_laptop_screen(experiment: Path, tmp_path: Path) -> None:
+    """The default grid at 1366×768: the whole matrix on the first screen, a square per cell that
+    links to its card, and tables that sort by a click."""
+    from test_report_fit import default_study
+
+    executable = chromium()
+    config = default_study(experiment, "[0]", cliff=lambda i: i == CLIFF_RUN)
+    page_file = tmp_path / "report.html"
+    assert run_cli("report", "-c", experiment, "--html", page_file).exit_code == 0
+    summary = {r["cell"]: r for r in json.loads(to_json(build_tables_of(config)["summary"]))}
+    cliff_cell = "voting-arith-tiny-s-shared-s0"
+    assert [c for c, r in summary.items() if r["cliff"]] == [cliff_cell]
+
+    with opened(page_file, executable) as (page, errors):
+        page.screenshot(path=tmp_path / "first-screen.png")
+        box = page.locator("#matrix").bounding_box()
+        assert box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= 1366 and box["y"] + box["height"] <= 768, box
+        squares = page.eval_on_selector_all("td.square[data-square]", """(tds) => tds.map((td) => ({
+            anchor: td.dataset.square, classes: td.className, href: td.querySelector("a").getAttribute("href"),
+            peak: JSON.parse(td.querySelector("span.peak").dataset.value),
+            final: JSON.parse(td.querySelector("span.final").dataset.value)}))""")
+        # A square per cell, in the grid's order by row: workflow, then task × scale × policy.
+        order = sorted(summary, key=lambda c: [config.grid.workflow.index(summary[c]["workflow"]), config.grid.task.index(summary[c]["task"]),
+                                               config.grid.scale.index(summary[c]["scale"]), config.grid.policy.index(summary[c]["policy"])])  # fmt: skip
+        assert len(squares) == 32 and [sq["anchor"] for sq in squares] == [f"cell-{c.removesuffix('-s0')}" for c in order]
+        for square, cell in zip(squares, order):
+            row = summary[cell]
+            assert square["href"] == f"#{square['anchor']}"
+            assert square["peak"] == pytest.approx(row["peak"] - row["base"]) and square["final"] == pytest.approx(row["gain"])
+            assert ("cliff" in square["classes"].split()) == (cell == cliff_cell)
+            assert ("same" in square["classes"].split()) == (row["workflow"] == "single" and row["policy"] == "isolated")
+        assert page.inner_text(f'td[data-square="cell-{cliff_cell.removesuffix("-s0")}"] span.cliff') == "▼ cliff @30"
+
+        # The cliff square leads to its card: its curve, its numbers and its diagnostics plot.
+        page.click(f'td[data-square="cell-{cliff_cell.removesuffix("-s0")}"] a')
+        card = page.locator(f"article#cell-{cliff_cell.removesuffix('-s0')}")
+        assert page.evaluate("location.hash") == f"#cell-{cliff_cell.removesuffix('-s0')}"
+        assert abs(card.bounding_box()["y"]) < 1  # scrolled to its top
+        assert card.locator("svg polyline").count() == 1 and card.locator(f'img[alt="diagnostics-{cliff_cell}"]').count() == 1
+        assert "yes@30" in card.inner_text()
+
+        # One seed: the across-seeds table is left out, with the reason.
+        assert "one seed" in page.inner_text('p.omitted[data-table="seeds"]')
+
+        # Sorting: a click on gain sorts the summary by it, a second the other way; nothing else changes.
+        table = page.locator('table[data-table="summary"]')
+        column = list(summary[order[0]]).index("gain") - 1  # the page has no cell column
+
+        def gains() -> list[float]:
+            return [json.loads(v) for v in table.locator(f"tbody tr td:nth-child({column + 1})").evaluate_all("(tds) => tds.map((td) => td.dataset.value)")]
+
+        before = gains()
+        table.locator('th[data-column="gain"]').click()
+        assert gains() == sorted(before) and table.locator('th[data-column="gain"]').get_attribute("aria-sort") == "ascending"
+        table.locator('th[data-column="gain"]').click()
+        assert gains() == sorted(before, reverse=True)
+        signs = table.locator(f"tbody tr td:nth-child({column + 1})").evaluate_all("(tds) => tds.map((td) => td.className)")
+        assert [("pos" in c) - ("neg" in c) for c in signs] == [(g > 0) - (g < 0) for g in gains()]
+        assert errors == []
+    assert png_size(tmp_path / "first-screen.png") == (1366, 768)
+
+
+def build_tables_of(config):
+    from matrixrl.report.tables import build_tables
+    from matrixrl.store import store_path
+
+    return build_tables(store_path(config.results_dir), config, ["summary"])
 
 
 def test_the_browser_check_catches_broken_images_errors_and_requests(study, tmp_path: Path) -> None:
@@ -166,7 +241,40 @@ def test_group_by_sorts_the_tables_that_have_those_axes(study) -> None:
     summary = re.search(r'<table data-table="summary">(.*?)</table>', page).group(1)
     seed_column = re.findall(r"<th [^>]*>([^<]*)</th>", summary).index("seed")
     seeds = [re.findall(r'<td data-value="([^"]*)"', row)[seed_column] for row in re.findall(r"<tr>(.*?)</tr>", summary)[1:]]
-    assert seeds == ["0"] * 4 + ["1"] * 4
+    assert seeds == ["0"] * 3 + ["1"] * 3  # single's isolated rows (its shared runs again) are left out
     assert '<table data-table="seeds">' in page
     caption = build_tables(store_path(config.results_dir), config, ["mechanism"])["mechanism"].attrs["caption"]
     assert f'<p class="caption">{html.escape(caption, quote=False)}</p>' in page
+
+
+def test_one_matrix_per_value_of_an_extra_axis_with_the_cells_it_leaves_alone_in_each() -> None:
+    """workflows.voting.n_votes [3, 5] changes voting's cells only: two matrices, single's squares in both."""
+    from matrixrl.analysis.axes import cells_frame
+    from matrixrl.report.html import matrix_html, squares_of
+
+    axis = "workflows.voting.n_votes"
+    rows, summary = [], []
+    for workflow, values in (("single", [None]), ("voting", [3, 5])):
+        for policy in ("shared", "isolated"):
+            for votes in values:
+                cell = f"{workflow}-arith-tiny-s-{policy}-s0" + ("" if votes is None else f"-v{votes}")
+                rows.append({"cell": cell, "workflow": workflow, "task": "arith", "scale": "tiny-s", "policy": policy, "seed": 0, axis: votes})
+                gain = {None: 0.05, 3: -0.02, 5: 0.1}[votes]
+                summary.append({"cell": cell, "seed": 0, "base": 0.3, "peak": 0.3 + max(gain, 0), "peak_step": 10, "final": 0.3 + gain,
+                                "gain": gain, "cliff": votes == 5 and policy == "isolated", "cliff_onset": 30 if votes == 5 else None})  # fmt: skip
+    cells = cells_frame(rows, ["cell", "workflow", "task", "scale", "policy", "seed", axis])
+    summary = pd.DataFrame(summary).assign(peak_gain=lambda f: f["peak"] - f["base"])
+    runs = {c: c.replace("isolated", "shared") if c.startswith("single") else c for c in cells["cell"]}
+    markup = matrix_html(cells, squares_of(cells, summary, runs), 1)
+    matrices = re.findall(r'<table class="matrix" data-matrix="([^"]*)">(.*?)</table>', markup)
+    assert [caption for caption, _ in matrices] == [f"{axis}=3", f"{axis}=5"]
+    for (_, body), votes in zip(matrices, (3, 5)):
+        squares = re.findall(r'<td class="([^"]*)" data-square="([^"]*)"><a href="#([^"]*)"', body)
+        assert [(anchor, href) for _, anchor, href in squares] == [(a, a) for a in [
+            "cell-single-arith-tiny-s-shared", "cell-single-arith-tiny-s-isolated",
+            f"cell-voting-arith-tiny-s-shared-{votes}", f"cell-voting-arith-tiny-s-isolated-{votes}"]]  # fmt: skip
+        classes = [set(c.split()) for c, _, _ in squares]
+        assert ["same" in c for c in classes] == [False, True, False, False]  # single's isolated cell is its shared run
+        assert ["cliff" in c for c in classes] == [False, False, False, votes == 5]
+        finals = [json.loads(html.unescape(v)) for v in re.findall(r'<span class="final"[^>]*data-value="([^"]*)"', body)]
+        assert finals == pytest.approx([0.05, 0.05, {3: -0.02, 5: 0.1}[votes], {3: -0.02, 5: 0.1}[votes]])

@@ -472,7 +472,9 @@ def test_rich_table_puts_a_rule_between_groups() -> None:
     console = Console(width=120, record=True)
     console.print(render(FRAME, "table", title="t", group_by=["workflow"], caption="a caption"))
     text = console.export_text()
-    assert text.count("├") == 1 and "a caption" in text and "0.719" in text and "—" in text
+    rules = [i for i, line in enumerate(text.splitlines()) if set(line.strip()) == {"─"}]
+    assert len(rules) == 2 and rules[1] == rules[0] + 2  # under the header, then between the two groups
+    assert "a caption" in text and "0.719" in text and "—" in text
 
 
 # --- incremental ---------------------------------------------------------------------------
@@ -571,8 +573,12 @@ def test_every_table_in_every_format_through_the_cli(experiment: Path) -> None:
             assert result.stdout.strip(), (name, fmt)
     rows = json.loads(run_cli("report", "-c", experiment, *sets, "--table", "mechanism", "--format", "json").stdout)
     assert "cell" not in rows[0] and {r["verdict"] for r in rows} == set(VERDICTS)
+    # LaTeX shows the table's default columns (a mean with its interval in one), --wide every column.
     latex = run_cli("report", "-c", experiment, *sets, "--table", "seeds", "--format", "latex").stdout
-    assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrr}\n") and "base\\_mean" in latex
+    assert latex.startswith("\\begin{tabular}{llllrrrrrr}\n")
+    assert "n\\_seeds & base\\_mean & peak\\_mean & final$\\pm$ci & gain$\\pm$ci & cliff\\_rate" in latex
+    latex = run_cli("report", "-c", experiment, *sets, "--table", "seeds", "--format", "latex", "--wide").stdout
+    assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrr}\n") and "base\\_lo" in latex
     grouped = run_cli("report", "-c", experiment, *sets, "--table", "summary", "--group-by", "policy", "--only", "seed=0", "--format", "csv")
     lines = grouped.stdout.splitlines()
     assert [line.split(",")[3] for line in lines[1:]] == ["shared"] * 3 + ["isolated"] * 3
