@@ -282,11 +282,14 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
 
     A worker that dies during a program (killed from outside, or by a program that
     got past every layer) is replaced and the program runs once more in the new one.
+    An idle worker found dead (the out-of-memory killer, a test's kill) is replaced
+    without counting: only the loss of a worker started for this program does.
     """
     started = time.perf_counter()
     mode, prefix = isolation()
     workers = _workers()
-    for _attempt in range(2):
+    lost = 0
+    while lost < 2:
         worker = workers.take(mode, prefix)
         if worker is None:
             return _execute_fresh(program, tests, timeout_s, memory_mb)
@@ -294,6 +297,7 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
             verdict, healthy = _execute_in(worker, program, tests, timeout_s, memory_mb, started)
         except _WorkerLost:
             workers.discard(worker)
+            lost += worker.served == 0
             continue
         except BaseException:  # mid-job: its channel may hold half a frame
             workers.discard(worker)
@@ -349,6 +353,7 @@ class _Worker:
 
     def __init__(self, key: tuple[str, tuple[str, ...]], spawn: Callable[..., subprocess.Popen]) -> None:
         self.key = key  # the isolation (name, launcher prefix) it was started under
+        self.served = 0  # programs it has run to the end
         prefix = key[1]
         dropping = any("{uid}" in part for part in prefix)
         self.uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN) if dropping else None
@@ -519,6 +524,7 @@ class _Workers:
         return worker
 
     def put_back(self, worker: _Worker) -> None:
+        worker.served += 1
         with self._lock:
             idle = self._idle.setdefault(worker.key, [])
             if len(idle) < _IDLE_WORKERS:

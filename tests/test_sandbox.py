@@ -945,3 +945,16 @@ def test_without_a_worker_each_program_gets_a_fresh_interpreter(monkeypatch):
     blocked = run("import os\nos.kill(os.getppid(), 9)\n", "assert True\n", **LIMITS)
     assert (blocked.reason, blocked.detail) == ("blocked", "os.kill")
     assert run("import sys\nsys.exit(0)\n", "assert True\n", **LIMITS).reason == "exited"
+
+
+def test_idle_workers_killed_meanwhile_are_replaced_without_a_verdict_lost(own_workers):
+    """The out-of-memory killer may end idle workers: the next program runs in a new one."""
+    results = sandbox.run_many([(f"x = {i}\n", f"assert x == {i}\n") for i in range(4)], workers=2, **LIMITS)
+    assert all(r.passed for r in results)
+    idle = worker_processes(os.getpid())  # two workers, with their launchers
+    assert idle
+    for pid in idle:
+        os.kill(pid, 9)
+    time.sleep(0.5)
+    assert_serves(7)
+    assert not idle & worker_processes(os.getpid())
