@@ -132,7 +132,7 @@ def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of another layout: it is moved aside and rebuilt from the result files,
 which are the truth (like a damaged one)."""

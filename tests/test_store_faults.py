@@ -442,3 +442,16 @@ def test_current_specs_are_the_cells_spec_digests(experiment: Path) -> None:
     for run in runs(config):
         spec = cell_spec(config, run)
         assert digests[run.id] == (spec.train_digest(), spec.eval_digest())
+
+
+def test_the_schema_version_changes_with_the_tables() -> None:
+    """A store whose tables differ from this matrixrl's must carry another version, so it is
+    moved aside as another schema's (sound, readable by the matrixrl that wrote it), not as damaged."""
+    import hashlib
+
+    from matrixrl.store import SCHEMA_VERSION, _expected_columns
+
+    tables = hashlib.sha256(json.dumps(_expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
+    assert (SCHEMA_VERSION, tables) == (5, "2b5e2f74878f"), (
+        "the store's tables changed: bump matrixrl.store.SCHEMA_VERSION, then update this pair"
+    )
