@@ -259,7 +259,7 @@ def run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from matrixrl import layout as L
-    from matrixrl.snake import live_runs, run_with_events, snakemake_command, write_configfile
+    from matrixrl.snake import TimeLeft, live_runs, run_with_events, snakemake_command, write_configfile
 
     cfg = _load(config, only, set_)
     extra = ["--keep-going"] if keep_going else []
@@ -284,8 +284,14 @@ def run(
 
     # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally,
     # Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
-    stale = [] if unlock else stale_outputs(job_statuses(cfg))
+    statuses = [] if unlock else job_statuses(cfg)
+    stale = stale_outputs(statuses)
     command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count(), stale=stale)
+    pending: dict[str, int] = {}
+    for job in statuses:
+        if job["status"] == "pending":
+            pending[job["rule"]] = pending.get(job["rule"], 0) + 1
+    clock = TimeLeft(pending, cores)
 
     failures: list = []
     state = {"nothing": False, "locked": False}
@@ -300,9 +306,15 @@ def run(
         bar = progress.add_task("jobs", total=None)
 
         def on_event(event):
+            now = time.perf_counter()
             if event.kind == "start" and event.rule != "all":
                 progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}".rstrip())
-            elif event.kind == "progress":
+                clock.started(event.jobid, event.rule, now)
+            elif event.kind in ("finished", "failed"):
+                clock.finished(event.jobid, now)
+            if event.kind in ("start", "finished", "failed"):
+                progress.update(bar, description=clock.describe(now))
+            if event.kind == "progress":
                 progress.update(bar, completed=event.done, total=event.total)
             elif event.kind == "failed":
                 failures.append(event)
@@ -492,6 +504,26 @@ def report(
         print(rendered, end="")
     else:
         _terminal().print(rendered)
+    if (note := _unfinished_note(study)) is not None:
+        err.print(note, markup=False, soft_wrap=True)
+
+
+def _unfinished_note(study) -> str | None:
+    """On stderr under a report, while a run works (or after one stopped): the cells whose
+    rows hold only part of their results, so far."""
+    from matrixrl.snake import live_runs
+
+    progress = study.progress()
+    unfinished = progress[progress["status"] != "done"]
+    if unfinished.empty:
+        return None
+    going = "a run is at them" if live_runs(study.results_dir) else "no run is going: `matrixrl run` finishes them"
+    shown = [f"{row.cell} ({row.evaluated}/{row.checkpoints} checkpoints)" for row in unfinished.head(4).itertuples()]
+    more = f" and {len(unfinished) - 4} more" if len(unfinished) > 4 else ""
+    return (
+        f"note: {len(unfinished)} of {len(progress)} cells are not finished ({going}); the tables show what is "
+        f"done so far: {', '.join(shown)}{more}"
+    )
 
 
 # --- plot -------------------------------------------------------------------------------

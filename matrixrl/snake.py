@@ -301,6 +301,64 @@ class _LogParser:
         return RunEvent("start", rule=block["rule"], wildcards=wildcards, jobid=jobid)
 
 
+class TimeLeft:
+    """What a run's progress line says: the jobs running, and the time left, estimated
+    from the jobs finished so far.
+
+    Each job still to start is expected to take its rule's mean duration so far (the
+    mean of every finished job, for a rule none of whose jobs has finished yet), each
+    running one what is left of that mean, and ``cores`` of them run at once. No
+    estimate before the first job has finished.
+    """
+
+    def __init__(self, pending: dict[str, int], cores: int) -> None:
+        self.waiting = dict(pending)  # rule → jobs not started yet
+        self.cores = max(1, cores)
+        self.running: dict[str, tuple[str, float]] = {}  # jobid → (rule, start time)
+        self.durations: dict[str, list[float]] = {}
+
+    def started(self, jobid: str, rule: str, now: float) -> None:
+        self.running[jobid] = (rule, now)
+        if self.waiting.get(rule, 0) > 0:
+            self.waiting[rule] -= 1
+
+    def finished(self, jobid: str, now: float) -> None:
+        if (job := self.running.pop(jobid, None)) is not None:
+            self.durations.setdefault(job[0], []).append(now - job[1])
+
+    def seconds_left(self, now: float) -> float | None:
+        every = [d for durations in self.durations.values() for d in durations]
+        if not every:
+            return None
+        overall = sum(every) / len(every)
+
+        def mean(rule: str) -> float:
+            durations = self.durations.get(rule)
+            return sum(durations) / len(durations) if durations else overall
+
+        work = sum(n * mean(rule) for rule, n in self.waiting.items())
+        work += sum(max(mean(rule) - (now - began), 0.0) for rule, began in self.running.values())
+        return work / self.cores
+
+    def describe(self, now: float) -> str:
+        counts: dict[str, int] = {}
+        for rule, _ in self.running.values():
+            counts[rule] = counts.get(rule, 0) + 1
+        running = ", ".join(f"{rule} ×{n}" if n > 1 else rule for rule, n in counts.items()) or "starting"
+        left = self.seconds_left(now)
+        if left is None:
+            return f"running: {running}"
+        return f"running: {running} · about {_duration(left)} left"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def run_with_events(command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
     """Run Snakemake, tee its log to ``log_path``, pass each parsed event to ``on_event``; return its exit code.
 

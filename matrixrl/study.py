@@ -139,6 +139,36 @@ class Study:
 
         return grid_cells(self.selected)
 
+    def progress(self) -> pd.DataFrame:
+        """How far each selected cell's jobs are, from the result files (what `matrixrl plan` reads).
+
+        Columns: ``cell``, ``run`` (the id its results are stored under), ``trained``
+        (its training result is current), ``evaluated`` and ``checkpoints`` (current
+        evaluations, of how many), and ``status``: ``done``, ``in progress`` (some of
+        its results are current, not all: a run is at it, or was stopped) or ``pending``.
+        The tables show what is done so far; this says what is not.
+        """
+        import pandas as pd
+
+        from matrixrl import grid as G
+        from matrixrl.status import job_statuses
+
+        jobs = {}
+        for row in job_statuses(self.selected):
+            if row["cell"] is not None:
+                jobs.setdefault(row["cell"], []).append(row)
+        rows = []
+        for cell, run in G.run_ids(self.selected).items():
+            mine = jobs[run]
+            evals = [j for j in mine if j["rule"] in ("copy_base_eval", "evaluate")]
+            done = [j for j in mine if j["status"] == "done"]
+            status = "done" if len(done) == len(mine) else "in progress" if done else "pending"
+            rows.append({
+                "cell": cell, "run": run, "trained": any(j["rule"] == "train" for j in done),
+                "evaluated": sum(j["status"] == "done" for j in evals), "checkpoints": len(evals), "status": status,
+            })
+        return pd.DataFrame(rows, columns=["cell", "run", "trained", "evaluated", "checkpoints", "status"])
+
     # --- report tables ----------------------------------------------------------------
 
     def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:

@@ -401,3 +401,21 @@ def test_a_damaged_store_is_rebuilt_by_run(ran):
     assert f"note: {store} was damaged (file is not a database); moved it to {store}.damaged-" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert stored(results, query) == before
+
+
+def test_a_report_before_the_run_ends_names_the_cells_not_finished(ran):
+    config, results, _, _ = ran
+    (results / "cells" / CELL0 / "eval" / "step_4.json").unlink()  # as while its evaluation runs
+    import matrixrl as api
+
+    progress = api.Study.load(config).progress()
+    assert progress[["cell", "evaluated", "checkpoints", "status"]].values.tolist() == [[CELL0, 2, 3, "in progress"]]
+    proc = matrixrl("report", "-c", str(config))
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "note: 1 of 1 cells are not finished (no run is going: `matrixrl run` finishes them); "
+        f"the tables show what is done so far: {CELL0} (2/3 checkpoints)"
+    )
+    assert "0.0" in proc.stdout  # the rows so far are still printed
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    assert api.Study.load(config).progress()["status"].tolist() == ["done"]
+    assert "not finished" not in matrixrl("report", "-c", str(config)).stderr
