@@ -344,11 +344,11 @@ class TimeLeft:
         counts: dict[str, int] = {}
         for rule, _ in self.running.values():
             counts[rule] = counts.get(rule, 0) + 1
-        running = ", ".join(f"{rule} ×{n}" if n > 1 else rule for rule, n in counts.items()) or "starting"
+        parts = [f"running: {', '.join(f'{rule} ×{n}' if n > 1 else rule for rule, n in counts.items())}"] if counts else []
         left = self.seconds_left(now)
-        if left is None:
-            return f"running: {running}"
-        return f"running: {running} · about {_duration(left)} left"
+        if left is not None and (counts or any(self.waiting.values())):
+            parts.append(f"about {_duration(left)} left")
+        return " · ".join(parts) or "jobs"
 
 
 def _duration(seconds: float) -> str:

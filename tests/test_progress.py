@@ -28,14 +28,17 @@ def test_the_estimate_weighs_each_rule_by_its_own_jobs_so_far() -> None:
     other.started("1", "evaluate", 0.0)
     other.finished("1", 4.0)
     assert other.seconds_left(4.0) == 4.0  # the analysis, at the evaluation's 4 s
+    other.started("2", "analyse", 4.0)
+    other.finished("2", 5.0)
+    assert other.describe(5.0) == "jobs"  # all done: no estimate left to give
 
 
 def test_long_estimates_read_in_minutes_and_hours() -> None:
     clock = TimeLeft({"train": 60}, cores=1)
     clock.started("1", "train", 0.0)
     clock.finished("1", 120.0)
-    assert clock.describe(120.0) == "running: starting · about 2.0 h left"
+    assert clock.describe(120.0) == "about 2.0 h left"
     clock = TimeLeft({"train": 5}, cores=1)
     clock.started("1", "train", 0.0)
     clock.finished("1", 120.0)
-    assert clock.describe(120.0) == "running: starting · about 8 min left"
+    assert clock.describe(120.0) == "about 8 min left"
