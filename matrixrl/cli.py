@@ -162,9 +162,21 @@ def plan(
             f"{n_cells - n_runs} cells are another cell's run (a one-role workflow is the same computation "
             "under isolated as under shared); the report shows them under both."
         )
+    out.print(_disk_line(cfg, profile), markup=False)
     n_pending = sum(j["status"] == "pending" for j in jobs)
     jobs = "job" if n_pending == 1 else "jobs"
     out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")
+
+
+def _disk_line(cfg: Config, profile: Path | None) -> str:
+    """The checkpoints' disk at the run's peak: as many cells unpruned as jobs can run at once
+    (a profile's ``jobs``, else this machine's cores, `run --cores`'s default)."""
+    from matrixrl.disk import disk_at_peak
+    from matrixrl.snake import profile_config
+
+    jobs = profile_config(profile).get("jobs") if profile else None
+    in_flight = jobs if isinstance(jobs, int) else os.cpu_count() or 1
+    return disk_at_peak(cfg, in_flight).line()
 
 
 def _pending(n: int) -> str:
@@ -259,8 +271,17 @@ def run(
     log_path = results / L.SNAKEMAKE_LOGS / f"{stamp}.log"
     from matrixrl.models.devices import gpu_count
 
+    from matrixrl.retention import rebuild_targets
+
+    rebuilds = [] if unlock else rebuild_targets(cfg, results)
+    for target in rebuilds:
+        err.print(
+            f"note: {target} reruns: evaluations of checkpoints that train.keep_checkpoints deleted must be "
+            "recomputed, so the cell retrains to rebuild them",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
     # Locally, Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
-    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count())
+    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count(), forcerun=rebuilds)
 
     failures: list = []
     state = {"nothing": False, "locked": False}

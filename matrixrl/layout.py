@@ -9,6 +9,7 @@ the Snakefile, the jobs, the store and the report agree on one layout:
                                         so a rerun after a kill resumes from them)
     cells/{cell}/train.json             per-step training metrics (train)
     cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate)
+    cells/{cell}/retained.json          which checkpoints were kept and deleted (retain)
     summary.json                        per-cell summary (analyse, after ingest)
     matrixrl.sqlite                     the store, an index over the result files
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
@@ -59,6 +60,13 @@ def eval_result(cell_id: str, step: int | str) -> str:
     return f"cells/{cell_id}/eval/step_{step}.json"
 
 
+RETENTION_FILE = "retained.json"
+
+
+def retention_record(cell_id: str) -> str:
+    return f"cells/{cell_id}/{RETENTION_FILE}"
+
+
 def checkpoints_dir(cell_dir: str | Path) -> Path:
     """Where a cell's trainer writes its checkpoints (``cell_dir`` as a job receives it)."""
     return Path(cell_dir) / "checkpoints"
@@ -84,6 +92,7 @@ def job_log(rule: str, cell: str = "{cell}", scale: str = "{scale}", step: int |
         "prepare_base": f"logs/prepare_base/{scale}.log",
         "train": f"logs/train/{cell}.log",
         "evaluate": f"logs/evaluate/{cell}/step_{step}.log",
+        "retain": f"logs/retain/{cell}.log",
         "analyse": "logs/analyse.log",
     }[rule]
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +34,10 @@ from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
-RULES = ("prepare_base", "train", "evaluate", "analyse")
+RULES = ("prepare_base", "train", "evaluate", "retain", "analyse")
 """The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
-LOCAL_RULES = ("analyse",)
-"""Rules that run on the submitting host, never through a cluster profile (they write the store)."""
+LOCAL_RULES = ("analyse", "retain")
+"""Rules that run on the submitting host, never through a cluster profile (the store; a few deletions)."""
 
 
 def write_configfile(config: Config, path: Path) -> Path:
@@ -99,16 +99,17 @@ def _code_root() -> str | None:
 # --- dry-run ----------------------------------------------------------------------------
 
 
-def pending_jobs(config: Config, workdir: Path) -> list[dict]:
+def pending_jobs(config: Config, workdir: Path, forcerun: Sequence[str] = ()) -> list[dict]:
     """Jobs a run would execute now: ``[{"rule": ..., "wildcards": {...}}]``.
 
     ``workdir`` must exist; for a results directory that does not exist yet, pass an
-    empty temporary folder (everything is pending).
+    empty temporary folder (everything is pending). ``forcerun``: outputs whose jobs
+    rerun whatever Snakemake thinks of them, as a run passes them (``--forcerun``).
     """
     with tempfile.TemporaryDirectory() as tmp:
         configfile = write_configfile(config, Path(tmp) / "config.yaml")
         proc = subprocess.run(
-            [sys.executable, "-m", "matrixrl.snake", str(configfile), str(workdir)],
+            [sys.executable, "-m", "matrixrl.snake", str(configfile), str(workdir), *forcerun],
             capture_output=True,
             text=True,
             env=job_environment(),
@@ -122,7 +123,7 @@ def pending_jobs(config: Config, workdir: Path) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
+def _dry_run_in_this_process(configfile: Path, workdir: Path, forcerun: Sequence[str] = ()) -> list[dict]:
     from snakemake.api import SnakemakeApi
     from snakemake.logging import logger
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
@@ -147,7 +148,8 @@ def _dry_run_in_this_process(configfile: Path, workdir: Path) -> list[dict]:
                 workdir=workdir,
             )
             # As `matrixrl run` passes --rerun-incomplete: a killed job's outputs are pending, not an error.
-            workflow.dag(DAGSettings(force_incomplete=True)).execute_workflow(executor="local", pseudo_executor="dryrun")
+            dag = DAGSettings(force_incomplete=True, forcerun=frozenset(forcerun))
+            workflow.dag(dag).execute_workflow(executor="local", pseudo_executor="dryrun")
         finally:
             logger.removeHandler(handler)
     return jobs
@@ -165,9 +167,11 @@ def planned_jobs(config: Config) -> list[dict]:
     """Every job of the grid with its status (done or pending), from one real Snakemake dry-run."""
     from matrixrl import grid as G
 
+    from matrixrl.retention import rebuild_targets
+
     results = Path(config.results_dir)
     if results.is_dir():
-        pending = pending_jobs(config, results)
+        pending = pending_jobs(config, results, forcerun=rebuild_targets(config, results))
     else:
         with tempfile.TemporaryDirectory() as empty:
             pending = pending_jobs(config, Path(empty))
@@ -184,6 +188,7 @@ def planned_jobs(config: Config) -> list[dict]:
     for c in runs:
         for step in G.checkpoint_steps(G.cell_spec(config, c).train):  # an extra axis may set the schedule
             jobs.append(job("evaluate", {"cell": c.id, "step": step}, cell=c.id, scale=c.scale, step=step))
+    jobs += [job("retain", {"cell": c.id}, cell=c.id, scale=c.scale) for c in runs]
     jobs.append(job("analyse", {}))
     return jobs
 
@@ -211,8 +216,11 @@ _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 _FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 
 
-def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None) -> list[str]:
-    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run.
+def snakemake_command(
+    config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None, forcerun: Sequence[str] = ()
+) -> list[str]:
+    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run;
+    ``forcerun``: outputs whose jobs must rerun (a training that rebuilds deleted checkpoints).
 
     Locally ``--resources gpu=N`` is a semaphore over the jobs that declare a GPU, and
     an unset limit means unlimited, so a local run always passes the detected count
@@ -240,6 +248,7 @@ def snakemake_command(config: Config, configfile: Path, cores: int, extra: list[
         "--printshellcmds",
         "--nocolor",
         *resources,
+        *(["--forcerun", *forcerun] if forcerun else []),
         *extra,
     ]
 
@@ -690,8 +699,8 @@ def _output_to(path: str) -> None:
 
 
 if __name__ == "__main__":
-    # python -m matrixrl.snake CONFIGFILE WORKDIR → JSON list of pending jobs on stdout
-    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]))))
+    # python -m matrixrl.snake CONFIGFILE WORKDIR [FORCERUN...] → JSON list of pending jobs on stdout
+    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])))
 
 
 # --- profiles ---------------------------------------------------------------------------

@@ -307,6 +307,7 @@ def test_plan_json_lists_every_job(experiment: Path) -> None:
         ("evaluate", CELL.id, 0),
         ("evaluate", CELL.id, 2),
         ("evaluate", CELL.id, 4),
+        ("retain", CELL.id, None),
         ("analyse", None, None),
     ]
     assert {j["status"] for j in jobs} == {"pending"}

@@ -303,15 +303,15 @@ def test_paper_matrix_plans_every_job_without_loading_a_model():
     n_runs = n_cells - len(grid["task"]) * len(grid["scale"]) * len(grid["seed"])
     # Evaluated checkpoints: step 0, every eval_every steps, and the last step.
     n_evals = train["steps"] // train["eval_every"] + 1 + (train["steps"] % train["eval_every"] != 0)
-    expected = n_runs * (1 + n_evals) + len(grid["scale"]) + 1  # + a base check per scale + analyse
+    expected = n_runs * (2 + n_evals) + len(grid["scale"]) + 1  # + retain per run, a base check per scale, analyse
 
     result = run_cli("plan", "-c", PAPER, "--format", "json")
     assert result.exit_code == 0, result.output
     jobs = json.loads(result.stdout)
     assert (n_cells, n_runs, n_evals) == (48, 42, 51)
-    assert len(jobs) == expected == 2188
-    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in ("prepare_base", "train", "evaluate", "analyse")}
-    assert counts == {"prepare_base": 3, "train": n_runs, "evaluate": n_runs * n_evals, "analyse": 1}
+    assert len(jobs) == expected == 2230
+    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in ("prepare_base", "train", "evaluate", "retain", "analyse")}
+    assert counts == {"prepare_base": 3, "train": n_runs, "evaluate": n_runs * n_evals, "retain": n_runs, "analyse": 1}
     assert all(j["status"] == "pending" for j in jobs)
 
     cfg = load_config(PAPER)

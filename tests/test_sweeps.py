@@ -337,7 +337,7 @@ def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(
 
     # A second value: its cell alone trains; the first one's files stay as they were.
     two = ["--set", "grid.train.lr=[1.0e-4, 3.0e-4]"]
-    assert pending(config, *two) == ["train", "evaluate", "evaluate", "evaluate", "analyse"]
+    assert pending(config, *two) == ["train", "evaluate", "evaluate", "evaluate", "retain", "analyse"]
     assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *two)) == [f"{cell}-lr=0.0003"]
     assert {k: v for k, v in snapshot(results).items() if k in before} == before
     rows = json.loads(matrixrl("report", "-c", str(config), *two, "--format", "json").stdout)
