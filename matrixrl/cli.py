@@ -162,7 +162,7 @@ def plan(
             f"{n_cells - n_runs} cells are another cell's run (a one-role workflow is the same computation "
             "under isolated as under shared); the report shows them under both."
         )
-    out.print(_disk_line(cfg, profile), markup=False)
+    out.print(_disk_line(cfg, profile), markup=False, soft_wrap=True)
     n_pending = sum(j["status"] == "pending" for j in jobs)
     jobs = "job" if n_pending == 1 else "jobs"
     out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")
@@ -270,7 +270,6 @@ def run(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_path = results / L.SNAKEMAKE_LOGS / f"{stamp}.log"
     from matrixrl.models.devices import gpu_count
-
     from matrixrl.retention import rebuild_targets
 
     rebuilds = [] if unlock else rebuild_targets(cfg, results)

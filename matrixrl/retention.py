@@ -52,7 +52,9 @@ class RetentionRecord(ResultModel):
     resume_digest: str  # the training whose checkpoints these are
     kept: list[KeptCheckpoint]
     deleted: list[int]  # removed by this job (or by its run a kill stopped)
-    pruned: list[int]  # removed by retention (this job or an earlier one) and not rebuilt since
+    # Evaluated steps without a checkpoint once this job is done: deleted by it or before it
+    # (Snakemake removes this file before the job reruns, so it cannot remember on its own).
+    pruned: list[int]
     bytes_freed: int
     peak_step: int | None = None
     cliff_onset: int | None = None
@@ -105,8 +107,6 @@ def retain(
     """
     if keep not in KEEP_MODES:
         raise ValueError(f"keep_checkpoints {keep!r}: use one of {', '.join(KEEP_MODES)}")
-    record_path = Path(cell_dir) / L.RETENTION_FILE
-    previous = _read_record(record_path)
     unfinished = finish_removals(cell_dir)  # a kill stopped this job mid-delete: those are pruned too
     if unfinished:
         log(f"finished removing {', '.join(f'step_{s}{DELETING}' for s in unfinished)}: a stopped run's removals")
@@ -133,19 +133,18 @@ def retain(
             freed += remove_checkpoint(cell_dir, step)
             deleted.append(step)
     present = set(complete_checkpoints(cell_dir))
-    earlier = set(previous.pruned) if previous is not None and previous.resume_digest == resume_digest else set()
     record = RetentionRecord(
         cell=cell,
         keep_checkpoints=keep,
         resume_digest=resume_digest,
         kept=kept,
         deleted=sorted(deleted),
-        pruned=sorted((earlier | set(deleted)) - present),
+        pruned=sorted({e.step for e in evaluations} - present),
         bytes_freed=freed,
         peak_step=peak_step,
         cliff_onset=cliff_onset,
     )
-    write_result(record_path, record)
+    write_result(Path(cell_dir) / L.RETENTION_FILE, record)
     summary = ", ".join(f"{k.step} ({', '.join(k.why)})" for k in kept) or "none"
     log(f"{cell}: kept checkpoints {summary}; deleted {len(deleted)}, freeing {format_bytes(freed)}")
     return record
@@ -159,8 +158,8 @@ def _read_record(path: Path) -> RetentionRecord | None:
 
 
 def pruned_steps(cell_dir: str | Path, resume_digest: str) -> set[int]:
-    """The steps of ``cell_dir`` whose checkpoints retention deleted (for this training) and that
-    are still absent."""
+    """The evaluated steps of ``cell_dir`` whose checkpoints were gone when retention last ran
+    (for this training), and still are."""
     record = _read_record(Path(cell_dir) / L.RETENTION_FILE)
     if record is None or record.resume_digest != resume_digest:
         return set()

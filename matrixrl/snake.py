@@ -166,7 +166,6 @@ def _default_stop_signals() -> None:
 def planned_jobs(config: Config) -> list[dict]:
     """Every job of the grid with its status (done or pending), from one real Snakemake dry-run."""
     from matrixrl import grid as G
-
     from matrixrl.retention import rebuild_targets
 
     results = Path(config.results_dir)

@@ -123,7 +123,7 @@ def test_retain_deletes_all_but_the_key_checkpoints_and_records_why(cell_dir: Pa
         (60, ["resume", "final"], sizes[60]),
     ]
     deleted = [s for s in SAVED if s not in kept]
-    assert record.deleted == record.pruned == deleted
+    assert record.deleted == deleted and record.pruned == [0, 10]
     assert record.bytes_freed == sum(sizes[s] for s in deleted)
     assert (record.peak_step, record.cliff_onset) == (20, 40)
     assert RetentionRecord.model_validate_json((cell_dir / L.RETENTION_FILE).read_text()) == record
@@ -133,18 +133,22 @@ def test_retain_deletes_all_but_the_key_checkpoints_and_records_why(cell_dir: Pa
     ]
 
 
-def test_retain_again_deletes_nothing_more_and_remembers_what_it_pruned(cell_dir: Path):
+def test_retain_again_deletes_nothing_more_and_still_knows_what_was_pruned(cell_dir: Path):
+    """Snakemake removes retained.json before the job reruns (keep_checkpoints changed, say)."""
     evaluations = [evaluation(s, a) for s, a in CURVE.items()]
     first = retain("c", cell_dir, evaluations, "key", RULE, DIGEST, log=lambda m: None)
+    assert first.pruned == [0, 10]  # the evaluated ones; the unevaluated resume points need no rebuild
+    (cell_dir / L.RETENTION_FILE).unlink()
     again = retain("c", cell_dir, evaluations, "key", RULE, DIGEST, log=lambda m: None)
     assert (again.deleted, again.bytes_freed, again.pruned, again.kept) == ([], 0, first.pruned, first.kept)
     # keep_checkpoints: all keeps what is left; nothing deleted comes back, and it is still known as pruned.
+    (cell_dir / L.RETENTION_FILE).unlink()
     everything = retain("c", cell_dir, evaluations, "all", RULE, DIGEST, log=lambda m: None)
     assert [k.step for k in everything.kept] == [k.step for k in first.kept]
     assert everything.pruned == first.pruned and everything.deleted == []
     # A rebuilt checkpoint is no longer pruned.
     write_checkpoint(cell_dir, 10)
-    assert 10 not in retain("c", cell_dir, evaluations, "all", RULE, DIGEST, log=lambda m: None).pruned
+    assert retain("c", cell_dir, evaluations, "all", RULE, DIGEST, log=lambda m: None).pruned == [0]
 
 
 def test_all_keeps_every_checkpoint(cell_dir: Path):
@@ -183,7 +187,7 @@ def test_a_kill_mid_delete_leaves_no_half_checkpoint_that_resume_would_trust(cel
     record = retain("c", cell_dir, evaluations, "key", RULE, DIGEST, log=lines.append)
     assert lines[0] == "finished removing step_0.deleting: a stopped run's removals"
     assert sorted(complete_checkpoints(cell_dir)) == [20, 30, 40, 50, 60, 70]
-    assert record.pruned == [s for s in SAVED if s not in (20, 30, 40, 50, 60)]
+    assert record.deleted == [s for s in SAVED if s not in (20, 30, 40, 50, 60)] and record.pruned == [0, 10]
 
 
 def test_the_trainer_removes_a_removal_a_kill_interrupted(cell_dir: Path):
