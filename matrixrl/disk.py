@@ -106,7 +106,7 @@ def hf_config(scale) -> dict | None:
             from huggingface_hub import try_to_load_from_cache
 
             cached = try_to_load_from_cache(scale.path, "config.json", revision=scale.revision)
-        except Exception:  # not a valid repo id for the cache
+        except ValueError:  # not a valid repo id for the cache (HFValidationError)
             cached = None
         path = Path(cached) if isinstance(cached, str) else None
     try:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matrixrl import layout as L
+from matrixrl.errors import ResultFileError
 from matrixrl.results import EvalResult, ResultModel, read_result, write_result
 from matrixrl.train.checkpoints import DELETING, complete_checkpoints, finish_removals, folder_bytes, remove_checkpoint
 
@@ -153,7 +154,7 @@ def retain(
 def _read_record(path: Path) -> RetentionRecord | None:
     try:
         return read_result(path, RetentionRecord)
-    except Exception:  # missing or unreadable: nothing is known to have been pruned
+    except ResultFileError:  # missing or unreadable: nothing is known to have been pruned
         return None
 
 
@@ -193,7 +194,7 @@ def rebuild_targets(config, results_dir: str | Path) -> list[str]:
 def _evaluation_digest(path: Path) -> str | None:
     try:
         return read_result(path, EvalResult).spec_digest
-    except Exception:
+    except ResultFileError:  # missing or unreadable: it is recomputed
         return None
 
 
