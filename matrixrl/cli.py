@@ -177,9 +177,21 @@ def plan(
             f"{n_cells - n_runs} cells are another cell's run (a one-role workflow is the same computation "
             "under isolated as under shared); the report shows them under both."
         )
+    out.print(_disk_line(cfg, profile), markup=False, soft_wrap=True)
     n_pending = sum(j["status"] == "pending" for j in jobs)
     jobs = "job" if n_pending == 1 else "jobs"
     out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")
+
+
+def _disk_line(cfg: Config, profile: Path | None) -> str:
+    """The checkpoints' disk at the run's peak: as many cells unpruned as jobs can run at once
+    (a profile's ``jobs``, else this machine's cores, `run --cores`'s default)."""
+    from matrixrl.disk import disk_at_peak
+    from matrixrl.snake import profile_config
+
+    jobs = profile_config(profile).get("jobs") if profile else None
+    in_flight = jobs if isinstance(jobs, int) else os.cpu_count() or 1
+    return disk_at_peak(cfg, in_flight).line()
 
 
 def _pending(n: int) -> str:
@@ -285,6 +297,13 @@ def run(
     # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally,
     # Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
     statuses = [] if unlock else job_statuses(cfg)
+    for job in statuses:
+        if job["reason"] == "rebuild":
+            err.print(
+                f"note: {job['output']} reruns: evaluations of checkpoints that train.keep_checkpoints deleted "
+                "must be recomputed, so the cell retrains to rebuild them",
+                markup=False, soft_wrap=True,
+            )  # fmt: skip
     stale = stale_outputs(statuses)
     command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count(), stale=stale)
     pending: dict[str, int] = {}

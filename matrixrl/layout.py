@@ -12,6 +12,7 @@ the Snakefile, the jobs, the store and the report agree on one layout:
     cells/{cell}/train.json             per-step training metrics (train)
     cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate; step 0 is a
                                         copy of the base model's, copy_base_eval)
+    cells/{cell}/retained.json          which checkpoints were kept and deleted (retain)
     summary.json                        per-cell summary (analyse, after ingest)
     matrixrl.sqlite                     the store, an index over the result files
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
@@ -66,6 +67,13 @@ def eval_result(cell_id: str, step: int | str) -> str:
     return f"cells/{cell_id}/eval/step_{step}.json"
 
 
+RETENTION_FILE = "retained.json"
+
+
+def retention_record(cell_id: str) -> str:
+    return f"cells/{cell_id}/{RETENTION_FILE}"
+
+
 def checkpoints_dir(cell_dir: str | Path) -> Path:
     """Where a cell's trainer writes its checkpoints (``cell_dir`` as a job receives it)."""
     return Path(cell_dir) / "checkpoints"
@@ -95,6 +103,7 @@ def job_log(
         "train": f"logs/train/{cell}.log",
         "copy_base_eval": f"logs/evaluate/{cell}/step_0.log",
         "evaluate": f"logs/evaluate/{cell}/step_{step}.log",
+        "retain": f"logs/retain/{cell}.log",
         "analyse": "logs/analyse.log",
     }[rule]
 

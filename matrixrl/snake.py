@@ -34,11 +34,11 @@ from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
-RULES = ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "analyse")
+RULES = ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "retain", "analyse")
 """The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
-LOCAL_RULES = ("copy_base_eval", "analyse")
+LOCAL_RULES = ("copy_base_eval", "retain", "analyse")
 """Rules that run on the submitting host, never through a cluster profile (analyse writes the
-store; a copy of one small file is not worth a cluster job)."""
+store; a copy of one small file, or a few deletions, are not worth a cluster job)."""
 
 
 def write_configfile(config: Config, path: Path) -> Path:

@@ -21,6 +21,9 @@ Why a job is pending, in the order checked (:data:`REASONS`):
 - ``incomplete``: Snakemake marked the output incomplete (its job was killed);
 - ``unreadable``: the output is not a result file (corrupt, or cut short);
 - ``changed``: the output was computed under other settings;
+- ``rebuild``: a training whose output is current, but one of whose checkpoints that
+  ``train.keep_checkpoints`` deleted is needed again, by an evaluation that must be
+  recomputed (matrixrl.retention): it retrains, replaying the same steps;
 - ``upstream``: a job whose output it reads is pending.
 
 Files from before digests were recorded (``spec_digest`` null, or absent in a base
@@ -41,12 +44,13 @@ from pathlib import Path
 
 from matrixrl import layout as L
 from matrixrl.config import Config, science
+from matrixrl.retention import retention_digest
 from matrixrl.settings import settings_digest
 
-REASONS = ("missing", "incomplete", "unreadable", "changed", "upstream")
+REASONS = ("missing", "incomplete", "unreadable", "changed", "rebuild", "upstream")
 """Why a job is pending, in the order they are checked."""
 
-_STALE = {"incomplete", "unreadable", "changed"}  # the output exists, yet must be recomputed: --forcerun
+_STALE = {"incomplete", "unreadable", "changed", "rebuild"}  # the output exists, yet must be recomputed: --forcerun
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Job:
     digest: str | None = None  # the output's spec_digest when done
     base_eval: str | None = None  # a copy of a base evaluation: the base_eval it records when done
     params: str | None = None  # the science JSON Snakemake records as params (files without a digest)
+    resume: str | None = None  # a training: the resume digest its checkpoints carry
     cell: str | None = None
     scale: str | None = None
     step: int | None = None
@@ -110,6 +115,7 @@ def grid_jobs(config: Config) -> list[Job]:
         train = Job(
             "train", L.train_result(cell.id), inputs=(base.output,), digest=spec.train_digest(),
             params=science_json(spec.training()), cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
+            resume=spec.resume_digest(),
         )
         jobs.append(train)
         shared = base_evals[keys[cell.id]]
@@ -126,6 +132,13 @@ def grid_jobs(config: Config) -> list[Job]:
                 wildcards={"cell": cell.id, "step": str(step)},
             ))
     jobs += evaluations
+    for cell in runs:  # once all of a cell's evaluations exist, the checkpoints it no longer needs go
+        keep = specs[cell.id].train.keep_checkpoints
+        jobs.append(Job(
+            "retain", L.retention_record(cell.id),
+            inputs=(L.train_result(cell.id), *(e.output for e in evaluations if e.cell == cell.id)),
+            digest=retention_digest(keep), params=keep, cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
+        ))
     inputs = tuple(job.output for job in jobs if job.rule in ("train", "copy_base_eval", "evaluate"))
     jobs.append(Job("analyse", L.SUMMARY_FILE, inputs=inputs, digest=analyse_digest(config, runs, specs, inputs)))
     return jobs
@@ -148,16 +161,41 @@ def job_statuses(config: Config, jobs: list[Job] | None = None) -> list[dict]:
     jobs = grid_jobs(config) if jobs is None else jobs
     results = Path(config.results_dir)
     incomplete = _incomplete_outputs(results)
+    own = {job.output: _own_reason(results, job, incomplete) for job in jobs}
+    rebuilds = _rebuilds(results, jobs, own)
     pending: set[str] = set()
     rows = []
     for job in jobs:
-        reason = _own_reason(results, job, incomplete)
+        reason = own[job.output] or ("rebuild" if job.output in rebuilds else None)
         if reason is None and any(path in pending for path in job.inputs):
             reason = "upstream"
         if reason is not None:
             pending.add(job.output)
         rows.append(job.row("pending" if reason else "done", reason))
     return rows
+
+
+def _rebuilds(results: Path, jobs: list[Job], own: dict[str, str | None]) -> set[str]:
+    """Current trainings to rerun: an evaluation that must be recomputed needs a checkpoint
+    that retention deleted (step 0 needs none: it is the base model's evaluation, copied)."""
+    from matrixrl.retention import pruned_steps
+
+    needed: dict[str, set[int]] = {}
+    for job in jobs:
+        if job.rule == "evaluate" and own[job.output] is not None:
+            needed.setdefault(job.cell, set()).add(job.step)
+    found = set()
+    for job in jobs:
+        if job.rule == "train" and own[job.output] is None and job.cell in needed:
+            cell_dir = results / L.cell_dir(job.cell)
+            if (cell_dir / L.RETENTION_FILE).exists() and pruned_steps(cell_dir, job.resume) & needed[job.cell]:
+                found.add(job.output)
+    return found
+
+
+def rebuild_targets(config: Config) -> list[str]:
+    """The training outputs that rerun to rebuild deleted checkpoints (reason ``rebuild``)."""
+    return [row["output"] for row in job_statuses(config) if row["reason"] == "rebuild"]
 
 
 def stale_outputs(rows: list[dict]) -> list[str]:

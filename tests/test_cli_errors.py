@@ -68,8 +68,8 @@ def write_cell(results: Path, cell: Cell = CELL, steps=(0,)) -> None:
 # --- bad configuration -----------------------------------------------------------------------
 
 TRAIN_KEYS = (
-    "steps, eval_every, checkpoint_every, problems_per_step, group_size, lr, ppo_epochs, temperature, max_new_tokens, "
-    "epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, kl_beta, kl_beta_roles, damper, "
+    "steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, group_size, lr, ppo_epochs, temperature, "
+    "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, kl_beta, kl_beta_roles, damper, "
     "damper_roles, damper_window, advantage_group"
 )
 
@@ -308,6 +308,7 @@ def test_plan_json_lists_every_job(experiment: Path) -> None:
         ("copy_base_eval", CELL.id, 0),
         ("evaluate", CELL.id, 2),
         ("evaluate", CELL.id, 4),
+        ("retain", CELL.id, None),
         ("analyse", None, None),
     ]
     assert {j["status"] for j in jobs} == {"pending"} and {j["reason"] for j in jobs} == {"missing"}

@@ -123,6 +123,7 @@ def test_run_fills_the_store_with_every_checkpoint(ran):
         ("copy_base_eval", 0),  # step 0 is the base model's evaluation (evaluate_base), shared
         ("evaluate", 2),
         ("evaluate", 4),
+        ("retain", None),
     ]
     started = jobs_started(proc)
     assert "prepare_base scale=tiny-s" in started
@@ -135,11 +136,51 @@ def test_run_fills_the_store_with_every_checkpoint(ran):
     assert {j["status"] for j in plan(config)} == {"done"}
 
 
+def checkpoint_steps(results: Path, cell: str) -> list[int]:
+    folder = results / "cells" / cell / "checkpoints"
+    return sorted(int(p.name.removeprefix("step_")) for p in folder.iterdir())
+
+
+def key_steps(config: Path) -> set[int]:
+    """What train.keep_checkpoints: key keeps of the one cell of ``config``, worked out from the
+    report: the final step (the resume point), the peak, and a cliff's onset with its evaluated neighbours."""
+    (row,) = json.loads(matrixrl("report", "-c", str(config), "--format", "json").stdout)
+    steps = [s for s, _ in accuracies(config.parent / "results", CELL0)]
+    kept = {steps[-1], row["peak_step"]}
+    if row["cliff"]:
+        at = steps.index(row["cliff_onset"])
+        kept |= set(steps[at - 1 : at + 2])
+    return kept
+
+
+def test_a_finished_run_keeps_only_the_key_checkpoints_and_their_evaluations_stay(ran):
+    config, results, _, _ = ran
+    kept = key_steps(config)
+    record = json.loads((results / "cells" / CELL0 / "retained.json").read_text())
+    assert record["keep_checkpoints"] == "key"
+    assert checkpoint_steps(results, CELL0) == sorted(kept) == [k["step"] for k in record["kept"]]
+    assert record["deleted"] == record["pruned"] == sorted({0, 2, 4} - kept) != []
+    # The deleted checkpoints' evaluations stay, in their files and in the store: every job is done.
+    assert [s for s, _ in accuracies(results, CELL0)] == [0, 2, 4]
+    assert all((results / "cells" / CELL0 / "eval" / f"step_{s}.json").exists() for s in (0, 2, 4))
+    shown = matrixrl("plan", "-c", str(config)).stdout.splitlines()
+    assert shown[-1] == "Nothing to run."
+    # plan's disk estimate of a pruned grid is what is left on disk.
+    left = sum(f.stat().st_size for f in (results / "cells" / CELL0 / "checkpoints").rglob("*") if f.is_file())
+    from matrixrl.retention import format_bytes
+
+    assert shown[-2].startswith(f"disk at peak: ~{format_bytes(left)} of checkpoints (train.keep_checkpoints: key; all: ~")
+
+
 def test_second_run_with_nothing_changed_runs_no_job(ran):
     config, results, _, _ = ran
+    before = {p: p.stat().st_mtime_ns for p in (results / "cells").rglob("*.json")}
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
     assert jobs_started(proc) == []
     assert "Nothing to run" in proc.stdout
+    assert before == {p: p.stat().st_mtime_ns for p in (results / "cells").rglob("*.json")}  # nothing recomputed
+    kept = [k["step"] for k in json.loads((results / "cells" / CELL0 / "retained.json").read_text())["kept"]]
+    assert checkpoint_steps(results, CELL0) == kept  # nothing rebuilt
 
 
 def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
@@ -178,7 +219,8 @@ def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
     mtimes = {p: p.stat().st_mtime_ns for p in (results / "cells" / CELL0).rglob("*.json")}
     pending = [(j["rule"], j["cell"]) for j in plan(config, *grown) if j["status"] == "pending"]
     assert sorted(pending, key=str) == sorted(
-        [("train", CELL1), ("copy_base_eval", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("analyse", None)], key=str
+        [("train", CELL1), ("copy_base_eval", CELL1), ("evaluate", CELL1), ("evaluate", CELL1), ("retain", CELL1), ("analyse", None)],
+        key=str,
     )
     proc = matrixrl("run", "-c", str(config), "--cores", "2", *grown)
     started = jobs_started(proc)
@@ -192,18 +234,19 @@ def test_a_failed_job_is_named_with_its_log(ran):
     # Settle the grid back to one seed, so that nothing but the deletion below changes.
     assert "Nothing to run" not in matrixrl("run", "-c", str(config), "--cores", "2").stdout
     assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2").stdout
-    # A deleted result is recomputed; without its checkpoint, that evaluation fails.
-    shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_2")
-    (results / "cells" / CELL0 / "eval" / "step_2.json").unlink()
+    # A deleted result is recomputed; without its checkpoint, that evaluation fails. (The final
+    # checkpoint: retention keeps it; the deletion of one it pruned is the next test's.)
+    shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_4")
+    (results / "cells" / CELL0 / "eval" / "step_4.json").unlink()
     proc = matrixrl("run", "-c", str(config), "--cores", "2", check=False)
     assert proc.returncode == 1
-    log = results / "logs" / "evaluate" / CELL0 / "step_2.log"
+    log = results / "logs" / "evaluate" / CELL0 / "step_4.log"
     cell = results.resolve() / "cells" / CELL0
     cause = (
-        f"the checkpoint of step 2 is missing ({cell / 'checkpoints' / 'step_2'}), so it cannot be evaluated; "
+        f"the checkpoint of step 4 is missing ({cell / 'checkpoints' / 'step_4'}), so it cannot be evaluated; "
         f"delete {cell / 'train.json'} and run `matrixrl run` again: the cell rebuilds it from its last checkpoint before"
     )
-    assert f"✗ job evaluate (cell={CELL0}, step=2) failed: {cause}; log: {log}" in proc.stderr
+    assert f"✗ job evaluate (cell={CELL0}, step=4) failed: {cause}; log: {log}" in proc.stderr
     assert "Traceback" not in proc.stderr
     # The fix it names works, and rebuilds the same checkpoint: the same accuracy as before.
     first = dict(accuracies(results, CELL0))
@@ -212,15 +255,31 @@ def test_a_failed_job_is_named_with_its_log(ran):
     assert dict(accuracies(results, CELL0)) == first
 
 
+def test_the_deleted_evaluation_of_a_pruned_checkpoint_retrains_the_cell_to_the_same_result(ran):
+    config, results, _, _ = ran
+    first = accuracies(results, CELL0)
+    kept = checkpoint_steps(results, CELL0)
+    record = json.loads((results / "cells" / CELL0 / "retained.json").read_text())
+    pruned = next(step for step in record["pruned"] if step > 0)  # step 0's evaluation needs no checkpoint
+    (results / "cells" / CELL0 / "eval" / f"step_{pruned}.json").unlink()
+    pending = {(j["rule"], j["step"]) for j in plan(config) if j["status"] == "pending"}
+    assert pending == {("train", None), ("evaluate", 2), ("evaluate", 4), ("retain", None), ("analyse", None)}
+    proc = matrixrl("run", "-c", str(config), "--cores", "2")
+    assert f"note: cells/{CELL0}/train.json reruns: evaluations of checkpoints that train.keep_checkpoints deleted" in proc.stderr
+    assert f"train cell={CELL0}" in jobs_started(proc)
+    assert accuracies(results, CELL0) == first
+    assert checkpoint_steps(results, CELL0) == kept  # pruned again
+
+
 def test_a_corrupt_result_file_is_recomputed_by_the_run(ran):
     config, results, _, _ = ran
     bad = results / "cells" / CELL0 / "eval" / "step_4.json"
     good = bad.read_text()
     bad.write_text("{ not json")
     pending = [(j["rule"], j["step"], j["reason"]) for j in plan(config) if j["status"] == "pending"]
-    assert pending == [("evaluate", 4, "unreadable"), ("analyse", None, "upstream")]
+    assert pending == [("evaluate", 4, "unreadable"), ("retain", None, "upstream"), ("analyse", None, "upstream")]
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
-    assert jobs_started(proc) == [f"evaluate cell={CELL0}, step=4", "analyse"]
+    assert sorted(jobs_started(proc)) == ["analyse", f"evaluate cell={CELL0}, step=4", f"retain cell={CELL0}"]
     assert json.loads(bad.read_text())["accuracy"] == json.loads(good)["accuracy"]
 
 
@@ -255,9 +314,13 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(ran):
     runtime = ["--set", "train.threads=2", "--set", "eval.batch_size=5"]
     assert {j["status"] for j in plan(config, *runtime)} == {"done"}
     assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2", *runtime).stdout
-    # An evaluation setting reruns the evaluations (and the analysis), not the training.
+    # An evaluation setting reruns the evaluations (and the analysis); the training too, here,
+    # because retention deleted checkpoints the new evaluations need: the cell retrains to rebuild them.
     pending = {(j["rule"], j["step"]) for j in plan(config, "--set", "eval.temperature=0.5") if j["status"] == "pending"}
-    assert pending == {("evaluate_base", 0), ("copy_base_eval", 0), ("evaluate", 2), ("evaluate", 4), ("analyse", None)}
+    assert pending == {
+        ("evaluate_base", 0), ("copy_base_eval", 0), ("train", None), ("evaluate", 2), ("evaluate", 4), ("retain", None),
+        ("analyse", None),
+    }
 
 
 def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints(ran):

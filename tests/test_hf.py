@@ -305,17 +305,19 @@ def test_paper_matrix_plans_every_job_without_loading_a_model():
     n_evals = train["steps"] // train["eval_every"] + 1 + (train["steps"] % train["eval_every"] != 0)
     # Step 0 is each (workflow, task, scale)'s base model, evaluated once and copied into each run.
     n_base_evals = len(grid["workflow"]) * len(grid["task"]) * len(grid["scale"])
-    expected = n_runs * (1 + n_evals) + n_base_evals + len(grid["scale"]) + 1  # + a base check per scale + analyse
+    # + retain per run, the base evaluations, a base check per scale, analyse
+    expected = n_runs * (2 + n_evals) + n_base_evals + len(grid["scale"]) + 1
 
     result = run_cli("plan", "-c", PAPER, "--format", "json")
     assert result.exit_code == 0, result.output
     jobs = json.loads(result.stdout)
     assert (n_cells, n_runs, n_evals) == (48, 42, 51)
-    assert len(jobs) == expected == 2212
-    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "analyse")}
+    assert len(jobs) == expected == 2254
+    rules = ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "retain", "analyse")
+    counts = {rule: sum(j["rule"] == rule for j in jobs) for rule in rules}
     assert counts == {
         "prepare_base": 3, "evaluate_base": n_base_evals, "train": n_runs, "copy_base_eval": n_runs,
-        "evaluate": n_runs * (n_evals - 1), "analyse": 1,
+        "evaluate": n_runs * (n_evals - 1), "retain": n_runs, "analyse": 1,
     }
     assert all(j["status"] == "pending" for j in jobs)
 

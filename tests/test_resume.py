@@ -110,7 +110,7 @@ def test_only_complete_checkpoints_of_these_settings_count(study, tmp_path):
     assert latest_checkpoint(cell_dir, digest) == 6
     _, lines = train(study, cell_dir, "train.steps=8")
     assert lines[:3] == [
-        f"removing step_8.tmp from {cell_dir / 'checkpoints'}: unfinished writes of a stopped run",
+        f"removing step_8.tmp from {cell_dir / 'checkpoints'}: unfinished writes or removals of a stopped run",
         "checkpoints at steps 7 were written under other training settings; removing them",
         f"resuming {CELL.id} from its checkpoint at step 6",
     ]

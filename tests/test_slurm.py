@@ -65,7 +65,7 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
         elapsed = time.monotonic() - began
         assert first.returncode == 0, f"{first.stdout}\n{first.stderr}\n{cluster.log_tails()}"
 
-        # Every job but the local analyse ran as a SLURM job with its own SLURM log.
+        # Every job but the local analyse and retain ran as a SLURM job with its own SLURM log.
         slurm_logs = sorted(p.relative_to(results / ".snakemake" / "slurm_logs") for p in (results / ".snakemake" / "slurm_logs").rglob("*.log"))
         by_rule = {}
         for log in slurm_logs:
@@ -98,15 +98,19 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
             results / ".snakemake" / "slurm_logs" / p for p in slurm_logs
         )
 
+        # Retention ran on the submitting host, over the files the cluster jobs wrote: the final checkpoint stays.
+        assert (results / "cells" / CELL0 / "retained.json").exists()
+        assert (results / "cells" / CELL0 / "checkpoints" / "step_4" / "COMPLETE").exists()
+
         # A job that fails on the cluster is named with its cell and log.
         import shutil
 
-        shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_2")
-        (results / "cells" / CELL0 / "eval" / "step_2.json").unlink()
+        shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_4")
+        (results / "cells" / CELL0 / "eval" / "step_4.json").unlink()
         failed = matrixrl("run", "-c", str(config), "--profile", str(profile), "--cores", "2")
         print(failed.stderr)
         assert failed.returncode == 1
-        log = results / "logs" / "evaluate" / CELL0 / "step_2.log"
-        assert f"✗ job evaluate (cell={CELL0}, step=2) failed: the checkpoint of step 2 is missing" in failed.stderr
+        log = results / "logs" / "evaluate" / CELL0 / "step_4.log"
+        assert f"✗ job evaluate (cell={CELL0}, step=4) failed: the checkpoint of step 4 is missing" in failed.stderr
         assert f"; log: {log}" in failed.stderr
     print(f"\nSLURM grid: first run {elapsed:.0f} s")

@@ -20,7 +20,9 @@ from tests.test_e2e import jobs_started, matrixrl, small_experiment
 
 pytestmark = pytest.mark.slow
 
-GRID = {"grid.workflow": ["single", "voting"], "grid.policy": ["shared", "isolated"]}
+# Every checkpoint kept, so that no change here needs a deleted one rebuilt (tests/test_retention.py and
+# test_e2e.py cover that); the "prune" change below switches retention on.
+GRID = {"grid.workflow": ["single", "voting"], "grid.policy": ["shared", "isolated"], "train.keep_checkpoints": "all"}
 
 
 def load(config: Path, results: Path, *sets: str):
@@ -80,30 +82,37 @@ def _mark_incomplete(results: Path, output: str) -> None:
 
 CHANGES = {
     "nothing": ([], lambda results: None, set()),
-    "new seed": (["grid.seed=[0, 1]"], lambda results: None, {"train", "copy_base_eval", "evaluate", "analyse"}),
-    "training setting": (["train.lr=2e-3"], lambda results: None, {"train", "copy_base_eval", "evaluate", "analyse"}),
-    "evaluation setting": (
-        ["eval.temperature=0.5"], lambda results: None, {"evaluate_base", "copy_base_eval", "evaluate", "analyse"}
+    "new seed": (["grid.seed=[0, 1]"], lambda results: None, {"train", "copy_base_eval", "evaluate", "retain", "analyse"}),
+    "training setting": (
+        ["train.lr=2e-3"], lambda results: None, {"train", "copy_base_eval", "evaluate", "retain", "analyse"}
     ),
+    "evaluation setting": (
+        ["eval.temperature=0.5"], lambda results: None,
+        {"evaluate_base", "copy_base_eval", "evaluate", "retain", "analyse"},
+    ),
+    "prune": (["train.keep_checkpoints=key"], lambda results: None, {"retain"}),
     "analysis setting": (["analysis.cliff_delta=0.2"], lambda results: None, {"analyse"}),
     "runtime setting": (["train.threads=2", "eval.batch_size=5"], lambda results: None, set()),
-    "deleted evaluation": ([], lambda r: (r / "cells" / CELL / "eval" / "step_2.json").unlink(), {"evaluate", "analyse"}),
+    "deleted evaluation": (
+        [], lambda r: (r / "cells" / CELL / "eval" / "step_2.json").unlink(), {"evaluate", "retain", "analyse"}
+    ),
     "deleted training": (
-        [], lambda r: (r / "cells" / CELL / "train.json").unlink(), {"train", "evaluate", "analyse"}
+        [], lambda r: (r / "cells" / CELL / "train.json").unlink(), {"train", "evaluate", "retain", "analyse"}
     ),
     "deleted base evaluation": (
         [], lambda r: [p.unlink() for p in (r / "base" / "tiny-s" / "eval").glob("voting-*.json")],
-        {"evaluate_base", "copy_base_eval", "analyse"},
+        {"evaluate_base", "copy_base_eval", "retain", "analyse"},
     ),
     "killed training (checkpoints, no result)": (
         [], lambda r: ((r / "cells" / CELL / "train.json").unlink(), _mark_incomplete(r, f"cells/{CELL}/train.json")),
-        {"train", "evaluate", "analyse"},
+        {"train", "evaluate", "retain", "analyse"},
     ),
     "killed evaluation that had written its file": (
-        [], lambda r: _mark_incomplete(r, f"cells/{CELL}/eval/step_4.json"), {"evaluate", "analyse"}
+        [], lambda r: _mark_incomplete(r, f"cells/{CELL}/eval/step_4.json"), {"evaluate", "retain", "analyse"}
     ),
     "corrupt result file": (
-        [], lambda r: (r / "cells" / CELL / "eval" / "step_4.json").write_text("{ not json"), {"evaluate", "analyse"}
+        [], lambda r: (r / "cells" / CELL / "eval" / "step_4.json").write_text("{ not json"),
+        {"evaluate", "retain", "analyse"},
     ),
     "touched training result": (
         [], lambda r: os.utime(r / "cells" / CELL / "train.json"), set()

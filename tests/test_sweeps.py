@@ -56,7 +56,7 @@ BAD = [
     ),
     (
         "grid.train.stepz=[1, 2]",
-        "grid.train.stepz: unknown key; valid keys here: steps, eval_every, checkpoint_every, problems_per_step, "
+        "grid.train.stepz: unknown key; valid keys here: steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, "
         "group_size, lr, ppo_epochs, temperature, max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, "
         "max_grad_norm, threads, kl_beta, kl_beta_roles, damper, damper_roles, damper_window, advantage_group",
     ),
@@ -338,7 +338,7 @@ def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(
     # A second value: its cell alone trains; the first one's files stay as they were, and its
     # step 0 is a copy of the base model's one evaluation (a learning rate cannot change it).
     two = ["--set", "grid.train.lr=[1.0e-4, 3.0e-4]"]
-    assert pending(config, *two) == ["train", "copy_base_eval", "evaluate", "evaluate", "analyse"]
+    assert pending(config, *two) == ["train", "copy_base_eval", "evaluate", "evaluate", "retain", "analyse"]
     assert trained(matrixrl("run", "-c", str(config), "--cores", "2", *two)) == [f"{cell}-lr=0.0003"]
     assert {k: v for k, v in snapshot(results).items() if k in before} == before
     rows = json.loads(matrixrl("report", "-c", str(config), *two, "--format", "json").stdout)

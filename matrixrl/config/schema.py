@@ -88,6 +88,13 @@ class Train(Strict):
     checkpoint_every: int | None = Field(
         None, ge=1, description="extra resume checkpoints every N steps, not evaluated (default: eval_every only)"
     )
+    keep_checkpoints: Literal["key", "all"] = Field(
+        "key",
+        description="which checkpoints stay once all of a cell's evaluations are done (matrixrl.retention): key: "
+        "the latest resume point, the peak, the final and the cliff's onset with one evaluated checkpoint on "
+        "each side; all: every one. Deleted checkpoints' evaluations stay done and stored",
+        json_schema_extra=RUNTIME,
+    )
     problems_per_step: int = Field(8, ge=1, description="training problems drawn per step, seeded by (seed, step)")
     group_size: int = Field(
         8, ge=2, description="rollouts per problem: the GRPO group whose rewards set each other's advantages"

@@ -54,9 +54,16 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
     from matrixrl.models.hf import needs_gpu
 
     if not Path(checkpoint).is_dir():
-        train_file = (L.cell_dir_of(checkpoint) / L.TRAIN_FILE).resolve()
+        from matrixrl.retention import pruned_steps
+
+        cell_dir = L.cell_dir_of(checkpoint)
+        train_file = (cell_dir / L.TRAIN_FILE).resolve()
+        what = f"the checkpoint of step {step} is missing ({Path(checkpoint).resolve()})"
+        if step in pruned_steps(cell_dir, spec.resume_digest()):  # `matrixrl run` would have retrained the cell
+            record = (cell_dir / L.RETENTION_FILE).resolve()
+            what = f"the checkpoint of step {step} was deleted after its evaluation ({record})"
         raise UserError(
-            f"the checkpoint of step {step} is missing ({Path(checkpoint).resolve()}), so it cannot be evaluated; delete "
+            f"{what}, so it cannot be evaluated; delete "
             f"{train_file} and run `matrixrl run` again: the cell rebuilds it from its last checkpoint before"
         )
 

@@ -33,7 +33,6 @@ where it stopped, and any other change of a training setting starts afresh.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -52,6 +51,7 @@ from matrixrl.layout import checkpoint_dir, checkpoints_dir
 from matrixrl.models.policies import Policy
 from matrixrl.tasks import Task
 from matrixrl.train.cell import build_cell
+from matrixrl.train.checkpoints import COMPLETE, complete_checkpoints, is_step_dir, latest_checkpoint
 from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
 from matrixrl.train.interventions import Damper, kl_k3, needs_reference, role_value
@@ -61,7 +61,6 @@ from matrixrl.workflows import Workflow
 from matrixrl.workflows.base import Generate
 
 STATE_FILE = "trainer_state.pt"
-COMPLETE = "COMPLETE"
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -72,40 +71,6 @@ def init_seed(seed: int) -> int:
     """Seeds what building the policy draws (LoRA's initial A matrices), whatever the
     process drew before: a cell's initial adapters depend on its seed alone."""
     return int(np.random.SeedSequence([seed, 0x1A17]).generate_state(1)[0])
-
-
-_STEP_DIR = re.compile(r"step_(\d+)")
-
-
-def checkpoint_digest(folder: Path) -> str | None:
-    """The resume digest a complete checkpoint was written under (None: incomplete, or
-    written before checkpoints recorded one)."""
-    try:
-        marker = json.loads((folder / COMPLETE).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker.get("resume_digest") if isinstance(marker, dict) else None
-
-
-def complete_checkpoints(cell_dir: Path) -> dict[int, str | None]:
-    """Step → resume digest of every checkpoint folder (``step_N``) that was written completely."""
-    found = {}
-    for folder in checkpoints_dir(cell_dir).glob("step_*"):
-        match = _STEP_DIR.fullmatch(folder.name)  # not step_N.tmp, a write a kill interrupted
-        if match and (folder / COMPLETE).exists():
-            found[int(match.group(1))] = checkpoint_digest(folder)
-    return found
-
-
-def latest_checkpoint(cell_dir: Path, digest: str | None = None, up_to: int | None = None) -> int | None:
-    """The newest complete checkpoint, or (``digest``) the newest written under that
-    resume digest, at most ``up_to`` steps in."""
-    steps = [
-        step
-        for step, written_under in complete_checkpoints(cell_dir).items()
-        if (digest is None or written_under == digest) and (up_to is None or step <= up_to)
-    ]
-    return max(steps, default=None)
 
 
 def resume_point(
@@ -120,9 +85,9 @@ def resume_point(
     from the last checkpoint before it, and replays the same steps.
     """
     folder = checkpoints_dir(cell_dir)
-    leftovers = sorted(p.name for p in folder.glob("*") if not _STEP_DIR.fullmatch(p.name)) if folder.is_dir() else []
+    leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []
     if leftovers:
-        log(f"removing {', '.join(leftovers)} from {folder}: unfinished writes of a stopped run")
+        log(f"removing {', '.join(leftovers)} from {folder}: unfinished writes or removals of a stopped run")
         for name in leftovers:
             path = folder / name
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
