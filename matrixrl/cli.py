@@ -528,20 +528,21 @@ def report(
 
 
 def _unfinished_note(study) -> str | None:
-    """On stderr under a report, while a run works (or after one stopped): the cells whose
-    rows hold only part of their results, so far."""
+    """On stderr under a report while a run works: the cells whose rows hold only part
+    of their results, so far."""
     from matrixrl.snake import live_runs
 
+    if not live_runs(study.results_dir):
+        return None
     progress = study.progress()
     unfinished = progress[progress["status"] != "done"]
     if unfinished.empty:
         return None
-    going = "a run is at them" if live_runs(study.results_dir) else "no run is going: `matrixrl run` finishes them"
     shown = [f"{row.cell} ({row.evaluated}/{row.checkpoints} checkpoints)" for row in unfinished.head(4).itertuples()]
     more = f" and {len(unfinished) - 4} more" if len(unfinished) > 4 else ""
     return (
-        f"note: {len(unfinished)} of {len(progress)} cells are not finished ({going}); the tables show what is "
-        f"done so far: {', '.join(shown)}{more}"
+        f"note: a run is going: {len(unfinished)} of {len(progress)} cells are not finished; the tables show what "
+        f"is done so far: {', '.join(shown)}{more}"
     )
 
 

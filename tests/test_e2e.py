@@ -470,15 +470,22 @@ def test_a_report_before_the_run_ends_names_the_cells_not_finished(ran):
     config, results, _, _ = ran
     (results / "cells" / CELL0 / "eval" / "step_4.json").unlink()  # as while its evaluation runs
     import matrixrl as api
+    from matrixrl import layout as L
+    from matrixrl.snake import _write_record
 
     progress = api.Study.load(config).progress()
     assert progress[["cell", "evaluated", "checkpoints", "status"]].values.tolist() == [[CELL0, 2, 3, "in progress"]]
-    proc = matrixrl("report", "-c", str(config))
+    assert "not finished" not in matrixrl("report", "-c", str(config)).stderr  # no run going: results as they stand
+    record = results / L.run_record(os.getpid())  # this process, recorded as a run going (what `run` writes)
+    _write_record(record, os.getpid())
+    try:
+        proc = matrixrl("report", "-c", str(config))
+    finally:
+        record.unlink()
     assert proc.stderr.strip().splitlines()[-1] == (
-        "note: 1 of 1 cells are not finished (no run is going: `matrixrl run` finishes them); "
-        f"the tables show what is done so far: {CELL0} (2/3 checkpoints)"
+        "note: a run is going: 1 of 1 cells are not finished; the tables show what is done so far: "
+        f"{CELL0} (2/3 checkpoints)"
     )
     assert "0.0" in proc.stdout  # the rows so far are still printed
     matrixrl("run", "-c", str(config), "--cores", "2")
     assert api.Study.load(config).progress()["status"].tolist() == ["done"]
-    assert "not finished" not in matrixrl("report", "-c", str(config)).stderr

@@ -65,15 +65,16 @@ def test_grid_runs_as_slurm_jobs_and_reruns_nothing(tmp_path):
         elapsed = time.monotonic() - began
         assert first.returncode == 0, f"{first.stdout}\n{first.stderr}\n{cluster.log_tails()}"
 
-        # Every job but the local analyse and retain ran as a SLURM job with its own SLURM log.
+        # Every job but the local copy_base_eval, retain and analyse ran as a SLURM job with its own SLURM log.
         slurm_logs = sorted(p.relative_to(results / ".snakemake" / "slurm_logs") for p in (results / ".snakemake" / "slurm_logs").rglob("*.log"))
         by_rule = {}
         for log in slurm_logs:
             by_rule.setdefault(log.parts[0], []).append(log)
         assert {rule: len(logs) for rule, logs in by_rule.items()} == {
             "rule_prepare_base": 1,
+            "rule_evaluate_base": 1,  # step 0, the base model's evaluation
             "rule_train": 1,
-            "rule_evaluate": 3,
+            "rule_evaluate": 2,
         }, slurm_logs
         slurm_ids = {log.stem for log in slurm_logs}
         assert all(i.isdigit() for i in slurm_ids) and len(slurm_ids) == 5
