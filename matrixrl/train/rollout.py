@@ -27,6 +27,7 @@ token). Keyed samples are a pure function of the seed and of each prompt's place
 the workflow's calls, so they do not depend on the batch size, on other threads
 (evaluations run as threads of one process) or on anything drawn before.
 """
+
 from __future__ import annotations
 
 import torch
