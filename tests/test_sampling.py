@@ -180,16 +180,16 @@ def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokeni
     assert draw() == shared
 
 
-def stopping_after(model, eos: int, tokens: list[int]):
-    """``model`` with EOS made the most likely token after any of ``tokens`` (rows stop
-    at different steps)."""
-    forward, after = model.forward, torch.tensor(tokens)
+def stopping_at(model, eos: int, every: int):
+    """``model`` with EOS (all but) certain as the next token of a position that is a
+    multiple of ``every``: rows of prompts of other lengths stop at other steps."""
+    forward = model.forward
 
     @functools.wraps(forward)  # generate reads the signature (position_ids, logits_to_keep)
     def stopping_forward(*args, **kwargs):
         out = forward(*args, **kwargs)
-        at = torch.isin(kwargs["input_ids"][:, -1], after)
-        out.logits[at, -1, eos] = out.logits[at, -1].max(dim=-1).values + 1.0
+        at = kwargs["position_ids"][:, -1] % every == 0
+        out.logits[at, -1, eos] = out.logits[at, -1].max(dim=-1).values + 50.0
         return out
 
     model.forward = stopping_forward
@@ -204,10 +204,11 @@ def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_
     policy = build_policy("shared", build_tiny_model(TINY, tokenizer, seed=0), ("generator",), Policies(adapter=adapter))
     model = policy.model_for("generator")
     model = model.get_base_model() if adapter == "lora" else model  # the causal LM under the adapters
-    stopping_after(model, tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(list("m13579")))
+    stopping_at(model, tokenizer.eos_token_id, every=5)
     batches: list[int] = []
     model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
-    # Unequal lengths (padding), repeats (the shared prompt cache), and a batch with no padding at all.
+    # Prompts of 4 to 7 tokens (padding; the unpadded rows of 7 stop last), repeats (the
+    # shared prompt cache), and a batch with no padding at all.
     calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8]
     for sampling in (dict(sample=False, temperature=1.0), dict(sample=True, temperature=0.7), dict(sample=True, temperature=0.7, seed=3)):
         for prompts in calls:

@@ -143,9 +143,9 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None):
 
 
 # --- choosing tokens -------------------------------------------------------------------
-# A chooser picks the next token of the active rows: ``choose(scores, rows, step)`` with
-# the float32 logits of the rows still generating, their indices in the batch and the
-# step (0-based). Each is the decision transformers' generate makes for the same row.
+# A chooser picks the next token of the rows computed: ``choose(scores, rows, step)`` with
+# their float32 logits, their indices in the batch and the step (0-based). Each row's
+# choice is the one transformers' generate makes for it, whatever the other rows.
 
 
 def greedy_chooser():
@@ -186,6 +186,8 @@ class SampledChooser:
 # whose sums round differently; a batch that shrinks keeps finished rows along up to
 # this size, so that a row's logits never depend on how many others are still generating.
 MIN_BATCH_ROWS = 4
+# Dropping rows copies the whole cache; it waits until this share of the rows computed has finished.
+COMPACT_SHARE = 1 / 8
 
 
 @torch.no_grad()
@@ -196,16 +198,18 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
 
     The calls to the model are the ones ``generate`` makes (the same inputs, positions,
     mask, logits of the last position in float32; no mask when nothing is padded, as
-    generate drops an all-ones mask), with one difference: a row that has emitted its
-    EOS leaves the batch and its cache rows are dropped, instead of being fed padding
-    to the end of the call (down to ``MIN_BATCH_ROWS`` rows, below which finished rows
-    ride along). The remaining rows' logits are bit for bit those generate computes.
+    generate drops an all-ones mask), with one difference: rows that have emitted
+    their EOS leave the batch and their cache rows are dropped, instead of being fed
+    padding to the end of the call (once ``COMPACT_SHARE`` of the batch has finished,
+    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along). The
+    remaining rows' logits are bit for bit those generate computes.
 
     The cache is transformers' ``DynamicCache``: it follows the batch as rows leave
     (``batch_select_indices``) and grows by one position per step. A ``StaticCache``
     (preallocated, for ``torch.compile`` and CUDA graphs) fixes the batch size and the
     length at allocation: rows could not leave, and every call, whose batch and prompt
-    width differ from the last one's, would be a new shape to compile for.
+    width differ from the last one's, would be a new shape to compile for
+    (bench/gpu.py times transformers' generate with it, to check the choice on a GPU).
     """
     from transformers import DynamicCache
 
@@ -225,32 +229,37 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
     tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
     lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
     for step in range(max_new_tokens):
+        attention = None
+        if padded:
+            # One query token: the boolean mask generate's 2D mask becomes. As a 2D mask, once
+            # the padded rows have left, transformers would drop it (nothing masked) and SDPA
+            # would take its unmasked path, which rounds differently.
+            attention = mask.bool()[:, None, None, :] if inputs.shape[1] == 1 else mask
         logits = model(
             input_ids=inputs,
-            attention_mask=mask if padded else None,
+            attention_mask=attention,
             position_ids=positions,
             cache=cache,
             use_cache=True,
             logits_to_keep=1,
         ).logits
-        scores = logits[:, -1].to(dtype=torch.float32)
-        every = bool(live.all())
-        chosen = choose(scores if every else scores[live], rows if every else rows[live], step)
-        next_tokens = chosen if every else torch.full_like(rows, pad).masked_scatter(live, chosen)
-        tokens[rows[live], step] = chosen
-        ended = live & (next_tokens == eos)
-        lengths[rows[ended]] = step + 1
+        # Rows riding along are chosen for too (each row's choice is its own); only live ones count.
+        chosen = choose(logits[:, -1].to(dtype=torch.float32), rows, step)
+        tokens[rows, step] = chosen
+        ended = live & (chosen == eos)
+        lengths[rows] = torch.where(ended, step + 1, lengths[rows])
         live &= ~ended
-        if step + 1 == max_new_tokens or not bool(live.any()):
+        going = int(live.sum())  # the step's one wait for the device
+        if step + 1 == max_new_tokens or going == 0:
             break
-        going = int(live.sum())
-        if max(going, floor) < rows.shape[0]:
+        computed = rows.shape[0]
+        if computed - max(going, floor) >= max(1, computed * COMPACT_SHARE):
             keep = live.nonzero().squeeze(1)
             if going < floor:  # the first finished rows ride along
                 keep = torch.cat([keep, (~live).nonzero().squeeze(1)[: floor - going]]).sort().values
-            rows, live, next_tokens, positions, mask = rows[keep], live[keep], next_tokens[keep], positions[keep], mask[keep]
+            rows, live, chosen, positions, mask = rows[keep], live[keep], chosen[keep], positions[keep], mask[keep]
             cache.batch_select_indices(keep)
-        inputs = next_tokens[:, None]
+        inputs = torch.where(live, chosen, pad)[:, None]  # finished rows are fed padding, as by generate
         positions = positions[:, -1:] + 1
         if padded:
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
