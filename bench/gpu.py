@@ -120,6 +120,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
 
     import torch
+    from transformers.utils import logging as hf_logging
 
     from matrixrl.config import Policies, Train
     from matrixrl.models.hf import ModelSource, resolve_device, resolve_dtype
@@ -127,8 +128,6 @@ def main() -> None:
     from matrixrl.train.rollout import SampledChooser, decode
     from matrixrl.train.trainer import make_optimizers, update_policy
     from matrixrl.workflows.base import Completion, Episode, Turn
-
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +178,7 @@ def main() -> None:
                 with torch.no_grad():
                     seconds = median_seconds(hf_generate, on, args.repeats)
                 print(f"hf generate ({cache or 'dynamic'} cache): {b * t / seconds:,.0f} tok/s, {seconds:.3f} s per call "
-                      f"({total_s / seconds:.2f}x decode's time)")
+                      f"(decode takes {total_s / seconds:.2f}x its time)")
 
         policy = build_policy("shared", model, ("generator",), Policies(adapter=args.adapter))
         cfg = Train(max_new_tokens=t)
