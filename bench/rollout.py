@@ -111,6 +111,7 @@ def main() -> None:
             f"{'workflow':13s} {'calls':>5s} {'compl':>5s} {'tokens':>6s} {'prompt tok':>10s} {'new tok/s':>9s} {'old tok/s':>9s} "
             f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/old':>7s} {'new/unsh':>8s}"
         )
+        differ = []  # workflows whose rollouts decode and generate sampled differently
         for name in WORKFLOWS:
             workflow = build_workflow(name, None, style)
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
@@ -151,6 +152,8 @@ def main() -> None:
                     measured["unshared"] = timed(lambda: workflow.run(batch, groups, new))
                 finally:
                     rollout.prefilled_cache = shared_cache
+                if [c.completion_ids for c in measured["new"][1]] != [c.completion_ids for c in measured["old"][1]]:
+                    differ.append(name)
                 if repeat:
                     for key, (seconds, completions) in measured.items():
                         rates[key].append(sum(len(c.completion_ids) for c in completions) / seconds)
@@ -162,6 +165,7 @@ def main() -> None:
                 f"{rate['plain']:11.0f} {rate['old'] / rate['plain']:9.2f} {rate['new'] / rate['plain']:9.2f} "
                 f"{rate['new'] / rate['old']:6.2f}x {rate['new'] / rate['unshared']:7.2f}x"
             )
+        print(f"new and old sampled the same tokens: {'in every rollout' if not differ else 'NOT in ' + ', '.join(sorted(set(differ)))}")
 
 
 if __name__ == "__main__":
