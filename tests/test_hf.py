@@ -119,6 +119,30 @@ def test_dtype_and_device_resolution():
     assert (tiny.path, tiny.device, tiny.dtype, tiny.pretrained) == ("base/tiny-s/model", "cpu", "float32", False)
 
 
+def test_the_gpu_bench_runs_on_cpu_with_a_tiny_model(monkeypatch, capsys):
+    """bench/gpu.py, the first measurement on a GPU, runs end to end here (in this process: no
+    second import of torch) and prints every figure; with a peak given, MFU is a percentage."""
+    import runpy
+
+    import torch
+
+    threads = torch.get_num_threads()
+    argv = ["gpu.py", "--model", "tiny", "--batch", "4", "--prompt", "6", "--new", "4", "--repeats", "1", "--device", "cpu", "--peak-tflops", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        runpy.run_path(str(REPO / "bench" / "gpu.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    lines = {line.split(":")[0].split(" (")[0]: line for line in out.splitlines()}
+    assert lines["device"].startswith("device: cpu; dtype float32; attention sdpa; peak 1 TFLOP/s")
+    assert "matmul parameters N = 0.31 M" in lines["model"]  # tiny-s: 2 layers of 147k + the 101 x 128 head
+    assert "prefill" in lines["generate"] and "decode" in lines["generate"] and "s per call" in lines["generate"]
+    assert lines["generate"].count("MFU ") == 2 and "MFU n/a" not in out
+    updates = [line for line in out.splitlines() if line.startswith("update (lora")]
+    assert len(updates) == 2 and all("s per step" in u and "MFU " in u for u in updates)
+
+
 @pytest.mark.skipif(gpu_count() > 0, reason="checks the error of a machine without a GPU")
 def test_device_cuda_without_a_gpu_is_one_line():
     with pytest.raises(ModelLoadError) as exc:

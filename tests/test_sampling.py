@@ -4,6 +4,7 @@ evaluation's accuracy, standard error and pass@k are computed as documented."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -33,17 +34,22 @@ class OnePolicy:
         return self.model
 
 
-class Scripted(torch.nn.Module):
-    """A stand-in model whose generate() appends a fixed continuation to every prompt."""
+def scripted(tokenizer, continuation: list[int]):
+    """A tiny model whose i-th forward pass puts all the probability on ``continuation[i]``,
+    whatever the prompt: greedy decoding follows the script."""
+    model = build_tiny_model(TINY, tokenizer, seed=0)
+    forward, passes = model.forward, []
 
-    def __init__(self, continuation: list[int]):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.continuation = continuation
+    @functools.wraps(forward)
+    def scripted_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits = torch.full_like(out.logits, -1e4)
+        out.logits[..., continuation[len(passes)]] = 0.0
+        passes.append(1)
+        return out
 
-    def generate(self, input_ids, **kwargs):
-        tail = torch.tensor([self.continuation] * input_ids.shape[0])
-        return torch.cat([input_ids, tail], dim=1)
+    model.forward = scripted_forward
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def tokenizer():
 def test_a_pad_sampled_mid_answer_is_in_the_scored_text_as_in_the_trained_tokens(tokenizer) -> None:
     two, one = tokenizer.convert_tokens_to_ids(["2", "1"])
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    generate = make_generate(OnePolicy(Scripted([two, pad, one, eos, pad])), tokenizer, max_new_tokens=5, temperature=1.0, sample=False)
+    generate = make_generate(OnePolicy(scripted(tokenizer, [two, pad, one, eos, pad])), tokenizer, max_new_tokens=5, temperature=1.0, sample=False)
     (completion,) = generate("generator", ["4+8+9="])
     # Trained on: up to and including the EOS (what follows is generate's padding).
     assert completion.completion_ids == [two, pad, one, eos]
@@ -172,3 +178,54 @@ def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokeni
     shared = draw()
     monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
     assert draw() == shared
+
+
+def stopping_at(model, eos: int, every: int):
+    """``model`` with EOS (all but) certain as the next token of a position that is a
+    multiple of ``every``: rows of prompts of other lengths stop at other steps."""
+    forward = model.forward
+
+    @functools.wraps(forward)  # generate reads the signature (position_ids, logits_to_keep)
+    def stopping_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        at = kwargs["position_ids"][:, -1] % every == 0
+        out.logits[at, -1, eos] = out.logits[at, -1].max(dim=-1).values + 50.0
+        return out
+
+    model.forward = stopping_forward
+    return model
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_leave_the_batch(tokenizer, adapter) -> None:
+    from matrixrl.config import Policies
+    from matrixrl.models.policies import build_policy
+
+    policy = build_policy("shared", build_tiny_model(TINY, tokenizer, seed=0), ("generator",), Policies(adapter=adapter))
+    model = policy.model_for("generator")
+    model = model.get_base_model() if adapter == "lora" else model  # the causal LM under the adapters
+    stopping_at(model, tokenizer.eos_token_id, every=5)
+    batches: list[int] = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    # Prompts of 4 to 7 tokens (padding; the unpadded rows of 7 stop last), repeats (the
+    # shared prompt cache), and a batch with no padding at all.
+    calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8]
+    for sampling in (dict(sample=False, temperature=1.0), dict(sample=True, temperature=0.7), dict(sample=True, temperature=0.7, seed=3)):
+        for prompts in calls:
+            got = {}
+            for reference in (True, False):
+                generate = make_generate(policy, tokenizer, max_new_tokens=9, use_hf_generate=reference, **sampling)
+                torch.manual_seed(11)
+                batches.clear()
+                got[reference] = (generate("generator", prompts), list(batches), torch.rand(1))
+            (expected, hf_batches, hf_after), (completions, batches_seen, after) = got[True], got[False]
+            assert [c.completion_ids for c in completions] == [c.completion_ids for c in expected], sampling
+            assert [c.text for c in completions] == [c.text for c in expected]
+            assert [c.entropy_sum for c in completions] == pytest.approx([c.entropy_sum for c in expected], rel=1e-6)
+            assert torch.equal(after, hf_after), "torch's generator must advance as under generate"
+            lengths = {len(c.completion_ids) for c in completions}
+            if len(prompts) > 8:
+                assert len(lengths) > 1 and min(lengths) < 9
+                # After the shared prompts' prefill, generate computes every row at every
+                # step; here finished rows left the batch.
+                assert set(hf_batches[1:]) == {len(prompts)} and batches_seen[-1] < len(prompts)

@@ -51,7 +51,9 @@ def load_causal_lm(folder, dtype: str = "float32", device: str = "cpu", revision
 
     hf_logging.disable_progress_bar()  # one bar per load drowns job logs and benchmarks
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), revision=revision)
+    # SDPA: torch's fused attention (flash / memory-efficient kernels on a GPU), with no
+    # extra package (flash-attn is not a dependency); transformers' default, made explicit.
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), revision=revision, attn_implementation="sdpa")
     model.to(device)
     model.eval()
     return model

@@ -1,4 +1,4 @@
-"""Batched generation for workflows: one ``generate`` call per role and stage.
+"""Batched generation for workflows: one call per role and stage, decoded by ``decode``.
 
 Prompts arrive as text, already in their style's final form (a chat prompt is the
 rendered chat template, special tokens included), and are tokenized without adding
@@ -12,7 +12,13 @@ sampled mid-answer shows in the text the task scores, as it does in the update.
 Prompts that repeat within a call (a group's rollouts of one problem, parallel
 agents, evaluation samples) are encoded once: their KV cache, all but the last prompt
 token, is computed per distinct prompt and copied to every row that repeats it, and
-generate continues from there. It is the same computation as encoding every row.
+decoding continues from there. It is the same computation as encoding every row.
+
+``decode`` makes the model calls transformers' ``generate`` makes and picks the same
+tokens, but a row that has emitted its EOS leaves the batch, where generate would
+feed it padding until the longest row ends (a workflow's later stages and
+evaluations stop most rows early). ``make_generate(use_hf_generate=True)`` decodes
+with generate itself: the reference the tests compare to.
 
 Three ways to pick tokens: sampling from torch's global generator (training; each
 step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperature
@@ -58,9 +64,17 @@ def keyed_uniform(keys: torch.Tensor, position: int, vocab: int) -> torch.Tensor
     return (bits.double() + 0.5) / float(1 << 53)
 
 
+def keyed_scores(scores: torch.Tensor, keys: torch.Tensor, position: int, temperature: float) -> torch.Tensor:
+    """``scores / temperature`` plus Gumbel noise keyed per row: their argmax is a sample
+    from softmax(scores / temperature) (the Gumbel-max trick)."""
+    noise = keyed_uniform(keys, position, scores.shape[-1])
+    gumbel = -torch.log(-torch.log(noise))
+    return (scores.double() / temperature + gumbel).to(scores.dtype)
+
+
 class KeyedSampler(LogitsProcessor):
-    """Samples from softmax(logits / temperature) by the Gumbel-max trick, with noise keyed
-    per row (see the module docstring); generate must decode greedily (argmax)."""
+    """Keyed sampling as a processor of transformers' ``generate`` (which must then decode
+    greedily): the reference the decoding loop is tested against."""
 
     def __init__(self, temperature: float, keys: torch.Tensor):
         self.temperature = temperature
@@ -68,20 +82,19 @@ class KeyedSampler(LogitsProcessor):
         self.position = 0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        noise = keyed_uniform(self.keys, self.position, scores.shape[-1])
+        noised = keyed_scores(scores, self.keys, self.position, self.temperature)
         self.position += 1
-        gumbel = -torch.log(-torch.log(noise))
-        return (scores.double() / self.temperature + gumbel).to(scores.dtype)
+        return noised
 
 
 class EntropyRecorder(LogitsProcessor):
-    """Records, for each generated position, the entropy of the distribution sampled from.
+    """Records, for each generated position, the entropy of the distribution sampled from
+    (transformers' ``generate``, the reference path).
 
     Custom processors run before generate's temperature warper, so the scores here
     are the model's logits; dividing by the temperature gives the sampling
     distribution, as the loss sees it (tests/test_policies.py checks this against a
-    fresh forward pass, so a transformers release that reorders them fails there). Recording entropy while sampling spares the
-    update a forward pass over turns it would otherwise skip (zero advantage).
+    fresh forward pass, so a transformers release that reorders them fails there).
     """
 
     def __init__(self, temperature: float):
@@ -93,24 +106,165 @@ class EntropyRecorder(LogitsProcessor):
         return scores
 
 
-def prefilled_cache(model, tokenizer, prompts: list[str], device):
+def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None):
     """A KV cache of ``prompts`` without their last token, computed once per distinct
-    prompt, one row per prompt; None when no prompt repeats (nothing to share)."""
-    distinct = list(dict.fromkeys(prompts))
-    if len(distinct) == len(prompts):
+    prompt, one row per prompt; None when no prompt repeats (nothing to share).
+    ``encoded``: the batch as the tokenizer padded it, when the caller has it already."""
+    row_of: dict[str, int] = {}  # prompt -> its distinct row
+    first: list[int] = []  # distinct row -> the batch row it is first in
+    for i, prompt in enumerate(prompts):
+        if prompt not in row_of:
+            row_of[prompt] = len(first)
+            first.append(i)
+    if len(first) == len(prompts):
         return None
     from transformers import DynamicCache
 
-    # The same prompts as the whole batch, so the same padded width and positions.
-    enc = tokenizer(distinct, return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, mask = enc["input_ids"][:, :-1].to(device), enc["attention_mask"][:, :-1].to(device)
+    if encoded is None:
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    # The first row of each distinct prompt, padded as in the whole batch: the same width and positions.
+    first = torch.tensor(first)
+    ids, mask = encoded["input_ids"][first, :-1].to(device), encoded["attention_mask"][first, :-1].to(device)
     if ids.shape[1] == 0:
         return None
-    cache = DynamicCache()
-    model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), cache=cache, use_cache=True)
-    row_of = {prompt: i for i, prompt in enumerate(distinct)}
+    cache = DynamicCache(config=model.config)
+    # logits_to_keep=1: only the cache is wanted; the logits of every position would be
+    # rows x width x vocab floats (gigabytes for a real vocabulary and chat prompts).
+    model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache.batch_select_indices(torch.tensor([row_of[p] for p in prompts], device=device))
     return cache
+
+
+# --- choosing tokens -------------------------------------------------------------------
+# A chooser picks the next token of the rows computed: ``choose(scores, rows, step)`` with
+# their float32 logits, their indices in the batch and the step (0-based). Each row's
+# choice is the one transformers' generate makes for it, whatever the other rows.
+
+
+def greedy_chooser():
+    return lambda scores, rows, step: scores.argmax(dim=-1)
+
+
+def keyed_chooser(temperature: float, keys: torch.Tensor):
+    """Keyed sampling: each row's noise depends on its key and the step only."""
+    return lambda scores, rows, step: keyed_scores(scores, keys[rows], step, temperature).argmax(dim=-1)
+
+
+class SampledChooser:
+    """Samples from softmax(scores / temperature) with torch's global generator, drawing
+    exactly what ``generate``'s ``torch.multinomial`` draws: for one sample it takes
+    argmax(p / q), q ~ Exp(1), over a (batch, vocab) tensor of noise. The noise is drawn
+    for the whole batch at every step, finished rows included, so the generator
+    advances as it does under generate and every row gets the noise generate would give
+    it: the same tokens, while finished rows are no longer computed.
+
+    Records each step's entropy of the sampling distribution per row (``entropies``,
+    (batch, max_new_tokens)).
+    """
+
+    def __init__(self, temperature: float, batch: int, max_new_tokens: int, device):
+        self.temperature = temperature
+        self.batch = batch
+        self.entropies = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+
+    def __call__(self, scores: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
+        scaled = scores / self.temperature  # exact for temperature 1, as generate skipping the warper
+        self.entropies[rows, step] = entropy_from_logits(scaled)
+        probs = torch.softmax(scaled, dim=-1)
+        noise = torch.empty((self.batch, probs.shape[-1]), dtype=probs.dtype, device=probs.device).exponential_(1)
+        return (probs / noise[rows]).argmax(dim=-1)
+
+
+# Below this many rows a matrix product takes other BLAS kernels (MKL on CPU: 1-3 rows),
+# whose sums round differently; a batch that shrinks keeps finished rows along up to
+# this size, so that a row's logits never depend on how many others are still generating.
+MIN_BATCH_ROWS = 4
+# Dropping rows copies the whole cache; it waits until this share of the rows computed has finished.
+COMPACT_SHARE = 1 / 8
+
+
+@torch.no_grad()
+def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, choose) -> list[list[int]]:
+    """Each row's generated tokens (up to and including its EOS, at most
+    ``max_new_tokens``), from left-padded prompts and, optionally, a ``cache`` of all
+    but their last token (``prefilled_cache``).
+
+    The calls to the model are the ones ``generate`` makes (the same inputs, positions,
+    mask, logits of the last position in float32; no mask when nothing is padded, as
+    generate drops an all-ones mask), with one difference: rows that have emitted
+    their EOS leave the batch and their cache rows are dropped, instead of being fed
+    padding to the end of the call (once ``COMPACT_SHARE`` of the batch has finished,
+    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along). The
+    remaining rows' logits are bit for bit those generate computes (on this project's
+    CPUs: the default grid's training and evaluation results reproduce exactly).
+
+    The cache is transformers' ``DynamicCache``: it follows the batch as rows leave
+    (``batch_select_indices``) and grows by one position per step. A ``StaticCache``
+    (preallocated, for ``torch.compile`` and CUDA graphs) fixes the batch size and the
+    length at allocation: rows could not leave, and every call, whose batch and prompt
+    width differ from the last one's, would be a new shape to compile for
+    (bench/gpu.py times transformers' generate with it, to check the choice on a GPU).
+    """
+    from transformers import DynamicCache
+
+    batch = input_ids.shape[0]
+    device = input_ids.device
+    floor = min(batch, MIN_BATCH_ROWS)
+    padded = not bool(attention_mask.all())
+    mask = attention_mask
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+        inputs = input_ids
+    else:  # the cache holds all but the last prompt token
+        inputs, positions = input_ids[:, -1:], positions[:, -1:]
+    rows = torch.arange(batch, device=device)  # the batch rows being computed
+    live = torch.ones(batch, dtype=torch.bool, device=device)  # ... and which of them still generate
+    tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
+    lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
+    for step in range(max_new_tokens):
+        attention = None
+        if padded:
+            # One query token: the boolean mask generate's 2D mask becomes. As a 2D mask, once
+            # the padded rows have left, transformers would drop it (nothing masked) and SDPA
+            # would take its unmasked path, which rounds differently.
+            attention = mask.bool()[:, None, None, :] if inputs.shape[1] == 1 else mask
+        logits = model(
+            input_ids=inputs,
+            attention_mask=attention,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+        # Rows riding along are chosen for too (each row's choice is its own); only live ones count.
+        chosen = choose(logits[:, -1].to(dtype=torch.float32), rows, step)
+        tokens[rows, step] = chosen
+        ended = live & (chosen == eos)
+        lengths[rows] = torch.where(ended, step + 1, lengths[rows])
+        live &= ~ended
+        going = int(live.sum())  # the step's one wait for the device
+        if step + 1 == max_new_tokens or going == 0:
+            break
+        computed = rows.shape[0]
+        if computed - max(going, floor) >= max(1, computed * COMPACT_SHARE):
+            keep = live.nonzero().squeeze(1)
+            if going < floor:  # the first finished rows ride along
+                keep = torch.cat([keep, (~live).nonzero().squeeze(1)[: floor - going]]).sort().values
+            rows, live, chosen, positions, mask = rows[keep], live[keep], chosen[keep], positions[keep], mask[keep]
+            cache.batch_select_indices(keep)
+        inputs = torch.where(live, chosen, pad)[:, None]  # finished rows are fed padding, as by generate
+        positions = positions[:, -1:] + 1
+        if padded:
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+    return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
 
 
 def make_generate(
@@ -122,12 +276,15 @@ def make_generate(
     sample: bool,
     batch_size: int = 1 << 30,
     seed: int | None = None,
+    use_hf_generate: bool = False,
 ):
     """A ``Generate`` callable over ``policy``.
 
     ``sample``: draws at ``temperature`` from torch's generator and records each
     token's entropy (training), or, with ``seed``, keyed sampling (evaluation; see the
-    module docstring). Otherwise greedy decoding.
+    module docstring). Otherwise greedy decoding. ``use_hf_generate``: decode with
+    transformers' ``generate`` instead of ``decode`` (the same tokens, slower: the
+    reference that tests and bench/rollout.py compare to).
     """
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
@@ -146,44 +303,69 @@ def make_generate(
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
             enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-            recorder = None
+            ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+            keys = None
             if keyed:
                 rows = torch.arange(start, start + len(chunk), dtype=torch.int64)  # places in this call
-                processor = KeyedSampler(temperature, splitmix64(call_key ^ rows).to(device))
-                kwargs = dict(do_sample=False)  # argmax of the noised scores
-            elif sample:
-                processor = recorder = EntropyRecorder(temperature)
-                kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+                keys = splitmix64(call_key ^ rows).to(device)
+            cache = prefilled_cache(model, tokenizer, chunk, device, enc)
+            if use_hf_generate:
+                generated, entropies = _hf_generate(model, ids, mask, cache, max_new_tokens, temperature, sample, keys, pad, eos)
             else:
-                processor, kwargs = None, dict(do_sample=False)
-            sequences = model.generate(
-                input_ids=enc["input_ids"].to(device),
-                attention_mask=enc["attention_mask"].to(device),
-                cache=prefilled_cache(model, tokenizer, chunk, device),
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                logits_processor=LogitsProcessorList([processor]) if processor else None,
-                **kwargs,
-            )
-            width = enc["input_ids"].shape[1]
-            generated = sequences[:, width:].tolist()
-            entropies = torch.stack(recorder.steps, dim=1).tolist() if recorder else None
-            for i, (row, mask, seq) in enumerate(zip(enc["input_ids"], enc["attention_mask"], generated)):
-                # Keep tokens up to and including the first EOS: it is part of the action.
-                # What follows is generate's padding. A pad token sampled before the EOS
-                # stays: the later tokens were sampled in its presence, and the update
-                # must score them in the same context.
-                end = seq.index(eos) + 1 if eos in seq else len(seq)
-                answered = seq[: end - 1] if seq[end - 1 : end] == [eos] else seq[:end]
+                if keyed:
+                    choose = keyed_chooser(temperature, keys)
+                elif sample:
+                    choose = SampledChooser(temperature, len(chunk), max_new_tokens, device)
+                else:
+                    choose = greedy_chooser()
+                generated = decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, choose=choose)
+                entropies = choose.entropies.tolist() if isinstance(choose, SampledChooser) else None
+            width = ids.shape[1]
+            answered = [seq[: len(seq) - 1] if seq[-1:] == [eos] else seq for seq in (_up_to_eos(s, eos) for s in generated)]
+            texts = tokenizer.batch_decode(answered, skip_special_tokens=False)
+            for i, (row, length, seq, text) in enumerate(zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist(), generated, texts)):
+                completion_ids = _up_to_eos(seq, eos)
                 out.append(
                     Completion(
-                        text=tokenizer.decode(answered, skip_special_tokens=False),
-                        prompt_ids=row[mask.bool()].tolist(),
-                        completion_ids=seq[:end],
-                        entropy_sum=sum(entropies[i][:end]) if entropies else 0.0,
+                        text=text,
+                        prompt_ids=row[width - length :],  # left-padded
+                        completion_ids=completion_ids,
+                        entropy_sum=sum(entropies[i][: len(completion_ids)]) if entropies else 0.0,
                     )
                 )
         return out
 
     return generate
+
+
+def _up_to_eos(seq: list[int], eos: int) -> list[int]:
+    """The tokens up to and including the first EOS: it is part of the action. What follows
+    (generate's padding) is not. A pad token sampled before the EOS stays: the later
+    tokens were sampled in its presence, and the update must score them in the same context."""
+    return seq[: seq.index(eos) + 1] if eos in seq else seq
+
+
+def _hf_generate(model, ids, mask, cache, max_new_tokens, temperature, sample, keys, pad, eos):
+    """(generated tokens per row, entropies per row or None) from transformers' ``generate``."""
+    recorder = None
+    if keys is not None:
+        processor = KeyedSampler(temperature, keys)
+        kwargs = dict(do_sample=False)  # argmax of the noised scores
+    elif sample:
+        processor = recorder = EntropyRecorder(temperature)
+        kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    else:
+        processor, kwargs = None, dict(do_sample=False)
+    sequences = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        cache=cache,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        logits_processor=LogitsProcessorList([processor]) if processor else None,
+        **kwargs,
+    )
+    generated = sequences[:, ids.shape[1] :].tolist()
+    entropies = torch.stack(recorder.steps, dim=1).tolist() if recorder else None
+    return generated, entropies
