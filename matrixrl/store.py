@@ -42,7 +42,7 @@ from typing import TypeVar, get_args
 import pandas as pd
 import sqlalchemy.exc
 from pydantic import BaseModel
-from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text, create_engine, delete, event, select
+from sqlalchemy import Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete, event, select
 from sqlalchemy.orm import Session
 
 from matrixrl import layout as L
@@ -75,6 +75,11 @@ CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest":
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
 )
+# What a cell's summary takes from its training alone (JSON, see analysis.cell.training_part) and
+# the cache key of what it was computed from: kept while the cell's evaluations come in.
+CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
+# The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
+FIGURES = _table("figures", {"name": String}, {"cache_key": String, "png": LargeBinary})
 # Every result file read, by its path relative to the results directory, as it was then,
 # and the result it holds (its cell_inputs key): what to delete when the file is gone.
 INGESTED_FILES = _table(
@@ -132,7 +137,7 @@ def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of another layout: it is moved aside and rebuilt from the result files,
 which are the truth (like a damaged one)."""
@@ -553,11 +558,10 @@ def _ingest(results_dir: Path) -> int:
                 _upsert(session, INGESTED_FILES, [row])
             emptied = {known[rel][2] for rel in gone}
             if emptied:  # cells none of whose results are left: no cached summary either
-                session.execute(
-                    delete(CELL_SUMMARIES).where(
-                        CELL_SUMMARIES.c.cell.in_(emptied), CELL_SUMMARIES.c.cell.not_in(select(CELL_INPUTS.c.cell))
+                for cache in (CELL_SUMMARIES, CELL_TRAININGS):
+                    session.execute(
+                        delete(cache).where(cache.c.cell.in_(emptied), cache.c.cell.not_in(select(CELL_INPUTS.c.cell)))
                     )
-                )
     finally:
         engine.dispose()
     return len(parsed)
@@ -621,15 +625,35 @@ class Store:
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
         """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""
         sql_table = METADATA.tables[table]
+        columns = ", ".join(f'"{column.name}"' for column in sql_table.columns)
         frames = []
         with self.engine.connect() as conn:
+            # The query as text on sqlite3's own connection: pandas reads it the same way, without
+            # SQLAlchemy compiling it and wrapping every row (most of the time of a small read).
+            driver = conn.connection.driver_connection
             for start in range(0, max(len(cells), 1), _IN_CHUNK):
-                query = select(sql_table).where(sql_table.c.cell.in_(list(cells[start : start + _IN_CHUNK])))
+                chunk = list(cells[start : start + _IN_CHUNK])
+                where, params = [f"cell IN ({', '.join('?' * len(chunk))})"], chunk
                 for column, wanted in equal.items():
                     values = [wanted] if isinstance(wanted, str) else list(wanted)
-                    query = query.where(sql_table.c[column].in_(values))
-                frames.append(pd.read_sql(query, conn))
+                    where.append(f'"{sql_table.c[column].name}" IN ({", ".join("?" * len(values))})')
+                    params = [*params, *values]
+                frames.append(pd.read_sql(f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)}", driver, params=params))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    def _select(self, sql: str, cells: Sequence[str]) -> list[tuple]:
+        """The rows of ``sql`` (whose one ``{cells}`` placeholder is a ``cell IN (...)`` list) for ``cells``.
+
+        Plain driver rows, for the few small tables a report reads on every run: a
+        DataFrame and SQLAlchemy's row objects cost more than the query itself.
+        """
+        found: list[tuple] = []
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection  # sqlite3's own: rows as plain tuples
+            for start in range(0, len(cells), _IN_CHUNK):
+                chunk = list(cells[start : start + _IN_CHUNK])
+                found += driver.execute(sql.format(cells=", ".join("?" * len(chunk))), chunk).fetchall()
+        return found
 
     def input_digests(
         self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None
@@ -640,33 +664,66 @@ class Store:
         now; results computed under another spec are left out (a result without a spec
         digest, from a file written before them, is kept).
         """
+        rows = self._select("SELECT cell, part, digest, spec_digest FROM cell_inputs WHERE cell IN ({cells})", cells)
         found: dict[str, list[tuple[str, str]]] = {}
-        for row in self.rows("cell_inputs", cells).sort_values(["cell", "part"]).itertuples(index=False):
-            if current is not None and isinstance(row.spec_digest, str) and row.cell in current:
-                if row.spec_digest != current[row.cell][0 if row.part == "train" else 1]:
+        for cell, part, digest, spec_digest in sorted(rows):
+            if current is not None and spec_digest is not None and cell in current:
+                if spec_digest != current[cell][0 if part == "train" else 1]:
                     continue
-            found.setdefault(row.cell, []).append((row.part, row.digest))
+            found.setdefault(cell, []).append((part, digest))
+        return found
+
+    def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
+        """Per cell, its :meth:`input_digests` as one text (``"part digest part digest ..."``, by
+        part): what a cache key of the cell's results is made of, joined by SQLite, which is
+        several times quicker than fetching every digest (a report reads them all each time)."""
+        found: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            # Three values per cell: stay well under SQLite's limit on bound values.
+            for start in range(0, len(cells), _IN_CHUNK // 4):
+                chunk = list(cells[start : start + _IN_CHUNK // 4])
+                specs = [current.get(cell, (None, None)) if current is not None else (None, None) for cell in chunk]
+                values = [value for cell, (train, evaluation) in zip(chunk, specs) for value in (cell, train, evaluation)]
+                sql = (
+                    f"WITH wanted(cell, train, eval) AS (VALUES {', '.join(['(?, ?, ?)'] * len(chunk))}) "
+                    "SELECT cell, group_concat(part || ' ' || digest, ' ') FROM ("
+                    "  SELECT i.cell, i.part, i.digest FROM cell_inputs AS i JOIN wanted AS w ON i.cell = w.cell"
+                    "  WHERE i.spec_digest IS NULL OR w.train IS NULL"
+                    "     OR i.spec_digest = CASE WHEN i.part = 'train' THEN w.train ELSE w.eval END"
+                    "  ORDER BY i.cell, i.part"
+                    ") GROUP BY cell"
+                )
+                found.update(driver.execute(sql, values).fetchall())
         return found
 
     def cached_summaries(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
         """Per cell, the cached ``(cache key, summary)``; cells never summarized are absent."""
-        frame = self.rows("cell_summaries", cells)
-        return {row.cell: (row.cache_key, json.loads(row.summary)) for row in frame.itertuples(index=False)}
+        rows = self._select("SELECT cell, cache_key, summary FROM cell_summaries WHERE cell IN ({cells})", cells)
+        return {cell: (key, json.loads(summary)) for cell, key, summary in rows}
 
-    def save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
-        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations.
+    def cached_trainings(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
+        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell.training_part``)."""
+        rows = self._select("SELECT cell, cache_key, training FROM cell_trainings WHERE cell IN ({cells})", cells)
+        return {cell: (key, json.loads(training)) for cell, key, training in rows}
+
+    def save_summaries(
+        self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]] | None = None
+    ) -> None:
+        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations, and
+        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction.
 
         Only a cache: a store that cannot be written (a read-only results folder,
         an archive) keeps its old entries, and the report is computed all the same.
         """
-        if not summaries:
+        if not summaries and not trainings:
             return
         try:
-            self._save_summaries(summaries)
+            self._save_summaries(summaries, trainings or {})
         except DiskError:
             pass
 
-    def _save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
+    def _save_summaries(self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]]) -> None:
         now = time.time()
         rows = [(cell, key, json.dumps(summary, allow_nan=False), now) for cell, (key, summary) in summaries.items()]
         sql = (
@@ -674,8 +731,36 @@ class Store:
             "ON CONFLICT (cell) DO UPDATE SET cache_key = excluded.cache_key, summary = excluded.summary, "
             "computed_at = excluded.computed_at, computations = cell_summaries.computations + 1"
         )
+        # NaN and infinities stay as they were (JSON's extension): a signal may have them at some update.
+        parts = [(cell, key, json.dumps(training)) for cell, (key, training) in trainings.items()]
         with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
-            session.connection().exec_driver_sql(sql, rows)
+            if rows:
+                session.connection().exec_driver_sql(sql, rows)
+            if parts:
+                session.connection().exec_driver_sql(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+
+    def cached_figures(self, names: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """Per figure name, the cached ``(cache key, PNG)``; figures never drawn are absent."""
+        found: dict[str, tuple[str, bytes]] = {}
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            for start in range(0, len(names), _IN_CHUNK):
+                chunk = list(names[start : start + _IN_CHUNK])
+                sql = f"SELECT name, cache_key, png FROM figures WHERE name IN ({', '.join('?' * len(chunk))})"
+                found.update((name, (key, bytes(png))) for name, key, png in driver.execute(sql, chunk).fetchall())
+        return found
+
+    def save_figures(self, figures: Mapping[str, tuple[str, bytes]]) -> None:
+        """Cache ``{name: (cache key, PNG)}``; like :meth:`save_summaries`, only a cache (a store
+        that cannot be written keeps its old entries)."""
+        if not figures:
+            return
+        rows = [(name, key, png) for name, (key, png) in figures.items()]
+        try:
+            with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
+                session.connection().exec_driver_sql(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
+        except DiskError:
+            pass
 
     def computations(self) -> dict[str, int]:
         """How many times each cell's summary has been computed (it is cached in between)."""

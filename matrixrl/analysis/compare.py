@@ -23,9 +23,11 @@ rough guide only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
-from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+from matrixrl.analysis.axes import cells_frame, extra_axes, grouped, grouped_lists, typed
 from matrixrl.analysis.seeds import t_interval
 from matrixrl.config.sweeps import spelled as _text
 
@@ -52,10 +54,16 @@ def paired_row(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) 
     return row
 
 
-def _by_seed(cells: pd.DataFrame) -> dict[int, tuple[float, float, float, float]]:
+def _by_seed(cells: pd.DataFrame | Mapping[str, list]) -> dict[int, tuple[float, float, float, float]]:
     # Plain tuples: a handful of seeds per side, where pandas joins cost milliseconds each.
-    columns = [cells[c].astype(float).tolist() for c in ("peak", "final", "gain", "cliff")]
-    return {int(seed): values for seed, *values in zip(cells["seed"].tolist(), *columns)}
+    columns = [[float(v) for v in _listed(cells, c)] for c in ("peak", "final", "gain", "cliff")]
+    return {int(seed): values for seed, *values in zip(_listed(cells, "seed"), *columns)}
+
+
+def _listed(cells: pd.DataFrame | Mapping[str, list], column: str) -> list:
+    """A column of a frame, or of a group of :func:`grouped_lists`, as a list."""
+    values = cells[column]
+    return values.tolist() if isinstance(values, pd.Series) else list(values)
 
 
 def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -72,15 +80,14 @@ def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     if "run" in per_cell.columns:
         values.append("run")
     keys = ["workflow", "task", "scale", "policy", *extra]
-    per_cell = per_cell[[*keys, *values]]
-    cells = {key: group[values] for key, group in grouped(per_cell, keys)}
+    cells = dict(grouped_lists(per_cell, keys, values))
     rows = []
     treated_mode, control_mode = POLICY_PAIR
     others = ["workflow", "task", "scale", *extra]
-    for key, group in grouped(per_cell, others):
+    for key, group in grouped_lists(per_cell, others, ["policy"]):
         workflow, task, scale, *sweep = key
         axes = {"workflow": workflow, "task": task, "scale": scale, **dict(zip(extra, sweep))}
-        by_policy = {policy: cells[(workflow, task, scale, policy, *sweep)] for policy in group["policy"].unique()}
+        by_policy = {policy: cells[(workflow, task, scale, policy, *sweep)] for policy in dict.fromkeys(group["policy"])}
         paired = treated_mode in by_policy and control_mode in by_policy
         if paired and "run" in values:
             paired = set(by_policy[treated_mode]["run"]) != set(by_policy[control_mode]["run"])
@@ -97,7 +104,7 @@ def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     columns = [*COMPARE_COLUMNS[:4], *extra, *COMPARE_COLUMNS[4:]]
     table = cells_frame(rows, columns)
     table = table[table["n_pairs"] > 0].reset_index(drop=True)
-    return table.astype({"n_pairs": "int64"})
+    return typed(table, {"n_pairs": "int64"})
 
 
 def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float = 0.95) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+from matrixrl.analysis.axes import cells_frame, extra_axes, grouped_lists, typed
 
 GROUP_AXES = ("workflow", "task", "scale", "policy")
 FIGURES = ("base", "peak", "final", "gain")
@@ -64,12 +64,13 @@ def seeds_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFram
     """
     rows = []
     groups = [*GROUP_AXES, *extra_axes(per_cell.columns)]
-    for key, group in grouped(per_cell, groups):
+    for key, group in grouped_lists(per_cell, groups, [*FIGURES, "cliff"]):
         row: dict = dict(zip(groups, key))
         for figure in FIGURES:
             row[f"{figure}_mean"], row[f"{figure}_lo"], row[f"{figure}_hi"] = t_interval(group[figure], confidence)
-        row["cliff_rate"] = float(group["cliff"].astype(bool).mean())
-        row["n_seeds"] = len(group)
+        cliffs = [bool(cliff) for cliff in group["cliff"]]
+        row["cliff_rate"] = sum(cliffs) / len(cliffs)
+        row["n_seeds"] = len(cliffs)
         rows.append(row)
     columns = [*GROUP_AXES, *groups[len(GROUP_AXES):], *SEEDS_COLUMNS[len(GROUP_AXES):]]
-    return cells_frame(rows, columns).astype({"n_seeds": "int64"})
+    return typed(cells_frame(rows, columns), {"n_seeds": "int64"})

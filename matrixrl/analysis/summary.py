@@ -20,7 +20,7 @@ import pandas as pd
 from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
-from matrixrl.analysis.axes import extra_axes
+from matrixrl.analysis.axes import extra_axes, typed
 from matrixrl.config import AXES, Analysis
 
 CHECKPOINTS = ("base", "peak", "final")
@@ -59,13 +59,13 @@ def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:
 def summary_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
     """Cells with a base evaluation: ``cell``, ``SUMMARY_COLUMNS`` (extra axes after the fixed ones),
     then per-role accuracies."""
-    rows = per_cell[per_cell["base"].notna()]
-    columns = role_columns(rows.columns, ROLE_ACCURACY_SUFFIXES)
+    keep = per_cell["base"].notna().to_numpy()
+    columns = role_columns(per_cell.columns, ROLE_ACCURACY_SUFFIXES)
     # A role's metric keeps all three columns (base, peak, final) if it has any value.
-    measured = {c.rsplit("_", 1)[0] for c in columns if rows[c].notna().any()}
+    measured = {c.rsplit("_", 1)[0] for c in columns if pd.notna(per_cell[c].to_numpy()[keep]).any()}
     roles = [c for c in columns if c.rsplit("_", 1)[0] in measured]
-    table = rows[["cell", *AXES, *extra_axes(rows.columns), *SUMMARY_COLUMNS[len(AXES):], *roles]].reset_index(drop=True)
-    return table.astype({"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"})
+    table = per_cell.loc[keep, ["cell", *AXES, *extra_axes(per_cell.columns), *SUMMARY_COLUMNS[len(AXES):], *roles]]
+    return typed(table.reset_index(drop=True), {"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"})
 
 
 def diagnostics_rows(per_cell: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ import pandas as pd
 
 from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, record_of, records_frame, training_part
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
@@ -129,9 +129,10 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     return parsed
 
 
-def record_cache_key(parts: Sequence[tuple[str, str]], settings: Mapping) -> str:
-    """What a cell's record is computed from: its results' digests, the settings, the record version."""
-    blob = json.dumps({"inputs": list(parts), "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+def record_cache_key(inputs: str, settings: Mapping) -> str:
+    """What a cell's record is computed from: its results' digests (``Store.input_keys``), the
+    settings, the record version."""
+    blob = json.dumps({"inputs": inputs, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -143,12 +144,21 @@ def current_specs(config: Config, runs: Sequence[str] | None = None) -> dict[str
     """Each run's ``(train digest, eval digest)`` under ``config`` (of ``runs`` only, if given):
     what its stored results must have been computed under to be reported."""
     wanted = None if runs is None else set(runs)
-    digests = {}
-    for run in G.runs(config):
-        if wanted is None or run.id in wanted:
-            spec = G.cell_spec(config, run)
-            digests[run.id] = (spec.train_digest(), spec.eval_digest())
-    return digests
+    return {run: digests for run, digests in _spec_digests(config).items() if wanted is None or run in wanted}
+
+
+_SPECS: dict[int, tuple[Config, dict[str, tuple[str, str]]]] = {}
+
+
+def _spec_digests(config: Config) -> dict[str, tuple[str, str]]:
+    """Every run's spec digests under ``config``, computed once per config (a validated config never
+    changes): a process that reports again and again (the Python API, a notebook) pays it once."""
+    cached = _SPECS.get(id(config))
+    if cached is None or cached[0] is not config:  # held here, so its id is not reused meanwhile
+        if len(_SPECS) > 64:
+            _SPECS.clear()
+        cached = _SPECS[id(config)] = (config, G.spec_digests(config, G.runs(config)))
+    return cached[1]
 
 
 def current_evaluations(evals: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
@@ -166,40 +176,58 @@ def current_trainings(frame: pd.DataFrame, trained: pd.DataFrame, current: Mappi
 
 
 def compute_records(
-    store: Store, cells: Mapping[str, str], config: Config, parts: Mapping[str, Sequence[tuple[str, str]]] | None = None
+    store: Store,
+    cells: Mapping[str, str],
+    config: Config,
+    parts: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    trainings: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
     """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows.
 
     ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
     results each record is computed from; other stored rows are left out.
+    ``trainings``: ``{cell: training part}`` (``analysis.cell.training_part``) known
+    already, used as it is; the parts computed here are added to it. Only cells
+    without one read their training's rows (the diagnostics are most of the store).
     """
+    trainings = {} if trainings is None else trainings
     ids = list(cells)
+    untrained = [cell for cell in ids if cell not in trainings]
     frames = {
         "evals": store.rows("evaluations", ids),
         "roles": store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS),
-        "train_roles": store.rows("role_metrics", ids, source="train", metric=INTERVENTION_METRICS),
-        "diagnostics": store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS),
     }
+    if untrained:
+        frames["train_roles"] = store.rows("role_metrics", untrained, source="train", metric=INTERVENTION_METRICS)
+        frames["diagnostics"] = store.rows("diagnostics", untrained, kind=DIAGNOSTIC_KINDS)
     by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
     records = {}
     for cell, policy in cells.items():
         rows = {name: by_cell[name].get(cell, frame.iloc[0:0]) for name, frame in frames.items()}
-        if parts is not None:
-            kept = {part for part, _ in parts.get(cell, ())}
+        kept = {part for part, _ in parts.get(cell, ())} if parts is not None else None
+        if kept is not None:
             steps = {int(part.removeprefix("eval/step_")) for part in kept if part != "train"}
             rows["evals"] = rows["evals"][rows["evals"]["step"].isin(steps)]
             rows["roles"] = rows["roles"][rows["roles"]["step"].isin(steps)]
-            if "train" not in kept:
-                rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
-                rows["train_roles"] = rows["train_roles"].iloc[0:0]
         try:
-            record = cell_record(
-                policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis, rows["train_roles"]
-            )
+            if cell not in trainings:
+                if kept is not None and "train" not in kept:
+                    rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
+                    rows["train_roles"] = rows["train_roles"].iloc[0:0]
+                trainings[cell] = training_part(policy, rows["diagnostics"], rows["train_roles"])
+            record = record_of(trainings[cell], rows["evals"], rows["roles"], config.analysis)
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc
         records[cell] = _jsonable(record)
     return records
+
+
+def training_cache_key(parts: Sequence[tuple[str, str]], policy: str, settings: Mapping) -> str:
+    """What a cell's training part is computed from: its training's digest (if any), its policy
+    mode, the settings and the record version."""
+    train = [list(part) for part in parts if part[0] == "train"]
+    blob = json.dumps({"train": train, "policy": policy, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def cell_records(
@@ -210,17 +238,32 @@ def cell_records(
     ``current`` (:func:`current_specs`): each cell's spec digests; a record is then
     computed from the results computed under them only (all stored results if None).
     Cached records are reused when their cache key still matches; the others are
-    recomputed and cached (only then is the store written).
+    recomputed and cached (only then is the store written). A recomputed record
+    reuses its cell's cached training part when the training is the same (a new
+    evaluation): then only the cell's evaluations are read.
     """
-    digests = store.input_digests(cells["cell"].tolist(), current)
+    inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
-    keys = {cell: record_cache_key(parts, settings) for cell, parts in digests.items()}
+    keys = {cell: record_cache_key(text, settings) for cell, text in inputs.items()}
     cached = store.cached_summaries(list(keys))
     stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
+    if not stale:
+        return {cell: cached[cell][1] for cell in keys}
+    digests = store.input_digests(stale, current)
     policies = dict(zip(cells["cell"], cells["policy"]))
-    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config, digests) if stale else {}
-    store.save_summaries({cell: (keys[cell], fresh[cell]) for cell in stale})
+    training_keys = {cell: training_cache_key(digests[cell], policies[cell], settings) for cell in stale}
+    trainings = {
+        cell: training
+        for cell, (key, training) in store.cached_trainings(stale).items()
+        if key == training_keys[cell]
+    }
+    known = set(trainings)
+    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config, digests, trainings)
+    store.save_summaries(
+        {cell: (keys[cell], fresh[cell]) for cell in stale},
+        {cell: (training_keys[cell], trainings[cell]) for cell in stale if cell not in known},
+    )
     return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in keys}
 
 
@@ -271,12 +314,18 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
     if frame.empty or not keys:
         return frame.reset_index(drop=True)
 
-    def position(column: pd.Series) -> pd.Series:
-        listed = config.grid.sweeps[column.name] if "." in column.name else getattr(config.grid, column.name)
+    def positions(name: str) -> list[int]:
+        listed = config.grid.sweeps[name] if "." in name else getattr(config.grid, name)
         order = {str(v): i for i, v in enumerate(listed)}
-        return column.map(lambda v: -1 if pd.isna(v) else order.get(str(v), len(order)))
+        return [-1 if pd.isna(v) else order.get(str(v), len(order)) for v in frame[name].tolist()]
 
-    return frame.sort_values(keys, key=position, kind="stable").reset_index(drop=True)
+    # Python's sort is stable, so this is sort_values(keys, kind="stable") by those positions,
+    # without pandas' cost per key column (it adds up over a report's tables).
+    by_key = list(zip(*(positions(name) for name in keys)))
+    order = sorted(range(len(frame)), key=by_key.__getitem__)
+    if order == list(range(len(frame))):
+        return frame.reset_index(drop=True)
+    return frame.take(order).reset_index(drop=True)
 
 
 def build_tables(
@@ -318,9 +367,11 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
 
     grid = _grid_frame(config)
-    selected = grid[_selected(grid, only)]
+    selected = grid[_selected(grid, only)] if only else grid
     needed = selected
-    if "compare" in names and against is not None:
+    if not only:
+        pass  # the whole grid: its own controls
+    elif "compare" in names and against is not None:
         # Controls: the control value's cells, matching the selection on every other axis.
         needed = grid[grid["cell"].isin(selected["cell"]) | _selected(grid, only, skip=(against[0],))]
     elif "compare" in names:
@@ -338,8 +389,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
-    per_cell["run"] = per_cell["cell"].map(run_of)
-    per_selected = per_cell[per_cell["cell"].isin(selected["cell"])]
+    per_cell["run"] = [run_of[cell] for cell in per_cell["cell"].tolist()]
+    per_selected = per_cell[per_cell["cell"].isin(selected["cell"])] if len(selected) < len(needed) else per_cell
 
     same_run = same_run_caption(selected)
     frames = {}
@@ -349,7 +400,7 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
                 table = against_table(per_cell[per_cell["base"].notna()], *against, config.analysis.confidence)
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
-            table = table[_selected(table, only)]
+            table = table[_selected(table, only)] if only else table
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         table = sort_rows(table, config, axes)
