@@ -2,10 +2,12 @@
 
 Result files are the truth; the store is an index over them that mirrors them
 exactly and makes tables quick to regenerate. ``ingest`` upserts files that are
-new or changed since they were last read (keyed by path, size and mtime) and
-deletes the rows of files that are gone, all in one transaction, after
-validating every file it reads — a corrupt file aborts the ingest with nothing
-written. Only the submitting host writes the store (never a cluster job).
+new or changed since they were last read (keyed by path, size, mtime and inode;
+a file that changed within two seconds of its reading is read once more next
+time, and only a result whose digest differs is written) and deletes the rows of
+files that are gone, all in one transaction, after validating every file it
+reads — a corrupt file aborts the ingest with nothing written. Only the
+submitting host writes the store (never a cluster job).
 
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell and the spec digest it was computed under (``cell_inputs``:
@@ -27,6 +29,7 @@ damaged file from any other error. A store that cannot be moved aside is a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -80,10 +83,13 @@ CELL_SUMMARIES = _table(
 CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
 # The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
 FIGURES = _table("figures", {"name": String}, {"cache_key": String, "png": LargeBinary})
-# Every result file read, by its path relative to the results directory, as it was then,
-# and the result it holds (its cell_inputs key): what to delete when the file is gone.
+# Every result file read, by its path relative to the results directory, as it was then, when
+# it was read (read_ns, see RACY_NS), and the result it holds (its cell_inputs key): what to
+# delete when the file is gone.
 INGESTED_FILES = _table(
-    "ingested_files", {"path": String}, {"size": Integer, "mtime_ns": Integer, "cell": String, "part": String}
+    "ingested_files",
+    {"path": String},
+    {"size": Integer, "mtime_ns": Integer, "inode": Integer, "read_ns": Integer, "cell": String, "part": String},
 )
 
 
@@ -485,15 +491,16 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> tuple[s
     return result.cell, part
 
 
-def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, str, str]], bool]:
-    """Every file the store has read: path → (size, mtime_ns, cell, part); and whether
-    every file must be read again (a store without per-cell digests)."""
+def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int, str, str]], bool]:
+    """Every file the store has read: path → (size, mtime_ns, inode, read_ns, cell, part); and
+    whether every file must be read again (a store without per-cell digests)."""
     if not store_path(results_dir).exists():
         return {}, True
     engine = engine_for(results_dir)
     try:
         with Session(engine) as session:
-            known = {row.path: (row.size, row.mtime_ns, row.cell, row.part) for row in session.execute(select(INGESTED_FILES))}
+            rows = session.execute(select(INGESTED_FILES)).all()
+            known = {row.path: (row.size, row.mtime_ns, row.inode, row.read_ns, row.cell, row.part) for row in rows}
             # A store that lost its per-cell digests: read every file once more so each
             # cell gets its digests (and incremental reports see it).
             again = bool(known) and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None
@@ -502,32 +509,55 @@ def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, str, str]
         engine.dispose()
 
 
-def _changes(results_dir: Path, known: Mapping[str, tuple], again: bool) -> tuple[list[tuple[Path, str, object]], list[str]]:
-    """The result files to read (new, changed, or backing a result a gone file held too)
-    and the paths of known files that are gone."""
-    found: dict[str, tuple[Path, object, tuple[int, int]]] = {}
+def _changes(
+    results_dir: Path, known: Mapping[str, tuple], again: bool
+) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str]]:
+    """The result files to read (new, changed, or backing a result a gone file held too),
+    each with its ``(size, mtime_ns, inode)`` before it is read, and the paths of known
+    files that are gone.
+
+    A file is changed when any of the three differs (a job writes its result to a new
+    file renamed over the old one: a new inode, whatever the size and time say), and
+    is read again when it had changed within :data:`RACY_NS` of its last reading.
+    """
+    found: dict[str, tuple[Path, object, tuple[int, int, int]]] = {}
     for pattern, kind in ((L.TRAIN_RESULTS, TrainResult), (L.EVAL_RESULTS, EvalResult)):
         for path in sorted(results_dir.glob(pattern)):
             stat = path.stat()
-            found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns))
+            found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns, stat.st_ino))
     gone = [rel for rel in known if rel not in found]
-    forgotten = {known[rel][2:] for rel in gone}
+    forgotten = {known[rel][4:] for rel in gone}
     pending = [
-        (path, rel, kind)
+        (path, rel, kind, signature)
         for rel, (path, kind, signature) in found.items()
-        if again or rel not in known or known[rel][:2] != signature or known[rel][2:] in forgotten
+        if again
+        or rel not in known
+        or known[rel][:3] != signature
+        or known[rel][1] > known[rel][3] - RACY_NS  # it had changed just before it was read
+        or known[rel][4:] in forgotten
     ]
     return pending, gone
 
 
-def ingest(results_dir: str | Path) -> int:
-    """Make the store mirror the result files; returns how many files were read.
+RACY_NS = 2_000_000_000
+"""How recently before its reading a file may have changed for its time to tell nothing
+later: a file system keeps times to the second or two (FAT, some network ones), so a file
+written again that soon could keep its size and time. Such a file is read again at the
+next ingest, and its result's digest tells whether it changed (as git's "racily clean")."""
 
-    New and changed files are upserted, the rows of files that are gone deleted,
-    in one transaction. Every file is read and validated before the store is
-    opened for writing, so an unusable one raises ``ResultFileError`` with nothing
-    written (not even a new, empty store). An unusable store is moved aside (one
-    note on stderr) and every file read into a new one.
+
+def ingest(results_dir: str | Path) -> int:
+    """Make the store mirror the result files; returns how many files' results were new
+    or changed (and so written into the store).
+
+    A file is read when it is new, or its size, modification time or inode differ from
+    when it was last read, or it changed within :data:`RACY_NS` of its last reading; a
+    result it holds is written only if its digest differs from the stored one. New and
+    changed results are upserted, the rows of files that are gone deleted, in one
+    transaction. Every file is read and validated before the store is opened for
+    writing, so an unusable one raises ``ResultFileError`` with nothing written (not
+    even a new, empty store). An unusable store is moved aside (one note on stderr) and
+    every file read into a new one.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -540,23 +570,29 @@ def _ingest(results_dir: Path) -> int:
     state = _inspect(db_file)
     if isinstance(state, _Problem):
         _set_aside(db_file, state)  # and read every file into a new store below
+    began = time.time_ns()
     known, again = _known_files(results_dir)
     pending, gone = _changes(results_dir, known, again)
-    parsed = [(path, rel, read_result(path, kind)) for path, rel, kind in pending]
+    parsed = [(rel, read_result(path, kind), signature) for path, rel, kind, signature in pending]
     if not parsed and not gone:
         return 0
     engine = engine_for(results_dir)
+    written = 0
     try:
         with Session(engine) as session, session.begin():
             for rel in gone:
-                _forget(session, *known[rel][2:])
+                _forget(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
-            for path, rel, result in parsed:
-                cell, part = _write_result(session, result)
-                stat = path.stat()
-                row = {"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "cell": cell, "part": part}
+            stored = _stored_digests(session, {result.cell for _, result, _ in parsed}) if not again else {}
+            for rel, result, (size, mtime_ns, inode) in parsed:
+                cell, part = result.cell, _part(result)
+                if stored.get((cell, part)) != _digest(result):
+                    _write_result(session, result)
+                    written += 1
+                # The file as it was before it was read: a change while it was read shows next time.
+                row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
                 _upsert(session, INGESTED_FILES, [row])
-            emptied = {known[rel][2] for rel in gone}
+            emptied = {known[rel][4] for rel in gone}
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
                     session.execute(
@@ -564,7 +600,18 @@ def _ingest(results_dir: Path) -> int:
                     )
     finally:
         engine.dispose()
-    return len(parsed)
+    return written
+
+
+def _stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], str]:
+    """The digest of every result stored for ``cells``, by ``(cell, part)``."""
+    found: dict[tuple[str, str], str] = {}
+    listed = sorted(cells)
+    for start in range(0, len(listed), _IN_CHUNK):
+        chunk = listed[start : start + _IN_CHUNK]
+        sql = f"SELECT cell, part, digest FROM cell_inputs WHERE cell IN ({', '.join('?' * len(chunk))})"
+        found.update(((cell, part), digest) for cell, part, digest in session.connection().exec_driver_sql(sql, tuple(chunk)))
+    return found
 
 
 def ingest_for_report(results_dir: str | Path) -> int:
@@ -733,11 +780,33 @@ class Store:
         )
         # NaN and infinities stay as they were (JSON's extension): a signal may have them at some update.
         parts = [(cell, key, json.dumps(training)) for cell, (key, training) in trainings.items()]
-        with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
+        with self._caching() as driver:
             if rows:
-                session.connection().exec_driver_sql(sql, rows)
+                driver.executemany(sql, rows)
             if parts:
-                session.connection().exec_driver_sql(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+                driver.executemany(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+
+    @contextlib.contextmanager
+    def _caching(self):
+        """One transaction on sqlite3's connection that writes the caches only, committed
+        without waiting for the disk (``synchronous = OFF``; the ingest's transactions do):
+        the wait was most of a report with nothing new to compute. A crash of the machine
+        amid it loses cache entries, at worst damages the file, which the store then
+        moves aside and rebuilds from the result files (see the module docstring)."""
+        with disk_errors_named(self.path, "the store"), self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            (synchronous,) = driver.execute("PRAGMA synchronous").fetchone()
+            driver.execute("PRAGMA synchronous = OFF")
+            try:
+                driver.execute("BEGIN")
+                try:
+                    yield driver
+                except BaseException:
+                    driver.rollback()
+                    raise
+                driver.commit()
+            finally:
+                driver.execute(f"PRAGMA synchronous = {int(synchronous)}")
 
     def cached_figures(self, names: Sequence[str]) -> dict[str, tuple[str, bytes]]:
         """Per figure name, the cached ``(cache key, PNG)``; figures never drawn are absent."""
@@ -757,8 +826,8 @@ class Store:
             return
         rows = [(name, key, png) for name, (key, png) in figures.items()]
         try:
-            with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
-                session.connection().exec_driver_sql(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
+            with self._caching() as driver:
+                driver.executemany(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
         except DiskError:
             pass
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from matrixrl.analysis.curves import CurveSummary, summarize_curve
 from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import Signal, assess, signal_of
-from matrixrl.analysis.axes import axes_of, cells_frame
+from matrixrl.analysis.axes import PerCell, axes_of, cells_frame
 from matrixrl.config import Analysis
 
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
@@ -170,6 +171,11 @@ def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFr
     Columns: ``cell``, the axes (extra axes too), every record field; typed (nullable ints and booleans
     where a field can be missing).
     """
+    return per_cell_rows(records, cells).frame()
+
+
+def per_cell_rows(records: Mapping[str, dict], cells: pd.DataFrame) -> PerCell:
+    """The rows of :func:`records_frame`, each value as that frame holds it (what the tables read)."""
     names = list(cells.columns)
     at = names.index("cell")
     rows = [
@@ -178,20 +184,20 @@ def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFr
         if values[at] in records
     ]
     per_role = [key for row in rows for key in row]  # the role columns some records have
-    axes = axes_of(cells.columns)
-    columns = list(dict.fromkeys(["cell", *axes, *CURVE_FIELDS, *_DTYPES, *per_role]))
-    frame = cells_frame([{axis: row[axis] for axis in ("cell", *axes)} for row in rows], ["cell", *axes])
-    # Each figure's column straight in its type (building a frame of objects to convert costs more
-    # than the rest of a report with every record cached); text columns hold what they did then.
-    figures = {}
-    for column in columns[len(axes) + 1 :]:
-        values = [row.get(column) for row in rows]
-        dtype = _DTYPES.get(column, "float64")
-        if dtype == "object":
-            figures[column] = pd.Series(values, index=frame.index, dtype=None if values else object).astype(object)
-        elif dtype in ("float64", "bool"):
-            figures[column] = np.array(values, dtype=float if dtype == "float64" else bool)
-        else:
-            figures[column] = pd.array(values, dtype=dtype)
-    whole = pd.DataFrame({**{column: frame[column] for column in frame.columns}, **figures}, index=frame.index, columns=columns)
-    return whole if whole["seed"].dtype == "int64" else whole.astype({"seed": "int64"})
+    axes = ["cell", *axes_of(cells.columns)]
+    columns = list(dict.fromkeys([*axes, *CURVE_FIELDS, *_DTYPES, *per_role]))
+    if rows:  # the axes as ``cells`` holds them (a frame of its rows would have the same types)
+        dtypes: dict[str, Any] = {axis: cells[axis].dtype for axis in axes}
+    else:
+        dtypes = dict(cells_frame([], axes).dtypes.items())
+    dtypes["seed"] = np.dtype("int64")
+    for column in columns[len(axes) :]:
+        dtypes[column] = _DTYPES.get(column, "float64")
+        if dtypes[column] == "object":
+            # Text as a column of text holds it (NaN where missing), then as objects.
+            values = [row.get(column) for row in rows]
+            for row, value in zip(rows, pd.Series(values, dtype=None if values else object).astype(object).tolist()):
+                row[column] = value
+    return PerCell(rows, dtypes)
+
+

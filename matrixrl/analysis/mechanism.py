@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from matrixrl.analysis.diagnostics import share_table
-from matrixrl.analysis.axes import axes_of, typed
+from matrixrl.analysis.axes import axes_of
 from matrixrl.config import Analysis
 
 VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff")
@@ -136,7 +136,12 @@ MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS, "kl_mean", "damper_scale_m
 """``kl_mean``, ``damper_scale_mean``: the interventions' signals up to the onset (all steps without a cliff)."""
 
 
-def mechanism_table(per_cell: pd.DataFrame) -> pd.DataFrame:
-    """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``."""
-    rows = per_cell[per_cell["base"].notna()]
-    return typed(rows[["cell", *axes_of(rows.columns), *MECHANISM_COLUMNS]], {"cliff": "bool"}).reset_index(drop=True)
+def mechanism_table(per_cell) -> pd.DataFrame:
+    """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``.
+
+    ``per_cell``: the per-cell frame, or its ``analysis.cell.PerCell``."""
+    from matrixrl.analysis.axes import PerCell, missing
+
+    per_cell = PerCell.of(per_cell)
+    rows = per_cell.where(lambda row: not missing(row["base"]))
+    return rows.frame(["cell", *axes_of(per_cell.columns), *MECHANISM_COLUMNS], {"cliff": "bool"})

@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl import grid as G
-from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, record_of, records_frame, training_part
+from matrixrl.analysis.axes import PerCell, cells_frame, missing
+from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, per_cell_rows, record_of, training_part
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
@@ -53,10 +53,10 @@ DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One report table: how to build it from the per-cell frame, and how to describe it."""
+    """One report table: how to build it from the per-cell rows, and how to describe it."""
 
-    build: Callable[[pd.DataFrame, float], pd.DataFrame]
-    """(per-cell frame of the cells it covers, confidence level) → the table."""
+    build: Callable[[PerCell, float], pd.DataFrame]
+    """(per-cell rows of the cells it covers, confidence level) → the table."""
     axes: tuple[str, ...]
     """The axes the table has a column for (what ``group_by`` may name)."""
     title: str
@@ -64,23 +64,27 @@ class TableSpec:
     """What must be stored for it to have rows (named in the error when it has none)."""
 
 
-def _summary(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _summary(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return summary_rows(per_cell)
 
 
-def _seeds(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    return seeds_table(per_cell[per_cell["base"].notna()], confidence)
+def _evaluated(per_cell: PerCell) -> PerCell:
+    return per_cell.where(lambda row: not missing(row["base"]))
 
 
-def _compare(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    return compare_table(per_cell[per_cell["base"].notna()], confidence)
+def _seeds(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    return seeds_table(_evaluated(per_cell), confidence)
 
 
-def _diagnostics(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _compare(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    return compare_table(_evaluated(per_cell), confidence)
+
+
+def _diagnostics(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return diagnostics_rows(per_cell)
 
 
-def _mechanism(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _mechanism(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return mechanism_table(per_cell)
 
 
@@ -200,7 +204,10 @@ def compute_records(
     if untrained:
         frames["train_roles"] = store.rows("role_metrics", untrained, source="train", metric=INTERVENTION_METRICS)
         frames["diagnostics"] = store.rows("diagnostics", untrained, kind=DIAGNOSTIC_KINDS)
-    by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
+    if len(ids) == 1:  # a new evaluation's cell: its rows as they are
+        by_cell = {name: {ids[0]: frame} for name, frame in frames.items()}
+    else:
+        by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
     records = {}
     for cell, policy in cells.items():
         rows = {name: by_cell[name].get(cell, frame.iloc[0:0]) for name, frame in frames.items()}
@@ -269,7 +276,19 @@ def cell_records(
 
 def _grid_frame(config: Config) -> pd.DataFrame:
     """The grid's cells (``cell`` + AXES + the extra axes, None where one leaves a cell alone)
-    and ``run``, the id their results are stored under."""
+    and ``run``, the id their results are stored under (once per config, as :func:`_spec_digests`)."""
+    cached = _GRIDS.get(id(config))
+    if cached is None or cached[0] is not config:
+        if len(_GRIDS) > 64:
+            _GRIDS.clear()
+        cached = _GRIDS[id(config)] = (config, _new_grid_frame(config))
+    return cached[1].copy(deep=False)  # copy on write: the caller's to change
+
+
+_GRIDS: dict[int, tuple[Config, pd.DataFrame]] = {}
+
+
+def _new_grid_frame(config: Config) -> pd.DataFrame:
     extra = list(config.grid.sweeps)
     cells = [(c, G.run_of(c)) for c in G.cells(config)]
     rows = [{"cell": c.id, **c.axes(), **c.sweep_values(), "run": r.id, "run_policy": r.policy} for c, r in cells]
@@ -317,7 +336,7 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
     def positions(name: str) -> list[int]:
         listed = config.grid.sweeps[name] if "." in name else getattr(config.grid, name)
         order = {str(v): i for i, v in enumerate(listed)}
-        return [-1 if pd.isna(v) else order.get(str(v), len(order)) for v in frame[name].tolist()]
+        return [-1 if missing(v) else order.get(str(v), len(order)) for v in frame[name].tolist()]
 
     # Python's sort is stable, so this is sort_values(keys, kind="stable") by those positions,
     # without pandas' cost per key column (it adds up over a report's tables).
@@ -356,7 +375,7 @@ def build_tables(
     return frames
 
 
-def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], PerCell]:
     names = list(TABLE_NAMES if names is None else names)
     extra = list(config.grid.sweeps)
     for name in names:
@@ -388,16 +407,22 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     by_run = repairing(db_file, run_records)  # a damaged store is rebuilt, and read again
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
-    per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
-    per_cell["run"] = [run_of[cell] for cell in per_cell["cell"].tolist()]
-    per_selected = per_cell[per_cell["cell"].isin(selected["cell"])] if len(selected) < len(needed) else per_cell
+    per_cell = per_cell_rows(records, needed.drop(columns=["run", "run_policy"]))
+    for row in per_cell.rows:
+        row["run"] = run_of[row["cell"]]
+    per_cell.dtypes["run"] = per_cell.dtypes["cell"]
+    if len(selected) < len(needed):
+        chosen = set(selected["cell"])
+        per_selected = per_cell.where(lambda row: row["cell"] in chosen)
+    else:
+        per_selected = per_cell
 
     same_run = same_run_caption(selected)
     frames = {}
     for name in names:
         if name == "compare":
             if against is not None:
-                table = against_table(per_cell[per_cell["base"].notna()], *against, config.analysis.confidence)
+                table = against_table(_evaluated(per_cell).frame(), *against, config.analysis.confidence)
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
             table = table[_selected(table, only)] if only else table
@@ -427,13 +452,14 @@ def report_table(
     table = frames[name]
     if table.empty:
         needs = TABLES[name].needs
-        if against is not None and per_cell["base"].notna().any():
+        evaluated = bool(_evaluated(per_cell).rows)
+        if against is not None and evaluated:
             axis, control = against
             raise ConfigError(
                 f"{results}: nothing to compare against {axis}={_shown(control)}; it needs cells of that value and "
                 f"of another, alike on every other axis and with a seed in common"
             )
-        if name == "compare" and per_cell["base"].notna().any():
+        if name == "compare" and evaluated:
             raise ConfigError(
                 f"{results}: nothing to compare for the cells of this grid; compare needs cells of both "
                 f"policy modes, or of {CONTROL} and another workflow, with the same task, scale and seed"
