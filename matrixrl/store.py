@@ -74,6 +74,10 @@ CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else 
 # A digest of each result stored for a cell (part: "train" or "eval/step_N"), and of the
 # spec it was computed under (None in files written before spec digests).
 CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
+# Per cell, its cell_inputs in one text ("part digest spec_digest ..." by part, "-" for no spec digest),
+# the spec digest of its training ("-": none written) and those of its evaluations (comma-separated):
+# what a report's cache keys are made of, kept up to date by every write of cell_inputs.
+CELL_KEYS = _table("cell_keys", {"cell": String}, {"inputs": Text}, {"train_spec": String, "eval_specs": String})
 # A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
@@ -593,6 +597,7 @@ def _ingest(results_dir: Path) -> int:
                 row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
                 _upsert(session, INGESTED_FILES, [row])
             emptied = {known[rel][4] for rel in gone}
+            _refresh_keys(session, emptied | {result.cell for _, result, _ in parsed})
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
                     session.execute(
@@ -601,6 +606,25 @@ def _ingest(results_dir: Path) -> int:
     finally:
         engine.dispose()
     return written
+
+
+def _refresh_keys(session: Session, cells: set[str]) -> None:
+    """Write ``cell_keys`` again for ``cells`` from their ``cell_inputs`` (after results were
+    written or forgotten; a cell without any result has none)."""
+    listed = sorted(cells)
+    for start in range(0, len(listed), _IN_CHUNK):
+        chunk = tuple(listed[start : start + _IN_CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        conn = session.connection()
+        conn.exec_driver_sql(f"DELETE FROM cell_keys WHERE cell IN ({marks})", chunk)
+        conn.exec_driver_sql(
+            "INSERT INTO cell_keys (cell, inputs, train_spec, eval_specs) "
+            "SELECT cell, group_concat(part || ' ' || digest || ' ' || ifnull(spec_digest, '-'), ' '), "
+            "max(CASE WHEN part = 'train' THEN ifnull(spec_digest, '-') END), "
+            "group_concat(DISTINCT CASE WHEN part != 'train' THEN ifnull(spec_digest, '-') END) "
+            f"FROM (SELECT * FROM cell_inputs WHERE cell IN ({marks}) ORDER BY cell, part) GROUP BY cell",
+            chunk,
+        )
 
 
 def _stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], str]:
@@ -662,12 +686,12 @@ class Store:
 
     def add_results(self, results: Iterable[TrainResult | EvalResult]) -> int:
         """Store results as ``ingest`` would store their files (one transaction); returns how many."""
-        count = 0
+        cells: list[str] = []
         with Session(self.engine) as session, session.begin():
             for result in results:
-                _write_result(session, result)
-                count += 1
-        return count
+                cells.append(_write_result(session, result)[0])
+            _refresh_keys(session, set(cells))
+        return len(cells)
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
         """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""
@@ -721,27 +745,26 @@ class Store:
         return found
 
     def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
-        """Per cell, its :meth:`input_digests` as one text (``"part digest part digest ..."``, by
-        part): what a cache key of the cell's results is made of, joined by SQLite, which is
-        several times quicker than fetching every digest (a report reads them all each time)."""
+        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
+        what a cache key of the cell's results is made of; cells with none are absent.
+
+        Read from ``cell_keys``, one row per cell (a report reads them all each time, and a
+        row per result took most of a report with every record cached); only a cell with a
+        result computed under another spec than its current one reads its results' digests.
+        """
         found: dict[str, str] = {}
-        with self.engine.connect() as conn:
-            driver = conn.connection.driver_connection
-            # Three values per cell: stay well under SQLite's limit on bound values.
-            for start in range(0, len(cells), _IN_CHUNK // 4):
-                chunk = list(cells[start : start + _IN_CHUNK // 4])
-                specs = [current.get(cell, (None, None)) if current is not None else (None, None) for cell in chunk]
-                values = [value for cell, (train, evaluation) in zip(chunk, specs) for value in (cell, train, evaluation)]
-                sql = (
-                    f"WITH wanted(cell, train, eval) AS (VALUES {', '.join(['(?, ?, ?)'] * len(chunk))}) "
-                    "SELECT cell, group_concat(part || ' ' || digest, ' ') FROM ("
-                    "  SELECT i.cell, i.part, i.digest FROM cell_inputs AS i JOIN wanted AS w ON i.cell = w.cell"
-                    "  WHERE i.spec_digest IS NULL OR w.train IS NULL"
-                    "     OR i.spec_digest = CASE WHEN i.part = 'train' THEN w.train ELSE w.eval END"
-                    "  ORDER BY i.cell, i.part"
-                    ") GROUP BY cell"
-                )
-                found.update(driver.execute(sql, values).fetchall())
+        filtered = []
+        rows = self._select("SELECT cell, inputs, train_spec, eval_specs FROM cell_keys WHERE cell IN ({cells})", cells)
+        for cell, inputs, train_spec, eval_specs in rows:
+            wanted = None if current is None else current.get(cell)
+            if wanted is None or (
+                train_spec in (None, "-", wanted[0]) and all(spec in ("-", wanted[1]) for spec in (eval_specs or "").split(",") if spec)
+            ):
+                found[cell] = f"every {inputs}"
+            else:
+                filtered.append(cell)
+        for cell, parts in self.input_digests(filtered, current).items():
+            found[cell] = "kept " + " ".join(f"{part} {digest}" for part, digest in parts)
         return found
 
     def cached_summaries(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:

@@ -96,6 +96,8 @@ TABLES: dict[str, TableSpec] = {
     "mechanism": TableSpec(_mechanism, AXES, "mechanism: does the signal rise before the cliff?", "evaluations"),
 }
 assert tuple(TABLES) == TABLE_NAMES
+PER_CELL = ("summary", "diagnostics", "mechanism")
+"""The tables with a row per cell, in the order of the per-cell rows they are built from."""
 
 
 def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -276,16 +278,23 @@ def cell_records(
 
 def _grid_frame(config: Config) -> pd.DataFrame:
     """The grid's cells (``cell`` + AXES + the extra axes, None where one leaves a cell alone)
-    and ``run``, the id their results are stored under (once per config, as :func:`_spec_digests`)."""
+    and ``run``, the id their results are stored under."""
+    return _grid(config)[0].copy(deep=False)  # copy on write: the caller's to change
+
+
+_GRIDS: dict[int, tuple[Config, tuple[pd.DataFrame, pd.DataFrame, str | None]]] = {}
+
+
+def _grid(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """The grid frame of ``config``, its runs (:func:`_runs_frame`) and its :func:`same_run_caption`,
+    computed once per config, as :func:`_spec_digests`."""
     cached = _GRIDS.get(id(config))
     if cached is None or cached[0] is not config:
         if len(_GRIDS) > 64:
             _GRIDS.clear()
-        cached = _GRIDS[id(config)] = (config, _new_grid_frame(config))
-    return cached[1].copy(deep=False)  # copy on write: the caller's to change
-
-
-_GRIDS: dict[int, tuple[Config, pd.DataFrame]] = {}
+        grid = _new_grid_frame(config)
+        cached = _GRIDS[id(config)] = (config, (grid, _runs_frame(grid), same_run_caption(grid)))
+    return cached[1]
 
 
 def _new_grid_frame(config: Config) -> pd.DataFrame:
@@ -328,23 +337,40 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
 
     A missing axis value (``policy`` of an ``isolated - shared`` row) sorts first.
     """
-    keys = [*group_by, *(a for a in [*AXES, *config.grid.sweeps] if a not in group_by)]
-    keys = [k for k in keys if k in frame.columns]
+    keys = _sort_keys(frame.columns, config, group_by)
     if frame.empty or not keys:
         return frame.reset_index(drop=True)
-
-    def positions(name: str) -> list[int]:
-        listed = config.grid.sweeps[name] if "." in name else getattr(config.grid, name)
-        order = {str(v): i for i, v in enumerate(listed)}
-        return [-1 if missing(v) else order.get(str(v), len(order)) for v in frame[name].tolist()]
-
-    # Python's sort is stable, so this is sort_values(keys, kind="stable") by those positions,
-    # without pandas' cost per key column (it adds up over a report's tables).
-    by_key = list(zip(*(positions(name) for name in keys)))
-    order = sorted(range(len(frame)), key=by_key.__getitem__)
+    order = _sorted_order({name: frame[name].tolist() for name in keys}, config, len(frame))
     if order == list(range(len(frame))):
         return frame.reset_index(drop=True)
     return frame.take(order).reset_index(drop=True)
+
+
+def _sorted_cells(per_cell: PerCell, config: Config, group_by: Sequence[str] = ()) -> PerCell:
+    """The rows of ``per_cell`` in :func:`sort_rows`' order (a per-cell table built from them needs no sort)."""
+    keys = _sort_keys(per_cell.columns, config, group_by)
+    if not keys:
+        return per_cell
+    order = _sorted_order({name: [row[name] for row in per_cell.rows] for name in keys}, config, len(per_cell.rows))
+    return PerCell([per_cell.rows[i] for i in order], per_cell.dtypes)
+
+
+def _sort_keys(columns, config: Config, group_by: Sequence[str]) -> list[str]:
+    keys = [*group_by, *(a for a in [*AXES, *config.grid.sweeps] if a not in group_by)]
+    return [k for k in keys if k in columns]
+
+
+def _sorted_order(columns: Mapping[str, list], config: Config, n: int) -> list[int]:
+    """Positions ``0..n-1`` stably sorted by each column's values' positions in experiments.yaml
+    (Python's sort is stable: ``sort_values(keys, kind="stable")`` without pandas' cost per column)."""
+
+    def positions(name: str, values: list) -> list[int]:
+        listed = config.grid.sweeps[name] if "." in name else getattr(config.grid, name)
+        order = {str(v): i for i, v in enumerate(listed)}
+        return [-1 if missing(v) else order.get(str(v), len(order)) for v in values]
+
+    by_key = list(zip(*(positions(name, values) for name, values in columns.items())))
+    return sorted(range(n), key=by_key.__getitem__)
 
 
 def build_tables(
@@ -397,7 +423,7 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    runs = _runs_frame(needed)
+    runs = _runs_frame(needed) if only else _grid(config)[1]
     current = current_specs(config, runs["cell"])
 
     def run_records() -> dict[str, dict]:
@@ -416,8 +442,9 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         per_selected = per_cell.where(lambda row: row["cell"] in chosen)
     else:
         per_selected = per_cell
+    per_selected = _sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
 
-    same_run = same_run_caption(selected)
+    same_run = same_run_caption(selected) if only else _grid(config)[2]
     frames = {}
     for name in names:
         if name == "compare":
@@ -428,7 +455,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = table[_selected(table, only)] if only else table
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
-        table = sort_rows(table, config, axes)
+        if name not in PER_CELL:
+            table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
         elif name == "summary" and same_run is not None:
