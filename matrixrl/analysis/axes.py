@@ -8,6 +8,7 @@ has no value there (None).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +77,7 @@ def typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
 
 def missing(value) -> bool:
     """Whether one value of a per-cell column is missing (None, NaN, NA), as ``notna`` tells."""
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 @dataclass(frozen=True)

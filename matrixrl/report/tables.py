@@ -4,10 +4,14 @@ Every table is computed from one record per cell (``matrixrl.analysis.cell``).
 A record depends only on that cell's stored results and the ``analysis:``
 settings, so the store caches it (``cell_summaries``) under a cache key of
 exactly those inputs: the digests the store keeps of each of the cell's stored
-results (``cell_inputs``; one per train or eval result), the analysis settings
-and :data:`RECORD_VERSION`. A report reads the cache keys, recomputes only the
-cells whose key changed (a new evaluation, a re-trained cell, another
-threshold), and aggregates the records into the requested tables.
+results (``cell_keys``, from ``cell_inputs``; one per train or eval result), the
+analysis settings and :data:`RECORD_VERSION`. A report reads the cache keys,
+recomputes only the cells whose key changed (a new evaluation, a re-trained cell,
+another threshold), and aggregates the records into the requested tables, built
+from the records as plain rows (``analysis.axes.PerCell``). What a record takes
+from the cell's training alone (``analysis.cell.training_part``) is cached too
+(``cell_trainings``, keyed by the training's digest): a recomputed record whose
+training is unchanged reads only the cell's evaluations.
 
 Only results computed under the cell's current spec are reported
 (:func:`current_specs`): an evaluation whose spec digest is not the cell's
