@@ -1,4 +1,4 @@
-"""Cost of ``matrixrl report`` with and without the per-cell cache.
+"""Cost of ``matrixrl report`` (and ``report --html``) with and without the store's caches.
 
 Fills a fresh store, through the store's own API, with a synthetic study of 200
 cells (4 workflows × 5 scales × 2 policy modes × 5 seeds), 100 checkpoints each
@@ -8,18 +8,23 @@ Then it times, in the same run:
 
 1. a full report: every table, every cell's record computed (empty cache);
 2. the same report again with nothing new (every record from the cache);
-3. the report after one new evaluation of one cell (one record recomputed).
+3. the report after one new evaluation of one cell (one record recomputed, from
+   its cached training part and its evaluations);
 
-and prints the times and the ratio of the full report to the incremental one. The
-times cover building the tables (``build_tables``); ``matrixrl report`` also scans
-the result files for new ones before that.
+and prints the times, the ratio of the full report to the incremental one, and the
+same ratio of CPU time (steadier on a shared machine). The times cover building the
+tables (``build_tables``); ``matrixrl report`` also scans the result files for new
+ones before that. With ``--html`` it times the same three for the HTML page
+(``build_report``: every table, the figures, the cards), starting again from the
+store as it was filled (no record, no figure cached).
 
-    python bench/report.py [--cells-per-axis 5] [--checkpoints 100] [--repeats 3]
+    python bench/report.py [--cells-per-axis 5] [--checkpoints 100] [--repeats 3] [--html]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -114,10 +119,39 @@ def history(cell, steps: list[int], rng: np.random.Generator) -> tuple[object, l
     return train, evals
 
 
-def timed(function) -> tuple[float, object]:
-    began = time.perf_counter()
+def timed(function) -> tuple[float, float, object]:
+    """``(wall seconds, CPU seconds, value)`` of ``function()``."""
+    began, cpu = time.perf_counter(), time.process_time()
     value = function()
-    return time.perf_counter() - began, value
+    return time.perf_counter() - began, time.process_time() - cpu, value
+
+
+def phase(name: str, report, path: Path, pristine: Path, held_back, first_cell: str, repeats: int) -> object:
+    """Time ``report()`` on the store as it was filled, again with nothing new, and after one new
+    evaluation (``repeats`` times each); print the times and ratios; return the full report's value."""
+    from matrixrl.store import Store
+
+    shutil.copy(pristine, path)  # every cache empty
+    full, full_cpu, value = timed(report)
+    unchanged, incremental = [], []
+    for repeat in range(repeats):
+        unchanged.append(timed(report)[:2])
+        new = held_back if repeat == 0 else held_back.model_copy(update={"seconds": 0.1 + repeat})
+        with Store(path) as store:
+            store.add_results([new])  # a new (repeat 0) or re-evaluated checkpoint of one cell
+        incremental.append(timed(report)[:2])
+    with Store(path) as store:
+        computations = store.computations()
+    recomputed = sorted(cell for cell, n in computations.items() if n > 1)
+    assert recomputed == [first_cell] and computations[first_cell] == 1 + repeats, computations
+
+    one, one_cpu = (statistics.median(times) for times in zip(*incremental))
+    none = statistics.median(wall for wall, _ in unchanged)
+    print(f"{name}, full (all {len(computations)} records computed):{full:8.2f} s  (cpu {full_cpu:6.2f} s)")
+    print(f"{name}, nothing new (median of {repeats}):{' ' * 10}{none:8.2f} s")
+    print(f"{name}, after one new evaluation (median of {repeats}):{one:8.2f} s  (cpu {one_cpu:6.2f} s; recomputed: {first_cell} only)")
+    print(f"{name}: ratio full / after one new evaluation: {full / one:.1f}x (cpu {full_cpu / one_cpu:.1f}x)")
+    return value
 
 
 def main() -> None:
@@ -126,6 +160,7 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3, help="incremental and unchanged reports are timed this often")
+    parser.add_argument("--html", action="store_true", help="also time the HTML page (report --html)")
     args = parser.parse_args()
 
     from matrixrl import grid as G
@@ -155,27 +190,16 @@ def main() -> None:
             f"{rows['diagnostics']:,} diagnostic rows, {rows['role_metrics']:,} role metrics; "
             f"filled in {time.perf_counter() - began:.0f} s, {path.stat().st_size / 1e6:.0f} MB"
         )
+        pristine = folder / "filled.sqlite"
+        shutil.copy(path, pristine)
 
-        full, tables = timed(lambda: build_tables(path, config))
-        unchanged = []
-        incremental = []
-        for repeat in range(args.repeats):
-            unchanged.append(timed(lambda: build_tables(path, config))[0])
-            new = held_back[0] if repeat == 0 else held_back[0].model_copy(update={"seconds": 0.1 + repeat})
-            with Store(path) as store:
-                store.add_results([new])  # a new (repeat 0) or re-evaluated checkpoint of one cell
-            incremental.append(timed(lambda: build_tables(path, config))[0])
-        with Store(path) as store:
-            computations = store.computations()
-        recomputed = sorted(cell for cell, n in computations.items() if n > 1)
-        assert recomputed == [cells[0].id] and computations[cells[0].id] == 1 + args.repeats, computations
-
-        one = statistics.median(incremental)
+        tables = phase("tables", lambda: build_tables(path, config), path, pristine, held_back[0], cells[0].id, args.repeats)
         print(f"tables: {', '.join(f'{name} {len(frame)} rows' for name, frame in tables.items())}")
-        print(f"full report (all {len(cells)} records computed):     {full:7.2f} s")
-        print(f"report with nothing new (median of {args.repeats}):       {statistics.median(unchanged):7.2f} s")
-        print(f"report after one new evaluation (median of {args.repeats}): {one:7.2f} s  (recomputed: {recomputed[0]} only)")
-        print(f"ratio full / incremental: {full / one:.1f}x")
+        if args.html:
+            from matrixrl.report.html import build_report
+
+            page, pngs = phase("html", lambda: build_report(config), path, pristine, held_back[0], cells[0].id, args.repeats)
+            print(f"html: {len(page) / 1e6:.1f} MB page, {len(pngs)} plots ({sum(n.startswith('curves-') for n in pngs)} curves)")
 
 
 if __name__ == "__main__":

@@ -282,17 +282,18 @@ def _without_train(scale):
     return scale.model_copy(update={"train": TrainOverrides()})
 
 
-def cell_spec(config: Config, cell: Cell) -> CellSpec:
+def cell_spec(config: Config, cell: Cell, base: str | None = None) -> CellSpec:
     """What ``cell`` computes from: ``config`` with the cell's extra-axis values set.
 
     The base model is the file's own (:func:`base_digest` of ``config``): an extra axis
     never re-prepares one (a scale's definition cannot be swept; see config.sweeps).
+    ``base``: that digest, where the caller has it.
     """
     swept = swept_config(config, cell.sweep)
     scale = swept.scales[cell.scale]
     return CellSpec(
         cell=cell,
-        base=base_digest(config, cell.scale),
+        base=base_digest(config, cell.scale) if base is None else base,
         scale=_without_train(scale),
         task=swept.tasks[cell.task],
         workflow=getattr(swept.workflows, cell.workflow).model_dump(),
@@ -302,6 +303,30 @@ def cell_spec(config: Config, cell: Cell) -> CellSpec:
         train=swept.train_for(cell.scale),
         eval=swept.eval,
     )
+
+
+def spec_digests(config: Config, cells: Sequence[Cell]) -> dict[str, tuple[str, str]]:
+    """Each cell's ``(train_digest(), eval_digest())`` of its :func:`cell_spec`, by id.
+
+    The same digests, computed once per part cells share: a spec's fields but ``cell``
+    come from its workflow, task, scale and extra-axis values alone, so cells that
+    differ only in policy mode or seed share their science but for the ``cell`` entry
+    (a report reads every run's digests; this takes a millisecond or so, not one per cell).
+    """
+    bases: dict[str, str] = {}
+    shared: dict[tuple, dict] = {}
+    digests = {}
+    for cell in cells:
+        key = (cell.workflow, cell.task, cell.scale, cell.sweep)
+        if key not in shared:
+            if cell.scale not in bases:
+                bases[cell.scale] = base_digest(config, cell.scale)
+            own = cell_spec(config, cell, base=bases[cell.scale]).science
+            shared[key] = {name: value for name, value in own.items() if name != "cell"}
+        whole = {**shared[key], "cell": science(cell)}
+        training = {name: value for name, value in whole.items() if name != "eval"}
+        digests[cell.id] = (settings_digest(training), settings_digest(whole))
+    return digests
 
 
 def swept_config(config: Config, sweep: tuple[tuple[str, str], ...]) -> Config:

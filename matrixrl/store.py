@@ -2,16 +2,20 @@
 
 Result files are the truth; the store is an index over them that mirrors them
 exactly and makes tables quick to regenerate. ``ingest`` upserts files that are
-new or changed since they were last read (keyed by path, size and mtime) and
-deletes the rows of files that are gone, all in one transaction, after
-validating every file it reads — a corrupt file aborts the ingest with nothing
-written. Only the submitting host writes the store (never a cluster job).
+new or changed since they were last read (keyed by path, size, mtime and inode;
+a file that changed within two seconds of its reading is read once more next
+time, and only a result whose digest differs is written) and deletes the rows of
+files that are gone, all in one transaction, after validating every file it
+reads — a corrupt file aborts the ingest with nothing written. Only the
+submitting host writes the store (never a cluster job).
 
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell and the spec digest it was computed under (``cell_inputs``:
-one row per train or eval result), and the cell's cached summary with the cache
-key of what it was computed from (``cell_summaries``); see :class:`Store` and
-``matrixrl.report.tables``.
+one row per train or eval result; ``cell_keys``: all of them in one row per cell,
+rewritten with every write), and caches, each entry with the cache key of what it
+was computed from: the cell's summary (``cell_summaries``), what the summary takes
+from its training alone (``cell_trainings``), and the HTML page's drawn figures
+(``figures``); see :class:`Store`, ``matrixrl.report.tables`` and ``.html``.
 
 A store that cannot be used — not a SQLite file, truncated or malformed, a table
 missing or with other columns than these, written by another schema version — is
@@ -27,6 +31,7 @@ damaged file from any other error. A store that cannot be moved aside is a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -42,7 +47,7 @@ from typing import TypeVar, get_args
 import pandas as pd
 import sqlalchemy.exc
 from pydantic import BaseModel
-from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text, create_engine, delete, event, select
+from sqlalchemy import Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete, event, select
 from sqlalchemy.orm import Session
 
 from matrixrl import layout as L
@@ -71,14 +76,26 @@ CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else 
 # A digest of each result stored for a cell (part: "train" or "eval/step_N"), and of the
 # spec it was computed under (None in files written before spec digests).
 CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
+# Per cell, its cell_inputs in one text ("part digest spec_digest ..." by part, "-" for no spec digest),
+# the spec digest of its training ("-": none written) and those of its evaluations (comma-separated):
+# what a report's cache keys are made of, kept up to date by every write of cell_inputs.
+CELL_KEYS = _table("cell_keys", {"cell": String}, {"inputs": Text}, {"train_spec": String, "eval_specs": String})
 # A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
 )
-# Every result file read, by its path relative to the results directory, as it was then,
-# and the result it holds (its cell_inputs key): what to delete when the file is gone.
+# What a cell's summary takes from its training alone (JSON, see analysis.cell.training_part) and
+# the cache key of what it was computed from: kept while the cell's evaluations come in.
+CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
+# The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
+FIGURES = _table("figures", {"name": String}, {"cache_key": String, "png": LargeBinary})
+# Every result file read, by its path relative to the results directory, as it was then, when
+# it was read (read_ns, see RACY_NS), and the result it holds (its cell_inputs key): what to
+# delete when the file is gone.
 INGESTED_FILES = _table(
-    "ingested_files", {"path": String}, {"size": Integer, "mtime_ns": Integer, "cell": String, "part": String}
+    "ingested_files",
+    {"path": String},
+    {"size": Integer, "mtime_ns": Integer, "inode": Integer, "read_ns": Integer, "cell": String, "part": String},
 )
 
 
@@ -132,7 +149,7 @@ def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of another layout: it is moved aside and rebuilt from the result files,
 which are the truth (like a damaged one)."""
@@ -480,15 +497,16 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> tuple[s
     return result.cell, part
 
 
-def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, str, str]], bool]:
-    """Every file the store has read: path → (size, mtime_ns, cell, part); and whether
-    every file must be read again (a store without per-cell digests)."""
+def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int, str, str]], bool]:
+    """Every file the store has read: path → (size, mtime_ns, inode, read_ns, cell, part); and
+    whether every file must be read again (a store without per-cell digests)."""
     if not store_path(results_dir).exists():
         return {}, True
     engine = engine_for(results_dir)
     try:
         with Session(engine) as session:
-            known = {row.path: (row.size, row.mtime_ns, row.cell, row.part) for row in session.execute(select(INGESTED_FILES))}
+            rows = session.execute(select(INGESTED_FILES)).all()
+            known = {row.path: (row.size, row.mtime_ns, row.inode, row.read_ns, row.cell, row.part) for row in rows}
             # A store that lost its per-cell digests: read every file once more so each
             # cell gets its digests (and incremental reports see it).
             again = bool(known) and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None
@@ -497,32 +515,55 @@ def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, str, str]
         engine.dispose()
 
 
-def _changes(results_dir: Path, known: Mapping[str, tuple], again: bool) -> tuple[list[tuple[Path, str, object]], list[str]]:
-    """The result files to read (new, changed, or backing a result a gone file held too)
-    and the paths of known files that are gone."""
-    found: dict[str, tuple[Path, object, tuple[int, int]]] = {}
+def _changes(
+    results_dir: Path, known: Mapping[str, tuple], again: bool
+) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str]]:
+    """The result files to read (new, changed, or backing a result a gone file held too),
+    each with its ``(size, mtime_ns, inode)`` before it is read, and the paths of known
+    files that are gone.
+
+    A file is changed when any of the three differs (a job writes its result to a new
+    file renamed over the old one: a new inode, whatever the size and time say), and
+    is read again when it had changed within :data:`RACY_NS` of its last reading.
+    """
+    found: dict[str, tuple[Path, object, tuple[int, int, int]]] = {}
     for pattern, kind in ((L.TRAIN_RESULTS, TrainResult), (L.EVAL_RESULTS, EvalResult)):
         for path in sorted(results_dir.glob(pattern)):
             stat = path.stat()
-            found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns))
+            found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns, stat.st_ino))
     gone = [rel for rel in known if rel not in found]
-    forgotten = {known[rel][2:] for rel in gone}
+    forgotten = {known[rel][4:] for rel in gone}
     pending = [
-        (path, rel, kind)
+        (path, rel, kind, signature)
         for rel, (path, kind, signature) in found.items()
-        if again or rel not in known or known[rel][:2] != signature or known[rel][2:] in forgotten
+        if again
+        or rel not in known
+        or known[rel][:3] != signature
+        or known[rel][1] > known[rel][3] - RACY_NS  # it had changed just before it was read
+        or known[rel][4:] in forgotten
     ]
     return pending, gone
 
 
-def ingest(results_dir: str | Path) -> int:
-    """Make the store mirror the result files; returns how many files were read.
+RACY_NS = 2_000_000_000
+"""How recently before its reading a file may have changed for its time to tell nothing
+later: a file system keeps times to the second or two (FAT, some network ones), so a file
+written again that soon could keep its size and time. Such a file is read again at the
+next ingest, and its result's digest tells whether it changed (as git's "racily clean")."""
 
-    New and changed files are upserted, the rows of files that are gone deleted,
-    in one transaction. Every file is read and validated before the store is
-    opened for writing, so an unusable one raises ``ResultFileError`` with nothing
-    written (not even a new, empty store). An unusable store is moved aside (one
-    note on stderr) and every file read into a new one.
+
+def ingest(results_dir: str | Path) -> int:
+    """Make the store mirror the result files; returns how many files' results were new
+    or changed (and so written into the store).
+
+    A file is read when it is new, or its size, modification time or inode differ from
+    when it was last read, or it changed within :data:`RACY_NS` of its last reading; a
+    result it holds is written only if its digest differs from the stored one. New and
+    changed results are upserted, the rows of files that are gone deleted, in one
+    transaction. Every file is read and validated before the store is opened for
+    writing, so an unusable one raises ``ResultFileError`` with nothing written (not
+    even a new, empty store). An unusable store is moved aside (one note on stderr) and
+    every file read into a new one.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -535,32 +576,68 @@ def _ingest(results_dir: Path) -> int:
     state = _inspect(db_file)
     if isinstance(state, _Problem):
         _set_aside(db_file, state)  # and read every file into a new store below
+    began = time.time_ns()
     known, again = _known_files(results_dir)
     pending, gone = _changes(results_dir, known, again)
-    parsed = [(path, rel, read_result(path, kind)) for path, rel, kind in pending]
+    parsed = [(rel, read_result(path, kind), signature) for path, rel, kind, signature in pending]
     if not parsed and not gone:
         return 0
     engine = engine_for(results_dir)
+    written = 0
     try:
         with Session(engine) as session, session.begin():
             for rel in gone:
-                _forget(session, *known[rel][2:])
+                _forget(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
-            for path, rel, result in parsed:
-                cell, part = _write_result(session, result)
-                stat = path.stat()
-                row = {"path": rel, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "cell": cell, "part": part}
+            stored = _stored_digests(session, {result.cell for _, result, _ in parsed}) if not again else {}
+            for rel, result, (size, mtime_ns, inode) in parsed:
+                cell, part = result.cell, _part(result)
+                if stored.get((cell, part)) != _digest(result):
+                    _write_result(session, result)
+                    written += 1
+                # The file as it was before it was read: a change while it was read shows next time.
+                row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
                 _upsert(session, INGESTED_FILES, [row])
-            emptied = {known[rel][2] for rel in gone}
+            emptied = {known[rel][4] for rel in gone}
+            _refresh_keys(session, emptied | {result.cell for _, result, _ in parsed})
             if emptied:  # cells none of whose results are left: no cached summary either
-                session.execute(
-                    delete(CELL_SUMMARIES).where(
-                        CELL_SUMMARIES.c.cell.in_(emptied), CELL_SUMMARIES.c.cell.not_in(select(CELL_INPUTS.c.cell))
+                for cache in (CELL_SUMMARIES, CELL_TRAININGS):
+                    session.execute(
+                        delete(cache).where(cache.c.cell.in_(emptied), cache.c.cell.not_in(select(CELL_INPUTS.c.cell)))
                     )
-                )
     finally:
         engine.dispose()
-    return len(parsed)
+    return written
+
+
+def _refresh_keys(session: Session, cells: set[str]) -> None:
+    """Write ``cell_keys`` again for ``cells`` from their ``cell_inputs`` (after results were
+    written or forgotten; a cell without any result has none)."""
+    listed = sorted(cells)
+    for start in range(0, len(listed), _IN_CHUNK):
+        chunk = tuple(listed[start : start + _IN_CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        conn = session.connection()
+        conn.exec_driver_sql(f"DELETE FROM cell_keys WHERE cell IN ({marks})", chunk)
+        conn.exec_driver_sql(
+            "INSERT INTO cell_keys (cell, inputs, train_spec, eval_specs) "
+            "SELECT cell, group_concat(part || ' ' || digest || ' ' || ifnull(spec_digest, '-'), ' '), "
+            "max(CASE WHEN part = 'train' THEN ifnull(spec_digest, '-') END), "
+            "group_concat(DISTINCT CASE WHEN part != 'train' THEN ifnull(spec_digest, '-') END) "
+            f"FROM (SELECT * FROM cell_inputs WHERE cell IN ({marks}) ORDER BY cell, part) GROUP BY cell",
+            chunk,
+        )
+
+
+def _stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], str]:
+    """The digest of every result stored for ``cells``, by ``(cell, part)``."""
+    found: dict[tuple[str, str], str] = {}
+    listed = sorted(cells)
+    for start in range(0, len(listed), _IN_CHUNK):
+        chunk = listed[start : start + _IN_CHUNK]
+        sql = f"SELECT cell, part, digest FROM cell_inputs WHERE cell IN ({', '.join('?' * len(chunk))})"
+        found.update(((cell, part), digest) for cell, part, digest in session.connection().exec_driver_sql(sql, tuple(chunk)))
+    return found
 
 
 def ingest_for_report(results_dir: str | Path) -> int:
@@ -611,25 +688,45 @@ class Store:
 
     def add_results(self, results: Iterable[TrainResult | EvalResult]) -> int:
         """Store results as ``ingest`` would store their files (one transaction); returns how many."""
-        count = 0
+        cells: list[str] = []
         with Session(self.engine) as session, session.begin():
             for result in results:
-                _write_result(session, result)
-                count += 1
-        return count
+                cells.append(_write_result(session, result)[0])
+            _refresh_keys(session, set(cells))
+        return len(cells)
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
         """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""
         sql_table = METADATA.tables[table]
+        columns = ", ".join(f'"{column.name}"' for column in sql_table.columns)
         frames = []
         with self.engine.connect() as conn:
+            # The query as text on sqlite3's own connection: pandas reads it the same way, without
+            # SQLAlchemy compiling it and wrapping every row (most of the time of a small read).
+            driver = conn.connection.driver_connection
             for start in range(0, max(len(cells), 1), _IN_CHUNK):
-                query = select(sql_table).where(sql_table.c.cell.in_(list(cells[start : start + _IN_CHUNK])))
+                chunk = list(cells[start : start + _IN_CHUNK])
+                where, params = [f"cell IN ({', '.join('?' * len(chunk))})"], chunk
                 for column, wanted in equal.items():
                     values = [wanted] if isinstance(wanted, str) else list(wanted)
-                    query = query.where(sql_table.c[column].in_(values))
-                frames.append(pd.read_sql(query, conn))
+                    where.append(f'"{sql_table.c[column].name}" IN ({", ".join("?" * len(values))})')
+                    params = [*params, *values]
+                frames.append(pd.read_sql(f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)}", driver, params=params))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    def _select(self, sql: str, cells: Sequence[str]) -> list[tuple]:
+        """The rows of ``sql`` (whose one ``{cells}`` placeholder is a ``cell IN (...)`` list) for ``cells``.
+
+        Plain driver rows, for the few small tables a report reads on every run: a
+        DataFrame and SQLAlchemy's row objects cost more than the query itself.
+        """
+        found: list[tuple] = []
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection  # sqlite3's own: rows as plain tuples
+            for start in range(0, len(cells), _IN_CHUNK):
+                chunk = list(cells[start : start + _IN_CHUNK])
+                found += driver.execute(sql.format(cells=", ".join("?" * len(chunk))), chunk).fetchall()
+        return found
 
     def input_digests(
         self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None
@@ -640,33 +737,65 @@ class Store:
         now; results computed under another spec are left out (a result without a spec
         digest, from a file written before them, is kept).
         """
+        rows = self._select("SELECT cell, part, digest, spec_digest FROM cell_inputs WHERE cell IN ({cells})", cells)
         found: dict[str, list[tuple[str, str]]] = {}
-        for row in self.rows("cell_inputs", cells).sort_values(["cell", "part"]).itertuples(index=False):
-            if current is not None and isinstance(row.spec_digest, str) and row.cell in current:
-                if row.spec_digest != current[row.cell][0 if row.part == "train" else 1]:
+        for cell, part, digest, spec_digest in sorted(rows):
+            if current is not None and spec_digest is not None and cell in current:
+                if spec_digest != current[cell][0 if part == "train" else 1]:
                     continue
-            found.setdefault(row.cell, []).append((row.part, row.digest))
+            found.setdefault(cell, []).append((part, digest))
+        return found
+
+    def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
+        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
+        what a cache key of the cell's results is made of; cells with none are absent.
+
+        Read from ``cell_keys``, one row per cell (a report reads them all each time, and a
+        row per result took most of a report with every record cached); only a cell with a
+        result computed under another spec than its current one reads its results' digests.
+        """
+        found: dict[str, str] = {}
+        filtered = []
+        rows = self._select("SELECT cell, inputs, train_spec, eval_specs FROM cell_keys WHERE cell IN ({cells})", cells)
+        for cell, inputs, train_spec, eval_specs in rows:
+            wanted = None if current is None else current.get(cell)
+            if wanted is None or (
+                train_spec in (None, "-", wanted[0]) and all(spec in ("-", wanted[1]) for spec in (eval_specs or "").split(",") if spec)
+            ):
+                found[cell] = f"every {inputs}"
+            else:
+                filtered.append(cell)
+        for cell, parts in self.input_digests(filtered, current).items():
+            found[cell] = "kept " + " ".join(f"{part} {digest}" for part, digest in parts)
         return found
 
     def cached_summaries(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
         """Per cell, the cached ``(cache key, summary)``; cells never summarized are absent."""
-        frame = self.rows("cell_summaries", cells)
-        return {row.cell: (row.cache_key, json.loads(row.summary)) for row in frame.itertuples(index=False)}
+        rows = self._select("SELECT cell, cache_key, summary FROM cell_summaries WHERE cell IN ({cells})", cells)
+        return {cell: (key, json.loads(summary)) for cell, key, summary in rows}
 
-    def save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
-        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations.
+    def cached_trainings(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
+        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell.training_part``)."""
+        rows = self._select("SELECT cell, cache_key, training FROM cell_trainings WHERE cell IN ({cells})", cells)
+        return {cell: (key, json.loads(training)) for cell, key, training in rows}
+
+    def save_summaries(
+        self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]] | None = None
+    ) -> None:
+        """Cache ``{cell: (cache key, summary)}``, counting each cell's computations, and
+        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction.
 
         Only a cache: a store that cannot be written (a read-only results folder,
         an archive) keeps its old entries, and the report is computed all the same.
         """
-        if not summaries:
+        if not summaries and not trainings:
             return
         try:
-            self._save_summaries(summaries)
+            self._save_summaries(summaries, trainings or {})
         except DiskError:
             pass
 
-    def _save_summaries(self, summaries: Mapping[str, tuple[str, dict]]) -> None:
+    def _save_summaries(self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]]) -> None:
         now = time.time()
         rows = [(cell, key, json.dumps(summary, allow_nan=False), now) for cell, (key, summary) in summaries.items()]
         sql = (
@@ -674,8 +803,58 @@ class Store:
             "ON CONFLICT (cell) DO UPDATE SET cache_key = excluded.cache_key, summary = excluded.summary, "
             "computed_at = excluded.computed_at, computations = cell_summaries.computations + 1"
         )
-        with disk_errors_named(self.path, "the store"), Session(self.engine) as session, session.begin():
-            session.connection().exec_driver_sql(sql, rows)
+        # NaN and infinities stay as they were (JSON's extension): a signal may have them at some update.
+        parts = [(cell, key, json.dumps(training)) for cell, (key, training) in trainings.items()]
+        with self._caching() as driver:
+            if rows:
+                driver.executemany(sql, rows)
+            if parts:
+                driver.executemany(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+
+    @contextlib.contextmanager
+    def _caching(self):
+        """One transaction on sqlite3's connection that writes the caches only, committed
+        without waiting for the disk (``synchronous = OFF``; the ingest's transactions do):
+        the wait was most of a report with nothing new to compute. A crash of the machine
+        amid it loses cache entries, at worst damages the file, which the store then
+        moves aside and rebuilds from the result files (see the module docstring)."""
+        with disk_errors_named(self.path, "the store"), self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            (synchronous,) = driver.execute("PRAGMA synchronous").fetchone()
+            driver.execute("PRAGMA synchronous = OFF")
+            try:
+                driver.execute("BEGIN")
+                try:
+                    yield driver
+                except BaseException:
+                    driver.rollback()
+                    raise
+                driver.commit()
+            finally:
+                driver.execute(f"PRAGMA synchronous = {int(synchronous)}")
+
+    def cached_figures(self, names: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """Per figure name, the cached ``(cache key, PNG)``; figures never drawn are absent."""
+        found: dict[str, tuple[str, bytes]] = {}
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            for start in range(0, len(names), _IN_CHUNK):
+                chunk = list(names[start : start + _IN_CHUNK])
+                sql = f"SELECT name, cache_key, png FROM figures WHERE name IN ({', '.join('?' * len(chunk))})"
+                found.update((name, (key, bytes(png))) for name, key, png in driver.execute(sql, chunk).fetchall())
+        return found
+
+    def save_figures(self, figures: Mapping[str, tuple[str, bytes]]) -> None:
+        """Cache ``{name: (cache key, PNG)}``; like :meth:`save_summaries`, only a cache (a store
+        that cannot be written keeps its old entries)."""
+        if not figures:
+            return
+        rows = [(name, key, png) for name, (key, png) in figures.items()]
+        try:
+            with self._caching() as driver:
+                driver.executemany(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
+        except DiskError:
+            pass
 
     def computations(self) -> dict[str, int]:
         """How many times each cell's summary has been computed (it is cached in between)."""

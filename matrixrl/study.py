@@ -116,7 +116,7 @@ class Study:
         return Path(self.config.results_dir)
 
     def ingest(self) -> int:
-        """Read result files that are new or changed into the store; returns how many were read.
+        """Read result files that are new or changed into the store; returns how many results were new or changed.
 
         Every method below does this first; call it to refresh the store alone.
         Raises ConfigError when there are no results at all yet (run `matrixrl run`).

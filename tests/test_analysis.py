@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -182,3 +184,18 @@ def test_summarize_cells_duplicate_step_names_cell() -> None:
 def test_summarize_cells_missing_column() -> None:
     with pytest.raises(ValueError, match="'n'"):
         summarize_cells(pd.DataFrame({"cell": ["a"], "step": [0], "accuracy": [0.5]}), RULE)
+
+
+def test_t_interval_mean_and_deviation_are_numpys_to_the_last_bit() -> None:
+    """t_interval computes mean and sample deviation without numpy's Python layers: the same numbers."""
+    from matrixrl.analysis.seeds import _t_quantile, t_interval
+
+    rng = np.random.default_rng(7)
+    for n in [*range(1, 20), 64, 129, 1000]:
+        for _ in range(20):
+            x = rng.normal(rng.uniform(-1, 1), rng.uniform(0.01, 2), n) * 10.0 ** rng.integers(-3, 3)
+            mean, lo, hi = t_interval(list(x))
+            assert mean == float(x.mean())
+            if n > 1:
+                half = _t_quantile(0.95, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+                assert (lo, hi) == (float(x.mean()) - half, float(x.mean()) + half)

@@ -12,6 +12,7 @@ import html
 import io
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pandas as pd
@@ -278,3 +279,38 @@ def test_one_matrix_per_value_of_an_extra_axis_with_the_cells_it_leaves_alone_in
         assert ["cliff" in c for c in classes] == [False, False, False, votes == 5]
         finals = [json.loads(html.unescape(v)) for v in re.findall(r'<span class="final"[^>]*data-value="([^"]*)"', body)]
         assert finals == pytest.approx([0.05, 0.05, {3: -0.02, 5: 0.1}[votes], {3: -0.02, 5: 0.1}[votes]])
+
+
+@pytest.mark.slow  # five figures drawn (10 s on 2 shared cores)
+def test_the_page_draws_again_only_the_figures_whose_data_changed(study, tmp_path: Path, monkeypatch) -> None:
+    """Drawn figures are kept in the store: a page with nothing new draws none, a new evaluation
+    draws its task's curves again (not the diagnostics of a cell it leaves alone), and the page
+    is the one a store without any drawn figure gives."""
+    import matrixrl.report.plots as plots_module
+    from matrixrl.layout import eval_result
+    from matrixrl.results import EvalResult, write_result
+
+    config, experiment = study
+    drawn = []
+    real = plots_module.png_bytes
+    monkeypatch.setattr(plots_module, "png_bytes", lambda fig, *args: drawn.append(fig._suptitle.get_text().split(":")[0]) or real(fig, *args))
+
+    def page(name: str) -> bytes:
+        result = run_cli("report", "-c", experiment, *ONLY, "--html", tmp_path / name)
+        assert result.exit_code == 0, result.output
+        return (tmp_path / name).read_bytes()
+
+    first = page("first.html")
+    assert drawn == ["arith", CLIFF_CELL]
+    drawn.clear()
+    assert page("again.html") == first and drawn == []
+
+    calm = "voting-arith-tiny-s-isolated-s1"
+    write_result(Path(config.results_dir) / eval_result(calm, 40),
+                 EvalResult(cell=calm, step=40, accuracy=0.5, n=256, n_correct=128, seconds=0.1))  # fmt: skip
+    changed = page("changed.html")
+    assert drawn == ["arith"] and changed != first
+    with sqlite3.connect(Path(config.results_dir) / "matrixrl.sqlite") as db:
+        db.execute("delete from figures")
+    drawn.clear()
+    assert page("from-nothing.html") == changed and drawn == ["arith", CLIFF_CELL]

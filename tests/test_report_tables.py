@@ -624,3 +624,32 @@ def test_registry_and_cli_offer_the_same_tables_and_formats() -> None:
     frame = pd.DataFrame({"workflow": ["single"], "peak": [0.25]})
     for format in FORMATS:
         assert render(frame, format)  # every offered format renders
+
+
+def test_a_new_evaluation_reuses_its_cells_training_part(experiment: Path, monkeypatch) -> None:
+    """After a new evaluation only the cell's evaluations are read again: what its record takes
+    from its training (diagnostics summary, mechanism signal) comes from the store, and every
+    table is what a report computed from nothing gives."""
+    import matrixrl.report.tables as tables_module
+
+    config, path = mechanism_store(experiment)
+    build_tables(path, config)
+    changed = cell("voting", "isolated", 0)  # its amplification rises at 22
+    with Store(path) as store:
+        store.add_results(evaluations(changed, NO_CLIFF))  # every checkpoint evaluated again: no cliff now
+    computed = []
+    real = tables_module.training_part
+    monkeypatch.setattr(tables_module, "training_part", lambda *args: computed.append(args[0]) or real(*args))
+    incremental = build_tables(path, config)
+    assert computed == []
+    row = incremental["mechanism"].set_index("cell").loc[changed.id]
+    assert (row["cliff"], row["verdict"], row["rose"], row["rise_step"]) == (False, "no cliff", True, 22)
+
+    with sqlite3.connect(path) as db:  # nothing cached: every record from the stored rows
+        db.execute("delete from cell_summaries")
+        db.execute("delete from cell_trainings")
+    fresh = build_tables(path, config)
+    assert len(computed) == 7  # every run
+    for name in TABLE_NAMES:
+        pd.testing.assert_frame_equal(incremental[name], fresh[name])
+        assert incremental[name].attrs == fresh[name].attrs

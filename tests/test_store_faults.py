@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,7 @@ DATA = {
     "diagnostics": "select cell, step, kind, role, agent, other, value from diagnostics order by cell, step, kind, role",
     "role_metrics": "select * from role_metrics order by cell, source, step, role, metric",
     "cell_inputs": "select * from cell_inputs order by cell, part",
-    "ingested_files": "select * from ingested_files order by path",
+    "ingested_files": "select path, size, mtime_ns, inode, cell, part from ingested_files order by path",  # not read_ns: when, not what
 }
 
 
@@ -326,6 +327,7 @@ def test_a_cell_whose_files_are_all_gone_leaves_the_store_and_the_report(study) 
         column = "path" if table == "ingested_files" else "cell"
         assert stored(db, f"select count(*) from {table} where {column} like '%{VOTING.id}%'") == [(0,)], table
     assert stored(db, "select cell from cell_summaries") == [(SINGLE.id,)]
+    assert stored(db, "select cell from cell_trainings") == [(SINGLE.id,)]
 
 
 def test_deletions_wait_for_every_file_to_be_valid(study) -> None:
@@ -452,6 +454,57 @@ def test_the_schema_version_changes_with_the_tables() -> None:
     from matrixrl.store import SCHEMA_VERSION, _expected_columns
 
     tables = hashlib.sha256(json.dumps(_expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
-    assert (SCHEMA_VERSION, tables) == (5, "2b5e2f74878f"), (
+    assert (SCHEMA_VERSION, tables) == (6, "a5e605e07435"), (
         "the store's tables changed: bump matrixrl.store.SCHEMA_VERSION, then update this pair"
     )
+
+
+# --- telling a changed result file by its size, time and inode ------------------------------
+
+
+def test_a_result_file_changed_behind_its_size_and_time_is_still_read(tmp_path: Path, monkeypatch) -> None:
+    """The store reads a file again when its size, time or inode changed, or when it changed
+    just before its last reading (a coarse clock could hide a second write then); a file
+    that did not, it does not read at all."""
+    import matrixrl.store as store_module
+
+    results = tmp_path / "results"
+    c = Cell("single", "arith", "tiny-s", "shared", 0)
+    path = results / eval_result(c.id, 0)
+
+    def evaluation(seconds: float) -> EvalResult:
+        return EvalResult(cell=c.id, step=0, accuracy=0.25, n=256, n_correct=64, seconds=seconds)
+
+    def set_time(ns: int) -> None:
+        os.utime(path, ns=(ns, ns))
+
+    def stored_seconds() -> list[tuple]:
+        return stored(results / STORE_FILE, "select seconds from evaluations")
+
+    write_result(path, evaluation(0.1))
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    set_time(an_hour_ago)
+    assert ingest(results) == 1
+
+    # Replaced by a new file of the same size, its time set back: its new inode tells.
+    write_result(path, evaluation(0.2))
+    set_time(an_hour_ago)
+    assert ingest(results) == 1 and stored_seconds() == [(0.2,)]
+
+    # Unchanged: not even read.
+    reads = []
+    real = store_module.read_result
+    monkeypatch.setattr(store_module, "read_result", lambda *args: reads.append(args[0]) or real(*args))
+    assert ingest(results) == 0 and reads == []
+
+    # Written over in place (same inode, same size) just before it is read, then once more
+    # with its time kept, as a file system that keeps seconds would: read again, and noticed.
+    just_now = time.time_ns()
+    path.write_text(path.read_text().replace('"seconds": 0.2', '"seconds": 0.3'))
+    set_time(just_now)
+    assert ingest(results) == 1 and stored_seconds() == [(0.3,)]
+    path.write_text(path.read_text().replace('"seconds": 0.3', '"seconds": 0.4'))
+    set_time(just_now)
+    assert ingest(results) == 1 and stored_seconds() == [(0.4,)]
+    # Read again while it is that recent, but nothing written when its result is the same.
+    assert ingest(results) == 0 and reads == [path, path, path]

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, fields
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from matrixrl.analysis.curves import CurveSummary, summarize_curve
 from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
-from matrixrl.analysis.mechanism import assess, signal_of
-from matrixrl.analysis.axes import axes_of, cells_frame
+from matrixrl.analysis.mechanism import Signal, assess, signal_of
+from matrixrl.analysis.axes import PerCell, axes_of, cells_frame
 from matrixrl.config import Analysis
 
 CURVE_FIELDS = tuple(f.name for f in fields(CurveSummary))
@@ -51,9 +53,12 @@ def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str,
     at that step is None.
     """
     out: dict[str, float | None] = {}
-    rows = role_rows[role_rows["metric"].isin(ROLE_METRICS)]
-    for (role, metric), group in rows.groupby(["role", "metric"], sort=True):
-        by_step = dict(zip(group["step"].astype(int), group["value"].astype(float)))
+    by_role: dict[tuple[str, str], dict[int, float]] = {}
+    columns = (role_rows[c].tolist() for c in ("role", "metric", "step", "value"))
+    for role, metric, step, value in zip(*columns):
+        if metric in ROLE_METRICS:
+            by_role.setdefault((role, metric), {})[int(step)] = float(value)
+    for (role, metric), by_step in sorted(by_role.items()):
         for at, step in steps.items():
             out[f"{role}_{metric}_{at}"] = by_step.get(step)
     return out
@@ -76,6 +81,63 @@ def intervention_signals(train_roles: pd.DataFrame, until: int | None) -> dict[s
     return out
 
 
+def training_part(
+    policy: str | None, diagnostics: pd.DataFrame, train_roles: pd.DataFrame | None = None
+) -> dict:
+    """What a cell's record takes from its training alone (JSON-able), so that it can be kept
+    while the cell's evaluations come in: the diagnostics summary, the mechanism's signal
+    at every update, and the interventions' per-step role metrics.
+
+    ``diagnostics`` and ``train_roles`` as for :func:`cell_record`.
+    """
+    shares = share_table(diagnostics) if not diagnostics.empty else pd.DataFrame()
+    summary = cell_diagnostics(diagnostics, shares) if not diagnostics.empty else {}
+    signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
+    if train_roles is not None:
+        rows = train_roles[train_roles["metric"].isin(INTERVENTION_METRICS)] if not train_roles.empty else train_roles
+        kept = [[int(s), r, m, float(v)] for s, r, m, v in zip(rows["step"], rows["role"], rows["metric"], rows["value"])]
+    return {
+        "has_diagnostics": not diagnostics.empty,
+        "summary": summary,
+        "signal": None if signal is None else {
+            "name": signal.name, "role": signal.role,
+            "steps": [int(s) for s in signal.values.index], "values": [float(v) for v in signal.values],
+        },
+        "train_roles": None if train_roles is None else kept,
+    }  # fmt: skip
+
+
+_TRAIN_ROLE_COLUMNS = ["step", "role", "metric", "value"]
+
+
+def record_of(training: dict, evals: pd.DataFrame, roles: pd.DataFrame, analysis: Analysis) -> dict:
+    """One cell's record from its :func:`training_part` and its evaluations (see :func:`cell_record`)."""
+    record: dict = dict.fromkeys(CURVE_FIELDS)
+    record["has_diagnostics"] = training["has_diagnostics"]
+    record.update(training["summary"])
+    record.update(dict.fromkeys(MECHANISM_FIELDS))
+    if evals.empty or not (evals["step"] == 0).any():
+        return record
+    evals = evals.sort_values("step", kind="stable")
+    steps = [int(s) for s in evals["step"].tolist()]
+    se = evals["se"].tolist() if "se" in evals.columns else None
+    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), analysis, se)
+    record.update(asdict(curve))
+    record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
+    kept = training["signal"]
+    signal = None
+    if kept is not None:
+        values = pd.Series(kept["values"], index=pd.Index(kept["steps"], dtype="int64"), dtype="float64")
+        signal = Signal(kept["name"], kept["role"], values)
+    record.update(assess(signal, curve.cliff_onset, steps, analysis))
+    if training["train_roles"]:
+        train_roles = pd.DataFrame(training["train_roles"], columns=_TRAIN_ROLE_COLUMNS)
+        record.update(intervention_signals(train_roles.astype({"step": "int64", "value": "float64"}), curve.cliff_onset))
+    elif training["train_roles"] is not None:  # no intervention was on: what intervention_signals gives for no rows
+        record.update(dict.fromkeys(f"{metric}_mean" for metric in INTERVENTION_METRICS))
+    return record
+
+
 def cell_record(
     policy: str | None,
     evals: pd.DataFrame,
@@ -90,25 +152,7 @@ def cell_record(
     value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty);
     ``train_roles``: training-time role metrics (the interventions' KL and damper scale).
     """
-    record: dict = dict.fromkeys(CURVE_FIELDS)
-    record["has_diagnostics"] = not diagnostics.empty
-    shares = share_table(diagnostics) if not diagnostics.empty else pd.DataFrame()
-    summary = cell_diagnostics(diagnostics, shares) if not diagnostics.empty else {}
-    record.update(summary)
-    record.update(dict.fromkeys(MECHANISM_FIELDS))
-    if evals.empty or not (evals["step"] == 0).any():
-        return record
-    evals = evals.sort_values("step", kind="stable")
-    steps = [int(s) for s in evals["step"].tolist()]
-    se = evals["se"].tolist() if "se" in evals.columns else None
-    curve = summarize_curve(steps, evals["accuracy"].tolist(), evals["n"].tolist(), analysis, se)
-    record.update(asdict(curve))
-    record.update(role_accuracies(roles, {"base": 0, "peak": curve.peak_step, "final": steps[-1]}))
-    signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
-    record.update(assess(signal, curve.cliff_onset, steps, analysis))
-    if train_roles is not None:
-        record.update(intervention_signals(train_roles, curve.cliff_onset))
-    return record
+    return record_of(training_part(policy, diagnostics, train_roles), evals, roles, analysis)
 
 
 def rows_of_cells(frame: pd.DataFrame, runs: Mapping[str, str]) -> pd.DataFrame:
@@ -127,10 +171,33 @@ def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFr
     Columns: ``cell``, the axes (extra axes too), every record field; typed (nullable ints and booleans
     where a field can be missing).
     """
-    rows = [{**axes, **records[axes["cell"]]} for axes in cells.to_dict("records") if axes["cell"] in records]
+    return per_cell_rows(records, cells).frame()
+
+
+def per_cell_rows(records: Mapping[str, dict], cells: pd.DataFrame) -> PerCell:
+    """The rows of :func:`records_frame`, each value as that frame holds it (what the tables read)."""
+    names = list(cells.columns)
+    at = names.index("cell")
+    rows = [
+        {**dict(zip(names, values)), **records[values[at]]}
+        for values in zip(*(cells[column].tolist() for column in names))
+        if values[at] in records
+    ]
     per_role = [key for row in rows for key in row]  # the role columns some records have
-    axes = axes_of(cells.columns)
-    columns = list(dict.fromkeys(["cell", *axes, *CURVE_FIELDS, *_DTYPES, *per_role]))
-    frame = cells_frame(rows, columns)
-    dtypes = {column: _DTYPES.get(column, "float64") for column in columns if column not in ("cell", *axes)}
-    return frame.astype({**dtypes, "seed": "int64"})
+    axes = ["cell", *axes_of(cells.columns)]
+    columns = list(dict.fromkeys([*axes, *CURVE_FIELDS, *_DTYPES, *per_role]))
+    if rows:  # the axes as ``cells`` holds them (a frame of its rows would have the same types)
+        dtypes: dict[str, Any] = {axis: cells[axis].dtype for axis in axes}
+    else:
+        dtypes = dict(cells_frame([], axes).dtypes.items())
+    dtypes["seed"] = np.dtype("int64")
+    for column in columns[len(axes) :]:
+        dtypes[column] = _DTYPES.get(column, "float64")
+        if dtypes[column] == "object":
+            # Text as a column of text holds it (NaN where missing), then as objects.
+            values = [row.get(column) for row in rows]
+            for row, value in zip(rows, pd.Series(values, dtype=None if values else object).astype(object).tolist()):
+                row[column] = value
+    return PerCell(rows, dtypes)
+
+

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+from matrixrl.analysis.axes import PerCell, cells_frame, extra_axes, grouped, grouped_rows, typed
 from matrixrl.analysis.seeds import t_interval
 from matrixrl.config.sweeps import spelled as _text
 
@@ -52,13 +52,18 @@ def paired_row(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) 
     return row
 
 
-def _by_seed(cells: pd.DataFrame) -> dict[int, tuple[float, float, float, float]]:
+def _by_seed(cells: pd.DataFrame | list[dict]) -> dict[int, tuple[float, float, float, float]]:
     # Plain tuples: a handful of seeds per side, where pandas joins cost milliseconds each.
-    columns = [cells[c].astype(float).tolist() for c in ("peak", "final", "gain", "cliff")]
-    return {int(seed): values for seed, *values in zip(cells["seed"].tolist(), *columns)}
+    columns = [[float(v) for v in _listed(cells, c)] for c in ("peak", "final", "gain", "cliff")]
+    return {int(seed): values for seed, *values in zip(_listed(cells, "seed"), *columns)}
 
 
-def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def _listed(cells: pd.DataFrame | list[dict], column: str) -> list:
+    """A column of a frame, or of a group of rows (``analysis.axes.grouped_rows``), as a list."""
+    return cells[column].tolist() if isinstance(cells, pd.DataFrame) else [cell[column] for cell in cells]
+
+
+def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """The built-in comparison rows (``COMPARE_COLUMNS``, extra axes after ``policy``) that
     ``per_cell`` has cells for.
 
@@ -67,23 +72,22 @@ def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     that an extra axis does not affect (``workflows.voting.n_votes``) is the control
     of every value. Rows with no seed in common are left out.
     """
+    per_cell = PerCell.of(per_cell)
     extra = extra_axes(per_cell.columns)
-    values = ["seed", "peak", "final", "gain", "cliff"]
-    if "run" in per_cell.columns:
-        values.append("run")
     keys = ["workflow", "task", "scale", "policy", *extra]
-    per_cell = per_cell[[*keys, *values]]
-    cells = {key: group[values] for key, group in grouped(per_cell, keys)}
+    cells = dict(grouped_rows(per_cell.rows, keys))
     rows = []
     treated_mode, control_mode = POLICY_PAIR
     others = ["workflow", "task", "scale", *extra]
-    for key, group in grouped(per_cell, others):
+    for key, group in grouped_rows(per_cell.rows, others):
         workflow, task, scale, *sweep = key
         axes = {"workflow": workflow, "task": task, "scale": scale, **dict(zip(extra, sweep))}
-        by_policy = {policy: cells[(workflow, task, scale, policy, *sweep)] for policy in group["policy"].unique()}
+        by_policy = {
+            policy: cells[(workflow, task, scale, policy, *sweep)] for policy in dict.fromkeys(cell["policy"] for cell in group)
+        }
         paired = treated_mode in by_policy and control_mode in by_policy
-        if paired and "run" in values:
-            paired = set(by_policy[treated_mode]["run"]) != set(by_policy[control_mode]["run"])
+        if paired and "run" in per_cell.dtypes:
+            paired = {cell["run"] for cell in by_policy[treated_mode]} != {cell["run"] for cell in by_policy[control_mode]}
         if paired:
             row = paired_row(by_policy[treated_mode], by_policy[control_mode], confidence)
             rows.append({**axes, "policy": None, "comparison": f"{treated_mode} - {control_mode}", **row})
@@ -97,7 +101,7 @@ def compare_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     columns = [*COMPARE_COLUMNS[:4], *extra, *COMPARE_COLUMNS[4:]]
     table = cells_frame(rows, columns)
     table = table[table["n_pairs"] > 0].reset_index(drop=True)
-    return table.astype({"n_pairs": "int64"})
+    return typed(table, {"n_pairs": "int64"})
 
 
 def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float = 0.95) -> pd.DataFrame:

@@ -42,6 +42,7 @@ collapses — that is, whether it discriminates at all.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -121,15 +122,13 @@ def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int]
 
 def mechanism_caption(table: pd.DataFrame) -> str:
     """One line: how often the signal preceded cliffs, and how often it rose without one."""
-    cliffs = table[table["cliff"].astype(bool)]
-    counted = cliffs[cliffs["verdict"] != "n/a"]
-    calm = table[(~table["cliff"].astype(bool)) & (table["verdict"] == "no cliff")]
-    count = counted["verdict"].value_counts()
-    rose = int(calm["rose"].astype(bool).sum())
+    rows = list(zip(table["cliff"].tolist(), table["verdict"].tolist(), table["rose"].tolist()))
+    counted = Counter(verdict for cliff, verdict, _ in rows if bool(cliff) and verdict != "n/a")
+    calm = [bool(rose) for cliff, verdict, rose in rows if not bool(cliff) and verdict == "no cliff"]
     return (
-        f"cliff cells with a signal: {count.get('precedes', 0)} precede, {count.get('coincides', 0)} coincide, "
-        f"{count.get('absent', 0)} absent (of {len(counted)}); "
-        f"cells without a cliff: the signal rose in {rose} of {len(calm)}"
+        f"cliff cells with a signal: {counted['precedes']} precede, {counted['coincides']} coincide, "
+        f"{counted['absent']} absent (of {counted.total()}); "
+        f"cells without a cliff: the signal rose in {sum(calm)} of {len(calm)}"
     )
 
 
@@ -137,7 +136,12 @@ MECHANISM_COLUMNS = ["cliff", "cliff_onset", *FIELDS, "kl_mean", "damper_scale_m
 """``kl_mean``, ``damper_scale_mean``: the interventions' signals up to the onset (all steps without a cliff)."""
 
 
-def mechanism_table(per_cell: pd.DataFrame) -> pd.DataFrame:
-    """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``."""
-    rows = per_cell[per_cell["base"].notna()]
-    return rows[["cell", *axes_of(rows.columns), *MECHANISM_COLUMNS]].astype({"cliff": "bool"}).reset_index(drop=True)
+def mechanism_table(per_cell) -> pd.DataFrame:
+    """Cells with a base evaluation: ``cell``, the axes, then ``MECHANISM_COLUMNS``.
+
+    ``per_cell``: the per-cell frame, or its ``analysis.cell.PerCell``."""
+    from matrixrl.analysis.axes import PerCell, missing
+
+    per_cell = PerCell.of(per_cell)
+    rows = per_cell.where(lambda row: not missing(row["base"]))
+    return rows.frame(["cell", *axes_of(per_cell.columns), *MECHANISM_COLUMNS], {"cliff": "bool"})

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from matrixrl.analysis.axes import cells_frame, extra_axes, grouped
+from matrixrl.analysis.axes import PerCell, cells_frame, extra_axes, grouped_rows, typed
 
 GROUP_AXES = ("workflow", "task", "scale", "policy")
 FIGURES = ("base", "peak", "final", "gain")
@@ -42,11 +42,16 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     x = x[~np.isnan(x)]
     if x.size == 0:
         return math.nan, math.nan, math.nan
-    mean = float(x.mean())
+    # x.mean() and x.std(ddof=1) as numpy computes them, without their Python layers (a
+    # report takes hundreds of these intervals of a few seeds each); test_analysis checks
+    # that they agree to the last bit.
+    mean = np.add.reduce(x) / x.size
     if x.size < 2:
-        return mean, math.nan, math.nan
-    half = _t_quantile(confidence, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return mean, mean - half, mean + half
+        return float(mean), math.nan, math.nan
+    deviations = x - mean
+    std = np.sqrt(np.add.reduce(deviations * deviations) / (x.size - 1))
+    half = _t_quantile(confidence, x.size - 1) * float(std) / math.sqrt(x.size)
+    return float(mean), float(mean) - half, float(mean) + half
 
 
 @functools.cache
@@ -56,20 +61,23 @@ def _t_quantile(confidence: float, dof: int) -> float:
     return float(stdtrit(dof, (1 + confidence) / 2))
 
 
-def seeds_table(per_cell: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def seeds_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """One row per (workflow, task, scale, policy, extra axes) over its seeds (``SEEDS_COLUMNS``).
 
     ``per_cell`` has the axes and ``base, peak, final, gain, cliff`` per cell (one
     row per seed). Groups appear in the order of their first row.
     """
+    per_cell = PerCell.of(per_cell)
     rows = []
     groups = [*GROUP_AXES, *extra_axes(per_cell.columns)]
-    for key, group in grouped(per_cell, groups):
+    for key, group in grouped_rows(per_cell.rows, groups):
         row: dict = dict(zip(groups, key))
         for figure in FIGURES:
-            row[f"{figure}_mean"], row[f"{figure}_lo"], row[f"{figure}_hi"] = t_interval(group[figure], confidence)
-        row["cliff_rate"] = float(group["cliff"].astype(bool).mean())
-        row["n_seeds"] = len(group)
+            values = [cell[figure] for cell in group]
+            row[f"{figure}_mean"], row[f"{figure}_lo"], row[f"{figure}_hi"] = t_interval(values, confidence)
+        cliffs = [bool(cell["cliff"]) for cell in group]
+        row["cliff_rate"] = sum(cliffs) / len(cliffs)
+        row["n_seeds"] = len(cliffs)
         rows.append(row)
     columns = [*GROUP_AXES, *groups[len(GROUP_AXES):], *SEEDS_COLUMNS[len(GROUP_AXES):]]
-    return cells_frame(rows, columns).astype({"n_seeds": "int64"})
+    return typed(cells_frame(rows, columns), {"n_seeds": "int64"})

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from matrixrl.analysis.axes import PerCell, extra_axes, missing
 from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
-from matrixrl.analysis.axes import extra_axes
 from matrixrl.config import AXES, Analysis
 
 CHECKPOINTS = ("base", "peak", "final")
@@ -56,32 +56,40 @@ def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:
     return [column for _, _, column in sorted(found)]
 
 
-def summary_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
+def summary_rows(per_cell: PerCell | pd.DataFrame) -> pd.DataFrame:
     """Cells with a base evaluation: ``cell``, ``SUMMARY_COLUMNS`` (extra axes after the fixed ones),
     then per-role accuracies."""
-    rows = per_cell[per_cell["base"].notna()]
-    columns = role_columns(rows.columns, ROLE_ACCURACY_SUFFIXES)
+    per_cell = PerCell.of(per_cell)
+    rows = per_cell.where(lambda row: not missing(row["base"]))
+    columns = role_columns(per_cell.columns, ROLE_ACCURACY_SUFFIXES)
     # A role's metric keeps all three columns (base, peak, final) if it has any value.
-    measured = {c.rsplit("_", 1)[0] for c in columns if rows[c].notna().any()}
+    measured = {c.rsplit("_", 1)[0] for c in columns if _any_value(rows, c)}
     roles = [c for c in columns if c.rsplit("_", 1)[0] in measured]
-    table = rows[["cell", *AXES, *extra_axes(rows.columns), *SUMMARY_COLUMNS[len(AXES):], *roles]].reset_index(drop=True)
-    return table.astype({"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"})
+    return rows.frame(
+        ["cell", *AXES, *extra_axes(per_cell.columns), *SUMMARY_COLUMNS[len(AXES):], *roles],
+        {"peak_step": "int64", "n_checkpoints": "int64", "cliff": "bool"},
+    )
 
 
-def diagnostics_rows(per_cell: pd.DataFrame) -> pd.DataFrame:
+def diagnostics_rows(per_cell: PerCell | pd.DataFrame) -> pd.DataFrame:
     """Cells with gradient diagnostics: ``cell``, ``DIAGNOSTICS_COLUMNS``, then per-role columns.
 
     Per role: ``{role}_amp_mean`` / ``{role}_amp_max`` for roles with several agents
     and ``{role}_norm_ratio`` for every role (see ``cell_diagnostics``); where a cell
     trained with an intervention on, ``{role}_kl_mean`` and ``{role}_damper_scale_mean``.
     """
-    rows = per_cell[per_cell["has_diagnostics"].astype(bool)]
-    amp = [c for c in role_columns(rows.columns, (AMP_MEAN, AMP_MAX)) if rows[c].notna().any()]
-    ratio = [c for c in role_columns(rows.columns, (NORM_RATIO,)) if rows[c].notna().any()]
+    per_cell = PerCell.of(per_cell)
+    rows = per_cell.where(lambda row: bool(row["has_diagnostics"]))
+    amp = [c for c in role_columns(rows.columns, (AMP_MEAN, AMP_MAX)) if _any_value(rows, c)]
+    ratio = [c for c in role_columns(rows.columns, (NORM_RATIO,)) if _any_value(rows, c)]
     # The interventions' per-role means, where a cell of the table trained with one on.
-    switched = [c for c in role_columns(rows.columns, INTERVENTION_SUFFIXES) if rows[c].notna().any()]
+    switched = [c for c in role_columns(rows.columns, INTERVENTION_SUFFIXES) if _any_value(rows, c)]
     columns = ["cell", *AXES, *extra_axes(rows.columns), *DIAGNOSTICS_COLUMNS[len(AXES):], *amp, *ratio, *switched]
-    return rows[columns].reset_index(drop=True)
+    return rows.frame(columns)
+
+
+def _any_value(rows: PerCell, column: str) -> bool:
+    return any(not missing(row.get(column)) for row in rows.rows)
 
 
 def summary_table(cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:

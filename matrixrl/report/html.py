@@ -559,11 +559,18 @@ def build_report(
     from matrixrl import grid as G
     from matrixrl.layout import store_path
     from matrixrl.report.columns import shown
-    from matrixrl.report.plots import cliff_cells, load_study, png_bytes, study_figures
-    from matrixrl.report.tables import TABLES, build_tables, parse_group_by, selection
+    from matrixrl.report.rows import grid_cells, stored_rows
+    from matrixrl.report.tables import TABLES, build_tables, current_specs, parse_group_by, selection
+    from matrixrl.store import ingest_for_report
 
     axes = parse_group_by(group_by, list(config.grid.sweeps))
-    study = load_study(selected or config)  # ingests; one-line errors when there is nothing yet
+    shown_config = selected or config
+    ingest_for_report(config.results_dir)  # one-line errors when there is nothing yet
+    current = current_specs(shown_config)
+    evals = stored_rows(shown_config, "evaluations", current)
+    if evals.empty:
+        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+    cells = grid_cells(shown_config).drop(columns="run")
     only = selection(selected)
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
     grouped_names = [name for name in TABLES if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
@@ -578,13 +585,13 @@ def build_report(
     n_seeds = len((selected or config).grid.seed)
     tables = [_section(name, frames[name], TABLES[name], repeats, n_seeds, shown) for name in TABLES]
 
-    with_cliff = cliff_cells(study)
-    figures = study_figures(study, with_cliff)
-    pngs = {name: png_bytes(fig) for name, fig in figures.items()}
+    # Cells whose curve ends in a terminal cliff and that have diagnostics, in grid order.
+    with_cliff = set(frames["summary"].loc[frames["summary"]["cliff"], "cell"]) & set(frames["diagnostics"]["cell"])
+    pngs = report_pngs(shown_config, cells, evals, [c for c in cells["cell"] if c in with_cliff], current)
     curves = {name: png for name, png in pngs.items() if name.startswith("curves-")}
 
     summary = frames["summary"].assign(peak_gain=frames["summary"]["peak"] - frames["summary"]["base"])
-    squares = squares_of(study.cells, summary, runs)
+    squares = squares_of(cells, summary, runs)
     for square in squares.values():
         square.images = {f"diagnostics-{c}": pngs[f"diagnostics-{c}"] for c in square.cells if f"diagnostics-{c}" in pngs}
     sections = [
@@ -595,7 +602,7 @@ def build_report(
             "triangles: each seed's peak, dashed lines: each seed's cliff onset.",
         )
     ]
-    n_cells = len(study.cells)
+    n_cells = len(cells)
     cliffs = int(frames["summary"]["cliff"].astype(bool).sum()) if not frames["summary"].empty else 0
     meta = (
         f"{n_cells} cells of {Path(config.results_dir)}; {cliffs} with a terminal cliff (a drop of at least "
@@ -607,10 +614,87 @@ def build_report(
         meta,
         tables,
         sections,
-        matrix=matrix_html(study.cells, squares, n_seeds),
-        cards=cards_html(squares, study.evals, frames["diagnostics"], frames["mechanism"]),
+        matrix=matrix_html(cells, squares, n_seeds),
+        cards=cards_html(squares, evals, frames["diagnostics"], frames["mechanism"]),
     )
     return page, pngs
+
+
+def report_pngs(
+    config: Config, cells: pd.DataFrame, evals: pd.DataFrame, cliff_cells: Sequence[str], current: Mapping[str, tuple[str, str]]
+) -> dict[str, bytes]:
+    """The page's plots as PNGs: the learning curves of every task, then the gradient
+    diagnostics of each of ``cliff_cells``, as ``study_figures`` draws them.
+
+    Each is kept in the store under a cache key of what it is drawn from (the digests of
+    its cells' results, the grid's cells, the thresholds, the drawing code and the
+    versions of matplotlib and Pillow) and drawn again only when that changes: drawing
+    is most of the time of a page, and after a new evaluation only its task's curves
+    change. ``cells`` (grid order) and ``evals`` as in ``plots.Study``; ``current``:
+    ``tables.current_specs`` of ``config``.
+    """
+    from matrixrl import grid as G
+    from matrixrl.layout import store_path
+    from matrixrl.report.plots import curves_name, diagnostics_name, drawing_version
+    from matrixrl.store import Store, repairing
+
+    runs = G.run_ids(config)
+    drawn_from = {
+        "drawing": drawing_version(),
+        "analysis": config.analysis.model_dump(),
+        # Line styles follow every cell of the grid, so each task's figure depends on them all.
+        "cells": [[repr(v) for v in row] for row in cells.itertuples(index=False, name=None)],
+    }
+    tasks = list(dict.fromkeys(cells["task"]))
+    db_file = store_path(config.results_dir)
+
+    def key(kind: str, name: str, of: Sequence[str], inputs: Mapping[str, str]) -> str:
+        what = {**drawn_from, "kind": kind, "name": name, "inputs": [(c, runs[c], inputs.get(runs[c])) for c in of]}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+    def cached() -> tuple[dict[str, str], dict[str, tuple[str, bytes]]]:
+        with Store(db_file) as store:
+            inputs = store.input_keys(sorted(set(runs.values())), current)
+            wanted = {curves_name(t): key("curves", t, list(cells.loc[cells["task"] == t, "cell"]), inputs) for t in tasks}
+            wanted |= {diagnostics_name(c): key("diagnostics", c, [c], inputs) for c in cliff_cells}
+            return wanted, store.cached_figures(list(wanted))
+
+    wanted, found = repairing(db_file, cached)
+    stale = [name for name, cache_key in wanted.items() if found.get(name, (None,))[0] != cache_key]
+    drawn = _draw(config, cells, evals, [t for t in tasks if curves_name(t) in stale],
+                  [c for c in cliff_cells if diagnostics_name(c) in stale], runs, current) if stale else {}  # fmt: skip
+    if drawn:
+        with Store(db_file) as store:
+            store.save_figures({name: (wanted[name], png) for name, png in drawn.items()})
+    return {name: drawn[name] if name in drawn else found[name][1] for name in wanted}
+
+
+def _draw(
+    config: Config, cells: pd.DataFrame, evals: pd.DataFrame, tasks: Sequence[str], cliff_cells: Sequence[str],
+    runs: Mapping[str, str], current: Mapping[str, tuple[str, str]],
+) -> dict[str, bytes]:
+    """The PNGs of the curves of ``tasks`` and the diagnostics of ``cliff_cells`` (``study_figures``'
+    figures), reading the diagnostics of those cells only."""
+    from matrixrl.analysis.cell import rows_of_cells
+    from matrixrl.layout import store_path
+    from matrixrl.report.plots import diagnostics_figure, diagnostics_name, learning_curve_figures, png_bytes
+    from matrixrl.report.tables import current_trainings
+    from matrixrl.store import Store, repairing
+
+    figures = learning_curve_figures(cells, evals, config.analysis, tasks=tasks) if tasks else {}
+    if cliff_cells:
+        wanted = {cell: runs[cell] for cell in cliff_cells}
+
+        def read() -> pd.DataFrame:
+            with Store(store_path(config.results_dir)) as store:
+                ids = sorted(set(wanted.values()))
+                frame = current_trainings(store.rows("diagnostics", ids), store.rows("cells", ids), current)
+            return rows_of_cells(frame.drop(columns="id"), wanted).reset_index(drop=True)
+
+        diagnostics = repairing(store_path(config.results_dir), read)
+        for cell in cliff_cells:
+            figures[diagnostics_name(cell)] = diagnostics_figure(cell, diagnostics, evals, config.analysis)
+    return {name: png_bytes(fig) for name, fig in figures.items()}
 
 
 def _section(name: str, frame: pd.DataFrame, spec, repeats: set[str], n_seeds: int, shown) -> TableSection:

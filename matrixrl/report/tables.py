@@ -4,10 +4,14 @@ Every table is computed from one record per cell (``matrixrl.analysis.cell``).
 A record depends only on that cell's stored results and the ``analysis:``
 settings, so the store caches it (``cell_summaries``) under a cache key of
 exactly those inputs: the digests the store keeps of each of the cell's stored
-results (``cell_inputs``; one per train or eval result), the analysis settings
-and :data:`RECORD_VERSION`. A report reads the cache keys, recomputes only the
-cells whose key changed (a new evaluation, a re-trained cell, another
-threshold), and aggregates the records into the requested tables.
+results (``cell_keys``, from ``cell_inputs``; one per train or eval result), the
+analysis settings and :data:`RECORD_VERSION`. A report reads the cache keys,
+recomputes only the cells whose key changed (a new evaluation, a re-trained cell,
+another threshold), and aggregates the records into the requested tables, built
+from the records as plain rows (``analysis.axes.PerCell``). What a record takes
+from the cell's training alone (``analysis.cell.training_part``) is cached too
+(``cell_trainings``, keyed by the training's digest): a recomputed record whose
+training is unchanged reads only the cell's evaluations.
 
 Only results computed under the cell's current spec are reported
 (:func:`current_specs`): an evaluation whose spec digest is not the cell's
@@ -31,8 +35,8 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl import grid as G
-from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.axes import PerCell, cells_frame, missing
+from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, per_cell_rows, record_of, training_part
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
@@ -53,10 +57,10 @@ DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One report table: how to build it from the per-cell frame, and how to describe it."""
+    """One report table: how to build it from the per-cell rows, and how to describe it."""
 
-    build: Callable[[pd.DataFrame, float], pd.DataFrame]
-    """(per-cell frame of the cells it covers, confidence level) → the table."""
+    build: Callable[[PerCell, float], pd.DataFrame]
+    """(per-cell rows of the cells it covers, confidence level) → the table."""
     axes: tuple[str, ...]
     """The axes the table has a column for (what ``group_by`` may name)."""
     title: str
@@ -64,23 +68,27 @@ class TableSpec:
     """What must be stored for it to have rows (named in the error when it has none)."""
 
 
-def _summary(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _summary(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return summary_rows(per_cell)
 
 
-def _seeds(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    return seeds_table(per_cell[per_cell["base"].notna()], confidence)
+def _evaluated(per_cell: PerCell) -> PerCell:
+    return per_cell.where(lambda row: not missing(row["base"]))
 
 
-def _compare(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    return compare_table(per_cell[per_cell["base"].notna()], confidence)
+def _seeds(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    return seeds_table(_evaluated(per_cell), confidence)
 
 
-def _diagnostics(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _compare(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    return compare_table(_evaluated(per_cell), confidence)
+
+
+def _diagnostics(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return diagnostics_rows(per_cell)
 
 
-def _mechanism(per_cell: pd.DataFrame, confidence: float) -> pd.DataFrame:
+def _mechanism(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return mechanism_table(per_cell)
 
 
@@ -92,6 +100,8 @@ TABLES: dict[str, TableSpec] = {
     "mechanism": TableSpec(_mechanism, AXES, "mechanism: does the signal rise before the cliff?", "evaluations"),
 }
 assert tuple(TABLES) == TABLE_NAMES
+PER_CELL = ("summary", "diagnostics", "mechanism")
+"""The tables with a row per cell, in the order of the per-cell rows they are built from."""
 
 
 def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -129,9 +139,10 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     return parsed
 
 
-def record_cache_key(parts: Sequence[tuple[str, str]], settings: Mapping) -> str:
-    """What a cell's record is computed from: its results' digests, the settings, the record version."""
-    blob = json.dumps({"inputs": list(parts), "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+def record_cache_key(inputs: str, settings: Mapping) -> str:
+    """What a cell's record is computed from: its results' digests (``Store.input_keys``), the
+    settings, the record version."""
+    blob = json.dumps({"inputs": inputs, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -143,12 +154,21 @@ def current_specs(config: Config, runs: Sequence[str] | None = None) -> dict[str
     """Each run's ``(train digest, eval digest)`` under ``config`` (of ``runs`` only, if given):
     what its stored results must have been computed under to be reported."""
     wanted = None if runs is None else set(runs)
-    digests = {}
-    for run in G.runs(config):
-        if wanted is None or run.id in wanted:
-            spec = G.cell_spec(config, run)
-            digests[run.id] = (spec.train_digest(), spec.eval_digest())
-    return digests
+    return {run: digests for run, digests in _spec_digests(config).items() if wanted is None or run in wanted}
+
+
+_SPECS: dict[int, tuple[Config, dict[str, tuple[str, str]]]] = {}
+
+
+def _spec_digests(config: Config) -> dict[str, tuple[str, str]]:
+    """Every run's spec digests under ``config``, computed once per config (a validated config never
+    changes): a process that reports again and again (the Python API, a notebook) pays it once."""
+    cached = _SPECS.get(id(config))
+    if cached is None or cached[0] is not config:  # held here, so its id is not reused meanwhile
+        if len(_SPECS) > 64:
+            _SPECS.clear()
+        cached = _SPECS[id(config)] = (config, G.spec_digests(config, G.runs(config)))
+    return cached[1]
 
 
 def current_evaluations(evals: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
@@ -166,40 +186,61 @@ def current_trainings(frame: pd.DataFrame, trained: pd.DataFrame, current: Mappi
 
 
 def compute_records(
-    store: Store, cells: Mapping[str, str], config: Config, parts: Mapping[str, Sequence[tuple[str, str]]] | None = None
+    store: Store,
+    cells: Mapping[str, str],
+    config: Config,
+    parts: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    trainings: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
     """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows.
 
     ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
     results each record is computed from; other stored rows are left out.
+    ``trainings``: ``{cell: training part}`` (``analysis.cell.training_part``) known
+    already, used as it is; the parts computed here are added to it. Only cells
+    without one read their training's rows (the diagnostics are most of the store).
     """
+    trainings = {} if trainings is None else trainings
     ids = list(cells)
+    untrained = [cell for cell in ids if cell not in trainings]
     frames = {
         "evals": store.rows("evaluations", ids),
         "roles": store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS),
-        "train_roles": store.rows("role_metrics", ids, source="train", metric=INTERVENTION_METRICS),
-        "diagnostics": store.rows("diagnostics", ids, kind=DIAGNOSTIC_KINDS),
     }
-    by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
+    if untrained:
+        frames["train_roles"] = store.rows("role_metrics", untrained, source="train", metric=INTERVENTION_METRICS)
+        frames["diagnostics"] = store.rows("diagnostics", untrained, kind=DIAGNOSTIC_KINDS)
+    if len(ids) == 1:  # a new evaluation's cell: its rows as they are
+        by_cell = {name: {ids[0]: frame} for name, frame in frames.items()}
+    else:
+        by_cell = {name: dict(tuple(frame.groupby("cell", sort=False))) for name, frame in frames.items()}
     records = {}
     for cell, policy in cells.items():
         rows = {name: by_cell[name].get(cell, frame.iloc[0:0]) for name, frame in frames.items()}
-        if parts is not None:
-            kept = {part for part, _ in parts.get(cell, ())}
+        kept = {part for part, _ in parts.get(cell, ())} if parts is not None else None
+        if kept is not None:
             steps = {int(part.removeprefix("eval/step_")) for part in kept if part != "train"}
             rows["evals"] = rows["evals"][rows["evals"]["step"].isin(steps)]
             rows["roles"] = rows["roles"][rows["roles"]["step"].isin(steps)]
-            if "train" not in kept:
-                rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
-                rows["train_roles"] = rows["train_roles"].iloc[0:0]
         try:
-            record = cell_record(
-                policy, rows["evals"], rows["roles"], rows["diagnostics"], config.analysis, rows["train_roles"]
-            )
+            if cell not in trainings:
+                if kept is not None and "train" not in kept:
+                    rows["diagnostics"] = rows["diagnostics"].iloc[0:0]
+                    rows["train_roles"] = rows["train_roles"].iloc[0:0]
+                trainings[cell] = training_part(policy, rows["diagnostics"], rows["train_roles"])
+            record = record_of(trainings[cell], rows["evals"], rows["roles"], config.analysis)
         except ValueError as exc:
             raise ValueError(f"cell {cell!r}: {exc}") from exc
         records[cell] = _jsonable(record)
     return records
+
+
+def training_cache_key(parts: Sequence[tuple[str, str]], policy: str, settings: Mapping) -> str:
+    """What a cell's training part is computed from: its training's digest (if any), its policy
+    mode, the settings and the record version."""
+    train = [list(part) for part in parts if part[0] == "train"]
+    blob = json.dumps({"train": train, "policy": policy, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def cell_records(
@@ -210,23 +251,57 @@ def cell_records(
     ``current`` (:func:`current_specs`): each cell's spec digests; a record is then
     computed from the results computed under them only (all stored results if None).
     Cached records are reused when their cache key still matches; the others are
-    recomputed and cached (only then is the store written).
+    recomputed and cached (only then is the store written). A recomputed record
+    reuses its cell's cached training part when the training is the same (a new
+    evaluation): then only the cell's evaluations are read.
     """
-    digests = store.input_digests(cells["cell"].tolist(), current)
+    inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
-    keys = {cell: record_cache_key(parts, settings) for cell, parts in digests.items()}
+    keys = {cell: record_cache_key(text, settings) for cell, text in inputs.items()}
     cached = store.cached_summaries(list(keys))
     stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
+    if not stale:
+        return {cell: cached[cell][1] for cell in keys}
+    digests = store.input_digests(stale, current)
     policies = dict(zip(cells["cell"], cells["policy"]))
-    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config, digests) if stale else {}
-    store.save_summaries({cell: (keys[cell], fresh[cell]) for cell in stale})
+    training_keys = {cell: training_cache_key(digests[cell], policies[cell], settings) for cell in stale}
+    trainings = {
+        cell: training
+        for cell, (key, training) in store.cached_trainings(stale).items()
+        if key == training_keys[cell]
+    }
+    known = set(trainings)
+    fresh = compute_records(store, {cell: policies[cell] for cell in stale}, config, digests, trainings)
+    store.save_summaries(
+        {cell: (keys[cell], fresh[cell]) for cell in stale},
+        {cell: (training_keys[cell], trainings[cell]) for cell in stale if cell not in known},
+    )
     return {cell: fresh[cell] if cell in fresh else cached[cell][1] for cell in keys}
 
 
 def _grid_frame(config: Config) -> pd.DataFrame:
     """The grid's cells (``cell`` + AXES + the extra axes, None where one leaves a cell alone)
     and ``run``, the id their results are stored under."""
+    return _grid(config)[0].copy(deep=False)  # copy on write: the caller's to change
+
+
+_GRIDS: dict[int, tuple[Config, tuple[pd.DataFrame, pd.DataFrame, str | None]]] = {}
+
+
+def _grid(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """The grid frame of ``config``, its runs (:func:`_runs_frame`) and its :func:`same_run_caption`,
+    computed once per config, as :func:`_spec_digests`."""
+    cached = _GRIDS.get(id(config))
+    if cached is None or cached[0] is not config:
+        if len(_GRIDS) > 64:
+            _GRIDS.clear()
+        grid = _new_grid_frame(config)
+        cached = _GRIDS[id(config)] = (config, (grid, _runs_frame(grid), same_run_caption(grid)))
+    return cached[1]
+
+
+def _new_grid_frame(config: Config) -> pd.DataFrame:
     extra = list(config.grid.sweeps)
     cells = [(c, G.run_of(c)) for c in G.cells(config)]
     rows = [{"cell": c.id, **c.axes(), **c.sweep_values(), "run": r.id, "run_policy": r.policy} for c, r in cells]
@@ -266,17 +341,40 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
 
     A missing axis value (``policy`` of an ``isolated - shared`` row) sorts first.
     """
-    keys = [*group_by, *(a for a in [*AXES, *config.grid.sweeps] if a not in group_by)]
-    keys = [k for k in keys if k in frame.columns]
+    keys = _sort_keys(frame.columns, config, group_by)
     if frame.empty or not keys:
         return frame.reset_index(drop=True)
+    order = _sorted_order({name: frame[name].tolist() for name in keys}, config, len(frame))
+    if order == list(range(len(frame))):
+        return frame.reset_index(drop=True)
+    return frame.take(order).reset_index(drop=True)
 
-    def position(column: pd.Series) -> pd.Series:
-        listed = config.grid.sweeps[column.name] if "." in column.name else getattr(config.grid, column.name)
+
+def _sorted_cells(per_cell: PerCell, config: Config, group_by: Sequence[str] = ()) -> PerCell:
+    """The rows of ``per_cell`` in :func:`sort_rows`' order (a per-cell table built from them needs no sort)."""
+    keys = _sort_keys(per_cell.columns, config, group_by)
+    if not keys:
+        return per_cell
+    order = _sorted_order({name: [row[name] for row in per_cell.rows] for name in keys}, config, len(per_cell.rows))
+    return PerCell([per_cell.rows[i] for i in order], per_cell.dtypes)
+
+
+def _sort_keys(columns, config: Config, group_by: Sequence[str]) -> list[str]:
+    keys = [*group_by, *(a for a in [*AXES, *config.grid.sweeps] if a not in group_by)]
+    return [k for k in keys if k in columns]
+
+
+def _sorted_order(columns: Mapping[str, list], config: Config, n: int) -> list[int]:
+    """Positions ``0..n-1`` stably sorted by each column's values' positions in experiments.yaml
+    (Python's sort is stable: ``sort_values(keys, kind="stable")`` without pandas' cost per column)."""
+
+    def positions(name: str, values: list) -> list[int]:
+        listed = config.grid.sweeps[name] if "." in name else getattr(config.grid, name)
         order = {str(v): i for i, v in enumerate(listed)}
-        return column.map(lambda v: -1 if pd.isna(v) else order.get(str(v), len(order)))
+        return [-1 if missing(v) else order.get(str(v), len(order)) for v in values]
 
-    return frame.sort_values(keys, key=position, kind="stable").reset_index(drop=True)
+    by_key = list(zip(*(positions(name, values) for name, values in columns.items())))
+    return sorted(range(n), key=by_key.__getitem__)
 
 
 def build_tables(
@@ -307,7 +405,7 @@ def build_tables(
     return frames
 
 
-def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], PerCell]:
     names = list(TABLE_NAMES if names is None else names)
     extra = list(config.grid.sweeps)
     for name in names:
@@ -318,16 +416,18 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
 
     grid = _grid_frame(config)
-    selected = grid[_selected(grid, only)]
+    selected = grid[_selected(grid, only)] if only else grid
     needed = selected
-    if "compare" in names and against is not None:
+    if not only:
+        pass  # the whole grid: its own controls
+    elif "compare" in names and against is not None:
         # Controls: the control value's cells, matching the selection on every other axis.
         needed = grid[grid["cell"].isin(selected["cell"]) | _selected(grid, only, skip=(against[0],))]
     elif "compare" in names:
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
         controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    runs = _runs_frame(needed)
+    runs = _runs_frame(needed) if only else _grid(config)[1]
     current = current_specs(config, runs["cell"])
 
     def run_records() -> dict[str, dict]:
@@ -337,22 +437,30 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     by_run = repairing(db_file, run_records)  # a damaged store is rebuilt, and read again
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
-    per_cell = records_frame(records, needed.drop(columns=["run", "run_policy"]))
-    per_cell["run"] = per_cell["cell"].map(run_of)
-    per_selected = per_cell[per_cell["cell"].isin(selected["cell"])]
+    per_cell = per_cell_rows(records, needed.drop(columns=["run", "run_policy"]))
+    for row in per_cell.rows:
+        row["run"] = run_of[row["cell"]]
+    per_cell.dtypes["run"] = per_cell.dtypes["cell"]
+    if len(selected) < len(needed):
+        chosen = set(selected["cell"])
+        per_selected = per_cell.where(lambda row: row["cell"] in chosen)
+    else:
+        per_selected = per_cell
+    per_selected = _sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
 
-    same_run = same_run_caption(selected)
+    same_run = same_run_caption(selected) if only else _grid(config)[2]
     frames = {}
     for name in names:
         if name == "compare":
             if against is not None:
-                table = against_table(per_cell[per_cell["base"].notna()], *against, config.analysis.confidence)
+                table = against_table(_evaluated(per_cell).frame(), *against, config.analysis.confidence)
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
-            table = table[_selected(table, only)]
+            table = table[_selected(table, only)] if only else table
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
-        table = sort_rows(table, config, axes)
+        if name not in PER_CELL:
+            table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
         elif name == "summary" and same_run is not None:
@@ -376,13 +484,14 @@ def report_table(
     table = frames[name]
     if table.empty:
         needs = TABLES[name].needs
-        if against is not None and per_cell["base"].notna().any():
+        evaluated = bool(_evaluated(per_cell).rows)
+        if against is not None and evaluated:
             axis, control = against
             raise ConfigError(
                 f"{results}: nothing to compare against {axis}={_shown(control)}; it needs cells of that value and "
                 f"of another, alike on every other axis and with a seed in common"
             )
-        if name == "compare" and per_cell["base"].notna().any():
+        if name == "compare" and evaluated:
             raise ConfigError(
                 f"{results}: nothing to compare for the cells of this grid; compare needs cells of both "
                 f"policy modes, or of {CONTROL} and another workflow, with the same task, scale and seed"
