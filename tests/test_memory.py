@@ -36,7 +36,9 @@ WEAK, STRONG = "qwen-0.6b", "qwen-4b"
 
 
 def attempt(model: str, problem: str, correct: bool, sample: int = 0) -> Trajectory:
-    return Trajectory(problem, f"question {problem}", model, f"{model} on {problem} #{sample}", "7", correct, 12, sample)
+    return Trajectory(
+        problem, f"question {problem}", model, f"{model} on {problem} #{sample}", "7", correct, 12, sample
+    )
 
 
 # p1 both right, p2 weak right, p3 strong right, p4 both wrong, p5 only the weak model tried.
@@ -78,12 +80,15 @@ def test_transfer_is_the_other_models_own_memory():
 def test_memcollab_contrasts_weak_and_strong_only_where_their_outcomes_differ():
     pairs = pairs_for("memcollab", WEAK, WEAK, STRONG, GREEDY)
     # p2: the weak model is right, so its trajectory is preferred; p3: it is wrong, so the strong one's is.
-    assert sides(pairs) == [("p2", f"{WEAK} on p2 #0", f"{STRONG} on p2 #0"), ("p3", f"{STRONG} on p3 #0", f"{WEAK} on p3 #0")]
+    assert sides(pairs) == [
+        ("p2", f"{WEAK} on p2 #0", f"{STRONG} on p2 #0"),
+        ("p3", f"{STRONG} on p3 #0", f"{WEAK} on p3 #0"),
+    ]
     assert [p.models for p in pairs] == [(WEAK, STRONG), (STRONG, WEAK)]
     assert pairs_for("memcollab", STRONG, WEAK, STRONG, GREEDY) == pairs  # one memory for both consumers
 
 
-def test_memcollab_prefers_the_weak_models_correct_trajectory_over_the_strong_models():
+def test_memcollab_skips_agreeing_outcomes_and_takes_sides_by_outcome_not_order():
     # Both right: skipped, even though either could be τ+.
     assert pairs_for("memcollab", WEAK, WEAK, STRONG, [attempt(WEAK, "q", True), attempt(STRONG, "q", True)]) == []
     # The roles are by model, not by order: the strong model's correct attempt listed first changes nothing.
@@ -117,7 +122,9 @@ def test_each_mode_needs_only_the_trajectories_it_distils():
     assert needed_trajectories("transfer", WEAK, WEAK, STRONG) == {(STRONG, 1)}
     assert needed_trajectories("transfer", STRONG, WEAK, STRONG) == {(WEAK, 1)}
     assert needed_trajectories("self_contrast", STRONG, WEAK, STRONG, samples=6) == {(STRONG, 6)}
-    assert needed_trajectories("memcollab", WEAK, WEAK, STRONG) == needed_trajectories("memcollab", STRONG, WEAK, STRONG)
+    assert needed_trajectories("memcollab", WEAK, WEAK, STRONG) == needed_trajectories(
+        "memcollab", STRONG, WEAK, STRONG
+    )
     assert needed_trajectories("memcollab", WEAK, WEAK, STRONG) == {(WEAK, 1), (STRONG, 1)}
     with pytest.raises(ValueError, match="at least 2 samples"):
         needed_trajectories("self_contrast", WEAK, WEAK, STRONG, samples=1)
@@ -151,7 +158,15 @@ def test_modes_are_the_papers_comparisons():
 def test_records_survive_a_json_round_trip():
     contrast = pairs_for("memcollab", WEAK, WEAK, STRONG, GREEDY)[0]
     single = Pair.single(attempt(WEAK, "p", False))
-    entry = Entry("When x, enforce y.", "p2", "question p2", Label("algebra", "linear equations"), (WEAK, STRONG), "memcollab", "abc")
+    entry = Entry(
+        "When x, enforce y.",
+        "p2",
+        "question p2",
+        Label("algebra", "linear equations"),
+        (WEAK, STRONG),
+        "memcollab",
+        "abc",
+    )
     for record in (GREEDY[0], contrast, single, Label("geometry", "circles"), entry):
         assert type(record).from_dict(json.loads(json.dumps(record.to_dict()))) == record
     assert single.preferred is None and Pair.from_dict(json.loads(json.dumps(single.to_dict()))).preferred is None
@@ -267,8 +282,10 @@ def test_a_five_megabyte_output_is_read_only_up_to_the_cap():
     assert result.entries == ["When adding, enforce carrying.", "When counting, enforce a tally."]
     assert result.dropped == {"no_form": 1} and result.truncated  # the junk line, cut at the cap
     # Entries past the cap are never read, even when the rest is well formed.
-    many = "".join(f"When case {i:05d} holds, enforce rule {i:05d}.\n" for i in range(MAX_READ_CHARS // 30))
-    assert parse_entries(many, SUM, max_entries=10**6).entries[-1] != many.splitlines()[-1]
+    lines = [f"When case {i:05d} holds, enforce rule {i:05d}." for i in range(MAX_READ_CHARS // 30)]
+    whole = MAX_READ_CHARS // (len(lines[0]) + 1)  # the lines that end before the cap; the next is cut short
+    result = parse_entries("\n".join(lines), SUM, max_entries=10**6)
+    assert result.entries == lines[:whole] and result.dropped == {"no_form": 1} and result.truncated
 
 
 def test_outputs_without_entries_give_none_and_never_raise():
@@ -306,7 +323,11 @@ def test_only_the_first_max_entries_are_kept_and_only_after_the_reasoning():
         f"When case {c} holds, enforce rule {c}." for c in "abcde"
     )
     result = parse_entries(text, SUM, max_entries=3)
-    assert result.entries == ["When case a holds, enforce rule a.", "When case b holds, enforce rule b.", "When case c holds, enforce rule c."]
+    assert result.entries == [
+        "When case a holds, enforce rule a.",
+        "When case b holds, enforce rule b.",
+        "When case c holds, enforce rule c.",
+    ]
     assert result.dropped == {"over_limit": 2}
     assert len("When " + "a" * MAX_ENTRY_CHARS) > MAX_ENTRY_CHARS  # the too-long case above is really over
 
@@ -333,7 +354,8 @@ def test_the_labeller_sees_every_option_numbered_with_other_last():
         ("**Counting and Probability / probability**", "math", Label("counting & probability", "probability")),
         ("5. algebra / linear equations", "math", Label("algebra", "linear equations")),  # the name wins
         ("<think>maybe 1</think>strings / parsing & formatting", "code", Label("strings", "parsing & formatting")),
-        ("lists / sorting & ordering, or lists / searching", "code", Label("lists", "sorting & ordering")),
+        ("lists / searching, or lists / sorting & ordering", "code", Label("lists", "searching")),  # the first named
+        ("0 is no option, so 5", "math", Label("arithmetic", "exponents & roots")),  # numbers count from 1
         ("99", "math", OTHER),
         ("3.5", "math", OTHER),
         ("no idea", "code", OTHER),
@@ -362,7 +384,9 @@ SOURCES = [  # (id, question, label, entries)
     ("b1", "alpha beta gamma delta", CIRCLES, 3),  # the query's own words, another label
 ]
 BANK = MemoryBank(
-    Entry(f"{pid}#{k}", pid, q, label, (WEAK, STRONG), "memcollab", "d") for pid, q, label, n in SOURCES for k in range(n)
+    Entry(f"{pid}#{k}", pid, q, label, (WEAK, STRONG), "memcollab", "d")
+    for pid, q, label, n in SOURCES
+    for k in range(n)
 )
 
 
@@ -390,7 +414,9 @@ def test_retrieval_ranks_by_tfidf_cosine_with_ties_to_the_smaller_id():
 def test_retrieval_caps_entries_per_problem_and_in_total():
     query = Problem("new", QUERY, "0")
     assert texts(retrieve(BANK, query, LINEAR, top_p=2, per_problem=2)) == ["a1#0", "a1#1", "a2#0", "a2#1"]
-    assert texts(retrieve(BANK, query, LINEAR, per_problem=5)) == [f"{p}#{k}" for p, n in (("a1", 4), ("a2", 3), ("z2", 3)) for k in range(n)]
+    assert texts(retrieve(BANK, query, LINEAR, per_problem=5)) == [
+        f"{p}#{k}" for p, n in (("a1", 4), ("a2", 3), ("z2", 3)) for k in range(n)
+    ]
     assert texts(retrieve(BANK, query, LINEAR, limit=4)) == ["a1#0", "a1#1", "a1#2", "a2#0"]
     assert retrieve(BANK, query, LINEAR, limit=0) == []
     with pytest.raises(ValueError, match="top_p, per_problem >= 1"):

@@ -102,7 +102,9 @@ def distiller_messages(
     if pair.preferred is not None:
         shown.append(f"A correct solution:\n{quote(pair.preferred.completion, quote_chars)}")
     if pair.rejected is not None:
-        shown.append(f"An incorrect solution (its final answer is wrong):\n{quote(pair.rejected.completion, quote_chars)}")
+        shown.append(
+            f"An incorrect solution (its final answer is wrong):\n{quote(pair.rejected.completion, quote_chars)}"
+        )
     if pair.contrastive:
         task = "Compare the two: what did the correct solution do that the incorrect one did not?"
     elif pair.preferred is not None:
@@ -171,9 +173,7 @@ def parse_entries(text: str, problem: Problem, max_entries: int = MAX_ENTRIES) -
     return ParseResult(kept, dict(dropped), truncated)
 
 
-def entries_from(
-    pair: Pair, texts: Sequence[str], label: Label, mode: str, messages: tuple[str, str]
-) -> list[Entry]:
+def entries_from(pair: Pair, texts: Sequence[str], label: Label, mode: str, messages: tuple[str, str]) -> list[Entry]:
     """``texts`` (``parse_entries``' entries for ``pair``) as entries of a ``mode`` memory."""
     distiller = prompt_digest(*messages)
     return [Entry(t, pair.problem_id, pair.question, label, pair.models, mode, distiller) for t in texts]

@@ -22,7 +22,13 @@ MAX_LABEL_CHARS = 4000  # a label is a few words; longer replies are read this f
 
 TAXONOMY: dict[str, dict[str, tuple[str, ...]]] = {
     "math": {
-        "arithmetic": ("basic operations", "fractions & decimals", "percentages", "ratios & rates", "exponents & roots"),
+        "arithmetic": (
+            "basic operations",
+            "fractions & decimals",
+            "percentages",
+            "ratios & rates",
+            "exponents & roots",
+        ),
         "algebra": (
             "linear equations",
             "systems of equations",
