@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import traceback
 from pathlib import Path
-
 
 from matrixrl import atomic
 from matrixrl.analysis.axes import cells_frame
 from matrixrl.analysis.summary import summary_table
 from matrixrl.config import Analysis
-from matrixrl.errors import UserError, disk_error_message
-from matrixrl.jobs.logfile import file_logger
+from matrixrl.jobs.logfile import file_logger, logged_failures
 from matrixrl.report.tables import current_evaluations
 from matrixrl.store import ingest, read_table
 
@@ -29,7 +26,7 @@ def analyse_job(
     ``digest`` (matrixrl.status.analyse_digest): what the summary is computed from, recorded in it.
     """
     log = file_logger(log_path)
-    try:
+    with logged_failures(log):
         results_dir = Path(output).resolve().parent
         log(f"ingested {ingest(results_dir)} new or changed result files")
         grid = cells_frame(cells, list(dict.fromkeys(key for cell in cells for key in cell)))
@@ -40,10 +37,3 @@ def analyse_job(
         records = json.loads(table.to_json(orient="records"))
         atomic.write_text(output, json.dumps({"spec_digest": digest, "cells": records}, indent=1))
         log(f"summarised {len(table)} cells")
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, UserError) else disk_error_message(exc)
-        if message is None:
-            log(traceback.format_exc().rstrip())
-            message = f"{type(exc).__name__}: {exc}"
-        log(f"Error: {message}")
-        raise

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 
 def file_logger(path: str | Path) -> Callable[[str], None]:
@@ -16,6 +18,24 @@ def file_logger(path: str | Path) -> Callable[[str], None]:
             handle.write(message + "\n")
 
     return log
+
+
+@contextmanager
+def logged_failures(log: Callable[[str], None]) -> Iterator[None]:
+    """Writes what goes wrong inside the block to ``log`` as the job's last ``Error:`` line
+    (a user error or a disk error as its message, anything else with its traceback first),
+    then raises it: Snakemake fails the job and ``failure_cause`` names it from the log."""
+    from matrixrl.errors import UserError, disk_error_message
+
+    try:
+        yield
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, UserError) else disk_error_message(exc)
+        if message is None:
+            log(traceback.format_exc().rstrip())
+            message = f"{type(exc).__name__}: {exc}"
+        log(f"Error: {message}")
+        raise
 
 
 def failure_cause(path: str | Path) -> str | None:

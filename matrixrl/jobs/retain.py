@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import traceback
 from pathlib import Path
 
 from matrixrl.config import Analysis
-from matrixrl.errors import UserError, disk_error_message
-from matrixrl.jobs.logfile import file_logger
+from matrixrl.jobs.logfile import file_logger, logged_failures
 from matrixrl.results import EvalResult, read_result
 
 
@@ -20,13 +18,6 @@ def retain_job(
     from matrixrl.retention import retain
 
     log = file_logger(log_path)
-    try:
+    with logged_failures(log):
         evaluations = [read_result(Path(path), EvalResult) for path in eval_files]
         retain(cell, Path(cell_dir), evaluations, keep, Analysis(**analysis), resume_digest, log=log)
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, UserError) else disk_error_message(exc)
-        if message is None:
-            log(traceback.format_exc().rstrip())
-            message = f"{type(exc).__name__}: {exc}"
-        log(f"Error: {message}")
-        raise
