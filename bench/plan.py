@@ -41,6 +41,7 @@ def fill(config: Path, sets: list[str], results: Path) -> int:
     """Write every result file of the grid as a finished run would have; returns the job count."""
     from matrixrl.config import load_config
     from matrixrl.results import BaseResult, EvalResult, StepMetrics, TrainResult, write_result
+    from matrixrl.retention import RetentionRecord
     from matrixrl.status import grid_jobs
 
     cfg = load_config(config, sets=[f"results_dir={results}", *sets], only=[])
@@ -57,6 +58,9 @@ def fill(config: Path, sets: list[str], results: Path) -> int:
         elif job.rule == "analyse":
             path.write_text(json.dumps({"spec_digest": job.digest, "cells": []}))
             continue
+        elif job.rule == "retain":
+            result = RetentionRecord(spec_digest=job.digest, cell=job.cell, keep_checkpoints=job.params,
+                                     resume_digest="-", kept=[], deleted=[], pruned=[], bytes_freed=0)
         else:
             result = EvalResult(cell=job.cell or "base", step=job.step, accuracy=0.5, n=500, n_correct=250, seconds=1.0,
                                 spec_digest=job.digest, base_eval=job.base_eval)
