@@ -28,6 +28,16 @@ def experiment(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory) -> Path:
+    """A finished, undisturbed run of test_signals.GRID, once per session: what the runs that
+    test_signals, test_faults and test_e2e stop, kill or starve must resume to (each copies its
+    base model, so that only training is under test). Never changed by a test."""
+    from test_signals import undisturbed_run
+
+    return undisturbed_run(tmp_path_factory.mktemp("reference"))
+
+
 def run_cli(*args: str):
     """Invoke ``matrixrl ARGS...`` in-process; returns click's ``Result``.
 

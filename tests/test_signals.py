@@ -47,10 +47,11 @@ def outcome(results: Path) -> tuple[dict, list[dict], int]:
     return accuracy, metrics, train["steps"]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """An undisturbed run of the grid; its base model seeds the other runs' results."""
-    folder = tmp_path_factory.mktemp("reference")
+def undisturbed_run(folder: Path) -> Path:
+    """An undisturbed run of the grid in ``folder``; its results.
+
+    The session's ``reference`` fixture (conftest.py): its base model seeds the other runs' results.
+    """
     config = small_experiment(folder, **GRID)
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
     assert proc.returncode == 0, proc.stderr
