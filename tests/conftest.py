@@ -28,6 +28,33 @@ def experiment(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory):
+    """test_e2e's one-cell grid (``small_experiment``), planned and then run once per session:
+    ``(config, results, plan before the run, the run's process)``. Never changed by a test:
+    one that changes it works on a copy (:func:`copy_of`)."""
+    from test_e2e import plan_and_run
+
+    return plan_and_run(tmp_path_factory.mktemp("grid"))
+
+
+def copy_of(config: Path, folder: Path) -> tuple[Path, Path]:
+    """A copy of ``config``'s folder (experiments file and results, every mtime kept) as ``folder``:
+    its experiments file and its results."""
+    shutil.copytree(config.parent, folder, symlinks=True)
+    return folder / config.name, folder / "results"
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory) -> Path:
+    """A finished, undisturbed run of test_signals.GRID, once per session: what the runs that
+    test_signals, test_faults and test_e2e stop, kill or starve must resume to (each copies its
+    base model, so that only training is under test). Never changed by a test."""
+    from test_signals import undisturbed_run
+
+    return undisturbed_run(tmp_path_factory.mktemp("reference"))
+
+
 def run_cli(*args: str):
     """Invoke ``matrixrl ARGS...`` in-process; returns click's ``Result``.
 

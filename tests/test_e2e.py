@@ -1,7 +1,8 @@
 """End to end: real `matrixrl run` through Snakemake into a real SQLite store.
 
 These are the slow tests (`pytest -m "not slow"` skips them); CI runs them all.
-One tiny grid is run once per module and then grown, rerun and interrupted.
+One tiny grid is run once per module; each test that grows, reruns or damages it does so
+on its own copy of the finished run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import copy_of
 
 pytestmark = pytest.mark.slow
 
@@ -102,13 +105,24 @@ def background_run(config: Path):
         runner.wait()
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("grid")
+def plan_and_run(folder: Path) -> tuple[Path, Path, list[dict], subprocess.CompletedProcess]:
+    """The small grid in ``folder``: its plan before a run, then that run (conftest's ``small_run``)."""
     config = small_experiment(folder)
     before = plan(config)
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
     return config, folder / "results", before, proc
+
+
+@pytest.fixture
+def ran(small_run):
+    """The session's run of the small grid (conftest.py), for tests that only read it."""
+    return small_run
+
+
+@pytest.fixture
+def copy(small_run, tmp_path):
+    """A private copy of the finished run: what a test changes, the others never see."""
+    return copy_of(small_run[0], tmp_path / "grid")
 
 
 CELL0 = "single-arith-tiny-s-shared-s0"
@@ -172,8 +186,8 @@ def test_a_finished_run_keeps_only_the_key_checkpoints_and_their_evaluations_sta
     assert shown[-2].startswith(f"disk at peak: ~{format_bytes(left)} of checkpoints (train.keep_checkpoints: key; all: ~")
 
 
-def test_second_run_with_nothing_changed_runs_no_job(ran):
-    config, results, _, _ = ran
+def test_second_run_with_nothing_changed_runs_no_job(copy):
+    config, results = copy
     before = {p: p.stat().st_mtime_ns for p in (results / "cells").rglob("*.json")}
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
     assert jobs_started(proc) == []
@@ -213,8 +227,8 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     assert markdown[1].startswith("|:---")
 
 
-def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
-    config, results, _, _ = ran
+def test_adding_a_seed_runs_only_the_new_cells_jobs(copy):
+    config, results = copy
     grown = ["--set", "grid.seed=[0, 1]"]
     mtimes = {p: p.stat().st_mtime_ns for p in (results / "cells" / CELL0).rglob("*.json")}
     pending = [(j["rule"], j["cell"]) for j in plan(config, *grown) if j["status"] == "pending"]
@@ -229,11 +243,9 @@ def test_adding_a_seed_runs_only_the_new_cells_jobs(ran):
     assert [s for s, _ in accuracies(results, CELL1)] == [0, 2, 4]
 
 
-def test_a_failed_job_is_named_with_its_log(ran):
-    config, results, _, _ = ran
-    # Settle the grid back to one seed, so that nothing but the deletion below changes.
-    assert "Nothing to run" not in matrixrl("run", "-c", str(config), "--cores", "2").stdout
-    assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2").stdout
+def test_a_failed_job_is_named_with_its_log(copy):
+    config, results = copy
+    assert {j["status"] for j in plan(config)} == {"done"}  # nothing but the deletion below changes
     # A deleted result is recomputed; without its checkpoint, that evaluation fails. (The final
     # checkpoint: retention keeps it; the deletion of one it pruned is the next test's.)
     shutil.rmtree(results / "cells" / CELL0 / "checkpoints" / "step_4")
@@ -255,8 +267,8 @@ def test_a_failed_job_is_named_with_its_log(ran):
     assert dict(accuracies(results, CELL0)) == first
 
 
-def test_the_deleted_evaluation_of_a_pruned_checkpoint_retrains_the_cell_to_the_same_result(ran):
-    config, results, _, _ = ran
+def test_the_deleted_evaluation_of_a_pruned_checkpoint_retrains_the_cell_to_the_same_result(copy):
+    config, results = copy
     first = accuracies(results, CELL0)
     kept = checkpoint_steps(results, CELL0)
     record = json.loads((results / "cells" / CELL0 / "retained.json").read_text())
@@ -271,8 +283,8 @@ def test_the_deleted_evaluation_of_a_pruned_checkpoint_retrains_the_cell_to_the_
     assert checkpoint_steps(results, CELL0) == kept  # pruned again
 
 
-def test_a_corrupt_result_file_is_recomputed_by_the_run(ran):
-    config, results, _, _ = ran
+def test_a_corrupt_result_file_is_recomputed_by_the_run(copy):
+    config, results = copy
     bad = results / "cells" / CELL0 / "eval" / "step_4.json"
     good = bad.read_text()
     bad.write_text("{ not json")
@@ -283,11 +295,10 @@ def test_a_corrupt_result_file_is_recomputed_by_the_run(ran):
     assert json.loads(bad.read_text())["accuracy"] == json.loads(good)["accuracy"]
 
 
-def test_a_result_file_corrupted_while_the_run_goes_is_named(ran, tmp_path):
+def test_a_result_file_corrupted_while_the_run_goes_is_named(copy, tmp_path):
     # Damage found only by the job that reads the file: analyse names it and its fix.
-    config, results, _, _ = ran
+    config, results = copy
     bad = results / "cells" / CELL0 / "eval" / "step_4.json"
-    good = bad.read_text()
     from matrixrl.jobs.analyse import analyse_job
 
     bad.write_text("{ not json")
@@ -295,11 +306,10 @@ def test_a_result_file_corrupted_while_the_run_goes_is_named(ran, tmp_path):
         analyse_job([{"cell": CELL0}], {}, str(results / "summary.json"), str(tmp_path / "analyse.log"))
     cause = "corrupt result file (not valid JSON); delete it and run `matrixrl run` to recompute it"
     assert cause in str(failed.value) and f"Error: {bad}: {cause}" in (tmp_path / "analyse.log").read_text()
-    bad.write_text(good)
 
 
-def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
-    config, results, _, _ = ran
+def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(copy):
+    config, results = copy
     first = accuracies(results, CELL0)
     rewards = stored(results, f"select step, reward_mean, loss from train_steps where cell = '{CELL0}' order by step")
     shutil.rmtree(results / "cells" / CELL0)
@@ -309,8 +319,8 @@ def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(ran):
     assert stored(results, f"select step, reward_mean, loss from train_steps where cell = '{CELL0}' order by step") == rewards
 
 
-def test_settings_that_cannot_change_a_result_rerun_nothing(ran):
-    config, results, _, _ = ran
+def test_settings_that_cannot_change_a_result_rerun_nothing(copy):
+    config, results = copy
     runtime = ["--set", "train.threads=2", "--set", "eval.batch_size=5"]
     assert {j["status"] for j in plan(config, *runtime)} == {"done"}
     assert "Nothing to run" in matrixrl("run", "-c", str(config), "--cores", "2", *runtime).stdout
@@ -323,8 +333,8 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(ran):
     }
 
 
-def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints(ran):
-    config, results, _, _ = ran
+def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints(copy):
+    config, results = copy
     query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
     before = stored(results, query)
     log = results / "logs" / "train" / f"{CELL0}.log"
@@ -343,26 +353,18 @@ def test_a_changed_training_setting_retrains_instead_of_resuming_old_checkpoints
     assert stored(results, query) == before
 
 
-def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path):
-    _, first_results, _, _ = ran
-    longer = {"train.steps": 24, "train.eval_every": 4}
+def test_killed_training_resumes_and_matches_an_uninterrupted_run(reference, tmp_path):
+    # The uninterrupted run is the session's reference (conftest.py); this one starts from its base
+    # model: only the training job is under test.
+    from test_signals import GRID, fresh
 
-    def fresh(name: str) -> tuple[Path, Path]:
-        config = small_experiment(tmp_path / name, **longer)
-        results = tmp_path / name / "results"
-        # Reuse the module's base model: only the training job is under test.
-        shutil.copytree(first_results / "base", results / "base")
-        return config, results
-
-    reference_config, reference = fresh("uninterrupted")
-    matrixrl("run", "-c", str(reference_config), "--cores", "1")
-
-    config, results = fresh("killed")
+    config, results = fresh(reference, tmp_path / "killed")
+    first_checkpoint = GRID["train.checkpoint_every"]
     checkpoints = results / "cells" / CELL0 / "checkpoints"
     with background_run(config) as runner:
         deadline = time.monotonic() + 300
-        while not (checkpoints / "step_8" / "COMPLETE").exists():
-            assert time.monotonic() < deadline, "training never reached step 8"
+        while not (checkpoints / f"step_{first_checkpoint}" / "COMPLETE").exists():
+            assert time.monotonic() < deadline, f"training never reached step {first_checkpoint}"
             assert runner.poll() is None, "the run ended before it could be killed"
             time.sleep(0.02)
         pids = trainers(CELL0)
@@ -378,7 +380,7 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(ran, tmp_path)
     log = (results / "logs" / "train" / f"{CELL0}.log").read_text()
     assert "resuming" in log and "from its checkpoint at step" in log
     resumed_from = int(log.split("from its checkpoint at step ")[1].split()[0])
-    assert resumed_from >= 8
+    assert resumed_from >= first_checkpoint
     assert accuracies(results, CELL0) == accuracies(reference, CELL0)
     query = f"select step, reward_mean, loss, grad_norm from train_steps where cell = '{CELL0}' order by step"
     assert stored(results, query) == stored(reference, query)
@@ -416,7 +418,8 @@ def _state(pid: int) -> str:
 def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_step(tmp_path):
     from matrixrl.config import POLICIES, WORKFLOWS
 
-    config = small_experiment(tmp_path, **{"train.problems_per_step": 4})
+    # 18 evaluations: 16 problems each are enough to have every metric below at every checkpoint.
+    config = small_experiment(tmp_path, **{"train.problems_per_step": 4, "tasks.arith.n_eval": 16})
     raw = yaml.safe_load(config.read_text())
     raw["grid"].update(workflow=list(WORKFLOWS), policy=list(POLICIES))
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -453,9 +456,8 @@ def test_every_workflow_and_policy_mode_runs_and_stores_diagnostics_for_every_st
     assert by_workflow[("single", "shared")]["amplified_role"] is None
 
 
-def test_a_damaged_store_is_rebuilt_by_run(ran):
-    config, results, _, _ = ran
-    matrixrl("run", "-c", str(config), "--cores", "2")  # settle whatever earlier tests changed
+def test_a_damaged_store_is_rebuilt_by_run(copy):
+    config, results = copy
     query = "select cell, step, accuracy from evaluations order by cell, step"
     before = stored(results, query)
     store = results / "matrixrl.sqlite"
@@ -466,9 +468,11 @@ def test_a_damaged_store_is_rebuilt_by_run(ran):
     assert stored(results, query) == before
 
 
-def test_a_report_before_the_run_ends_names_the_cells_not_finished(ran):
-    config, results, _, _ = ran
-    (results / "cells" / CELL0 / "eval" / "step_4.json").unlink()  # as while its evaluation runs
+def test_a_report_before_the_run_ends_names_the_cells_not_finished(copy):
+    config, results = copy
+    evaluation = results / "cells" / CELL0 / "eval" / "step_4.json"
+    written = evaluation.read_bytes()
+    evaluation.unlink()  # as while its evaluation runs
     import matrixrl as api
     from matrixrl import layout as L
     from matrixrl.snake import _write_record
@@ -487,5 +491,5 @@ def test_a_report_before_the_run_ends_names_the_cells_not_finished(ran):
         f"{CELL0} (2/3 checkpoints)"
     )
     assert "0.0" in proc.stdout  # the rows so far are still printed
-    matrixrl("run", "-c", str(config), "--cores", "2")
+    evaluation.write_bytes(written)  # as once that evaluation has finished
     assert api.Study.load(config).progress()["status"].tolist() == ["done"]

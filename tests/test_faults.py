@@ -20,7 +20,7 @@ from conftest import skip_or_fail
 from matrixrl import layout as L
 from matrixrl.errors import disk_error_message
 from test_e2e import CELL0, small_experiment
-from test_signals import GRID, fresh, matrixrl, outcome, reference  # noqa: F401 (reference: a fixture)
+from test_signals import GRID, fresh, matrixrl, outcome
 
 
 def test_a_full_disk_is_named_with_the_path_and_the_fix() -> None:

@@ -47,10 +47,11 @@ def outcome(results: Path) -> tuple[dict, list[dict], int]:
     return accuracy, metrics, train["steps"]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """An undisturbed run of the grid; its base model seeds the other runs' results."""
-    folder = tmp_path_factory.mktemp("reference")
+def undisturbed_run(folder: Path) -> Path:
+    """An undisturbed run of the grid in ``folder``; its results.
+
+    The session's ``reference`` fixture (conftest.py): its base model seeds the other runs' results.
+    """
     config = small_experiment(folder, **GRID)
     proc = matrixrl("run", "-c", str(config), "--cores", "2")
     assert proc.returncode == 0, proc.stderr
@@ -105,9 +106,10 @@ def record_of(results: Path, runner: subprocess.Popen) -> dict:
     return json.loads(path.read_text())
 
 
-def training_under_way(results: Path):
-    """True once the training wrote its first checkpoint after step 0: what a resumed run starts from."""
-    return lambda: (results / L.checkpoint_dir(L.cell_dir(CELL0), 10) / "COMPLETE").exists()
+def training_under_way(results: Path, step: int = GRID["train.checkpoint_every"]):
+    """True once the training wrote its checkpoint of ``step`` (by default its first after step 0):
+    what a resumed run starts from."""
+    return lambda: (results / L.checkpoint_dir(L.cell_dir(CELL0), step) / "COMPLETE").exists()
 
 
 def leftovers(results: Path, record: dict) -> list[str]:
@@ -159,41 +161,51 @@ def assert_resumes_to_the_reference(config: Path, results: Path, reference: Path
     assert outcome(results) == outcome(reference)
 
 
-STOPS = [
-    pytest.param(signal.SIGTERM, "group", id="SIGTERM-to-the-group"),
-    pytest.param(signal.SIGINT, "matrixrl", id="SIGINT-to-matrixrl-alone"),
-    pytest.param(signal.SIGHUP, "group", id="SIGHUP-to-the-group"),
-]
+STOPS = [(signal.SIGTERM, "group"), (signal.SIGINT, "matrixrl"), (signal.SIGHUP, "group")]
+"""How a run is stopped: SIGTERM to its group (``kill -- -PGID``, a scheduler), SIGINT to matrixrl
+alone (as Ctrl-C's would be, were the terminal's group not the run's), SIGHUP to the group (a closed terminal)."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, target", STOPS)
-def test_a_signal_stops_the_run_which_resumes_to_the_same_results(reference, tmp_path, signum, target):
+def test_each_signal_stops_the_run_which_resumes_to_the_same_results(reference, tmp_path):
+    """One chain of runs: each signal of STOPS in turn stops a run mid-training, the first after the
+    training's first checkpoint, each later one after the checkpoint that follows the one its run
+    resumed from; the run after the last stop finishes with the results of an undisturbed run.
+    (Each stop is asserted as it would be on its own, and a stop that spoilt a checkpoint would
+    show in the final results; one run resumes and is stopped again, so the chain needs two runs
+    fewer than a run and its resumption per signal.)"""
     config, results = fresh(reference, tmp_path / "grid")
-    stderr = tmp_path / "stderr"
-    with background_run(config, stderr) as runner:
-        record = record_of(results, runner)
-        assert record["pid"] == runner.pid
-        wait_for(training_under_way(results), runner, "the training's first checkpoint")
-        assert "▶ train cell=" in stderr.read_text()
-        (os.killpg if target == "group" else os.kill)(runner.pid, signum)
-        sent = time.monotonic()
-        code = runner.wait(timeout=STOP_WITHIN_S + 30)
-        took = time.monotonic() - sent
-    assert code == 128 + signum, stderr.read_text()
-    assert took < STOP_WITHIN_S, f"the run took {took:.0f} s to stop"
-    lines = stderr.read_text().splitlines()
-    stops = [line for line in lines if line.startswith("Stopped")]
-    name = signal.Signals(signum).name
-    assert len(stops) == 1 and stops == lines[-1:], lines
-    assert re.fullmatch(
-        rf"Stopped by {name} after \d+ s: 1 job was running; its cell resumes from its last checkpoint with matrixrl run\.",
-        stops[0],
-    ), stops[0]
-    assert "Error" not in stderr.read_text() and "Traceback" not in stderr.read_text()
-    assert_run_gone(results, record)
-    assert not list((results / L.RUNS_DIR).glob("*.json")), "the run's record is left"
+    every = GRID["train.checkpoint_every"]
+    train_log = results / L.job_log("train", cell=CELL0)
+    for n, (signum, target) in enumerate(STOPS, start=1):
+        name = signal.Signals(signum).name
+        stderr = tmp_path / f"stderr-{n}-{name}"
+        with background_run(config, stderr) as runner:
+            record = record_of(results, runner)
+            assert record["pid"] == runner.pid
+            wait_for(training_under_way(results, n * every), runner, f"the training's checkpoint of step {n * every}")
+            assert "▶ train cell=" in stderr.read_text()
+            (os.killpg if target == "group" else os.kill)(runner.pid, signum)
+            sent = time.monotonic()
+            code = runner.wait(timeout=STOP_WITHIN_S + 30)
+            took = time.monotonic() - sent
+        assert code == 128 + signum, stderr.read_text()
+        assert took < STOP_WITHIN_S, f"the run took {took:.0f} s to stop after {name}"
+        lines = stderr.read_text().splitlines()
+        stops = [line for line in lines if line.startswith("Stopped")]
+        assert len(stops) == 1 and stops == lines[-1:], lines
+        assert re.fullmatch(
+            rf"Stopped by {name} after \d+ s: 1 job was running; its cell resumes from its last checkpoint with matrixrl run\.",
+            stops[0],
+        ), stops[0]
+        assert "Error" not in stderr.read_text() and "Traceback" not in stderr.read_text()
+        assert_run_gone(results, record)
+        assert not list((results / L.RUNS_DIR).glob("*.json")), f"the run's record is left after {name}"
+        assert not (results / L.train_result(CELL0)).exists(), f"{name} came too late to test resumption"
+        if n > 1:  # this run resumed from where the one before it was stopped
+            assert f"from its checkpoint at step {(n - 1) * every}" in train_log.read_text(), train_log.read_text()
     assert_resumes_to_the_reference(config, results, reference)
+    assert f"from its checkpoint at step {len(STOPS) * every}" in train_log.read_text(), train_log.read_text()
 
 
 @pytest.mark.slow

@@ -12,6 +12,9 @@ import base64
 import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,14 +42,73 @@ def own_pending(cfg) -> set[tuple]:
     return {_key(job.rule, job.wildcards) for job, row in zip(jobs, rows) if row["status"] == "pending"}
 
 
-def snakemakes_pending(cfg) -> set[tuple]:
+def snakemakes_pending(cfg, dry_run=None) -> set[tuple]:
+    """The jobs Snakemake's dry-run would execute: by ``matrixrl.snake.pending_jobs``, or by ``dry_run``
+    (the ``dry_runs`` fixture's, which answers the same)."""
     from matrixrl.snake import pending_jobs
     from matrixrl.status import job_statuses, stale_outputs
 
     results = Path(cfg.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    found = pending_jobs(cfg, results, stale_outputs(job_statuses(cfg)))
+    found = (dry_run or pending_jobs)(cfg, results, stale_outputs(job_statuses(cfg)))
     return {_key(job["rule"], job["wildcards"]) for job in found if job["rule"] != "all"}
+
+
+# matrixrl.snake.pending_jobs starts a Python per dry-run, as one process must not evaluate two DAGs;
+# ~3 of its ~4 s go to importing Snakemake and matrixrl. This one imports them once and forks a
+# fresh child for each dry-run, which calls what pending_jobs' process calls.
+DRY_RUNNER = r"""
+import json, os, sys
+from pathlib import Path
+
+import snakemake.api, snakemake.settings.types  # noqa: F401  (what each dry-run imports)
+from matrixrl import grid, status  # noqa: F401  (and the Snakefile)
+from matrixrl.snake import _dry_run_in_this_process
+
+for request in sys.stdin:
+    configfile, workdir, stale = json.loads(request)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout carries the answers
+        try:
+            answer = {"jobs": _dry_run_in_this_process(Path(configfile), Path(workdir), stale)}
+        except BaseException as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        with os.fdopen(write, "w") as out:
+            json.dump(answer, out)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        reply = answer.read()
+    os.waitpid(child, 0)
+    print(reply or json.dumps({"error": "the dry-run's process died"}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def dry_run():
+    """``pending_jobs`` by a forked child of a process that imported Snakemake once (DRY_RUNNER)."""
+    from matrixrl.snake import job_environment, write_configfile
+
+    runner = subprocess.Popen(
+        [sys.executable, "-c", DRY_RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=job_environment(),
+    )  # fmt: skip
+
+    def pending(cfg, workdir: Path, stale: list[str]) -> list[dict]:
+        with tempfile.TemporaryDirectory() as tmp:
+            configfile = write_configfile(cfg, Path(tmp) / "config.yaml")
+            runner.stdin.write(json.dumps([str(configfile), str(workdir), list(stale)]) + "\n")
+            runner.stdin.flush()
+            answer = json.loads(runner.stdout.readline() or '{"error": "the dry-run server is gone"}')
+        assert "error" not in answer, f"snakemake's dry-run of {workdir} failed: {answer['error']}"
+        return answer["jobs"]
+
+    yield pending
+    runner.stdin.close()
+    runner.wait(timeout=60)
 
 
 def _key(rule: str, wildcards: dict) -> tuple:
@@ -125,13 +187,13 @@ CHANGES = {
 
 
 @pytest.mark.parametrize("change", list(CHANGES))
-def test_plan_agrees_with_snakemake_on_every_kind_of_change(copy, change):
+def test_plan_agrees_with_snakemake_on_every_kind_of_change(copy, dry_run, change):
     config, results = copy
     sets, mutate, rules = CHANGES[change]
     mutate(results)
     cfg = load(config, results, *sets)
     ours = own_pending(cfg)
-    assert ours == snakemakes_pending(cfg)
+    assert ours == snakemakes_pending(cfg, dry_run)
     assert {rule for rule, _ in ours} == rules
 
 

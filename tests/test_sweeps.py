@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import copy_of, run_cli
 from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.config import load_config
@@ -319,13 +319,9 @@ def snapshot(results: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(tmp_path: Path) -> None:
-    from test_e2e import small_experiment
-
-    config = small_experiment(tmp_path)
+def test_a_new_value_runs_only_its_cells_and_an_axis_of_the_files_value_nothing(small_run, tmp_path: Path) -> None:
+    config, results = copy_of(small_run[0], tmp_path / "grid")  # test_e2e's small grid, run (conftest.py)
     cell = "single-arith-tiny-s-shared-s0"
-    matrixrl("run", "-c", str(config), "--cores", "2")
-    results = tmp_path / "results"
     before = snapshot(results)
 
     # An axis whose one value is the file's own: no training or evaluation reruns, no
