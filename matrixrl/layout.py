@@ -13,6 +13,15 @@ the Snakefile, the jobs, the store and the report agree on one layout:
     cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate; step 0 is a
                                         copy of the base model's, copy_base_eval)
     cells/{cell}/retained.json          which checkpoints were kept and deleted (retain)
+    cells/{cell}/memory/{mode}/step_{N}.json   a checkpoint's accuracy with a memory's guidance
+                                        (evaluate_memory; step 0: copy_base_memory_eval)
+    base/{scale}/memory/{bank}/{name}.json     the base model's evaluation with a memory
+                                        (evaluate_base_memory), every cell's memory step 0
+    memory/{task}/trajectories/{scale}-k{samples}.json   a model's trajectories on the
+                                        memory-building problems (collect)
+    memory/{task}/labels.json           labels of building and evaluation problems (label)
+    memory/{task}/distilled/{bank}.json a memory's constraints (distill)
+    memory/{task}/banks/{bank}.json     the same, labelled, ready for retrieval (bank)
     summary.json                        per-cell summary (analyse, after ingest)
     matrixrl.sqlite                     the store, an index over the result files
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
@@ -38,6 +47,12 @@ TRAIN_RESULTS = "cells/*/train.json"
 """Glob of every cell's training result."""
 EVAL_RESULTS = "cells/*/eval/step_*.json"
 """Glob of every checkpoint's evaluation."""
+MEMORY_EVAL_RESULTS = "cells/*/memory/*/step_*.json"
+"""Glob of every checkpoint's evaluation under a memory."""
+TRAJECTORY_RESULTS = "memory/*/trajectories/*.json"
+LABEL_RESULTS = "memory/*/labels.json"
+DISTILLED_RESULTS = "memory/*/distilled/*.json"
+BANK_RESULTS = "memory/*/banks/*.json"
 
 
 def base_model_dir(scale: str) -> str:
@@ -65,6 +80,30 @@ def train_result(cell_id: str) -> str:
 
 def eval_result(cell_id: str, step: int | str) -> str:
     return f"cells/{cell_id}/eval/step_{step}.json"
+
+
+def memory_eval_result(cell_id: str, mode: str, step: int | str) -> str:
+    return f"cells/{cell_id}/memory/{mode}/step_{step}.json"
+
+
+def base_memory_eval_result(scale: str, bank: str, name: str) -> str:
+    return f"base/{scale}/memory/{bank}/{name}.json"
+
+
+def trajectories_result(task: str, scale: str, samples: int | str) -> str:
+    return f"memory/{task}/trajectories/{scale}-k{samples}.json"
+
+
+def labels_result(task: str) -> str:
+    return f"memory/{task}/labels.json"
+
+
+def distilled_result(task: str, bank: str) -> str:
+    return f"memory/{task}/distilled/{bank}.json"
+
+
+def bank_result(task: str, bank: str) -> str:
+    return f"memory/{task}/banks/{bank}.json"
 
 
 RETENTION_FILE = "retained.json"
@@ -104,6 +143,13 @@ def job_log(
         "copy_base_eval": f"logs/evaluate/{cell}/step_0.log",
         "evaluate": f"logs/evaluate/{cell}/step_{step}.log",
         "retain": f"logs/retain/{cell}.log",
+        "collect": "logs/memory/{task}/collect/{scale}-k{samples}.log",
+        "label": "logs/memory/{task}/label.log",
+        "distill": "logs/memory/{task}/distill/{bank}.log",
+        "bank": "logs/memory/{task}/bank/{bank}.log",
+        "evaluate_base_memory": "logs/evaluate_base_memory/{scale}/{bank}/{name}.log",
+        "copy_base_memory_eval": "logs/evaluate_memory/{cell}/{mode}/step_0.log",
+        "evaluate_memory": f"logs/evaluate_memory/{cell}/{{mode}}/step_{step}.log",
         "analyse": "logs/analyse.log",
     }[rule]
 

@@ -54,6 +54,84 @@ class EvalResult(ResultModel):
     pass_at: dict[str, float] = {}  # unbiased pass@j, j = "1", "2", "4", ... up to samples
     spec_digest: str | None = None  # CellSpec.eval_digest() of the spec it was computed under
     base_eval: str | None = None  # a step 0 copied from the base model's evaluation: its spec_digest
+    response_tokens: float | None = None  # mean completion tokens per episode, all turns; None before it was recorded
+
+
+class Retrieval(ResultModel):
+    """What one evaluation problem was shown under a memory (see matrixrl.memory.retrieval)."""
+
+    problem_id: str
+    label: str  # the query's "category / subcategory"
+    entries: list[int]  # indices into the bank's entries, in the order shown
+
+
+class MemoryEvalResult(EvalResult):
+    """One checkpoint's evaluation with a memory's guidance in the guided roles' prompts."""
+
+    memory: str  # the mode (own, transfer, self_contrast, memcollab)
+    bank: str  # the memory it read (its name: own-SCALE, self_contrast-SCALE, memcollab)
+    entries_mean: float  # entries shown per evaluation problem, mean
+    retrievals: list[Retrieval] = []
+
+
+class TrajectoriesResult(ResultModel):
+    """One model's trajectories on a task's memory-building problems (collect)."""
+
+    task: str
+    scale: str
+    samples: int  # per problem: 1 greedy (or at memory.temperature), more sampled for self-contrast
+    trajectories: list[dict]  # matrixrl.memory.Trajectory.to_dict()
+    accuracy: float
+    seconds: float
+    spec_digest: str | None = None
+
+
+class LabelsResult(ResultModel):
+    """(category, subcategory) labels of a task's memory-building and evaluation problems (label)."""
+
+    task: str
+    labeller: str
+    labels: dict[str, dict]  # problem id -> matrixrl.memory.Label.to_dict()
+    replies: dict[str, str]  # problem id -> the labeller's reply, as read
+    seconds: float
+    spec_digest: str | None = None
+
+
+class DistillPrompt(ResultModel):
+    """One distiller call: its prompt, its reply and what was read from it."""
+
+    problem_id: str
+    digest: str  # matrixrl.memory.prompt_digest of (system, user)
+    system: str
+    user: str
+    reply: str
+    kept: int
+    dropped: dict[str, int] = {}
+
+
+class DistilledResult(ResultModel):
+    """A memory's constraints, distilled from its pairs, before labelling (distill)."""
+
+    task: str
+    memory: str  # own-SCALE, self_contrast-SCALE, memcollab
+    mode: str  # own, self_contrast, memcollab (transfer reads another model's own)
+    distiller: str  # the scale that distilled
+    pairs: int
+    entries: list[dict]  # {text, problem_id, question, models, distiller}: Entry less label and mode
+    prompts: list[DistillPrompt]
+    dropped: dict[str, int] = {}  # candidate lines dropped, by parse_entries' reason
+    seconds: float
+    spec_digest: str | None = None
+
+
+class BankResult(ResultModel):
+    """A memory ready for retrieval: its entries with their source problems' labels (bank)."""
+
+    task: str
+    memory: str
+    mode: str
+    entries: list[dict]  # matrixrl.memory.Entry.to_dict()
+    spec_digest: str | None = None
 
 
 class StepMetrics(ResultModel):

@@ -34,9 +34,13 @@ from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
-RULES = ("prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate", "retain", "analyse")
+RULES = (
+    "prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate",
+    "collect", "label", "distill", "bank", "evaluate_base_memory", "copy_base_memory_eval", "evaluate_memory",
+    "retain", "analyse",
+)
 """The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
-LOCAL_RULES = ("copy_base_eval", "retain", "analyse")
+LOCAL_RULES = ("copy_base_eval", "bank", "copy_base_memory_eval", "retain", "analyse")
 """Rules that run on the submitting host, never through a cluster profile (analyse writes the
 store; a copy of one small file, or a few deletions, are not worth a cluster job)."""
 

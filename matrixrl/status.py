@@ -132,16 +132,91 @@ def grid_jobs(config: Config) -> list[Job]:
                 wildcards={"cell": cell.id, "step": str(step)},
             ))
     jobs += evaluations
+    memory = _memory_jobs(config, runs, specs, {key: job for key, job in base_evals.items()}, keys, bases)
+    jobs += memory
+    evaluated = [*evaluations, *(job for job in memory if job.cell is not None)]
     for cell in runs:  # once all of a cell's evaluations exist, the checkpoints it no longer needs go
         keep = specs[cell.id].train.keep_checkpoints
         jobs.append(Job(
             "retain", L.retention_record(cell.id),
-            inputs=(L.train_result(cell.id), *(e.output for e in evaluations if e.cell == cell.id)),
+            inputs=(L.train_result(cell.id), *(e.output for e in evaluated if e.cell == cell.id)),
             digest=retention_digest(keep), params=keep, cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
         ))
     inputs = tuple(job.output for job in jobs if job.rule in ("train", "copy_base_eval", "evaluate"))
     jobs.append(Job("analyse", L.SUMMARY_FILE, inputs=inputs, digest=analyse_digest(config, runs, specs, inputs)))
     return jobs
+
+
+def _memory_jobs(config: Config, runs, specs, base_evals: dict, keys: dict, bases: dict) -> list[Job]:
+    """The memory jobs (matrixrl.memory.specs): collect, label, distill and bank per task, then
+    each cell's evaluations under each memory mode, step 0 once per base evaluation and bank."""
+    from matrixrl import grid as G
+    from matrixrl.memory.specs import memory_evals, memory_plan
+
+    plan = memory_plan(config)
+    if not plan.modes:
+        return []
+    jobs: list[Job] = []
+    for output, spec in plan.collects.items():
+        jobs.append(Job(
+            "collect", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
+            scale=spec.model.name, wildcards=_wildcards(output),
+        ))
+    for output, spec in plan.labels.items():
+        jobs.append(Job(
+            "label", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
+            scale=spec.model.name, wildcards=_wildcards(output),
+        ))
+    for output, spec in plan.distills.items():
+        jobs.append(Job(
+            "distill", output, inputs=(bases[spec.model.base_scale].output, *spec.collections), digest=spec.digest(),
+            scale=spec.model.name, wildcards=_wildcards(output),
+        ))
+    for output, spec in plan.banks.items():
+        jobs.append(Job(
+            "bank", output, inputs=(L.distilled_result(spec.task_name, spec.bank), L.labels_result(spec.task_name)),
+            digest=spec.digest(), wildcards=_wildcards(output),
+        ))
+    shared: dict[str, Job] = {}
+    for (cell_id, mode), spec in memory_evals(config, specs, plan).items():
+        cell = spec.cell.cell
+        bank = L.bank_result(cell.task, spec.bank.bank)
+        labels = L.labels_result(cell.task)
+        base, name = keys[cell_id]
+        source = L.base_memory_eval_result(base, spec.bank.bank, name)
+        if source not in shared:
+            shared[source] = Job(
+                "evaluate_base_memory", source, inputs=(base_evals[(base, name)].inputs[0], bank, labels),
+                digest=spec.base_digest(), scale=base, step=0,
+                wildcards={"scale": base, "bank": spec.bank.bank, "name": name},
+            )
+            jobs.append(shared[source])
+        digest = spec.digest()
+        jobs.append(Job(
+            "copy_base_memory_eval", L.memory_eval_result(cell_id, mode, 0), inputs=(source,), digest=digest,
+            base_eval=shared[source].digest, cell=cell_id, scale=cell.scale, step=0,
+            wildcards={"cell": cell_id, "mode": mode},
+        ))
+        for step in G.checkpoint_steps(spec.cell.train)[1:]:
+            jobs.append(Job(
+                "evaluate_memory", L.memory_eval_result(cell_id, mode, step),
+                inputs=(L.train_result(cell_id), bank, labels), digest=digest, cell=cell_id, scale=cell.scale,
+                step=step, wildcards={"cell": cell_id, "mode": mode, "step": str(step)},
+            ))
+    return jobs
+
+
+def _wildcards(output: str) -> dict:
+    """A memory-building job's wildcards, read back from its output path (layout's patterns)."""
+    parts = output.split("/")
+    task = parts[1]
+    if parts[2] == "labels.json":
+        return {"task": task}
+    stem = parts[3].removesuffix(".json")
+    if parts[2] == "trajectories":
+        scale, _, samples = stem.rpartition("-k")
+        return {"task": task, "scale": scale, "samples": samples}
+    return {"task": task, "bank": stem}
 
 
 def analyse_digest(config: Config, runs, specs, inputs: Iterable[str]) -> str:
@@ -182,7 +257,7 @@ def _rebuilds(results: Path, jobs: list[Job], own: dict[str, str | None]) -> set
 
     needed: dict[str, set[int]] = {}
     for job in jobs:
-        if job.rule == "evaluate" and own[job.output] is not None:
+        if job.rule in ("evaluate", "evaluate_memory") and own[job.output] is not None:
             needed.setdefault(job.cell, set()).add(job.step)
     found = set()
     for job in jobs:

@@ -92,7 +92,7 @@ def test_unknown_top_level_key(raw: dict) -> None:
     raw["resutls_dir"] = "x"
     assert error_of(raw) == (
         "E.yaml: resutls_dir: unknown key; valid keys here: "
-        "results_dir, grid, scales, tasks, workflows, policies, prompts, train, eval, analysis"
+        "results_dir, grid, scales, tasks, workflows, policies, prompts, train, eval, analysis, memory"
     )
 
 
@@ -104,7 +104,7 @@ def test_unknown_nested_key_lists_valid_keys(raw: dict) -> None:
 def test_unknown_key_in_a_grid(raw: dict) -> None:
     raw["grid"]["seeds"] = [0]
     assert error_of(raw) == (
-        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed, "
+        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed, memory, "
         "or a setting's dotted key as an extra axis (e.g. train.lr)"
     )
 

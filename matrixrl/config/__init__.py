@@ -18,7 +18,9 @@ and errors in :mod:`matrixrl.errors`; both are re-exported here for existing cal
 
 from matrixrl.config.load import apply_only, apply_set, load_config, parse_only, parse_set, validate
 from matrixrl.config.schema import (
+    ANSWER_ROLES,
     AXES,
+    MEMORY_MODES,
     POLICIES,
     WORKFLOWS,
     Analysis,
@@ -27,6 +29,7 @@ from matrixrl.config.schema import (
     Grid,
     HfScale,
     LoraSettings,
+    Memory,
     Policies,
     Scale,
     TaskConfig,
@@ -41,7 +44,9 @@ from matrixrl.settings import RUNTIME, Strict, is_runtime, science
 from matrixrl.workflows.styles import PromptSettings
 
 __all__ = [
+    "ANSWER_ROLES",
     "AXES",
+    "MEMORY_MODES",
     "POLICIES",
     "RUNTIME",
     "WORKFLOWS",
@@ -52,6 +57,7 @@ __all__ = [
     "Grid",
     "HfScale",
     "LoraSettings",
+    "Memory",
     "Policies",
     "PromptSettings",
     "Scale",

@@ -42,6 +42,13 @@ class Grid(Strict):
         description="training seeds; a cell's seed draws its training problems and samples, seeds its initial "
         "adapters and keys its evaluation samples",
     )
+    memory: list[str] = Field(
+        default_factory=lambda: ["none"],
+        min_length=1,
+        description="memory modes every checkpoint is evaluated under (MemCollab, docs/memory.md): none, own, "
+        "transfer, self_contrast, memcollab; modes other than none need a memory: section and chat-style scales. "
+        "Training is not multiplied: each mode is one more evaluation of the same checkpoints",
+    )
     sweeps: dict[str, Any] = Field(
         default_factory=dict,
         description="extra axes, written as dotted keys right under grid: (e.g. train.lr: [1.0e-4, 5.0e-5]): "
@@ -361,6 +368,67 @@ class Evaluate(Strict):
         return self
 
 
+class Memory(Strict):
+    """MemCollab's memory (docs/memory.md): built from a weak and a strong scale's base models.
+
+    Both models solve a task's memory-building problems (drawn from its training
+    problems, never its evaluation set); a distiller turns their trajectories into
+    "When …, enforce …; avoid …" constraints; a labeller gives every problem a
+    (category, subcategory); an evaluation shows each guided role the constraints of
+    the ``top_p`` most similar same-label source problems.
+    """
+
+    weak: str = Field(min_length=1, description="the weaker model: a chat-style scale under scales:")
+    strong: str = Field(min_length=1, description="the stronger model: a chat-style scale under scales:")
+    distiller: str | None = Field(None, description="the scale that distils constraints (default: strong, as the paper)")
+    labeller: str | None = Field(None, description="the scale that labels problems (default: the distiller)")
+    problems: int = Field(
+        200, ge=1, description="memory-building problems per task, drawn from its training problems with seed"
+    )
+    seed: int = Field(42, ge=0, description="draws the building problems and keys sampled trajectories (paper: 42)")
+    temperature: float = Field(
+        0.0,
+        ge=0,
+        description="decoding of the one trajectory per problem that own, transfer and memcollab read; 0 is greedy "
+        "(the paper); above 0 each model's samples are keyed by its scale name",
+    )
+    samples: int = Field(4, ge=2, description="self_contrast: sampled trajectories per problem")
+    contrast_temperature: float = Field(0.7, gt=0, description="self_contrast: their sampling temperature")
+    max_new_tokens: int = Field(512, ge=1, description="longest trajectory, in tokens")
+    distill_max_new_tokens: int = Field(256, ge=1, description="longest distiller reply, in tokens")
+    label_max_new_tokens: int = Field(16, ge=1, description="longest labeller reply, in tokens")
+    entries_per_problem: int = Field(
+        3, ge=1, description="constraints distilled from one source problem, and shown of one at most"
+    )
+    top_p: int = Field(3, ge=1, description="similar same-label source problems whose constraints a problem is shown")
+    limit: int | None = Field(None, ge=1, description="most constraints shown to one problem (default: no cap)")
+    roles: list[str] | None = Field(
+        None,
+        description="roles whose prompts get the constraints (default: those that write an answer: generator, "
+        "aggregator, worker, synthesizer)",
+    )
+    batch_size: int = Field(16, ge=1, description="prompts per generate call of memory jobs", json_schema_extra=RUNTIME)
+    threads: int = Field(1, ge=1, description="torch threads per memory job", json_schema_extra=RUNTIME)
+
+    @model_validator(mode="after")
+    def _roles_known(self):
+        if self.roles is not None:
+            _known_roles(dict.fromkeys(self.roles, 0.0))
+        return self
+
+    @property
+    def distiller_scale(self) -> str:
+        return self.distiller or self.strong
+
+    @property
+    def labeller_scale(self) -> str:
+        return self.labeller or self.distiller_scale
+
+
+MEMORY_MODES = ("none", "own", "transfer", "self_contrast", "memcollab")
+ANSWER_ROLES = ("generator", "aggregator", "worker", "synthesizer")
+
+
 class Analysis(Strict):
     """Thresholds of the report tables (docs/design.md §4, §5; matrixrl.analysis).
 
@@ -405,6 +473,9 @@ class Config(Strict):
     train: Train = Field(Train(), description="GRPO training of every cell")
     eval: Evaluate = Field(Evaluate(), description="how each evaluated checkpoint is scored")
     analysis: Analysis = Field(Analysis(), description="thresholds of the report's tables")
+    memory: Memory | None = Field(
+        None, description="MemCollab's memory, read by grid.memory's modes other than none (docs/memory.md)"
+    )
 
     @model_validator(mode="after")
     def _grid_values_defined(self):
@@ -422,11 +493,59 @@ class Config(Strict):
                         f"grid.{axis}: unknown {axis} {value!r}; use one of: "
                         f"{', '.join(allowed)}{where.get(axis, '')}"
                     )
-        for axis in AXES:
+        for axis in (*AXES, "memory"):
             values = getattr(self.grid, axis)
             if len(set(values)) != len(values):
                 raise ConfigError(f"grid.{axis}: values repeat in {values}; list each once")
+        self._memory_usable()
         return self
+
+    def _memory_usable(self) -> None:
+        modes = self.grid.memory
+        for mode in modes:
+            if mode not in MEMORY_MODES:
+                raise ConfigError(f"grid.memory: unknown memory mode {mode!r}; use one of: {', '.join(MEMORY_MODES)}")
+        if modes == ["none"] or set(modes) == {"none"}:
+            return
+        memory = self.memory
+        used = ", ".join(m for m in modes if m != "none")
+        if memory is None:
+            raise ConfigError(
+                f"grid.memory: {used} needs a memory: section; add memory: {{weak: SCALE, strong: SCALE}} "
+                "naming two chat-style scales (docs/memory.md)"
+            )
+        for field in ("weak", "strong", "distiller", "labeller"):
+            name = getattr(memory, field)
+            if name is None:
+                continue
+            if name not in self.scales:
+                raise ConfigError(
+                    f"memory.{field}: unknown scale {name!r}; use one of: {', '.join(self.scales)} "
+                    "or define it under 'scales:'"
+                )
+            if self.scales[name].prompt_style != "chat":
+                raise ConfigError(
+                    f"memory.{field}: scale {name!r} plays compact prompts; memory is read as natural-language "
+                    "guidance, so it needs a chat-style scale (kind: hf, prompt_style: chat)"
+                )
+        for scale in self.grid.scale:
+            if self.scales[scale].prompt_style != "chat":
+                raise ConfigError(
+                    f"grid.memory: {used} on scale {scale!r}, which plays compact prompts; memory needs chat-style "
+                    "scales (kind: hf, prompt_style: chat); use grid.memory: [none] for compact scales"
+                )
+            if scale not in (memory.weak, memory.strong):
+                raise ConfigError(
+                    f"grid.memory: scale {scale!r} is neither memory.weak ({memory.weak!r}) nor memory.strong "
+                    f"({memory.strong!r}); the memory modes compare what those two models are given"
+                )
+        if memory.weak == memory.strong:
+            for mode in ("transfer", "memcollab"):
+                if mode in modes:
+                    raise ConfigError(
+                        f"grid.memory: {mode} needs two different models, but memory.weak and memory.strong are "
+                        f"both {memory.weak!r}; name two scales (they may load the same model)"
+                    )
 
     def train_for(self, scale: str) -> Train:
         """The training settings of ``scale``'s cells: ``train:`` with the scale's own ``train:`` over it."""

@@ -39,6 +39,34 @@ def main(argv: list[str]) -> None:
 
         base_dir, output = map(Path, paths)
         evaluate_base(CellSpec.model_validate_json(spec_json), base_dir, output, log=log)
+    elif rule in ("collect", "label"):
+        from matrixrl.jobs import memory
+        from matrixrl.memory.specs import CollectSpec, LabelSpec
+
+        base_dir, output = map(Path, paths)
+        kind = CollectSpec if rule == "collect" else LabelSpec
+        getattr(memory, rule)(kind.model_validate_json(spec_json), base_dir, output, log=log)
+    elif rule == "distill":
+        from matrixrl.jobs.memory import distill
+        from matrixrl.memory.specs import DistillSpec
+
+        base_dir, output, *collections = map(Path, paths)
+        distill(DistillSpec.model_validate_json(spec_json), base_dir, collections, output, log=log)
+    elif rule == "evaluate_memory":
+        from matrixrl.jobs.evaluate import evaluate_memory
+        from matrixrl.memory.specs import MemoryEvalSpec
+
+        step, checkpoint, base_dir, bank, labels, output = paths
+        evaluate_memory(
+            MemoryEvalSpec.model_validate_json(spec_json), int(step), Path(checkpoint), Path(base_dir), Path(bank),
+            Path(labels), Path(output), log=log,
+        )
+    elif rule == "evaluate_base_memory":
+        from matrixrl.jobs.evaluate import evaluate_base_memory
+        from matrixrl.memory.specs import MemoryEvalSpec
+
+        base_dir, bank, labels, output = map(Path, paths)
+        evaluate_base_memory(MemoryEvalSpec.model_validate_json(spec_json), base_dir, bank, labels, output, log=log)
     else:
         raise SystemExit(f"unknown job rule {rule!r}")
 

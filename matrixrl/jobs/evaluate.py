@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,8 @@ from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec
-from matrixrl.results import EvalResult, read_result, write_result
+from matrixrl.memory.specs import MemoryEvalSpec
+from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
 
 
 def eval_seed(seed: int, step: int) -> int:
@@ -50,9 +52,12 @@ def pass_at(correct: np.ndarray, samples: int) -> dict[str, float]:
 
 
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
-    from matrixrl.models.devices import claim_gpu, gpu_count
-    from matrixrl.models.hf import needs_gpu
+    _check_checkpoint(spec, step, checkpoint)
+    with _claimed(spec) as device:
+        return _evaluate(spec, step, checkpoint, base_dir, output, log, device=device)
 
+
+def _check_checkpoint(spec: CellSpec, step: int, checkpoint: Path) -> None:
     if not Path(checkpoint).is_dir():
         from matrixrl.retention import pruned_steps
 
@@ -67,31 +72,14 @@ def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output
             f"{train_file} and run `matrixrl run` again: the cell rebuilds it from its last checkpoint before"
         )
 
-    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
-    try:
-        return _evaluate(spec, step, checkpoint, base_dir, output, log, device=claim.device if claim else None)
-    finally:
-        if claim is not None:
-            claim.release()
-
 
 def evaluate_base(spec: CellSpec, base_dir: Path, output: Path, log=print) -> EvalResult:
     """Evaluate the base model of ``spec``'s (workflow, task, scale) once: the step 0 of
     every cell that shares it (``grid.base_eval_science``), sampled with seed 0's key."""
-    from matrixrl.models.devices import claim_gpu, gpu_count
-    from matrixrl.models.hf import needs_gpu
-
     shared = G.base_eval_spec(spec)
     name = f"the base model of {spec.cell.workflow}-{spec.cell.task}-{spec.cell.scale}"
-    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
-    try:
-        return _evaluate(
-            shared, 0, None, base_dir, output, log, device=claim.device if claim else None,
-            name=name, digest=G.base_eval_digest(spec),
-        )
-    finally:
-        if claim is not None:
-            claim.release()
+    with _claimed(spec) as device:
+        return _evaluate(shared, 0, None, base_dir, output, log, device=device, name=name, digest=G.base_eval_digest(spec))
 
 
 def copy_base_eval(spec: CellSpec, source: Path, output: Path, log=print) -> EvalResult:
@@ -105,11 +93,66 @@ def copy_base_eval(spec: CellSpec, source: Path, output: Path, log=print) -> Eva
     return result
 
 
+def evaluate_memory(
+    spec: MemoryEvalSpec, step: int, checkpoint: Path, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
+) -> MemoryEvalResult:
+    """A checkpoint's evaluation with the memory ``spec`` names in its guided roles' prompts."""
+    from matrixrl.jobs.memory import Guide
+
+    _check_checkpoint(spec.cell, step, checkpoint)
+    guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
+    with _claimed(spec.cell) as device:
+        return _evaluate(
+            spec.cell, step, checkpoint, base_dir, output, log, device=device, digest=spec.digest(), guide=guide
+        )
+
+
+def evaluate_base_memory(
+    spec: MemoryEvalSpec, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
+) -> MemoryEvalResult:
+    """The base model's evaluation under a memory: every cell's memory step 0, as ``evaluate_base``."""
+    from matrixrl.jobs.memory import Guide
+
+    guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
+    cell = spec.cell.cell
+    with _claimed(spec.cell) as device:
+        return _evaluate(
+            G.base_eval_spec(spec.cell), 0, None, base_dir, output, log, device=device,
+            name=f"the base model of {cell.workflow}-{cell.task}-{cell.scale}", digest=spec.base_digest(), guide=guide,
+        )
+
+
+def copy_base_memory_eval(spec: MemoryEvalSpec, source: Path, output: Path, log=print) -> MemoryEvalResult:
+    """A cell's memory step 0: the base model's evaluation under the memory, under the cell's name."""
+    base = read_result(Path(source), MemoryEvalResult)
+    result = base.model_copy(
+        update={"cell": spec.cell.cell.id, "seconds": 0.0, "spec_digest": spec.digest(), "base_eval": base.spec_digest}
+    )
+    write_result(output, result)
+    log(f"{spec.cell.cell.id} step 0 with {spec.mode}: accuracy {result.accuracy:.3f}, the base model's ({source})")
+    return result
+
+
+@contextmanager
+def _claimed(spec: CellSpec):
+    """The GPU this job claims for ``spec``'s scale (``cuda:N``), or None."""
+    from matrixrl.models.devices import claim_gpu, gpu_count
+    from matrixrl.models.hf import needs_gpu
+
+    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
+    try:
+        yield claim.device if claim else None
+    finally:
+        if claim is not None:
+            claim.release()
+
+
 def _evaluate(
     spec: CellSpec, step: int, checkpoint: Path | None, base_dir: Path, output: Path, log, device: str | None,
-    name: str | None = None, digest: str | None = None,
+    name: str | None = None, digest: str | None = None, guide=None,
 ) -> EvalResult:
-    """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero)."""
+    """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero); ``guide``:
+    a memory (jobs.memory.Guide) applied to the prompts, recorded in a MemoryEvalResult."""
     import torch
 
     from matrixrl.train.cell import build_cell
@@ -132,6 +175,7 @@ def _evaluate(
         seed=eval_seed(spec.cell.seed, step) if sampled else None,
     )
     problems = task.eval_problems()
+    recorded = guide.apply(cell.style, problems) if guide is not None else {}
     k = cfg.samples
     batch = [p for p in problems for _ in range(k)]  # a problem's k samples side by side
     episodes = workflow.run(batch, [i // k for i in range(len(batch))], generate)
@@ -139,7 +183,7 @@ def _evaluate(
     correct = np.array([scores(e.problem, e.answer) for e in episodes]).reshape(len(problems), k).sum(axis=1)
     per_problem = correct / k
     n = len(problems)
-    result = EvalResult(
+    result = (MemoryEvalResult if guide is not None else EvalResult)(
         cell=name or spec.cell.id,
         step=step,
         accuracy=float(per_problem.mean()),
@@ -151,10 +195,13 @@ def _evaluate(
         seconds=time.perf_counter() - began,
         roles=role_metrics(episodes, task, scores),
         spec_digest=digest or spec.eval_digest(),
+        response_tokens=float(np.mean([sum(len(t.completion.completion_ids) for t in e.turns) for e in episodes])),
+        **recorded,
     )
     write_result(output, result)
+    with_memory = f" with memory {guide.mode} ({result.entries_mean:.1f} constraints shown per problem)" if guide else ""
     log(
-        f"{name or spec.cell.id} step {step}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
+        f"{name or spec.cell.id} step {step}{with_memory}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
         f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"
     )
     return result

@@ -27,7 +27,7 @@ their last ``PromptSettings.quote_chars`` characters, where the final answer is.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
@@ -87,6 +87,8 @@ class ChatStyle:
         self.settings = settings or PromptSettings()
         self._noun = _NOUN[family]
         self._format = _ANSWER_FORMAT[family]
+        self._guidance: dict[str, str] = {}
+        self._guided: frozenset[str] = frozenset()
 
     # --- rendering --------------------------------------------------------------------
 
@@ -107,18 +109,33 @@ class ChatStyle:
 
     # --- roles --------------------------------------------------------------------------
 
+    def guide(self, blocks: Mapping[str, str], roles: Sequence[str]) -> None:
+        """Put ``blocks[problem id]`` (a memory's guidance text) at the start of the user message of
+        every prompt ``roles`` write about that problem (docs/memory.md, "Retrieval and use").
+        A problem without a block, and every other role, keeps its prompt byte for byte."""
+        self._guidance = {problem: block for problem, block in blocks.items() if block}
+        self._guided = frozenset(roles)
+
+    def _role(self, role: str, problem: Problem, system: str, user: str) -> str:
+        block = self._guidance.get(problem.id) if role in self._guided else None
+        return self.render(system, f"{block}\n\n{user}" if block else user)
+
     def generator(self, problem: Problem) -> str:
-        return self.render(f"You solve {self._noun} problems. {self._format}", problem.question)
+        return self._role("generator", problem, f"You solve {self._noun} problems. {self._format}", problem.question)
 
     def refine(self, problem: Problem, draft: str, feedback: str) -> str:
-        return self.render(
+        return self._role(
+            "generator",
+            problem,
             f"You solve {self._noun} problems and improve your solutions using a reviewer's feedback. {self._format}",
             f"Problem:\n{problem.question}\n\nYour previous solution:\n{self.quote(draft)}\n\n"
             f"Reviewer's feedback:\n{self.quote(feedback)}\n\nWrite a corrected, complete solution.",
         )
 
     def evaluator(self, problem: Problem, draft: str) -> str:
-        return self.render(
+        return self._role(
+            "evaluator",
+            problem,
             f"You review a proposed solution to a {self._noun} problem. Check it step by step and point "
             "out any mistake briefly. End with exactly one line: "
             f"'{VERDICT_CORRECT}' if the solution is right, or '{VERDICT_INCORRECT}' if it is wrong.",
@@ -129,7 +146,9 @@ class ChatStyle:
         return self._choose_among("aggregator", problem, candidates)
 
     def orchestrator(self, problem: Problem, n: int) -> str:
-        return self.render(
+        return self._role(
+            "orchestrator",
+            problem,
             f"You plan how a team of {n} agents solves a {self._noun} problem. Propose {n} different "
             f"strategies for solving it, one per line, numbered 1 to {n}, each one short sentence. "
             "Do not solve the problem yourself.",
@@ -137,7 +156,9 @@ class ChatStyle:
         )
 
     def worker(self, problem: Problem, strategy: str) -> str:
-        return self.render(
+        return self._role(
+            "worker",
+            problem,
             f"You solve {self._noun} problems following the strategy you are given. {self._format}",
             f"Strategy: {strategy}\n\nProblem:\n{problem.question}",
         )
@@ -155,7 +176,7 @@ class ChatStyle:
 
     def _choose_among(self, role: str, problem: Problem, candidates: Sequence[str]) -> str:
         instruction = self._CHOOSING[role].format(noun=self._noun)
-        return self.render(f"{instruction} {self._format}", self._with_candidates(problem, candidates))
+        return self._role(role, problem, f"{instruction} {self._format}", self._with_candidates(problem, candidates))
 
     def _with_candidates(self, problem: Problem, candidates: Sequence[str]) -> str:
         shown = "\n\n".join(f"Solution {i + 1}:\n{self.quote(c)}" for i, c in enumerate(candidates))

@@ -1,0 +1,258 @@
+"""The memory jobs: collect, label, distill, bank (matrixrl.memory.specs says what each reads).
+
+Each is its own process, forked from the job server like training and evaluation
+(jobs/forked.py), and writes one result file (matrixrl.results) atomically. Models
+are base models, loaded as ``evaluate`` loads them, decoding with matrixrl's own
+loop (``train.rollout.make_generate``). The evaluation of a checkpoint under a
+memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's prompts.
+
+- ``collect``: the chat style's generator prompt for each building problem, as a
+  ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys
+  from (memory seed, scale name), so two scales that load one model still sample
+  differently; each answer scored by the task.
+- ``label``: the labeller's pick for each building and evaluation problem, greedy.
+- ``distill``: the mode's pairs (memory.modes.pairs_for), one distiller call per
+  pair, greedy; every prompt and reply is kept with what was read from it.
+- ``bank``: the distilled constraints with their source problems' labels.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from matrixrl.errors import UserError
+from matrixrl.memory import (
+    Entry,
+    Label,
+    MemoryBank,
+    Trajectory,
+    distiller_messages,
+    guidance_block,
+    labeller_messages,
+    pairs_for,
+    parse_entries,
+    parse_label,
+    prompt_digest,
+    retrieve,
+)
+from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval
+from matrixrl.results import (
+    BankResult,
+    DistilledResult,
+    DistillPrompt,
+    LabelsResult,
+    Retrieval as RetrievalRow,
+    TrajectoriesResult,
+    read_result,
+    write_result,
+)
+from matrixrl.settings import settings_digest
+from matrixrl.tasks.base import Problem
+
+_BUILDING_KEY = 0x3E3C  # the building problems' stream, apart from any training draw
+
+
+def building_problems(task, n: int, seed: int, task_name: str) -> list[Problem]:
+    """``n`` distinct training problems of ``task`` (never evaluation ones), drawn with ``seed``."""
+    rng = np.random.default_rng([seed, _BUILDING_KEY])
+    found: dict[str, Problem] = {}
+    for _ in range(50):
+        for problem in task.train_problems(rng, n):
+            found.setdefault(problem.id, problem)
+            if len(found) == n:
+                return list(found.values())
+    raise UserError(
+        f"memory.problems: task {task_name!r} gave only {len(found)} distinct training problems in 50 draws of "
+        f"{n}; lower memory.problems"
+    )
+
+
+@dataclass
+class _Model:
+    tokenizer: object
+    style: object
+    generate_with: object  # (max_new_tokens, temperature, seed) -> generate
+
+    def replies(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0, seed: int | None = None):
+        generate = self.generate_with(max_new_tokens, temperature, seed)
+        return generate("generator", prompts)
+
+
+def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, threads: int) -> _Model:
+    import torch
+
+    from matrixrl.config import Policies
+    from matrixrl.models.hf import model_source
+    from matrixrl.models.policies import build_policy
+    from matrixrl.train.rollout import make_generate
+    from matrixrl.workflows.styles import build_style
+
+    torch.set_num_threads(threads)
+    source = model_source(ref.name, ref.scale, base_dir)
+    tokenizer = source.load_tokenizer()
+    policy = build_policy("shared", source.load_model(), ("generator",), Policies())
+    style = build_style("chat", family, tokenizer, prompts)
+
+    def generate_with(max_new_tokens: int, temperature: float, seed: int | None):
+        sampled = temperature > 0
+        return make_generate(
+            policy, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature if sampled else 1.0,
+            sample=sampled, batch_size=batch_size, seed=seed if sampled else None,
+        )
+
+    return _Model(tokenizer, style, generate_with)
+
+
+def _task(spec):
+    from matrixrl.tasks import build_task
+
+    return build_task(spec.task_name, spec.task)
+
+
+def collect_seed(seed: int, scale: str) -> int:
+    """The sampling key of ``scale``'s trajectories: by name, so two scales of one model differ."""
+    return int(np.random.SeedSequence([seed, int(settings_digest(scale), 16), 0xC011]).generate_state(1)[0])
+
+
+def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> TrajectoriesResult:
+    began = time.perf_counter()
+    task = _task(spec)
+    problems = building_problems(task, spec.problems, spec.seed, spec.task_name)
+    model = _load(spec.model, base_dir, task.family, spec.prompts, spec.batch_size, spec.threads)
+    k = spec.samples
+    batch = [p for p in problems for _ in range(k)]
+    completions = model.replies(
+        [model.style.generator(p) for p in batch], spec.max_new_tokens, spec.temperature,
+        collect_seed(spec.seed, spec.model.name),
+    )
+    answers = [model.style.answer(c.text) for c in completions]
+    scores = task.score_batch(batch, answers)
+    trajectories = [
+        Trajectory(p.id, p.question, spec.model.name, c.text, a, s == 1.0, len(c.completion_ids), i % k)
+        for i, (p, c, a, s) in enumerate(zip(batch, completions, answers, scores))
+    ]
+    result = TrajectoriesResult(
+        task=spec.task_name, scale=spec.model.name, samples=k, trajectories=[t.to_dict() for t in trajectories],
+        accuracy=float(np.mean(scores)), seconds=time.perf_counter() - began, spec_digest=spec.digest(),
+    )
+    write_result(output, result)
+    log(
+        f"{spec.model.name} on {spec.task_name}: {len(problems)} building problems x {k}, "
+        f"accuracy {result.accuracy:.3f}, {result.seconds:.1f} s"
+    )
+    return result
+
+
+def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsResult:
+    began = time.perf_counter()
+    task = _task(spec)
+    problems = building_problems(task, spec.problems, spec.seed, spec.task_name) + task.eval_problems()
+    problems = list({p.id: p for p in problems}.values())
+    model = _load(spec.model, base_dir, task.family, spec.prompts, spec.batch_size, spec.threads)
+    prompts = [model.style.render(*labeller_messages(p.question, task.family)) for p in problems]
+    replies = [c.text for c in model.replies(prompts, spec.max_new_tokens)]
+    labels = {p.id: parse_label(reply, task.family) for p, reply in zip(problems, replies)}
+    result = LabelsResult(
+        task=spec.task_name, labeller=spec.model.name, labels={pid: lab.to_dict() for pid, lab in labels.items()},
+        replies={p.id: reply for p, reply in zip(problems, replies)}, seconds=time.perf_counter() - began,
+        spec_digest=spec.digest(),
+    )
+    write_result(output, result)
+    distinct = len({str(lab) for lab in labels.values()})
+    log(f"{spec.task_name}: {len(problems)} problems labelled by {spec.model.name}, {distinct} distinct labels")
+    return result
+
+
+def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: Path, log=print) -> DistilledResult:
+    began = time.perf_counter()
+    task = _task(spec)
+    answers = {p.id: p for p in building_problems(task, spec.problems, spec.seed, spec.task_name)}
+    trajectories = [
+        Trajectory.from_dict(t) for path in collections for t in read_result(path, TrajectoriesResult).trajectories
+    ]
+    pairs = pairs_for(spec.mode, spec.consumer, spec.weak, spec.strong, trajectories)
+    model = _load(spec.model, base_dir, task.family, spec.prompts, spec.batch_size, spec.threads)
+    messages = [
+        distiller_messages(pair, task.family, spec.entries_per_problem, spec.prompts.quote_chars) for pair in pairs
+    ]
+    replies = [c.text for c in model.replies([model.style.render(*m) for m in messages], spec.max_new_tokens)]
+    entries, prompts, dropped = [], [], {}
+    for pair, (system, user), reply in zip(pairs, messages, replies):
+        problem = answers.get(pair.problem_id) or Problem(pair.problem_id, pair.question, "")
+        parsed = parse_entries(reply, problem, spec.entries_per_problem)
+        digest = prompt_digest(system, user)
+        entries += [
+            {"text": text, "problem_id": pair.problem_id, "question": pair.question, "models": list(pair.models),
+             "distiller": digest}
+            for text in parsed.entries
+        ]
+        prompts.append(DistillPrompt(
+            problem_id=pair.problem_id, digest=digest, system=system, user=user, reply=reply,
+            kept=len(parsed.entries), dropped=parsed.dropped,
+        ))
+        for reason, count in parsed.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + count
+    result = DistilledResult(
+        task=spec.task_name, memory=spec.bank, mode=spec.mode, distiller=spec.model.name, pairs=len(pairs),
+        entries=entries, prompts=prompts, dropped=dropped, seconds=time.perf_counter() - began,
+        spec_digest=spec.digest(),
+    )
+    write_result(output, result)
+    log(
+        f"{spec.bank} on {spec.task_name}: {len(pairs)} pairs, {len(entries)} constraints kept, "
+        f"dropped {json.dumps(dropped, sort_keys=True)}, {result.seconds:.1f} s"
+    )
+    return result
+
+
+def bank(spec: BankSpec, distilled: Path, labels: Path, output: Path, log=print) -> BankResult:
+    found = read_result(distilled, DistilledResult)
+    labelled = read_result(labels, LabelsResult).labels
+    entries = []
+    for e in found.entries:
+        label = Label.from_dict(labelled[e["problem_id"]]) if e["problem_id"] in labelled else Label("other", "other")
+        entries.append(Entry(e["text"], e["problem_id"], e["question"], label, tuple(e["models"]), found.mode, e["distiller"]))
+    result = BankResult(
+        task=spec.task_name, memory=spec.bank, mode=found.mode, entries=[e.to_dict() for e in entries],
+        spec_digest=spec.digest(),
+    )
+    write_result(output, result)
+    log(f"{spec.bank} on {spec.task_name}: {len(entries)} constraints from {len({e.problem_id for e in entries})} problems")
+    return result
+
+
+@dataclass(frozen=True)
+class Guide:
+    """A memory applied to an evaluation: what each evaluation problem is shown, in which roles."""
+
+    mode: str
+    bank_name: str
+    entries: list[Entry]
+    labels: dict[str, Label]
+    retrieval: Retrieval
+
+    @classmethod
+    def read(cls, mode: str, bank_file: Path, labels_file: Path, retrieval: Retrieval) -> Guide:
+        found = read_result(bank_file, BankResult)
+        labels = {pid: Label.from_dict(d) for pid, d in read_result(labels_file, LabelsResult).labels.items()}
+        return cls(mode, found.memory, [Entry.from_dict(e) for e in found.entries], labels, retrieval)
+
+    def apply(self, style, problems: list[Problem]) -> dict:
+        """Guide ``style``'s prompts for ``problems``; the result fields that record it."""
+        bank = MemoryBank(self.entries)
+        index = {id(e): i for i, e in enumerate(self.entries)}
+        r = self.retrieval
+        blocks, rows = {}, []
+        for problem in problems:
+            label = self.labels.get(problem.id, Label("other", "other"))
+            shown = retrieve(bank, problem, label, r.top_p, r.per_problem, r.limit)
+            blocks[problem.id] = guidance_block(shown)
+            rows.append(RetrievalRow(problem_id=problem.id, label=str(label), entries=[index[id(e)] for e in shown]))
+        style.guide(blocks, r.roles)
+        mean = float(np.mean([len(row.entries) for row in rows])) if rows else 0.0
+        return {"memory": self.mode, "bank": self.bank_name, "entries_mean": mean, "retrievals": rows}

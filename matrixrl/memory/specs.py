@@ -1,0 +1,289 @@
+"""The memory part of the grid: which memory jobs a config asks for, and what each computes from.
+
+``grid.memory`` lists modes; every checkpoint of every cell is evaluated once more
+under each mode but ``none`` (the ordinary evaluation). A mode reads one *bank*, a
+memory named by what it was built from:
+
+- ``own-{scale}``: distilled from ``scale``'s own trajectories (mode ``own`` of that
+  scale, and ``transfer`` of the other one: naive transfer reads the other's own);
+- ``self_contrast-{scale}``: ``scale``'s correct vs incorrect sampled trajectories;
+- ``memcollab``: weak vs strong, one bank for both consumers.
+
+Per task, the jobs are: ``collect`` (a model's trajectories on the building
+problems, per (scale, samples)), ``label`` (the labeller's labels of building and
+evaluation problems), ``distill`` (a bank's constraints), ``bank`` (those with
+their source problems' labels), then per cell and checkpoint ``evaluate_memory``
+(step 0 once per base evaluation and bank: ``evaluate_base_memory``, copied). Each
+spec below holds exactly what its job's result is computed from, upstream results
+by their digests, so that changing the distiller reruns distillation, banks and
+memory evaluations, and nothing else (docs/memory.md, "The jobs").
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from matrixrl import layout as L
+from matrixrl.config import ANSWER_ROLES, Config, Memory, PromptSettings, Scale, TaskConfig, science
+from matrixrl.grid import CellSpec, base_eval_digest
+from matrixrl.settings import settings_digest
+
+
+def bank_name(mode: str, consumer: str, weak: str, strong: str) -> str:
+    """The memory ``mode`` shows ``consumer`` (a scale name)."""
+    other = strong if consumer == weak else weak
+    return {
+        "own": f"own-{consumer}",
+        "transfer": f"own-{other}",
+        "self_contrast": f"self_contrast-{consumer}",
+        "memcollab": "memcollab",
+    }[mode]
+
+
+def bank_mode(bank: str) -> tuple[str, str | None]:
+    """A bank's distillation mode and model: ``own-x`` → (own, x); ``memcollab`` → (memcollab, None)."""
+    if bank == "memcollab":
+        return "memcollab", None
+    mode, _, model = bank.partition("-")
+    return mode, model
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @functools.cached_property
+    def science(self) -> dict:
+        return science(self)
+
+    def digest(self) -> str:
+        return settings_digest(self.science)
+
+
+class ModelRef(BaseModel):
+    """A scale as a memory job loads it: its name (a consumer's identity), definition and base digest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    scale: Scale
+    base: str  # grid.base_digest: what its base model was prepared from
+    base_scale: str  # the scale whose prepared base it loads (layout.base_model_dir)
+
+    def science_view(self) -> dict:
+        return {"scale": science(self.scale), "base": self.base}
+
+
+class CollectSpec(_Spec):
+    """A model's trajectories on a task's memory-building problems."""
+
+    task_name: str
+    task: TaskConfig
+    model: ModelRef
+    prompts: PromptSettings
+    problems: int
+    seed: int
+    samples: int  # 1: one trajectory per problem at ``temperature``; more: self-contrast's samples
+    temperature: float
+    max_new_tokens: int
+    batch_size: int = 16
+    threads: int = 1
+
+    @functools.cached_property
+    def science(self) -> dict:
+        data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
+        # The model's identity is its definition, not its name, unless sampled outputs are keyed by the name.
+        data["model"] = self.model.science_view() | ({"name": self.model.name} if self.temperature > 0 else {})
+        return data
+
+
+class LabelSpec(_Spec):
+    """The labeller's (category, subcategory) of a task's building and evaluation problems."""
+
+    task_name: str
+    task: TaskConfig
+    model: ModelRef
+    prompts: PromptSettings
+    problems: int
+    seed: int
+    max_new_tokens: int
+    batch_size: int = 16
+    threads: int = 1
+
+    @functools.cached_property
+    def science(self) -> dict:
+        data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
+        return data | {"model": self.model.science_view()}
+
+
+class DistillSpec(_Spec):
+    """A bank's constraints, distilled from the trajectories its mode pairs."""
+
+    task_name: str
+    task: TaskConfig
+    bank: str
+    mode: str  # own, self_contrast or memcollab
+    consumer: str  # the scale whose memory it is; memcollab: the weak scale (either reads it)
+    weak: str
+    strong: str
+    collections: dict[str, str]  # trajectories file -> its CollectSpec digest
+    problems: int  # the building problems (their reference answers keep answers out of the constraints)
+    seed: int
+    model: ModelRef  # the distiller
+    prompts: PromptSettings
+    entries_per_problem: int
+    max_new_tokens: int
+    batch_size: int = 16
+    threads: int = 1
+
+    @functools.cached_property
+    def science(self) -> dict:
+        data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
+        return data | {"model": self.model.science_view()}
+
+
+class BankSpec(_Spec):
+    """A bank: its distilled constraints with their source problems' labels."""
+
+    task_name: str
+    bank: str
+    distilled: str  # DistillSpec digest
+    labels: str  # LabelSpec digest
+
+
+class Retrieval(BaseModel):
+    """How an evaluation retrieves and shows a bank's constraints."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    top_p: int
+    per_problem: int
+    limit: int | None
+    roles: tuple[str, ...]
+
+
+def retrieval_of(memory: Memory) -> Retrieval:
+    return Retrieval(
+        top_p=memory.top_p,
+        per_problem=memory.entries_per_problem,
+        limit=memory.limit,
+        roles=tuple(memory.roles if memory.roles is not None else ANSWER_ROLES),
+    )
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Every memory job of a config, by output path (relative to the results directory)."""
+
+    collects: dict[str, CollectSpec]
+    labels: dict[str, LabelSpec]  # by task's labels file
+    distills: dict[str, DistillSpec]
+    banks: dict[str, BankSpec]
+    retrieval: Retrieval | None
+    modes: tuple[str, ...]  # grid.memory less none
+
+
+def memory_plan(config: Config) -> MemoryPlan:
+    """The memory jobs ``config`` asks for (none when grid.memory is [none])."""
+    from matrixrl import grid as G  # noqa: F811 (the module, beside the names imported above)
+
+    modes = tuple(m for m in config.grid.memory if m != "none")
+    memory = config.memory
+    if not modes or memory is None:
+        return MemoryPlan({}, {}, {}, {}, None, ())
+
+    def ref(scale: str) -> ModelRef:
+        base = G.base_scale(config, scale)
+        return ModelRef(name=scale, scale=G._without_train(config.scales[scale]), base=G.base_digest(config, scale), base_scale=base)
+
+    collects: dict[str, CollectSpec] = {}
+    labels: dict[str, LabelSpec] = {}
+    distills: dict[str, DistillSpec] = {}
+    banks: dict[str, BankSpec] = {}
+    runtime = {"batch_size": memory.batch_size, "threads": memory.threads}
+
+    def collection(task: str, scale: str, samples: int) -> str:
+        path = L.trajectories_result(task, scale, samples)
+        if path not in collects:
+            contrast = samples > 1
+            collects[path] = CollectSpec(
+                task_name=task, task=config.tasks[task], model=ref(scale), prompts=config.prompts,
+                problems=memory.problems, seed=memory.seed, samples=samples,
+                temperature=memory.contrast_temperature if contrast else memory.temperature,
+                max_new_tokens=memory.max_new_tokens, **runtime,
+            )
+        return path
+
+    for task in config.grid.task:
+        label_file = L.labels_result(task)
+        labels[label_file] = LabelSpec(
+            task_name=task, task=config.tasks[task], model=ref(memory.labeller_scale), prompts=config.prompts,
+            problems=memory.problems, seed=memory.seed, max_new_tokens=memory.label_max_new_tokens, **runtime,
+        )
+        for scale in config.grid.scale:
+            for mode in modes:
+                bank = bank_name(mode, scale, memory.weak, memory.strong)
+                path = L.distilled_result(task, bank)
+                if path in distills:
+                    continue
+                kind, model = bank_mode(bank)
+                if kind == "own":
+                    needed = [(model, 1)]
+                elif kind == "self_contrast":
+                    needed = [(model, memory.samples)]
+                else:
+                    needed = [(memory.weak, 1), (memory.strong, 1)]
+                files = [collection(task, m, k) for m, k in needed]
+                distills[path] = DistillSpec(
+                    task_name=task, task=config.tasks[task], bank=bank, mode=kind, consumer=model or memory.weak,
+                    weak=memory.weak, strong=memory.strong,
+                    collections={f: collects[f].digest() for f in files},
+                    problems=memory.problems, seed=memory.seed,
+                    model=ref(memory.distiller_scale), prompts=config.prompts,
+                    entries_per_problem=memory.entries_per_problem, max_new_tokens=memory.distill_max_new_tokens,
+                    **runtime,
+                )
+                banks[L.bank_result(task, bank)] = BankSpec(
+                    task_name=task, bank=bank, distilled=distills[path].digest(), labels=labels[label_file].digest()
+                )
+    return MemoryPlan(collects, labels, distills, banks, retrieval_of(memory), modes)
+
+
+class MemoryEvalSpec(BaseModel):
+    """A cell's evaluation under a memory mode: the cell's spec, the bank it reads, how it retrieves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cell: CellSpec
+    mode: str
+    bank: BankSpec
+    retrieval: Retrieval
+
+    def digest(self) -> str:
+        """A checkpoint's evaluation under this memory."""
+        return memory_eval_digest(self.cell.eval_digest(), self.mode, self.bank, self.retrieval)
+
+    def base_digest(self) -> str:
+        """The base model's (step 0), shared by every cell of the base evaluation (grid.base_eval_science)."""
+        return memory_eval_digest(base_eval_digest(self.cell), self.mode, self.bank, self.retrieval)
+
+
+def memory_eval_digest(eval_digest: str, mode: str, bank: BankSpec, retrieval: Retrieval) -> str:
+    """What an evaluation under a memory computes from: the plain evaluation's spec (its digest,
+    or a base evaluation's), the mode, the bank and how it is retrieved and shown."""
+    return settings_digest({"eval": eval_digest, "mode": mode, "bank": bank.digest(), "retrieval": science(retrieval)})
+
+
+def memory_evals(config: Config, specs: dict[str, CellSpec], plan: MemoryPlan) -> dict[tuple[str, str], MemoryEvalSpec]:
+    """Each run's evaluation spec under each memory mode, by (cell id, mode), in grid order."""
+    found = {}
+    memory = config.memory
+    for cell_id, spec in specs.items():
+        for mode in plan.modes:
+            bank = bank_name(mode, spec.cell.scale, memory.weak, memory.strong)
+            found[(cell_id, mode)] = MemoryEvalSpec(
+                cell=spec, mode=mode, bank=plan.banks[L.bank_result(spec.cell.task, bank)], retrieval=plan.retrieval
+            )
+    return found
