@@ -402,19 +402,13 @@ class Memory(Strict):
     )
     top_p: int = Field(3, ge=1, description="similar same-label source problems whose constraints a problem is shown")
     limit: int | None = Field(None, ge=1, description="most constraints shown to one problem (default: no cap)")
-    roles: list[str] | None = Field(
+    roles: Annotated[list[str] | None, AfterValidator(lambda roles: roles and list(_known_roles(dict.fromkeys(roles, 0.0))))] = Field(
         None,
         description="roles whose prompts get the constraints (default: those that write an answer: generator, "
         "aggregator, worker, synthesizer)",
     )
     batch_size: int = Field(16, ge=1, description="prompts per generate call of memory jobs", json_schema_extra=RUNTIME)
     threads: int = Field(1, ge=1, description="torch threads per memory job", json_schema_extra=RUNTIME)
-
-    @model_validator(mode="after")
-    def _roles_known(self):
-        if self.roles is not None:
-            _known_roles(dict.fromkeys(self.roles, 0.0))
-        return self
 
     @property
     def distiller_scale(self) -> str:
@@ -528,6 +522,13 @@ class Config(Strict):
                     f"memory.{field}: scale {name!r} plays compact prompts; memory is read as natural-language "
                     "guidance, so it needs a chat-style scale (kind: hf, prompt_style: chat)"
                 )
+        if memory.weak == memory.strong:
+            for mode in ("transfer", "memcollab"):
+                if mode in modes:
+                    raise ConfigError(
+                        f"grid.memory: {mode} needs two different models, but memory.weak and memory.strong are "
+                        f"both {memory.weak!r}; name two scales (they may load the same model)"
+                    )
         for scale in self.grid.scale:
             if self.scales[scale].prompt_style != "chat":
                 raise ConfigError(
@@ -539,13 +540,6 @@ class Config(Strict):
                     f"grid.memory: scale {scale!r} is neither memory.weak ({memory.weak!r}) nor memory.strong "
                     f"({memory.strong!r}); the memory modes compare what those two models are given"
                 )
-        if memory.weak == memory.strong:
-            for mode in ("transfer", "memcollab"):
-                if mode in modes:
-                    raise ConfigError(
-                        f"grid.memory: {mode} needs two different models, but memory.weak and memory.strong are "
-                        f"both {memory.weak!r}; name two scales (they may load the same model)"
-                    )
 
     def train_for(self, scale: str) -> Train:
         """The training settings of ``scale``'s cells: ``train:`` with the scale's own ``train:`` over it."""
