@@ -259,3 +259,15 @@ def test_a_new_retrieval_setting_reruns_only_the_memory_evaluations(copy):
     pending = rerun_exactly_what_plan_says(copy, "memory.top_p=1")
     assert all("/memory/" in o and (o.startswith("cells/") or o.startswith("base/")) or o.endswith("retained.json") for o in pending)
     assert sum("/memory/" in o for o in pending) == 8 + 24
+
+
+def test_the_gpu_example_plans_offline():
+    from matrixrl.status import grid_jobs
+
+    cfg = load_config(Path(__file__).parent.parent / "examples" / "memcollab.yaml")
+    counts = {}
+    for job in grid_jobs(cfg):
+        counts[job.rule] = counts.get(job.rule, 0) + 1
+    # 2 workflows x 2 scales x 3 seeds = 12 cells, 11 checkpoints each, 4 memory modes.
+    assert (counts["collect"], counts["label"], counts["distill"], counts["bank"]) == (4, 1, 5, 5)
+    assert counts["evaluate_memory"] == 12 * 10 * 4 and counts["copy_base_memory_eval"] == 12 * 4
