@@ -9,6 +9,18 @@ files that are gone, all in one transaction, after validating every file it
 reads — a corrupt file aborts the ingest with nothing written. Only the
 submitting host writes the store (never a cluster job).
 
+Besides the cells' training and evaluation files it holds the memory's (MemCollab,
+docs/memory.md): each checkpoint's evaluation under a memory mode
+(``memory_evaluations``, ``memory_role_metrics``) and what each of its problems was
+shown (``retrievals``), and what the memory was built from: trajectories, labels, the
+distiller's prompts and replies (``distill_prompts``) and every memory's entries with
+their provenance (``memory_entries``), one row per such file in ``memory_builds``.
+A memory-building result belongs to no cell: ``ingested_files`` names it by
+``memory:TASK`` and its part (``trajectories/SCALE-kN``, ``labels``, ``distilled/BANK``,
+``bank/BANK``), and a memory evaluation by its cell and ``memory/MODE/step_N``. Their
+digests are kept in ``memory_inputs``, apart from ``cell_inputs``, so that a memory
+result never changes a cell's summary cache key.
+
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell and the spec digest it was computed under (``cell_inputs``:
 one row per train or eval result; ``cell_keys``: all of them in one row per cell,
@@ -52,9 +64,21 @@ from sqlalchemy.orm import Session
 
 from matrixrl import layout as L
 from matrixrl.config import AXES
-from matrixrl.errors import ConfigError, DiskError, UserError, disk_errors_named
+from matrixrl.errors import ConfigError, DiskError, ResultFileError, UserError, disk_errors_named
 from matrixrl.layout import STORE_FILE, store_path
-from matrixrl.results import DiagnosticRow, EvalResult, RoleMetric, StepMetrics, TrainResult, read_result
+from matrixrl.results import (
+    BankResult,
+    DiagnosticRow,
+    DistilledResult,
+    EvalResult,
+    LabelsResult,
+    MemoryEvalResult,
+    RoleMetric,
+    StepMetrics,
+    TrainResult,
+    TrajectoriesResult,
+    read_result,
+)
 
 
 METADATA = MetaData()
@@ -144,12 +168,85 @@ ROLE_METRICS = Table(
     *_result_columns(RoleMetric, keys=("step", "role", "metric")),
 )
 
+# --- MemCollab's memory (docs/memory.md) ---------------------------------------------------------
+# A checkpoint's evaluation under a memory mode (``memory``: own, transfer, ...; ``bank``: the
+# memory it read): the columns of ``evaluations`` and the memory's. Its per-role metrics and
+# pass@j are in memory_role_metrics, as role_metrics holds an evaluation's.
+MEMORY_EVALUATIONS = Table(
+    "memory_evaluations",
+    METADATA,
+    *_result_columns(MemoryEvalResult, keys=("cell", "memory", "step"), exclude=("roles", "pass_at", "retrievals")),
+)
+MEMORY_ROLE_METRICS = _table(
+    "memory_role_metrics",
+    {"cell": String, "memory": String, "step": Integer, "role": String, "metric": String},
+    {"value": Float},
+)
+# What each evaluation problem was shown: one row per entry, ``rank`` its place in the prompt,
+# ``entry`` its index among the bank's entries (memory_entries.entry of the evaluation's bank);
+# a problem shown nothing has one row of rank 0 and no entry (its label is still the query's).
+RETRIEVALS = _table(
+    "retrievals",
+    {"cell": String, "memory": String, "step": Integer, "problem_id": String, "rank": Integer},
+    {"bank": String, "label": String},
+    {"entry": Integer},
+)
+# One model's trajectories on a task's memory-building problems (a TrajectoriesResult per
+# (task, scale, samples)): matrixrl.memory.Trajectory's fields.
+TRAJECTORIES = _table(
+    "trajectories",
+    {"task": String, "scale": String, "samples": Integer, "problem_id": String, "sample": Integer},
+    {"question": Text, "model": String, "completion": Text, "answer": Text, "correct": Boolean, "tokens": Integer},
+)
+# A task's problem labels (building and evaluation problems) and the labeller's replies.
+MEMORY_LABELS = _table(
+    "memory_labels",
+    {"task": String, "problem_id": String},
+    {"labeller": String},
+    {"category": String, "subcategory": String, "reply": Text},
+)
+# A memory's entries, ready for retrieval (a BankResult), with their provenance: the source
+# problem, its label, the models whose trajectories they came from (a JSON list), the mode that
+# built them and the digest of the distiller's prompt (distill_prompts.digest).
+MEMORY_ENTRIES = _table(
+    "memory_entries",
+    {"task": String, "bank": String, "entry": Integer},
+    {
+        "text": Text, "problem_id": String, "question": Text, "category": String, "subcategory": String,
+        "models": String, "mode": String, "distiller": String,
+    },
+)  # fmt: skip
+# Every distiller call of a memory (a DistilledResult): its prompt, its reply, how many
+# constraints were kept and how many candidate lines dropped, by reason (JSON).
+DISTILL_PROMPTS = _table(
+    "distill_prompts",
+    {"task": String, "bank": String, "prompt": Integer},
+    {"problem_id": String, "digest": String, "system": Text, "user": Text, "reply": Text, "kept": Integer, "dropped": Text},
+)
+# One row per memory-building result (``part``: trajectories/SCALE-kN, labels, distilled/BANK,
+# bank/BANK) with its scalar fields; ``dropped`` (JSON) for a distillation.
+MEMORY_BUILDS = _table(
+    "memory_builds",
+    {"task": String, "part": String},
+    {"kind": String},
+    {
+        "bank": String, "mode": String, "scale": String, "samples": Integer, "distiller": String,
+        "labeller": String, "pairs": Integer, "entries": Integer, "accuracy": Float, "seconds": Float,
+        "dropped": Text, "spec_digest": String,
+    },
+)  # fmt: skip
+# A digest of each memory result stored (as cell_inputs of a cell's train and eval results):
+# a memory evaluation by its cell (part: memory/MODE/step_N), a memory-building result by
+# ``memory:TASK`` (part as memory_builds'). Apart from cell_inputs, so that the per-cell summary
+# caches, keyed by a cell's cell_inputs, are not invalidated by memory results.
+MEMORY_INPUTS = _table("memory_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
+
 
 def engine_for(results_dir: str | Path):
     return engine_at(store_path(results_dir))
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of another layout: it is moved aside and rebuilt from the result files,
 which are the truth (like a damaged one)."""
@@ -422,13 +519,50 @@ def _upsert(session: Session, table, rows: list[dict]) -> None:
         session.connection().exec_driver_sql(_upsert_sql(table, columns), [tuple(r[c] for c in columns) for r in rows])
 
 
-def _digest(result: TrainResult | EvalResult) -> str:
+Result = TrainResult | EvalResult | MemoryEvalResult | TrajectoriesResult | LabelsResult | DistilledResult | BankResult
+"""Every kind of result file the store holds."""
+
+MEMORY_KINDS = (MemoryEvalResult, TrajectoriesResult, LabelsResult, DistilledResult, BankResult)
+"""The memory's results: their digests are in memory_inputs, not cell_inputs (see MEMORY_INPUTS)."""
+
+MEMORY_OWNER = "memory:"
+"""A memory-building result's ``cell`` in ingested_files and memory_inputs: ``memory:TASK``
+(no cell id has a colon)."""
+
+
+def _digest(result: Result) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
 
 
-def _part(result: TrainResult | EvalResult) -> str:
+def _key(result: Result) -> tuple[str, str]:
+    """The result's ``(cell, part)``: its cell (``memory:TASK`` for a memory-building result) and
+    its key among that cell's results (``cell_inputs.part``, or ``memory_inputs.part``)."""
+    if isinstance(result, TrainResult):
+        return result.cell, "train"
+    if isinstance(result, MemoryEvalResult):  # before EvalResult: it is one
+        return result.cell, f"memory/{result.memory}/step_{result.step}"
+    if isinstance(result, EvalResult):
+        return result.cell, f"eval/step_{result.step}"
+    owner = f"{MEMORY_OWNER}{result.task}"
+    if isinstance(result, TrajectoriesResult):
+        return owner, f"trajectories/{result.scale}-k{result.samples}"
+    if isinstance(result, LabelsResult):
+        return owner, "labels"
+    if isinstance(result, DistilledResult):
+        return owner, f"distilled/{result.memory}"
+    if isinstance(result, BankResult):
+        return owner, f"bank/{result.memory}"
+    raise TypeError(f"expected a result (matrixrl.results), got {type(result).__name__}")
+
+
+def _part(result: Result) -> str:
     """The result's key among its cell's results (``cell_inputs.part``)."""
-    return "train" if isinstance(result, TrainResult) else f"eval/step_{result.step}"
+    return _key(result)[1]
+
+
+def _is_cell_part(cell: str, part: str) -> bool:
+    """Whether ``(cell, part)`` is a cell's train or eval result, the inputs of its summary (in cell_inputs)."""
+    return part == "train" or part.startswith("eval/")
 
 
 _FORGET = {
@@ -443,28 +577,55 @@ _FORGET = {
         "DELETE FROM evaluations WHERE cell = :cell AND step = :step",
         "DELETE FROM role_metrics WHERE cell = :cell AND source = 'eval' AND step = :step",
     ],
+    "memory": [
+        "DELETE FROM memory_evaluations WHERE cell = :cell AND memory = :memory AND step = :step",
+        "DELETE FROM memory_role_metrics WHERE cell = :cell AND memory = :memory AND step = :step",
+        "DELETE FROM retrievals WHERE cell = :cell AND memory = :memory AND step = :step",
+    ],
+    "trajectories": ["DELETE FROM trajectories WHERE task = :task AND scale = :scale AND samples = :samples"],
+    "labels": ["DELETE FROM memory_labels WHERE task = :task"],
+    "distilled": ["DELETE FROM distill_prompts WHERE task = :task AND bank = :bank"],
+    "bank": ["DELETE FROM memory_entries WHERE task = :task AND bank = :bank"],
 }
 
 
 def _forget(session: Session, cell: str, part: str) -> None:
     """Delete every row the store holds from one result (``part`` of ``cell``)."""
     conn = session.connection()
+    kind, _, rest = part.partition("/")
     if part == "train":
-        statements, values = _FORGET["train"], {"cell": cell}
+        values = {"cell": cell}
+    elif kind == "eval":
+        values = {"cell": cell, "step": int(part.removeprefix("eval/step_"))}
+    elif kind == "memory":
+        memory, _, step = rest.rpartition("/step_")
+        values = {"cell": cell, "memory": memory, "step": int(step)}
     else:
-        statements, values = _FORGET["eval"], {"cell": cell, "step": int(part.removeprefix("eval/step_"))}
-    for sql in statements:
+        task = cell.removeprefix(MEMORY_OWNER)
+        values = {"task": task}
+        if kind == "trajectories":
+            scale, _, samples = rest.rpartition("-k")
+            values |= {"scale": scale, "samples": int(samples)}
+        elif kind in ("distilled", "bank"):
+            values["bank"] = rest
+        conn.exec_driver_sql("DELETE FROM memory_builds WHERE task = :task AND part = :part", {"task": task, "part": part})
+    for sql in _FORGET[kind]:
         conn.exec_driver_sql(sql, values)
-    conn.exec_driver_sql("DELETE FROM cell_inputs WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
+    inputs = "cell_inputs" if _is_cell_part(cell, part) else "memory_inputs"
+    conn.exec_driver_sql(f"DELETE FROM {inputs} WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
 
 
-def _write_result(session: Session, result: TrainResult | EvalResult) -> tuple[str, str]:
+def _eval_metric_rows(result: EvalResult) -> list[dict]:
+    """An evaluation's per-role metrics and pass@j (role ``episode``), without ``step``."""
+    pass_rows = [{"role": "episode", "metric": f"pass@{j}", "value": v} for j, v in result.pass_at.items()]
+    return [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
+
+
+def _write_result(session: Session, result: Result) -> tuple[str, str]:
     """Replace everything the store holds from this one result, and record its digests;
     returns its ``(cell, part)``."""
-    if not isinstance(result, (TrainResult, EvalResult)):
-        raise TypeError(f"expected a TrainResult or EvalResult, got {type(result).__name__}")
-    part = _part(result)
-    _forget(session, result.cell, part)
+    cell, part = _key(result)
+    _forget(session, cell, part)
     if isinstance(result, TrainResult):
         _upsert(session, CELLS, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
         _upsert(session, TRAIN_STEPS, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
@@ -478,23 +639,163 @@ def _write_result(session: Session, result: TrainResult | EvalResult) -> tuple[s
                 [(result.cell, *(d[c] for c in columns)) for d in dumped],
             )
         _upsert(session, ROLE_METRICS, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
-    else:
+    elif isinstance(result, MemoryEvalResult):
+        _write_memory_evaluation(session, result)
+    elif isinstance(result, EvalResult):
         _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at"})])
-        pass_rows = [{"role": "episode", "metric": f"pass@{j}", "value": v} for j, v in result.pass_at.items()]
         _upsert(
             session,
             ROLE_METRICS,
-            [
-                {"cell": result.cell, "source": "eval", **row, "step": result.step}
-                for row in [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
-            ],
+            [{"cell": result.cell, "source": "eval", **row, "step": result.step} for row in _eval_metric_rows(result)],
         )
-    _upsert(
-        session,
-        CELL_INPUTS,
-        [{"cell": result.cell, "part": part, "digest": _digest(result), "spec_digest": result.spec_digest}],
-    )
-    return result.cell, part
+    else:
+        _write_memory_build(session, part, result)
+    inputs = CELL_INPUTS if _is_cell_part(cell, part) else MEMORY_INPUTS
+    _upsert(session, inputs, [{"cell": cell, "part": part, "digest": _digest(result), "spec_digest": result.spec_digest}])
+    return cell, part
+
+
+def _write_memory_evaluation(session: Session, result: MemoryEvalResult) -> None:
+    key = {"cell": result.cell, "memory": result.memory, "step": result.step}
+    _upsert(session, MEMORY_EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "retrievals"})])
+    _upsert(session, MEMORY_ROLE_METRICS, [{**key, **row} for row in _eval_metric_rows(result)])
+    rows = []
+    for shown in result.retrievals:
+        query = {**key, "problem_id": shown.problem_id, "bank": result.bank, "label": shown.label}
+        if not shown.entries:
+            rows.append({**query, "rank": 0, "entry": None})
+        rows += [{**query, "rank": rank, "entry": entry} for rank, entry in enumerate(shown.entries)]
+    _insert_rows(session, RETRIEVALS, rows)
+
+
+def _insert_rows(session: Session, table: Table, rows: list[dict]) -> None:
+    """Plain inserts of ``rows`` (dicts with the same keys), as one executemany: the rows of one
+    result, whose keys are unique within it (a repeated key is a corrupt file, caught on reading)."""
+    if rows:
+        columns = tuple(rows[0])
+        sql = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        session.connection().exec_driver_sql(sql, [tuple(r[c] for c in columns) for r in rows])
+
+
+def _write_memory_build(session: Session, part: str, result: Result) -> None:
+    """A memory-building result's rows, and its row in memory_builds."""
+    kind = part.partition("/")[0]
+    build = {"task": result.task, "part": part, "kind": kind, "spec_digest": result.spec_digest}
+    if isinstance(result, TrajectoriesResult):
+        from matrixrl.memory.data import Trajectory
+
+        records = [Trajectory.from_dict(t) for t in result.trajectories]
+        _insert_rows(
+            session,
+            TRAJECTORIES,
+            [{"task": result.task, "scale": result.scale, "samples": result.samples, **t.to_dict()} for t in records],
+        )
+        build |= {"scale": result.scale, "samples": result.samples, "accuracy": result.accuracy, "seconds": result.seconds}
+    elif isinstance(result, LabelsResult):
+        from matrixrl.memory.data import Label
+
+        labels = {problem: Label.from_dict(label) for problem, label in result.labels.items()}
+        rows = []
+        for problem in dict.fromkeys([*result.labels, *result.replies]):
+            label = labels.get(problem)
+            rows.append({
+                "task": result.task, "problem_id": problem, "labeller": result.labeller,
+                "category": label.category if label else None, "subcategory": label.subcategory if label else None,
+                "reply": result.replies.get(problem),
+            })  # fmt: skip
+        _insert_rows(session, MEMORY_LABELS, rows)
+        build |= {"labeller": result.labeller, "seconds": result.seconds}
+    elif isinstance(result, DistilledResult):
+        rows = [
+            {"task": result.task, "bank": result.memory, "prompt": i, **p.model_dump(exclude={"dropped"}),
+             "dropped": json.dumps(p.dropped, sort_keys=True)}
+            for i, p in enumerate(result.prompts)
+        ]  # fmt: skip
+        _insert_rows(session, DISTILL_PROMPTS, rows)
+        build |= {
+            "bank": result.memory, "mode": result.mode, "distiller": result.distiller, "pairs": result.pairs,
+            "entries": len(result.entries), "seconds": result.seconds, "dropped": json.dumps(result.dropped, sort_keys=True),
+        }  # fmt: skip
+    else:  # BankResult
+        from matrixrl.memory.data import Entry
+
+        rows = []
+        for i, entry in enumerate(Entry.from_dict(e) for e in result.entries):
+            rows.append({
+                "task": result.task, "bank": result.memory, "entry": i, "text": entry.text, "problem_id": entry.problem_id,
+                "question": entry.question, "category": entry.label.category, "subcategory": entry.label.subcategory,
+                "models": json.dumps(list(entry.models)), "mode": entry.mode, "distiller": entry.distiller,
+            })  # fmt: skip
+        _insert_rows(session, MEMORY_ENTRIES, rows)
+        build |= {"bank": result.memory, "mode": result.mode, "entries": len(rows)}
+    _upsert(session, MEMORY_BUILDS, [build])
+
+
+_FIX = "delete it and run `matrixrl run` to recompute it"
+
+
+def _read(path: Path, kind: type) -> Result:
+    """``read_result``, and for the memory's results the records in them checked too (a
+    trajectory, label or entry the memory's own ``from_dict`` rejects; a repeated key): every
+    file is validated before the store is written, so a corrupt one leaves it as it was."""
+    result = read_result(path, kind)
+    try:
+        _check_records(result)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ResultFileError(f"{path}: corrupt result file ({exc}); {_FIX}") from None
+    return result
+
+
+_RECORD_TYPES = {
+    # The JSON types of the memory's records' fields (matrixrl.memory.data), checked with its
+    # from_dict (which checks the keys): a value of another type is a corrupt file.
+    "Trajectory": {"problem_id": str, "question": str, "model": str, "completion": str, "answer": str,
+                   "correct": bool, "tokens": int, "sample": int},
+    "Label": {"category": str, "subcategory": str},
+    "Entry": {"text": str, "problem_id": str, "question": str, "label": dict, "models": list, "mode": str, "distiller": str},
+}  # fmt: skip
+
+
+def _record(kind, data, where: str):
+    """``kind.from_dict(data)`` with its fields' types checked; ValueError saying ``where``."""
+    try:
+        record = kind.from_dict(data)
+        for field, wanted in _RECORD_TYPES[kind.__name__].items():
+            value = data.get(field)
+            if field in data and (not isinstance(value, wanted) or (wanted is int and isinstance(value, bool))):
+                raise ValueError(f"{field} must be a {wanted.__name__}, not {type(value).__name__}")
+        return record
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _check_records(result: Result) -> None:
+    from matrixrl.memory.data import Entry, Label, Trajectory
+
+    def unique(keys: list, what: str) -> None:
+        seen = set()
+        for key in keys:
+            if key in seen:
+                raise ValueError(f"{what} {key!r} given twice")
+            seen.add(key)
+
+    if isinstance(result, MemoryEvalResult):
+        unique([r.problem_id for r in result.retrievals], "retrievals: problem")
+        for r in result.retrievals:
+            if any(e < 0 for e in r.entries):
+                raise ValueError(f"retrievals: problem {r.problem_id!r} has a negative entry index")
+    elif isinstance(result, TrajectoriesResult):
+        records = [_record(Trajectory, data, f"trajectories.{i}") for i, data in enumerate(result.trajectories)]
+        unique([(t.problem_id, t.sample) for t in records], "trajectories: (problem, sample)")
+    elif isinstance(result, LabelsResult):
+        for problem, data in result.labels.items():
+            _record(Label, data, f"labels.{problem}")
+    elif isinstance(result, BankResult):
+        for i, data in enumerate(result.entries):
+            _record(Entry, data, f"entries.{i}")
+            _record(Label, data["label"], f"entries.{i}.label")
+            if not all(isinstance(m, str) for m in data["models"]):
+                raise ValueError(f"entries.{i}: models must be names (text)")
 
 
 def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int, str, str]], bool]:
@@ -509,7 +810,9 @@ def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int,
             known = {row.path: (row.size, row.mtime_ns, row.inode, row.read_ns, row.cell, row.part) for row in rows}
             # A store that lost its per-cell digests: read every file once more so each
             # cell gets its digests (and incremental reports see it).
-            again = bool(known) and session.execute(select(CELL_INPUTS.c.cell).limit(1)).first() is None
+            again = bool(known) and all(
+                session.execute(select(inputs.c.cell).limit(1)).first() is None for inputs in (CELL_INPUTS, MEMORY_INPUTS)
+            )
             return known, again
     finally:
         engine.dispose()
@@ -527,7 +830,7 @@ def _changes(
     is read again when it had changed within :data:`RACY_NS` of its last reading.
     """
     found: dict[str, tuple[Path, object, tuple[int, int, int]]] = {}
-    for pattern, kind in ((L.TRAIN_RESULTS, TrainResult), (L.EVAL_RESULTS, EvalResult)):
+    for pattern, kind in RESULT_FILES:
         for path in sorted(results_dir.glob(pattern)):
             stat = path.stat()
             found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns, stat.st_ino))
@@ -544,6 +847,17 @@ def _changes(
     ]
     return pending, gone
 
+
+RESULT_FILES = (
+    (L.TRAIN_RESULTS, TrainResult),
+    (L.EVAL_RESULTS, EvalResult),
+    (L.MEMORY_EVAL_RESULTS, MemoryEvalResult),
+    (L.TRAJECTORY_RESULTS, TrajectoriesResult),
+    (L.LABEL_RESULTS, LabelsResult),
+    (L.DISTILLED_RESULTS, DistilledResult),
+    (L.BANK_RESULTS, BankResult),
+)
+"""Every kind of result file the store reads: the glob of its files and its model."""
 
 RACY_NS = 2_000_000_000
 """How recently before its reading a file may have changed for its time to tell nothing
@@ -579,7 +893,7 @@ def _ingest(results_dir: Path) -> int:
     began = time.time_ns()
     known, again = _known_files(results_dir)
     pending, gone = _changes(results_dir, known, again)
-    parsed = [(rel, read_result(path, kind), signature) for path, rel, kind, signature in pending]
+    parsed = [(rel, _read(path, kind), signature) for path, rel, kind, signature in pending]
     if not parsed and not gone:
         return 0
     engine = engine_for(results_dir)
@@ -589,17 +903,19 @@ def _ingest(results_dir: Path) -> int:
             for rel in gone:
                 _forget(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
-            stored = _stored_digests(session, {result.cell for _, result, _ in parsed}) if not again else {}
-            for rel, result, (size, mtime_ns, inode) in parsed:
-                cell, part = result.cell, _part(result)
+            keys = [_key(result) for _, result, _ in parsed]
+            stored = _stored_digests(session, {cell for cell, _ in keys}) if not again else {}
+            for (rel, result, (size, mtime_ns, inode)), (cell, part) in zip(parsed, keys):
                 if stored.get((cell, part)) != _digest(result):
                     _write_result(session, result)
                     written += 1
                 # The file as it was before it was read: a change while it was read shows next time.
                 row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
                 _upsert(session, INGESTED_FILES, [row])
-            emptied = {known[rel][4] for rel in gone}
-            _refresh_keys(session, emptied | {result.cell for _, result, _ in parsed})
+            # Only a cell's train and eval results are its summary's inputs: memory results leave
+            # cell_keys, and so every cached summary, as they were.
+            emptied = {known[rel][4] for rel in gone if _is_cell_part(*known[rel][4:])}
+            _refresh_keys(session, emptied | {cell for cell, part in keys if _is_cell_part(cell, part)})
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
                     session.execute(
@@ -635,8 +951,13 @@ def _stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], 
     listed = sorted(cells)
     for start in range(0, len(listed), _IN_CHUNK):
         chunk = listed[start : start + _IN_CHUNK]
-        sql = f"SELECT cell, part, digest FROM cell_inputs WHERE cell IN ({', '.join('?' * len(chunk))})"
-        found.update(((cell, part), digest) for cell, part, digest in session.connection().exec_driver_sql(sql, tuple(chunk)))
+        marks = ", ".join("?" * len(chunk))
+        sql = (
+            f"SELECT cell, part, digest FROM cell_inputs WHERE cell IN ({marks}) "
+            f"UNION ALL SELECT cell, part, digest FROM memory_inputs WHERE cell IN ({marks})"
+        )
+        rows = session.connection().exec_driver_sql(sql, (*chunk, *chunk))
+        found.update(((cell, part), digest) for cell, part, digest in rows)
     return found
 
 
@@ -663,7 +984,7 @@ def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
 
 
 # SQLite's limit on bound values also caps ``cell IN (...)`` lists.
-_IN_CHUNK = 10_000
+_IN_CHUNK = 10_000  # (a query that binds two lists binds twice as many: SQLite's limit is 32,766)
 
 
 class Store:
@@ -686,14 +1007,15 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add_results(self, results: Iterable[TrainResult | EvalResult]) -> int:
+    def add_results(self, results: Iterable[Result]) -> int:
         """Store results as ``ingest`` would store their files (one transaction); returns how many."""
-        cells: list[str] = []
+        keys: list[tuple[str, str]] = []
         with Session(self.engine) as session, session.begin():
             for result in results:
-                cells.append(_write_result(session, result)[0])
-            _refresh_keys(session, set(cells))
-        return len(cells)
+                _check_records(result)
+                keys.append(_write_result(session, result))
+            _refresh_keys(session, {cell for cell, part in keys if _is_cell_part(cell, part)})
+        return len(keys)
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
         """The rows of ``table`` for ``cells``; each keyword keeps rows whose column equals it (or is in it)."""

@@ -11,10 +11,10 @@ and what qualifies it stay together in little width:
 
 - ``peak@step``: ``0.336@40``, the peak accuracy and its step;
 - ``cliff@onset``: ``no``, or ``yes@30`` with the cliff's onset step;
-- ``X±ci``: a mean (``X_mean``, seeds) or mean difference (``X_diff``, compare)
-  with the half-width of its interval, ``0.053±0.098``; the Student-t interval is
-  symmetric, so this is exactly ``[X_lo, X_hi]``; without an interval (one seed,
-  one pair) just the mean.
+- ``X±ci``: a mean (``X_mean``, seeds) or mean difference (``X_diff``, compare;
+  or ``X`` beside ``X_lo`` and ``X_hi``, memory's ``base_diff``) with the half-width
+  of its interval, ``0.053±0.098``; the Student-t interval is symmetric, so this is
+  exactly ``[X_lo, X_hi]``; without an interval (one seed, one pair) just the mean.
 
 In ``csv`` and ``json`` a joined name stands for its parts (``peak@step``: ``peak``
 and ``peak_step``), at full precision.
@@ -43,6 +43,7 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "compare": ("comparison", "n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff", "amplification_diff±ci"),
     "diagnostics": ("dominant_role", "dominant_share", "amplified_role", "amplification_mean"),
     "mechanism": ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
+    "memory": ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"),
 }
 """Each table's default reading columns after the axes; a name the table lacks is skipped."""
 
@@ -84,6 +85,8 @@ def joined_columns(columns: Sequence[str]) -> dict[str, Joined]:
             stem = column.removesuffix(suffix)
             if column.endswith(suffix) and {f"{stem}_lo", f"{stem}_hi"} <= present:
                 joined.append(Joined(f"{name}±ci", (column, f"{stem}_lo", f"{stem}_hi"), _plus_minus))
+        if {f"{column}_lo", f"{column}_hi"} <= present:  # X with X_lo, X_hi (memory's base_diff)
+            joined.append(Joined(f"{column}±ci", (column, f"{column}_lo", f"{column}_hi"), _plus_minus))
     return {j.name: j for j in joined}
 
 

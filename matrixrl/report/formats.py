@@ -43,7 +43,7 @@ MISSING = "—"
 LATEX_MISSING = "--"
 
 
-ROW_KEYS = ("comparison",)
+ROW_KEYS = ("comparison", "memory")
 """Columns besides the axes that say what a row is (repeated in each stacked section)."""
 
 
@@ -344,7 +344,7 @@ def to_rich(
     """The terminal table; with ``group_by``, a rule between consecutive rows of different groups.
 
     ``keys``: the columns repeated in each section when the table is stacked (default:
-    the axes and ``comparison`` among the frame's columns).
+    the axes, ``comparison`` and ``memory`` among the frame's columns).
     """
     if keys is None:
         keys = row_keys([str(c) for c in frame.columns])

@@ -39,6 +39,8 @@ from matrixrl.analysis.axes import PerCell, cells_frame, missing
 from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, per_cell_rows, record_of, training_part
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
+from matrixrl.analysis.memory import MODES as MEMORY_MODES
+from matrixrl.analysis.memory import memory_table
 from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
@@ -92,16 +94,24 @@ def _mechanism(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     return mechanism_table(per_cell)
 
 
+def _memory(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    raise TypeError("the memory table is built from the store's memory evaluations: see _memory_frame")
+
+
 TABLES: dict[str, TableSpec] = {
     "summary": TableSpec(_summary, AXES, "per-cell summary", "evaluations"),
     "seeds": TableSpec(_seeds, GROUP_AXES, "across seeds", "evaluations"),
     "compare": TableSpec(_compare, GROUP_AXES, "comparisons", "evaluations"),
     "diagnostics": TableSpec(_diagnostics, AXES, "per-cell gradient diagnostics", "gradient diagnostics"),
     "mechanism": TableSpec(_mechanism, AXES, "mechanism: does the signal rise before the cliff?", "evaluations"),
+    # Built from the store's memory evaluations, not from the per-cell records (see _memory_frame).
+    "memory": TableSpec(_memory, GROUP_AXES, "memory: accuracy with each memory mode, and its difference from none", "memory evaluations"),
 }
 assert tuple(TABLES) == TABLE_NAMES
 PER_CELL = ("summary", "diagnostics", "mechanism")
 """The tables with a row per cell, in the order of the per-cell rows they are built from."""
+FROM_RECORDS = ("summary", "seeds", "compare", "diagnostics", "mechanism")
+"""The tables built from the per-cell records (the others read the store themselves)."""
 
 
 def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -434,7 +444,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         with Store(db_file) as store:
             return cell_records(store, runs, config, current)
 
-    by_run = repairing(db_file, run_records)  # a damaged store is rebuilt, and read again
+    # A damaged store is rebuilt, and read again; the memory table alone needs no record.
+    by_run = repairing(db_file, run_records) if any(name in FROM_RECORDS for name in names) else {}
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = per_cell_rows(records, needed.drop(columns=["run", "run_policy"]))
@@ -457,6 +468,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
             table = table[_selected(table, only)] if only else table
+        elif name == "memory":
+            table = _memory_frame(db_file, config, selected, current)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if name not in PER_CELL:
@@ -467,6 +480,66 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table.attrs["caption"] = same_run
         frames[name] = table
     return frames, per_selected
+
+
+def memory_modes(config: Config) -> list[str]:
+    """The memory modes of ``config``'s grid (``grid.memory``), ``none`` first."""
+    modes = getattr(config.grid, "memory", None) or MEMORY_MODES
+    return ["none", *(mode for mode in modes if mode != "none")]
+
+
+def current_memory_evaluations(frame: pd.DataFrame, config: Config) -> pd.DataFrame:
+    """The rows of the store's ``memory_evaluations`` computed under their (run, mode)'s current
+    ``MemoryEvalSpec`` (matrixrl.memory.specs: the cell's evaluation, its memory, the retrieval),
+    or without a digest; a (run, mode) the grid does not plan keeps its rows (they are left out
+    by mode)."""
+    wanted = _memory_digests(config)
+    if frame.empty or not wanted:
+        return frame
+    digests = [wanted.get((run, mode)) for run, mode in zip(frame["cell"], frame["memory"])]
+    keep = [stored is None or want is None or stored == want for stored, want in zip(frame["spec_digest"].tolist(), digests)]
+    return frame[keep]
+
+
+_MEMORY_SPECS: dict[int, tuple[Config, dict[tuple[str, str], str]]] = {}
+
+
+def _memory_digests(config: Config) -> dict[tuple[str, str], str]:
+    """``{(run, mode): MemoryEvalSpec digest}`` of ``config``'s grid, once per config (as :func:`_spec_digests`)."""
+    cached = _MEMORY_SPECS.get(id(config))
+    if cached is None or cached[0] is not config:
+        if len(_MEMORY_SPECS) > 64:
+            _MEMORY_SPECS.clear()
+        cached = _MEMORY_SPECS[id(config)] = (config, _new_memory_digests(config))
+    return cached[1]
+
+
+def _new_memory_digests(config: Config) -> dict[tuple[str, str], str]:
+    if not [mode for mode in memory_modes(config) if mode != "none"]:
+        return {}
+    from matrixrl.memory.specs import memory_evals, memory_plan
+
+    plan = memory_plan(config)
+    if not plan.modes:
+        return {}
+    specs = {run.id: G.cell_spec(config, run) for run in G.runs(config)}
+    return {key: spec.digest() for key, spec in memory_evals(config, specs, plan).items()}
+
+
+def _memory_frame(db_file: Path, config: Config, selected: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """The memory table of the grid cells ``selected`` (a grid frame), from the store's memory
+    evaluations and, for ``none``, its ordinary evaluations (those under the current spec)."""
+    runs = list(dict.fromkeys(selected["run"]))
+
+    def read() -> tuple[pd.DataFrame, pd.DataFrame]:
+        with Store(db_file) as store:
+            return store.rows("evaluations", runs), store.rows("memory_evaluations", runs)
+
+    evals, memory = repairing(db_file, read)
+    evals = current_evaluations(evals, current)
+    memory = current_memory_evaluations(memory, config)
+    cells = selected.drop(columns=["run_policy"])
+    return memory_table(cells, evals, memory, memory_modes(config), config.analysis.confidence)
 
 
 def report_table(
@@ -496,6 +569,14 @@ def report_table(
                 f"{results}: nothing to compare for the cells of this grid; compare needs cells of both "
                 f"policy modes, or of {CONTROL} and another workflow, with the same task, scale and seed"
             )
+        if name == "memory":
+            modes = [mode for mode in memory_modes(config) if mode != "none"]
+            fix = (
+                f"run `matrixrl run` to evaluate them under {', '.join(modes)}"
+                if modes
+                else "list memory modes in grid.memory (docs/memory.md) and run `matrixrl run`"
+            )
+            raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; {fix}")
         raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; run `matrixrl run` first")
     return table
 
