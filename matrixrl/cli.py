@@ -404,7 +404,7 @@ def _locked_by(results: Path, runs: list[dict]) -> str:
 TABLE_HELP = (
     "summary: per cell accuracies, cliffs, per-role accuracies; seeds: mean and 95% interval over seeds; "
     "compare: isolated - shared and each workflow - single; diagnostics: per-role gradients; "
-    "mechanism: does the signal rise before the cliff?"
+    "mechanism: does the signal rise before the cliff?; memory: accuracy under each memory mode vs none"
 )
 
 
@@ -453,7 +453,10 @@ def report(
     `single`, paired by seed. `--table diagnostics`: dominant role and its share,
     amplification per role with parallel agents, gradient-norm ratios.
     `--table mechanism`: per cell, whether the amplification (isolated) or the
-    dominant role's share (shared) rose before the cliff onset.
+    dominant role's share (shared) rose before the cliff onset. `--table memory`:
+    per workflow, task, scale, policy and memory mode (grid.memory), accuracy at
+    base and at its peak, the difference from no memory paired by seed with its
+    interval, constraints shown per problem and response tokens (docs/memory.md).
 
     Columns: `table`, `markdown` and `latex` show the columns that answer each
     table's question (summary: base, peak@step, final, gain, cliff@onset);
