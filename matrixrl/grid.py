@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from matrixrl.config import (
     AXES,
@@ -28,7 +28,8 @@ from matrixrl.config import (
     science,
 )
 from matrixrl.config.sweeps import canonical, value_at, with_settings
-from matrixrl.settings import RUNTIME, settings_digest
+from matrixrl.memory.specs import TrainMemory, train_memory
+from matrixrl.settings import ADDED, RUNTIME, settings_digest
 from matrixrl.workflows import WORKFLOWS
 
 
@@ -221,6 +222,7 @@ class CellSpec(BaseModel):
     prompts: PromptSettings
     train: Train  # train: with the scale's own train: over it
     eval: Evaluate
+    memory: TrainMemory | None = Field(None, json_schema_extra=ADDED)  # memory.train's bank in training prompts
 
     @functools.cached_property
     def science(self) -> dict:
@@ -302,6 +304,7 @@ def cell_spec(config: Config, cell: Cell, base: str | None = None) -> CellSpec:
         prompts=swept.prompts if scale.prompt_style == "chat" else PromptSettings(),
         train=swept.train_for(cell.scale),
         eval=swept.eval,
+        memory=train_memory(swept, cell.task, cell.scale),
     )
 
 

@@ -97,6 +97,10 @@ def grid_jobs(config: Config) -> list[Job]:
             scale=scale, wildcards={"scale": scale},
         )
     jobs += bases.values()
+    from matrixrl.memory.specs import memory_plan, training_needs
+
+    memory = memory_plan(config, training_needs(specs.values()))
+    jobs += _memory_building_jobs(config, memory, bases)  # before the trainings: one may read a bank
     base_evals = {}
     base_of = {scale: G.base_scale(config, scale) for scale in config.grid.scale}
     keys = {cell.id: G.base_eval_key(config, specs[cell.id], base_of[cell.scale]) for cell in runs}
@@ -112,8 +116,11 @@ def grid_jobs(config: Config) -> list[Job]:
     for cell in runs:
         spec = specs[cell.id]
         base = bases[base_of[cell.scale]]
+        reads = (base.output,)
+        if spec.memory is not None:  # trained with a memory: its bank, and the labeller's base model
+            reads += (L.bank_result(cell.task, spec.memory.bank.bank), L.base_result(spec.memory.labeller.base_scale))
         train = Job(
-            "train", L.train_result(cell.id), inputs=(base.output,), digest=spec.train_digest(),
+            "train", L.train_result(cell.id), inputs=reads, digest=spec.train_digest(),
             params=science_json(spec.training()), cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
             resume=spec.resume_digest(),
         )
@@ -132,9 +139,9 @@ def grid_jobs(config: Config) -> list[Job]:
                 wildcards={"cell": cell.id, "step": str(step)},
             ))
     jobs += evaluations
-    memory = _memory_jobs(config, runs, specs, {key: job for key, job in base_evals.items()}, keys, bases)
-    jobs += memory
-    evaluated = [*evaluations, *(job for job in memory if job.cell is not None)]
+    memory_evaluations = _memory_eval_jobs(config, specs, memory, base_evals, keys)
+    jobs += memory_evaluations
+    evaluated = [*evaluations, *(job for job in memory_evaluations if job.cell is not None)]
     for cell in runs:  # once all of a cell's evaluations exist, the checkpoints it no longer needs go
         keep = specs[cell.id].train.keep_checkpoints
         jobs.append(Job(
@@ -147,16 +154,21 @@ def grid_jobs(config: Config) -> list[Job]:
     return jobs
 
 
-def _memory_jobs(config: Config, runs, specs, base_evals: dict, keys: dict, bases: dict) -> list[Job]:
-    """The memory jobs (matrixrl.memory.specs): collect, label, distill and bank per task, then
-    each cell's evaluations under each memory mode, step 0 once per base evaluation and bank."""
+def _memory_building_jobs(config: Config, plan, bases: dict[str, Job]) -> list[Job]:
+    """collect, label, distill and bank per task (matrixrl.memory.specs), after the base models
+    of memory scales outside grid.scale (added to ``bases``)."""
     from matrixrl import grid as G
-    from matrixrl.memory.specs import memory_evals, memory_plan
 
-    plan = memory_plan(config)
-    if not plan.modes:
-        return []
     jobs: list[Job] = []
+    models = [spec.model for spec in (*plan.collects.values(), *plan.labels.values(), *plan.distills.values())]
+    for scale in dict.fromkeys(model.base_scale for model in models):
+        if scale not in bases:
+            spec = G.base_spec(config, scale)
+            bases[scale] = Job(
+                "prepare_base", L.base_result(scale), digest=spec.digest(), params=science_json(spec),
+                scale=scale, wildcards={"scale": scale},
+            )
+            jobs.append(bases[scale])
     for output, spec in plan.collects.items():
         jobs.append(Job(
             "collect", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
@@ -177,6 +189,17 @@ def _memory_jobs(config: Config, runs, specs, base_evals: dict, keys: dict, base
             "bank", output, inputs=(L.distilled_result(spec.task_name, spec.bank), L.labels_result(spec.task_name)),
             digest=spec.digest(), wildcards=_wildcards(output),
         ))
+    return jobs
+
+
+def _memory_eval_jobs(config: Config, specs, plan, base_evals: dict, keys: dict) -> list[Job]:
+    """Each cell's evaluations under each memory mode of grid.memory; step 0 once per base evaluation and bank."""
+    from matrixrl import grid as G
+    from matrixrl.memory.specs import memory_evals
+
+    if not plan.modes:
+        return []
+    jobs: list[Job] = []
     shared: dict[str, Job] = {}
     for (cell_id, mode), spec in memory_evals(config, specs, plan).items():
         cell = spec.cell.cell

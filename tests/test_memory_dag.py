@@ -271,3 +271,100 @@ def test_the_gpu_example_plans_offline():
     # 2 workflows x 2 scales x 3 seeds = 12 cells, 11 checkpoints each, 4 memory modes.
     assert (counts["collect"], counts["label"], counts["distill"], counts["bank"]) == (4, 1, 5, 5)
     assert counts["evaluate_memory"] == 12 * 10 * 4 and counts["copy_base_memory_eval"] == 12 * 4
+
+
+# --- training with a memory (memory.train) ---------------------------------------------------------
+
+
+def test_memory_train_is_an_axis_and_other_memory_settings_are_not(tmp_path):
+    from matrixrl import grid as G
+    from matrixrl.status import grid_jobs
+
+    path = config_only(tmp_path)
+    cfg = load_config(path, sets=["grid.memory=[none]", "grid.memory.train=[null, own]"])
+    cells = {cell.id: G.cell_spec(cfg, cell) for cell in G.runs(cfg)}
+    assert sorted(cells) == [
+        "single-arith-strong-shared-s0", "single-arith-strong-shared-s0-train=own",
+        "single-arith-weak-shared-s0", "single-arith-weak-shared-s0-train=own",
+    ]
+    trained = cells["single-arith-weak-shared-s0-train=own"].memory
+    assert (trained.mode, trained.bank.bank, trained.labeller.name) == ("own", "own-weak", "strong")
+    # A cell without memory keeps the spec digests it had before memory.train existed.
+    plain = cells["single-arith-weak-shared-s0"]
+    assert plain.memory is None and "memory" not in plain.science
+    jobs = {job.output: job for job in grid_jobs(cfg)}
+    train = jobs["cells/single-arith-weak-shared-s0-train=own/train.json"]
+    assert "memory/arith/banks/own-weak.json" in train.inputs
+    assert jobs["cells/single-arith-weak-shared-s0/train.json"].inputs == ("base/weak/base.json",)
+    # The banks training reads are built though grid.memory lists no mode; nothing is evaluated with memory.
+    assert sorted(o for o in jobs if o.startswith("memory/arith/banks/")) == [
+        "memory/arith/banks/own-strong.json", "memory/arith/banks/own-weak.json"
+    ]
+    assert not any(job.rule == "evaluate_memory" for job in jobs.values())
+    # A new distiller changes what the memory-trained cells train from, and nothing else's.
+    other = load_config(path, sets=["grid.memory=[none]", "grid.memory.train=[null, own]", "memory.distiller=weak"])
+    again = {cell.id: G.cell_spec(other, cell).train_digest() for cell in G.runs(other)}
+    assert {c for c in cells if again[c] != cells[c].train_digest()} == {
+        "single-arith-weak-shared-s0-train=own", "single-arith-strong-shared-s0-train=own"
+    }
+    assert config_error(path, "grid.memory.top_p=[1, 3]") == (
+        f"{path}: grid.memory.top_p: the memory is built once per study, so its settings cannot be an axis; "
+        "sweep memory.train (training with or without a memory), or use another results_dir"
+    )
+
+
+def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraints(models, tmp_path):
+    import numpy as np
+
+    from matrixrl import grid as G
+    from matrixrl.jobs.memory import TrainingGuide
+    from matrixrl.memory import Entry, Label, MemoryBank, retrieve
+    from matrixrl.results import BankResult, write_result
+    from matrixrl.train.cell import build_cell
+    from matrixrl.train.trainer import GrpoRun, grpo_step, make_optimizers
+
+    cfg = load_config(memory_experiment(tmp_path, models), sets=["grid.memory=[none]", "memory.train=own"])
+    spec = G.cell_spec(cfg, next(c for c in G.runs(cfg) if c.scale == "weak"))
+    other = Label("other", "other")
+    entries = [
+        Entry("When adding two digits, enforce carrying the ten; avoid dropping it.", "9+4", "9+4", other, ("weak",), "own", "d"),
+        Entry("When a sum is asked, enforce adding every term.", "7+1", "7+1", other, ("weak",), "own", "d"),
+        Entry("When an equation is given, enforce isolating x.", "x", "solve x", Label("algebra", "linear equations"), ("weak",), "own", "d"),
+    ]
+    bank = tmp_path / "bank.json"
+    write_result(bank, BankResult(task="arith", memory="own-weak", mode="own", entries=[e.to_dict() for e in entries]))
+    guide = TrainingGuide.load(spec.memory, bank, models / "strong", "math", spec.prompts)
+    cell = build_cell(spec, tmp_path)
+
+    problems = cell.task.train_problems(np.random.default_rng(0), 3)
+    guide.prepare(cell.style, problems)
+    assert set(guide.labels) == {p.id for p in problems}  # the labeller labelled each drawn problem
+    guide.labels.update({p.id: other for p in problems})  # now each is shown its other/other constraints
+    shown = guide.prepare(cell.style, problems)
+    for problem in problems:
+        expected = retrieve(MemoryBank(entries), problem, other, top_p=3, per_problem=3)
+        assert shown[problem.id] == expected and expected
+        prompt = cell.style.generator(problem)
+        assert {e.text for e in entries if e.text in prompt} == {e.text for e in expected}
+
+    # Every step's rollouts are prompted after its problems were guided.
+    prompts, called = [], []
+    generate = cell.make_generate(cell.new_policy(), max_new_tokens=2, temperature=1.0, sample=True)
+
+    def recording(role, batch):
+        prompts.extend(batch)
+        return generate(role, batch)
+
+    def prepare(problems):
+        called.append([p.id for p in problems])
+        guide.labels.update({p.id: other for p in problems})
+        guide.prepare(cell.style, problems)
+
+    policy = cell.new_policy()
+    run = GrpoRun(
+        seed=0, policy=policy, optimizers=make_optimizers(policy, spec.train), workflow=cell.workflow,
+        task=cell.task, generate=recording, pad_token_id=cell.tokenizer.pad_token_id, cfg=spec.train, prepare=prepare,
+    )
+    grpo_step(run, 0)
+    assert len(called) == 1 and len(called[0]) == spec.train.problems_per_step
+    assert prompts and all(entries[0].text in p or entries[1].text in p for p in prompts)

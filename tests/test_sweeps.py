@@ -68,7 +68,7 @@ BAD = [
     (
         "grid.analysis.cliff_delta=[0.1, 0.2]",
         "grid.analysis.cliff_delta: analysis settings are not part of what a cell computes, so they cannot be an "
-        "axis; sweep a key under one of: train, eval, policies, workflows, tasks, scales, prompts",
+        "axis; sweep a key under one of: train, eval, policies, workflows, tasks, scales, prompts, memory",
     ),
     (
         "grid.scales.tiny-s.num_layers=[2, 3]",

@@ -407,6 +407,12 @@ class Memory(Strict):
         description="roles whose prompts get the constraints (default: those that write an answer: generator, "
         "aggregator, worker, synthesizer)",
     )
+    train: Literal["own", "transfer", "self_contrast", "memcollab"] | None = Field(
+        None,
+        description="train every cell with this mode's constraints in its guided roles' training prompts (each "
+        "training problem labelled by the labeller as it is drawn); an extra axis as grid: {memory.train: [null, "
+        "memcollab]}; null: memory at evaluation only",
+    )
     batch_size: int = Field(16, ge=1, description="prompts per generate call of memory jobs", json_schema_extra=RUNTIME)
     threads: int = Field(1, ge=1, description="torch threads per memory job", json_schema_extra=RUNTIME)
 
@@ -499,13 +505,16 @@ class Config(Strict):
         for mode in modes:
             if mode not in MEMORY_MODES:
                 raise ConfigError(f"grid.memory: unknown memory mode {mode!r}; use one of: {', '.join(MEMORY_MODES)}")
-        if modes == ["none"] or set(modes) == {"none"}:
-            return
         memory = self.memory
-        used = ", ".join(m for m in modes if m != "none")
+        where = "grid.memory"
+        if memory is not None and memory.train is not None:
+            modes, where = [*modes, memory.train], "memory.train" if set(modes) == {"none"} else where
+        if set(modes) == {"none"}:
+            return
+        used = ", ".join(dict.fromkeys(m for m in modes if m != "none"))
         if memory is None:
             raise ConfigError(
-                f"grid.memory: {used} needs a memory: section; add memory: {{weak: SCALE, strong: SCALE}} "
+                f"{where}: {used} needs a memory: section; add memory: {{weak: SCALE, strong: SCALE}} "
                 "naming two chat-style scales (docs/memory.md)"
             )
         for field in ("weak", "strong", "distiller", "labeller"):
@@ -526,18 +535,18 @@ class Config(Strict):
             for mode in ("transfer", "memcollab"):
                 if mode in modes:
                     raise ConfigError(
-                        f"grid.memory: {mode} needs two different models, but memory.weak and memory.strong are "
+                        f"{where}: {mode} needs two different models, but memory.weak and memory.strong are "
                         f"both {memory.weak!r}; name two scales (they may load the same model)"
                     )
         for scale in self.grid.scale:
             if self.scales[scale].prompt_style != "chat":
                 raise ConfigError(
-                    f"grid.memory: {used} on scale {scale!r}, which plays compact prompts; memory needs chat-style "
+                    f"{where}: {used} on scale {scale!r}, which plays compact prompts; memory needs chat-style "
                     "scales (kind: hf, prompt_style: chat); use grid.memory: [none] for compact scales"
                 )
             if scale not in (memory.weak, memory.strong):
                 raise ConfigError(
-                    f"grid.memory: scale {scale!r} is neither memory.weak ({memory.weak!r}) nor memory.strong "
+                    f"{where}: scale {scale!r} is neither memory.weak ({memory.weak!r}) nor memory.strong "
                     f"({memory.strong!r}); the memory modes compare what those two models are given"
                 )
 

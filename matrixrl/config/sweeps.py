@@ -25,7 +25,7 @@ from matrixrl.config.schema import Config
 from matrixrl.errors import ConfigError
 from matrixrl.settings import is_runtime
 
-SWEEPABLE = ("train", "eval", "policies", "workflows", "tasks", "scales", "prompts")
+SWEEPABLE = ("train", "eval", "policies", "workflows", "tasks", "scales", "prompts", "memory")
 """The sections whose settings can be an axis: what a cell's spec is computed from."""
 
 
@@ -57,6 +57,11 @@ def check_sweeps(config: Config) -> Config:
             raise ConfigError(
                 f"{where}: a scale's definition chooses its base model, so it cannot be an axis; define a second "
                 f"scale under scales: and list both in grid.scale (a scale's train: settings can be swept)"
+            )
+        if parts[0] == "memory" and key != "memory.train":
+            raise ConfigError(
+                f"{where}: the memory is built once per study, so its settings cannot be an axis; sweep "
+                "memory.train (training with or without a memory), or use another results_dir"
             )
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}: expected a non-empty list of values, e.g. {key}: [a, b]")

@@ -27,8 +27,8 @@ def main(argv: list[str]) -> None:
     elif rule == "train":
         from matrixrl.jobs.train import train
 
-        base_dir, cell_dir, output = map(Path, paths)
-        train(CellSpec.model_validate_json(spec_json), base_dir, cell_dir, output, log=log)
+        base_dir, cell_dir, output, *memory = map(Path, paths)
+        train(CellSpec.model_validate_json(spec_json), base_dir, cell_dir, output, log=log, memory=tuple(memory) or None)
     elif rule == "evaluate":
         from matrixrl.jobs.evaluate import evaluate
 

@@ -40,7 +40,7 @@ from matrixrl.memory import (
     prompt_digest,
     retrieve,
 )
-from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval
+from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
 from matrixrl.results import (
     BankResult,
     DistilledResult,
@@ -256,3 +256,34 @@ class Guide:
         style.guide(blocks, r.roles)
         mean = float(np.mean([len(row.entries) for row in rows])) if rows else 0.0
         return {"memory": self.mode, "bank": self.bank_name, "entries_mean": mean, "retrievals": rows}
+
+
+class TrainingGuide:
+    """A memory in a cell's training prompts: each step's problems are labelled by the labeller
+    (greedy, once per problem), then shown their constraints as an evaluation shows them."""
+
+    def __init__(self, spec: TrainMemory, entries: list[Entry], labeller: _Model, family: str):
+        self.spec = spec
+        self.entries = entries
+        self.bank = MemoryBank(entries)
+        self.labeller = labeller
+        self.family = family
+        self.labels: dict[str, Label] = {}
+
+    @classmethod
+    def load(cls, spec: TrainMemory, bank_file: Path, labeller_dir: Path, family: str, prompts) -> TrainingGuide:
+        entries = [Entry.from_dict(e) for e in read_result(Path(bank_file), BankResult).entries]
+        labeller = _load(spec.labeller, Path(labeller_dir), family, prompts, batch_size=64, threads=1)
+        return cls(spec, entries, labeller, family)
+
+    def prepare(self, style, problems: list[Problem]) -> dict[str, list[Entry]]:
+        """Label ``problems`` not seen yet, and guide ``style`` with their constraints; returns them by problem id."""
+        new = list({p.id: p for p in problems if p.id not in self.labels}.values())
+        if new:
+            prompts = [self.labeller.style.render(*labeller_messages(p.question, self.family)) for p in new]
+            replies = self.labeller.replies(prompts, self.spec.label_max_new_tokens)
+            self.labels.update({p.id: parse_label(c.text, self.family) for p, c in zip(new, replies)})
+        r = self.spec.retrieval
+        shown = {p.id: retrieve(self.bank, p, self.labels[p.id], r.top_p, r.per_problem, r.limit) for p in problems}
+        style.guide({pid: guidance_block(entries) for pid, entries in shown.items()}, r.roles)
+        return shown

@@ -13,7 +13,10 @@ from matrixrl.grid import CellSpec
 from matrixrl.results import TrainResult, write_result
 
 
-def train(spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=print) -> TrainResult:
+def train(
+    spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=print, memory: tuple[Path, Path] | None = None
+) -> TrainResult:
+    """``memory``: a cell trained with a memory's bank file and labeller folder (trainer.train_cell)."""
     from matrixrl.models.devices import claim_gpu, gpu_count
     from matrixrl.models.hf import needs_gpu
 
@@ -25,7 +28,7 @@ def train(spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=prin
     try:
         from matrixrl.train.trainer import train_cell
 
-        result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log))
+        result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log, memory=memory))
     finally:
         if claim is not None:
             claim.release()

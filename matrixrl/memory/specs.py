@@ -22,13 +22,13 @@ memory evaluations, and nothing else (docs/memory.md, "The jobs").
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
 from matrixrl import layout as L
 from matrixrl.config import ANSWER_ROLES, Config, Memory, PromptSettings, Scale, TaskConfig, science
-from matrixrl.grid import CellSpec, base_eval_digest
 from matrixrl.settings import settings_digest
 
 
@@ -185,18 +185,18 @@ class MemoryPlan:
     modes: tuple[str, ...]  # grid.memory less none
 
 
-def memory_plan(config: Config) -> MemoryPlan:
-    """The memory jobs ``config`` asks for (none when grid.memory is [none])."""
-    from matrixrl import grid as G  # noqa: F811 (the module, beside the names imported above)
+def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
+    """The memory jobs ``config`` asks for: the banks of ``grid.memory``'s modes for every task and
+    scale, and those of ``training``'s (task, scale, mode) (cells trained with a memory, whose
+    spec says which: :func:`training_needs`). None when neither asks for a memory."""
+    from matrixrl import grid as G
 
     modes = tuple(m for m in config.grid.memory if m != "none")
     memory = config.memory
-    if not modes or memory is None:
+    needs = [(task, scale, mode) for task in config.grid.task for scale in config.grid.scale for mode in modes]
+    needs += list(training)
+    if not needs or memory is None:
         return MemoryPlan({}, {}, {}, {}, None, ())
-
-    def ref(scale: str) -> ModelRef:
-        base = G.base_scale(config, scale)
-        return ModelRef(name=scale, scale=G._without_train(config.scales[scale]), base=G.base_digest(config, scale), base_scale=base)
 
     collects: dict[str, CollectSpec] = {}
     labels: dict[str, LabelSpec] = {}
@@ -209,65 +209,90 @@ def memory_plan(config: Config) -> MemoryPlan:
         if path not in collects:
             contrast = samples > 1
             collects[path] = CollectSpec(
-                task_name=task, task=config.tasks[task], model=ref(scale), prompts=config.prompts,
+                task_name=task, task=config.tasks[task], model=model_ref(config, scale), prompts=config.prompts,
                 problems=memory.problems, seed=memory.seed, samples=samples,
                 temperature=memory.contrast_temperature if contrast else memory.temperature,
                 max_new_tokens=memory.max_new_tokens, **runtime,
             )
         return path
 
-    for task in config.grid.task:
+    for task, scale, mode in needs:
         label_file = L.labels_result(task)
-        labels[label_file] = LabelSpec(
-            task_name=task, task=config.tasks[task], model=ref(memory.labeller_scale), prompts=config.prompts,
-            problems=memory.problems, seed=memory.seed, max_new_tokens=memory.label_max_new_tokens, **runtime,
+        if label_file not in labels:
+            labels[label_file] = LabelSpec(
+                task_name=task, task=config.tasks[task], model=model_ref(config, memory.labeller_scale),
+                prompts=config.prompts, problems=memory.problems, seed=memory.seed,
+                max_new_tokens=memory.label_max_new_tokens, **runtime,
+            )
+        bank = bank_name(mode, scale, memory.weak, memory.strong)
+        path = L.distilled_result(task, bank)
+        if path in distills:
+            continue
+        kind, model = bank_mode(bank)
+        if kind == "own":
+            needed = [(model, 1)]
+        elif kind == "self_contrast":
+            needed = [(model, memory.samples)]
+        else:
+            needed = [(memory.weak, 1), (memory.strong, 1)]
+        files = [collection(task, m, k) for m, k in needed]
+        distills[path] = DistillSpec(
+            task_name=task, task=config.tasks[task], bank=bank, mode=kind, consumer=model or memory.weak,
+            weak=memory.weak, strong=memory.strong,
+            collections={f: collects[f].digest() for f in files},
+            problems=memory.problems, seed=memory.seed,
+            model=model_ref(config, memory.distiller_scale), prompts=config.prompts,
+            entries_per_problem=memory.entries_per_problem, max_new_tokens=memory.distill_max_new_tokens,
+            **runtime,
         )
-        for scale in config.grid.scale:
-            for mode in modes:
-                bank = bank_name(mode, scale, memory.weak, memory.strong)
-                path = L.distilled_result(task, bank)
-                if path in distills:
-                    continue
-                kind, model = bank_mode(bank)
-                if kind == "own":
-                    needed = [(model, 1)]
-                elif kind == "self_contrast":
-                    needed = [(model, memory.samples)]
-                else:
-                    needed = [(memory.weak, 1), (memory.strong, 1)]
-                files = [collection(task, m, k) for m, k in needed]
-                distills[path] = DistillSpec(
-                    task_name=task, task=config.tasks[task], bank=bank, mode=kind, consumer=model or memory.weak,
-                    weak=memory.weak, strong=memory.strong,
-                    collections={f: collects[f].digest() for f in files},
-                    problems=memory.problems, seed=memory.seed,
-                    model=ref(memory.distiller_scale), prompts=config.prompts,
-                    entries_per_problem=memory.entries_per_problem, max_new_tokens=memory.distill_max_new_tokens,
-                    **runtime,
-                )
-                banks[L.bank_result(task, bank)] = BankSpec(
-                    task_name=task, bank=bank, distilled=distills[path].digest(), labels=labels[label_file].digest()
-                )
+        banks[L.bank_result(task, bank)] = BankSpec(
+            task_name=task, bank=bank, distilled=distills[path].digest(), labels=labels[label_file].digest()
+        )
     return MemoryPlan(collects, labels, distills, banks, retrieval_of(memory), modes)
 
 
-class MemoryEvalSpec(BaseModel):
-    """A cell's evaluation under a memory mode: the cell's spec, the bank it reads, how it retrieves."""
+def model_ref(config: Config, scale: str) -> ModelRef:
+    from matrixrl import grid as G
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    return ModelRef(
+        name=scale, scale=G._without_train(config.scales[scale]), base=G.base_digest(config, scale),
+        base_scale=G.base_scale(config, scale),
+    )
 
-    cell: CellSpec
+
+class TrainMemory(_Spec):
+    """A cell trained with a memory: the bank its guided roles' training prompts read, the
+    labeller that labels each training problem as it is drawn, and how constraints are shown."""
+
     mode: str
     bank: BankSpec
+    labeller: ModelRef
+    label_max_new_tokens: int
     retrieval: Retrieval
 
-    def digest(self) -> str:
-        """A checkpoint's evaluation under this memory."""
-        return memory_eval_digest(self.cell.eval_digest(), self.mode, self.bank, self.retrieval)
+    @functools.cached_property
+    def science(self) -> dict:
+        data = {k: v for k, v in science(self).items() if k != "labeller"}
+        return data | {"labeller": self.labeller.science_view()}
 
-    def base_digest(self) -> str:
-        """The base model's (step 0), shared by every cell of the base evaluation (grid.base_eval_science)."""
-        return memory_eval_digest(base_eval_digest(self.cell), self.mode, self.bank, self.retrieval)
+
+def train_memory(config: Config, task: str, scale: str) -> TrainMemory | None:
+    """What a cell of (task, scale) trains with under ``memory.train`` (None: no memory)."""
+    memory = config.memory
+    if memory is None or memory.train is None:
+        return None
+    plan = memory_plan(config, [(task, scale, memory.train)])
+    bank = bank_name(memory.train, scale, memory.weak, memory.strong)
+    return TrainMemory(
+        mode=memory.train, bank=plan.banks[L.bank_result(task, bank)],
+        labeller=model_ref(config, memory.labeller_scale), label_max_new_tokens=memory.label_max_new_tokens,
+        retrieval=retrieval_of(memory),
+    )
+
+
+def training_needs(specs: Iterable) -> list[tuple[str, str, str]]:
+    """The (task, scale, mode) banks that cells trained with a memory read (CellSpec.memory)."""
+    return list(dict.fromkeys((s.cell.task, s.cell.scale, s.memory.mode) for s in specs if s.memory is not None))
 
 
 def memory_eval_digest(eval_digest: str, mode: str, bank: BankSpec, retrieval: Retrieval) -> str:
@@ -276,14 +301,11 @@ def memory_eval_digest(eval_digest: str, mode: str, bank: BankSpec, retrieval: R
     return settings_digest({"eval": eval_digest, "mode": mode, "bank": bank.digest(), "retrieval": science(retrieval)})
 
 
-def memory_evals(config: Config, specs: dict[str, CellSpec], plan: MemoryPlan) -> dict[tuple[str, str], MemoryEvalSpec]:
-    """Each run's evaluation spec under each memory mode, by (cell id, mode), in grid order."""
-    found = {}
-    memory = config.memory
-    for cell_id, spec in specs.items():
-        for mode in plan.modes:
-            bank = bank_name(mode, spec.cell.scale, memory.weak, memory.strong)
-            found[(cell_id, mode)] = MemoryEvalSpec(
-                cell=spec, mode=mode, bank=plan.banks[L.bank_result(spec.cell.task, bank)], retrieval=plan.retrieval
-            )
-    return found
+def __getattr__(name: str):
+    # A cell's evaluation under a memory holds a CellSpec, and grid.CellSpec holds a
+    # TrainMemory: those specs live in memory/evaluation.py, imported on first use.
+    if name in ("MemoryEvalSpec", "memory_evals"):
+        from matrixrl.memory import evaluation
+
+        return getattr(evaluation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

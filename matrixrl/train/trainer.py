@@ -137,11 +137,28 @@ def make_optimizers(policy, cfg: Train) -> dict[str, torch.optim.Optimizer]:
     }
 
 
-def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print) -> dict:
-    """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any."""
+def train_cell(
+    spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print,
+    memory: tuple[Path, Path] | None = None,
+) -> dict:
+    """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any.
+
+    ``memory``: for a cell trained with a memory (``spec.memory``), its bank file and the
+    labeller's model folder; each step's problems are labelled and shown their constraints
+    (jobs.memory.TrainingGuide) before the rollouts."""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
     cell = build_cell(spec, base_dir)
+    prepare = None
+    if spec.memory is not None:
+        from matrixrl.jobs.memory import TrainingGuide
+
+        if memory is None:
+            raise ValueError(f"{spec.cell.id} trains with memory {spec.memory.mode}: its bank and labeller are needed")
+        with torch.random.fork_rng(devices=[]):  # loading the labeller must not move the training's RNG
+            guide = TrainingGuide.load(spec.memory, *memory, cell.task.family, spec.prompts)
+        log(f"{spec.cell.id}: training with memory {spec.memory.mode} ({len(guide.entries)} constraints)")
+        prepare = lambda problems: guide.prepare(cell.style, problems)  # noqa: E731
     saves = set(save_steps(cfg))
 
     digest = spec.resume_digest()
@@ -191,6 +208,7 @@ def train_cell(spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[st
         pad_token_id=cell.tokenizer.pad_token_id,
         cfg=cfg,
         damper=damper,
+        prepare=prepare,
     )
     for step in range(start, cfg.steps):
         row, step_roles, step_diagnostics = grpo_step(run, step)
@@ -234,6 +252,7 @@ class GrpoRun:
     pad_token_id: int
     cfg: Train
     damper: Damper | None = None  # the damper's moving averages, when it is on
+    prepare: Callable | None = None  # called with each step's problems before the rollouts (memory guidance)
 
 
 def grpo_step(run: GrpoRun, step: int):
@@ -248,6 +267,8 @@ def grpo_step(run: GrpoRun, step: int):
     rng = np.random.default_rng(step_seed(run.seed, step))
     torch.manual_seed(step_seed(run.seed, step))
     problems = task.train_problems(rng, cfg.problems_per_step)
+    if run.prepare is not None:
+        run.prepare(problems)
     batch = [p for p in problems for _ in range(cfg.group_size)]
     groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
 
