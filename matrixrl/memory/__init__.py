@@ -38,9 +38,11 @@ module's docstring gives its details; docs/memory.md collects them):
 
 from matrixrl.memory.data import Entry, Label, Pair, Trajectory
 from matrixrl.memory.distill import (
+    DISTILLER_PREFIX,
     DROP_REASONS,
     MAX_ENTRIES,
     ParseResult,
+    completed,
     distiller_messages,
     entries_from,
     parse_entries,
@@ -51,6 +53,7 @@ from matrixrl.memory.modes import MODES, needed_trajectories, pairs_for
 from matrixrl.memory.retrieval import MemoryBank, guidance_block, retrieve, with_guidance
 
 __all__ = [
+    "DISTILLER_PREFIX",
     "DROP_REASONS",
     "MAX_ENTRIES",
     "MODES",
@@ -62,6 +65,7 @@ __all__ = [
     "Pair",
     "ParseResult",
     "Trajectory",
+    "completed",
     "distiller_messages",
     "entries_from",
     "guidance_block",

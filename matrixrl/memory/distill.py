@@ -26,6 +26,14 @@ Reading (``parse_entries``) never raises. Its rules, in order:
 
 The deny-list is a filter on what reaches another model's prompt, not a sandbox: an
 entry is only ever text in a prompt, and code answers still run in the sandbox.
+
+An assistant-reply prefix (``DISTILLER_PREFIX``, "1. When") may be prefilled: the
+caller appends it to the prompt rendered with ``add_generation_prompt=True``,
+generates, and parses ``completed(prefix, completion)``; the entries then record it
+(``prompt_digest(system, user, prefix)``). It makes every reply start as a numbered
+constraint instead of a preamble; it does not make a model write "enforce" (measured
+with SmolLM2-135M-Instruct in docs/memory.md). A thinking model prefilled this way
+skips its thinking; use no prefix ("") to let it think.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ MAX_ENTRIES = 3
 QUOTE_CHARS = 1500  # the chat style's default quote_chars
 MAX_READ_CHARS = 16_000
 MAX_ENTRY_CHARS = 400
+DISTILLER_PREFIX = "1. When"  # the assistant reply's prefill: the first constraint's opening
 DROP_REASONS = ("injection", "no_form", "too_long", "answer", "duplicate", "over_limit")
 
 _NOUN = {"math": "math", "code": "programming"}
@@ -77,9 +86,23 @@ def quote(text: str, limit: int = QUOTE_CHARS) -> str:
     return text if len(text) <= limit else ELLIPSIS + text[-limit:]
 
 
-def prompt_digest(system: str, user: str) -> str:
-    """The identity of a distiller prompt, as entries record it (``Entry.distiller``)."""
-    return settings_digest([system, user])
+def prompt_digest(system: str, user: str, prefix: str = "") -> str:
+    """The identity of a distiller prompt, as entries record it (``Entry.distiller``).
+
+    ``prefix`` is the assistant reply's prefill, if any (``DISTILLER_PREFIX``); without
+    one the digest is that of the messages alone.
+    """
+    return settings_digest([system, user, prefix] if prefix else [system, user])
+
+
+def completed(prefix: str, completion: str) -> str:
+    """The distiller's whole reply when ``prefix`` was prefilled: ``prefix`` then ``completion``.
+
+    What ``parse_entries`` reads. Never raises: a non-string ``completion`` (a failed
+    generation) counts as empty, a non-string ``prefix`` as none.
+    """
+    prefix = prefix if isinstance(prefix, str) else ""
+    return prefix + (completion if isinstance(completion, str) else "")
 
 
 def distiller_messages(
@@ -173,7 +196,12 @@ def parse_entries(text: str, problem: Problem, max_entries: int = MAX_ENTRIES) -
     return ParseResult(kept, dict(dropped), truncated)
 
 
-def entries_from(pair: Pair, texts: Sequence[str], label: Label, mode: str, messages: tuple[str, str]) -> list[Entry]:
-    """``texts`` (``parse_entries``' entries for ``pair``) as entries of a ``mode`` memory."""
-    distiller = prompt_digest(*messages)
+def entries_from(
+    pair: Pair, texts: Sequence[str], label: Label, mode: str, messages: tuple[str, str], prefix: str = ""
+) -> list[Entry]:
+    """``texts`` (``parse_entries``' entries for ``pair``) as entries of a ``mode`` memory.
+
+    ``messages`` and ``prefix`` (the prefill, "" for none) are the distiller's prompt.
+    """
+    distiller = prompt_digest(*messages, prefix)
     return [Entry(t, pair.problem_id, pair.question, label, pair.models, mode, distiller) for t in texts]
