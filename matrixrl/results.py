@@ -101,10 +101,10 @@ class DistillPrompt(ResultModel):
     """One distiller call: its prompt, its reply and what was read from it."""
 
     problem_id: str
-    digest: str  # matrixrl.memory.prompt_digest of (system, user)
+    digest: str  # matrixrl.memory.prompt_digest of (system, user, prefix)
     system: str
     user: str
-    reply: str
+    reply: str  # the prefilled prefix and what the distiller wrote after it
     kept: int
     dropped: dict[str, int] = {}
 

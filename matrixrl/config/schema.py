@@ -396,6 +396,11 @@ class Memory(Strict):
     contrast_temperature: float = Field(0.7, gt=0, description="self_contrast: their sampling temperature")
     max_new_tokens: int = Field(512, ge=1, description="longest trajectory, in tokens")
     distill_max_new_tokens: int = Field(256, ge=1, description="longest distiller reply, in tokens")
+    distill_prefix: str = Field(
+        "1. When",
+        description="the distiller's reply is prefilled with this, so it opens with a constraint rather than a "
+        "preamble (matrixrl.memory.DISTILLER_PREFIX); \"\" for none, e.g. to let a thinking model think first",
+    )
     label_max_new_tokens: int = Field(16, ge=1, description="longest labeller reply, in tokens")
     entries_per_problem: int = Field(
         3, ge=1, description="constraints distilled from one source problem, and shown of one at most"

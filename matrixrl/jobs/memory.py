@@ -12,7 +12,8 @@ memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's promp
   differently; each answer scored by the task.
 - ``label``: the labeller's pick for each building and evaluation problem, greedy.
 - ``distill``: the mode's pairs (memory.modes.pairs_for), one distiller call per
-  pair, greedy; every prompt and reply is kept with what was read from it.
+  pair, greedy, its reply prefilled with ``memory.distill_prefix``; every prompt and
+  reply (prefix included) is kept with what was read from it.
 - ``bank``: the distilled constraints with their source problems' labels.
 """
 
@@ -31,6 +32,7 @@ from matrixrl.memory import (
     Label,
     MemoryBank,
     Trajectory,
+    completed,
     distiller_messages,
     guidance_block,
     labeller_messages,
@@ -180,12 +182,13 @@ def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: 
     messages = [
         distiller_messages(pair, task.family, spec.entries_per_problem, spec.prompts.quote_chars) for pair in pairs
     ]
-    replies = [c.text for c in model.replies([model.style.render(*m) for m in messages], spec.max_new_tokens)]
+    rendered = [model.style.render(*m) + spec.prefix for m in messages]  # the reply prefilled with the prefix
+    replies = [completed(spec.prefix, c.text) for c in model.replies(rendered, spec.max_new_tokens)]
     entries, prompts, dropped = [], [], {}
     for pair, (system, user), reply in zip(pairs, messages, replies):
         problem = answers.get(pair.problem_id) or Problem(pair.problem_id, pair.question, "")
         parsed = parse_entries(reply, problem, spec.entries_per_problem)
-        digest = prompt_digest(system, user)
+        digest = prompt_digest(system, user, spec.prefix)
         entries += [
             {"text": text, "problem_id": pair.problem_id, "question": pair.question, "models": list(pair.models),
              "distiller": digest}

@@ -135,6 +135,7 @@ class DistillSpec(_Spec):
     prompts: PromptSettings
     entries_per_problem: int
     max_new_tokens: int
+    prefix: str  # the reply's prefill (memory.distill_prefix)
     batch_size: int = 16
     threads: int = 1
 
@@ -243,7 +244,7 @@ def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -
             problems=memory.problems, seed=memory.seed,
             model=model_ref(config, memory.distiller_scale), prompts=config.prompts,
             entries_per_problem=memory.entries_per_problem, max_new_tokens=memory.distill_max_new_tokens,
-            **runtime,
+            prefix=memory.distill_prefix, **runtime,
         )
         banks[L.bank_result(task, bank)] = BankSpec(
             task_name=task, bank=bank, distilled=distills[path].digest(), labels=labels[label_file].digest()
