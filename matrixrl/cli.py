@@ -158,19 +158,26 @@ def plan(
     out.print(by_rule)
     per_cell = Table(title="per cell")
     extra = list(cfg.grid.sweeps)  # each extra axis's value; — where it leaves the cell alone
-    for col in ("cell", *extra, "train", "evaluations done"):
+    with_memory = any(j["rule"] == "evaluate_memory" for j in jobs)
+    for col in ("cell", *extra, "train", "evaluations done", *(["with memory"] if with_memory else [])):
         per_cell.add_column(col)
     sweeps = {c.id: c.sweep_values() for c in G.runs(cfg)}
-    trains, evals = {}, {}
+    trains, evals, memory = {}, {}, {}
     for j in jobs:
         if j["rule"] == "train":
             trains[j["cell"]] = j
         elif j["rule"] in ("copy_base_eval", "evaluate"):
             evals.setdefault(j["cell"], []).append(j)
+        elif j["rule"] in ("copy_base_memory_eval", "evaluate_memory"):
+            memory.setdefault(j["cell"], []).append(j)
+
+    def done(these: list[dict]) -> str:
+        return f"{sum(j['status'] == 'done' for j in these)}/{len(these)}"
+
     for cell_id, train in trains.items():
-        done = sum(j["status"] == "done" for j in evals[cell_id])
         values = [str(sweeps[cell_id][key]) if key in sweeps[cell_id] else "—" for key in extra]
-        per_cell.add_row(cell_id, *values, _status(train), f"{done}/{len(evals[cell_id])}")
+        memory_done = [done(memory.get(cell_id, []))] if with_memory else []
+        per_cell.add_row(cell_id, *values, _status(train), done(evals[cell_id]), *memory_done)
     out.print(per_cell)
     if n_runs != n_cells:
         out.print(
@@ -200,7 +207,8 @@ def _pending(n: int) -> str:
 
 _WHY = {
     "missing": "", "incomplete": " (killed run)", "unreadable": " (unreadable result)",
-    "changed": " (settings changed)", "upstream": " (its input is recomputed)",
+    "changed": " (settings changed)", "rebuild": " (rebuilds a deleted checkpoint)",
+    "upstream": " (its input is recomputed)",
 }
 
 
