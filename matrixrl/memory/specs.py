@@ -76,37 +76,14 @@ class ModelRef(BaseModel):
         return {"scale": science(self.scale), "base": self.base}
 
 
-class CollectSpec(_Spec):
-    """A model's trajectories on a task's memory-building problems."""
+class _ModelJob(_Spec):
+    """What every memory job that runs a model on a task's problems computes from."""
 
     task_name: str
     task: TaskConfig
-    model: ModelRef
+    model: ModelRef  # the model the job runs
     prompts: PromptSettings
-    problems: int
-    seed: int
-    samples: int  # 1: one trajectory per problem at ``temperature``; more: self-contrast's samples
-    temperature: float
-    max_new_tokens: int
-    batch_size: int = 16
-    threads: int = 1
-
-    @functools.cached_property
-    def science(self) -> dict:
-        data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
-        # The model's identity is its definition, not its name, unless sampled outputs are keyed by the name.
-        data["model"] = self.model.science_view() | ({"name": self.model.name} if self.temperature > 0 else {})
-        return data
-
-
-class LabelSpec(_Spec):
-    """The labeller's (category, subcategory) of a task's building and evaluation problems."""
-
-    task_name: str
-    task: TaskConfig
-    model: ModelRef
-    prompts: PromptSettings
-    problems: int
+    problems: int  # the building problems: drawn from the task's training problems with ``seed``
     seed: int
     max_new_tokens: int
     batch_size: int = 16
@@ -118,31 +95,35 @@ class LabelSpec(_Spec):
         return data | {"model": self.model.science_view()}
 
 
-class DistillSpec(_Spec):
-    """A bank's constraints, distilled from the trajectories its mode pairs."""
+class CollectSpec(_ModelJob):
+    """A model's trajectories on a task's memory-building problems."""
 
-    task_name: str
-    task: TaskConfig
+    samples: int  # 1: one trajectory per problem at ``temperature``; more: self-contrast's samples
+    temperature: float
+
+    @functools.cached_property
+    def science(self) -> dict:
+        # The model's identity is its definition, not its name, unless sampled outputs are keyed by the name.
+        named = {"name": self.model.name} if self.temperature > 0 else {}
+        return super().science | {"model": self.model.science_view() | named}
+
+
+class LabelSpec(_ModelJob):
+    """The labeller's (category, subcategory) of a task's building and evaluation problems."""
+
+
+class DistillSpec(_ModelJob):
+    """A bank's constraints, distilled by ``model`` from the trajectories its mode pairs (the
+    building problems' reference answers keep answers out of the constraints)."""
+
     bank: str
     mode: str  # own, self_contrast or memcollab
     consumer: str  # the scale whose memory it is; memcollab: the weak scale (either reads it)
     weak: str
     strong: str
     collections: dict[str, str]  # trajectories file -> its CollectSpec digest
-    problems: int  # the building problems (their reference answers keep answers out of the constraints)
-    seed: int
-    model: ModelRef  # the distiller
-    prompts: PromptSettings
     entries_per_problem: int
-    max_new_tokens: int
     prefix: str  # the reply's prefill (memory.distill_prefix)
-    batch_size: int = 16
-    threads: int = 1
-
-    @functools.cached_property
-    def science(self) -> dict:
-        data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
-        return data | {"model": self.model.science_view()}
 
 
 class BankSpec(_Spec):
