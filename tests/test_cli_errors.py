@@ -322,3 +322,15 @@ def test_plan_json_lists_every_job(experiment: Path) -> None:
     ]
     assert {j["status"] for j in jobs} == {"pending"} and {j["reason"] for j in jobs} == {"missing"}
     assert not results_of(experiment).exists()  # plan writes nothing
+
+
+def test_plan_words_every_reason_a_job_is_pending():
+    """plan's per-cell table says why a training is pending, whatever the reason (a reason
+    without words crashed plan with a KeyError: 'rebuild')."""
+    from matrixrl.cli import _status
+    from matrixrl.status import REASONS
+
+    for reason in REASONS:
+        shown = _status({"status": "pending", "reason": reason})
+        assert shown.startswith("[yellow]pending") and shown.endswith("[/]")
+    assert _status({"status": "pending", "reason": "rebuild"}) == "[yellow]pending (rebuilds a deleted checkpoint)[/]"
