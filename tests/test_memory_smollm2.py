@@ -83,6 +83,10 @@ def test_every_stage_ran_on_the_model_and_was_recorded(study):
 
 def test_the_memory_table_reads_the_study_and_an_empty_memory_changes_nothing(study):
     results = study.parent / "results"
+    # One model under two names shares its base evaluations: smol-weak's transfer and smol-strong's
+    # own read one bank; each cell's copy of step 0 still names its own mode.
+    for path in results.glob("cells/*/memory/*/step_*.json"):
+        assert json.loads(path.read_text())["memory"] == path.parent.name, path
     rows = json.loads(matrixrl("report", "-c", str(study), "--table", "memory", "--format", "json").stdout)
     assert {(r["scale"], r["memory"]) for r in rows} == {
         (scale, mode) for scale in ("smol-weak", "smol-strong") for mode in ("none", "own", "memcollab")

@@ -125,9 +125,10 @@ def evaluate_base_memory(
 def copy_base_memory_eval(spec: MemoryEvalSpec, source: Path, output: Path, log=print) -> MemoryEvalResult:
     """A cell's memory step 0: the base model's evaluation under the memory, under the cell's name."""
     base = read_result(Path(source), MemoryEvalResult)
-    result = base.model_copy(
-        update={"cell": spec.cell.cell.id, "seconds": 0.0, "spec_digest": spec.digest(), "base_eval": base.spec_digest}
-    )
+    # The base evaluation serves every mode that reads its bank (own of one scale, transfer of the
+    # other, when both load one model): the copy names this cell's mode.
+    update = {"cell": spec.cell.cell.id, "memory": spec.mode, "seconds": 0.0, "spec_digest": spec.digest()}
+    result = base.model_copy(update={**update, "base_eval": base.spec_digest})
     write_result(output, result)
     log(f"{spec.cell.cell.id} step 0 with {spec.mode}: accuracy {result.accuracy:.3f}, the base model's ({source})")
     return result
