@@ -368,3 +368,25 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     grpo_step(run, 0)
     assert len(called) == 1 and len(called[0]) == spec.train.problems_per_step
     assert prompts and all(entries[0].text in p or entries[1].text in p for p in prompts)
+
+
+def test_a_copied_memory_step_0_names_the_cells_own_mode(tmp_path):
+    from matrixrl import grid as G
+    from matrixrl.jobs.evaluate import copy_base_memory_eval
+    from matrixrl.memory.specs import memory_evals, memory_plan
+    from matrixrl.results import MemoryEvalResult, read_result, write_result
+
+    cfg = load_config(config_only(tmp_path))
+    specs = {cell.id: G.cell_spec(cfg, cell) for cell in G.runs(cfg)}
+    evals = memory_evals(cfg, specs, memory_plan(cfg))
+    weak_transfer, strong_own = evals[("single-arith-weak-shared-s0", "transfer")], evals[("single-arith-strong-shared-s0", "own")]
+    assert weak_transfer.bank == strong_own.bank  # both read own-strong
+    source = tmp_path / "base.json"
+    write_result(source, MemoryEvalResult(
+        cell="the base model", step=0, accuracy=0.5, n=2, n_correct=1, seconds=3.0, memory="transfer",
+        bank="own-strong", entries_mean=1.0, spec_digest=weak_transfer.base_digest(),
+    ))
+    copy_base_memory_eval(strong_own, source, tmp_path / "step_0.json", log=lambda m: None)
+    copied = read_result(tmp_path / "step_0.json", MemoryEvalResult)
+    assert (copied.cell, copied.memory, copied.bank, copied.seconds) == ("single-arith-strong-shared-s0", "own", "own-strong", 0.0)
+    assert (copied.spec_digest, copied.base_eval) == (strong_own.digest(), weak_transfer.base_digest())
