@@ -28,7 +28,7 @@ from matrixrl.config import (
     science,
 )
 from matrixrl.config.sweeps import canonical, value_at, with_settings
-from matrixrl.memory.specs import TrainMemory, train_memory
+from matrixrl.memory.specs import ModelRef, TrainMemory, train_memory
 from matrixrl.settings import ADDED, RUNTIME, settings_digest
 from matrixrl.workflows import WORKFLOWS
 
@@ -304,7 +304,15 @@ def cell_spec(config: Config, cell: Cell, base: str | None = None) -> CellSpec:
         prompts=swept.prompts if scale.prompt_style == "chat" else PromptSettings(),
         train=swept.train_for(cell.scale),
         eval=swept.eval,
-        memory=train_memory(swept, cell.task, cell.scale),
+        memory=train_memory(swept, cell.task, cell.scale, ref=functools.partial(memory_model, swept)),
+    )
+
+
+def memory_model(config: Config, scale: str) -> ModelRef:
+    """``scale`` as a memory job loads it: its definition, its base model's digest and folder."""
+    return ModelRef(
+        name=scale, scale=_without_train(config.scales[scale]), base=base_digest(config, scale),
+        base_scale=base_scale(config, scale),
     )
 
 

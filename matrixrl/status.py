@@ -97,9 +97,10 @@ def grid_jobs(config: Config) -> list[Job]:
             scale=scale, wildcards={"scale": scale},
         )
     jobs += bases.values()
-    from matrixrl.memory.specs import memory_plan, training_needs
+    from matrixrl.memory.evaluation import plan_memory
+    from matrixrl.memory.specs import training_needs
 
-    memory = memory_plan(config, training_needs(specs.values()))
+    memory = plan_memory(config, training_needs(specs.values()))
     jobs += _memory_building_jobs(config, memory, bases)  # before the trainings: one may read a bank
     base_evals = {}
     base_of = {scale: G.base_scale(config, scale) for scale in config.grid.scale}
@@ -195,7 +196,7 @@ def _memory_building_jobs(config: Config, plan, bases: dict[str, Job]) -> list[J
 def _memory_eval_jobs(config: Config, specs, plan, base_evals: dict, keys: dict) -> list[Job]:
     """Each cell's evaluations under each memory mode of grid.memory; step 0 once per base evaluation and bank."""
     from matrixrl import grid as G
-    from matrixrl.memory.specs import memory_evals
+    from matrixrl.memory.evaluation import memory_evals
 
     if not plan.modes:
         return []

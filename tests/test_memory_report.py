@@ -487,13 +487,13 @@ def test_the_memory_table_fits_100_columns_in_one_piece(tmp_path: Path, seeds, s
 def test_a_memory_evaluation_of_another_spec_is_left_out(study) -> None:
     """As an ordinary evaluation: one stamped with a spec digest that is not its (run, mode)'s
     current one (an old retrieval setting, say) is not reported; one stamped with it is."""
-    from matrixrl.memory.specs import memory_evals, memory_plan
+    from matrixrl.memory.evaluation import memory_evals, plan_memory
 
     _, config = study
     results = Path(config.results_dir)
     single = run_id("single", "shared", 0)
     specs = {single: G.cell_spec(config, G.Cell("single", "arith", "weak", "shared", 0))}
-    digest = memory_evals(config, specs, memory_plan(config))[(single, "own")].digest()
+    digest = memory_evals(config, specs, plan_memory(config))[(single, "own")].digest()
     for step, stamp, accuracy in zip(STEPS, (digest, "old", digest), (0.5, 0.875, 0.5)):
         result = memory_evaluation(single, "own", step, accuracy, 40.0, [[0], []]).model_copy(update={"spec_digest": stamp})
         write_result(results / memory_eval_result(single, "own", step), result)

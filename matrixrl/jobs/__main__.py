@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
         distill(DistillSpec.model_validate_json(spec_json), base_dir, collections, output, log=log)
     elif rule == "evaluate_memory":
         from matrixrl.jobs.evaluate import evaluate_memory
-        from matrixrl.memory.specs import MemoryEvalSpec
+        from matrixrl.memory.evaluation import MemoryEvalSpec
 
         step, checkpoint, base_dir, bank, labels, output = paths
         evaluate_memory(
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
         )
     elif rule == "evaluate_base_memory":
         from matrixrl.jobs.evaluate import evaluate_base_memory
-        from matrixrl.memory.specs import MemoryEvalSpec
+        from matrixrl.memory.evaluation import MemoryEvalSpec
 
         base_dir, bank, labels, output = map(Path, paths)
         evaluate_base_memory(MemoryEvalSpec.model_validate_json(spec_json), base_dir, bank, labels, output, log=log)

@@ -33,7 +33,7 @@ from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec
-from matrixrl.memory.specs import MemoryEvalSpec
+from matrixrl.memory.evaluation import MemoryEvalSpec
 from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
 
 

@@ -1,4 +1,5 @@
-"""A cell's evaluation under a memory mode: its spec and digests (see matrixrl.memory.specs)."""
+"""The memory specs that hold the grid's: a cell's evaluation under a memory mode, and the
+memory plan with the grid's model digests (see matrixrl.memory.specs)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ from pydantic import BaseModel, ConfigDict
 
 from matrixrl import layout as L
 from matrixrl.config import Config
-from matrixrl.grid import CellSpec, base_eval_digest
-from matrixrl.memory.specs import BankSpec, MemoryPlan, Retrieval, bank_name, memory_eval_digest
+import functools
+from collections.abc import Iterable
+
+from matrixrl.grid import CellSpec, base_eval_digest, memory_model
+from matrixrl.memory.specs import BankSpec, MemoryPlan, Retrieval, bank_name, memory_eval_digest, memory_plan
+
+
+def plan_memory(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
+    """:func:`matrixrl.memory.specs.memory_plan` of ``config``, its models as the grid digests them."""
+    return memory_plan(config, training, ref=functools.partial(memory_model, config))
 
 
 class MemoryEvalSpec(BaseModel):

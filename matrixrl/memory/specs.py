@@ -22,7 +22,7 @@ memory evaluations, and nothing else (docs/memory.md, "The jobs").
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -167,12 +167,14 @@ class MemoryPlan:
     modes: tuple[str, ...]  # grid.memory less none
 
 
-def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
+def memory_plan(
+    config: Config, training: Iterable[tuple[str, str, str]] = (), *, ref: Callable[[str], ModelRef]
+) -> MemoryPlan:
     """The memory jobs ``config`` asks for: the banks of ``grid.memory``'s modes for every task and
     scale, and those of ``training``'s (task, scale, mode) (cells trained with a memory, whose
-    spec says which: :func:`training_needs`). None when neither asks for a memory."""
-    from matrixrl import grid as G
-
+    spec says which: :func:`training_needs`). None when neither asks for a memory.
+    ``ref``: a scale as its jobs load it (``grid.memory_model``, passed in: the grid's cell
+    specs read this module; ``memory.evaluation.plan_memory`` passes it)."""
     modes = tuple(m for m in config.grid.memory if m != "none")
     memory = config.memory
     needs = [(task, scale, mode) for task in config.grid.task for scale in config.grid.scale for mode in modes]
@@ -191,7 +193,7 @@ def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -
         if path not in collects:
             contrast = samples > 1
             collects[path] = CollectSpec(
-                task_name=task, task=config.tasks[task], model=model_ref(config, scale), prompts=config.prompts,
+                task_name=task, task=config.tasks[task], model=ref(scale), prompts=config.prompts,
                 problems=memory.problems, seed=memory.seed, samples=samples,
                 temperature=memory.contrast_temperature if contrast else memory.temperature,
                 max_new_tokens=memory.max_new_tokens, **runtime,
@@ -202,7 +204,7 @@ def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -
         label_file = L.labels_result(task)
         if label_file not in labels:
             labels[label_file] = LabelSpec(
-                task_name=task, task=config.tasks[task], model=model_ref(config, memory.labeller_scale),
+                task_name=task, task=config.tasks[task], model=ref(memory.labeller_scale),
                 prompts=config.prompts, problems=memory.problems, seed=memory.seed,
                 max_new_tokens=memory.label_max_new_tokens, **runtime,
             )
@@ -223,7 +225,7 @@ def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -
             weak=memory.weak, strong=memory.strong,
             collections={f: collects[f].digest() for f in files},
             problems=memory.problems, seed=memory.seed,
-            model=model_ref(config, memory.distiller_scale), prompts=config.prompts,
+            model=ref(memory.distiller_scale), prompts=config.prompts,
             entries_per_problem=memory.entries_per_problem, max_new_tokens=memory.distill_max_new_tokens,
             prefix=memory.distill_prefix, **runtime,
         )
@@ -231,15 +233,6 @@ def memory_plan(config: Config, training: Iterable[tuple[str, str, str]] = ()) -
             task_name=task, bank=bank, distilled=distills[path].digest(), labels=labels[label_file].digest()
         )
     return MemoryPlan(collects, labels, distills, banks, retrieval_of(memory), modes)
-
-
-def model_ref(config: Config, scale: str) -> ModelRef:
-    from matrixrl import grid as G
-
-    return ModelRef(
-        name=scale, scale=G._without_train(config.scales[scale]), base=G.base_digest(config, scale),
-        base_scale=G.base_scale(config, scale),
-    )
 
 
 class TrainMemory(_Spec):
@@ -258,16 +251,16 @@ class TrainMemory(_Spec):
         return data | {"labeller": self.labeller.science_view()}
 
 
-def train_memory(config: Config, task: str, scale: str) -> TrainMemory | None:
+def train_memory(config: Config, task: str, scale: str, *, ref: Callable[[str], ModelRef]) -> TrainMemory | None:
     """What a cell of (task, scale) trains with under ``memory.train`` (None: no memory)."""
     memory = config.memory
     if memory is None or memory.train is None:
         return None
-    plan = memory_plan(config, [(task, scale, memory.train)])
+    plan = memory_plan(config, [(task, scale, memory.train)], ref=ref)
     bank = bank_name(memory.train, scale, memory.weak, memory.strong)
     return TrainMemory(
         mode=memory.train, bank=plan.banks[L.bank_result(task, bank)],
-        labeller=model_ref(config, memory.labeller_scale), label_max_new_tokens=memory.label_max_new_tokens,
+        labeller=ref(memory.labeller_scale), label_max_new_tokens=memory.label_max_new_tokens,
         retrieval=retrieval_of(memory),
     )
 
@@ -281,13 +274,3 @@ def memory_eval_digest(eval_digest: str, mode: str, bank: BankSpec, retrieval: R
     """What an evaluation under a memory computes from: the plain evaluation's spec (its digest,
     or a base evaluation's), the mode, the bank and how it is retrieved and shown."""
     return settings_digest({"eval": eval_digest, "mode": mode, "bank": bank.digest(), "retrieval": science(retrieval)})
-
-
-def __getattr__(name: str):
-    # A cell's evaluation under a memory holds a CellSpec, and grid.CellSpec holds a
-    # TrainMemory: those specs live in memory/evaluation.py, imported on first use.
-    if name in ("MemoryEvalSpec", "memory_evals"):
-        from matrixrl.memory import evaluation
-
-        return getattr(evaluation, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
