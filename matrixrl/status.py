@@ -173,22 +173,23 @@ def _memory_building_jobs(config: Config, plan, bases: dict[str, Job]) -> list[J
     for output, spec in plan.collects.items():
         jobs.append(Job(
             "collect", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
-            scale=spec.model.name, wildcards=_wildcards(output),
+            scale=spec.model.name,
+            wildcards={"task": spec.task_name, "scale": spec.model.name, "samples": str(spec.samples)},
         ))
     for output, spec in plan.labels.items():
         jobs.append(Job(
             "label", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
-            scale=spec.model.name, wildcards=_wildcards(output),
+            scale=spec.model.name, wildcards={"task": spec.task_name},
         ))
     for output, spec in plan.distills.items():
         jobs.append(Job(
             "distill", output, inputs=(bases[spec.model.base_scale].output, *spec.collections), digest=spec.digest(),
-            scale=spec.model.name, wildcards=_wildcards(output),
+            scale=spec.model.name, wildcards={"task": spec.task_name, "bank": spec.bank},
         ))
     for output, spec in plan.banks.items():
         jobs.append(Job(
             "bank", output, inputs=(L.distilled_result(spec.task_name, spec.bank), L.labels_result(spec.task_name)),
-            digest=spec.digest(), wildcards=_wildcards(output),
+            digest=spec.digest(), wildcards={"task": spec.task_name, "bank": spec.bank},
         ))
     return jobs
 
@@ -228,19 +229,6 @@ def _memory_eval_jobs(config: Config, specs, plan, base_evals: dict, keys: dict)
                 step=step, wildcards={"cell": cell_id, "mode": mode, "step": str(step)},
             ))
     return jobs
-
-
-def _wildcards(output: str) -> dict:
-    """A memory-building job's wildcards, read back from its output path (layout's patterns)."""
-    parts = output.split("/")
-    task = parts[1]
-    if parts[2] == "labels.json":
-        return {"task": task}
-    stem = parts[3].removesuffix(".json")
-    if parts[2] == "trajectories":
-        scale, _, samples = stem.rpartition("-k")
-        return {"task": task, "scale": scale, "samples": samples}
-    return {"task": task, "bank": stem}
 
 
 def analyse_digest(config: Config, runs, specs, inputs: Iterable[str]) -> str:

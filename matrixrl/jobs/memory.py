@@ -156,8 +156,7 @@ def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsRes
     problems = building_problems(task, spec.problems, spec.seed, spec.task_name) + task.eval_problems()
     problems = list({p.id: p for p in problems}.values())
     model = _load(spec.model, base_dir, task.family, spec.prompts, spec.batch_size, spec.threads)
-    prompts = [model.style.render(*labeller_messages(p.question, task.family)) for p in problems]
-    replies = [c.text for c in model.replies(prompts, spec.max_new_tokens)]
+    replies = _label_replies(model, problems, task.family, spec.max_new_tokens)
     labels = {p.id: parse_label(reply, task.family) for p, reply in zip(problems, replies)}
     result = LabelsResult(
         task=spec.task_name, labeller=spec.model.name, labels={pid: lab.to_dict() for pid, lab in labels.items()},
@@ -168,6 +167,12 @@ def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsRes
     distinct = len({str(lab) for lab in labels.values()})
     log(f"{spec.task_name}: {len(problems)} problems labelled by {spec.model.name}, {distinct} distinct labels")
     return result
+
+
+def _label_replies(model: _Model, problems: list[Problem], family: str, max_new_tokens: int) -> list[str]:
+    """The labeller's greedy reply for each problem (``label``, and training with a memory)."""
+    prompts = [model.style.render(*labeller_messages(p.question, family)) for p in problems]
+    return [c.text for c in model.replies(prompts, max_new_tokens)]
 
 
 def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: Path, log=print) -> DistilledResult:
@@ -229,6 +234,15 @@ def bank(spec: BankSpec, distilled: Path, labels: Path, output: Path, log=print)
     return result
 
 
+def show(style, bank: MemoryBank, problems: list[Problem], labels: dict[str, Label], r: Retrieval) -> dict[str, list[Entry]]:
+    """Retrieve each problem's constraints (by its label; unlabelled: other / other) and guide
+    ``style``'s prompts of ``r.roles`` with them; returns them by problem id."""
+    other = Label("other", "other")
+    shown = {p.id: retrieve(bank, p, labels.get(p.id, other), r.top_p, r.per_problem, r.limit) for p in problems}
+    style.guide({pid: guidance_block(entries) for pid, entries in shown.items()}, r.roles)
+    return shown
+
+
 @dataclass(frozen=True)
 class Guide:
     """A memory applied to an evaluation: what each evaluation problem is shown, in which roles."""
@@ -247,16 +261,15 @@ class Guide:
 
     def apply(self, style, problems: list[Problem]) -> dict:
         """Guide ``style``'s prompts for ``problems``; the result fields that record it."""
-        bank = MemoryBank(self.entries)
         index = {id(e): i for i, e in enumerate(self.entries)}
-        r = self.retrieval
-        blocks, rows = {}, []
-        for problem in problems:
-            label = self.labels.get(problem.id, Label("other", "other"))
-            shown = retrieve(bank, problem, label, r.top_p, r.per_problem, r.limit)
-            blocks[problem.id] = guidance_block(shown)
-            rows.append(RetrievalRow(problem_id=problem.id, label=str(label), entries=[index[id(e)] for e in shown]))
-        style.guide(blocks, r.roles)
+        shown = show(style, MemoryBank(self.entries), problems, self.labels, self.retrieval)
+        rows = [
+            RetrievalRow(
+                problem_id=p.id, label=str(self.labels.get(p.id, Label("other", "other"))),
+                entries=[index[id(e)] for e in shown[p.id]],
+            )
+            for p in problems
+        ]
         mean = float(np.mean([len(row.entries) for row in rows])) if rows else 0.0
         return {"memory": self.mode, "bank": self.bank_name, "entries_mean": mean, "retrievals": rows}
 
@@ -283,10 +296,6 @@ class TrainingGuide:
         """Label ``problems`` not seen yet, and guide ``style`` with their constraints; returns them by problem id."""
         new = list({p.id: p for p in problems if p.id not in self.labels}.values())
         if new:
-            prompts = [self.labeller.style.render(*labeller_messages(p.question, self.family)) for p in new]
-            replies = self.labeller.replies(prompts, self.spec.label_max_new_tokens)
-            self.labels.update({p.id: parse_label(c.text, self.family) for p, c in zip(new, replies)})
-        r = self.spec.retrieval
-        shown = {p.id: retrieve(self.bank, p, self.labels[p.id], r.top_p, r.per_problem, r.limit) for p in problems}
-        style.guide({pid: guidance_block(entries) for pid, entries in shown.items()}, r.roles)
-        return shown
+            replies = _label_replies(self.labeller, new, self.family, self.spec.label_max_new_tokens)
+            self.labels.update({p.id: parse_label(reply, self.family) for p, reply in zip(new, replies)})
+        return show(style, self.bank, problems, self.labels, self.spec.retrieval)
