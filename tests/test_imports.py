@@ -145,3 +145,13 @@ def test_help_loads_no_heavy_library() -> None:
         loaded = proc.stderr.split("loaded:")[-1].split()
         assert "Usage" in proc.stdout, proc.stdout
         assert loaded == [], f"matrixrl {' '.join(argv)} imported {loaded}"
+
+
+def test_no_bench_script_shadows_a_standard_module():
+    """``python bench/x.py`` puts bench/ first on sys.path: a script named like a standard
+    module (bench/html.py) breaks every other script whose imports reach that module."""
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert shadowing == [], f"rename {shadowing}: they shadow standard modules for every bench script"

@@ -19,7 +19,7 @@ The study folder is used in place: only its figure cache is emptied (the last pa
 leaves it filled). For the default study: ``git clone -q REPO study && cd study &&
 python -m matrixrl run --cores 2``, then
 
-    python bench/html.py -c study/experiments.yaml [--repeats 5] [--before /tmp/before]
+    python bench/report_html.py -c study/experiments.yaml [--repeats 5] [--before /tmp/before]
 """
 
 from __future__ import annotations
