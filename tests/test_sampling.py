@@ -180,6 +180,39 @@ def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokeni
     assert draw() == shared
 
 
+# Prompts sharing a 40-character prefix (a chat template's system message, in miniature),
+# remainders of unequal length, repeats, and one remainder of a single token.
+LONG_PREFIX = [f"Add the numbers and answer with digits. {a}+{b}=" for a in range(6) for b in (3, 45, 678)] * 2 + [
+    "Add the numbers and answer with digits. ="
+]
+
+
+def test_a_long_common_prefix_encoded_once_gives_what_each_prompt_alone_gives(tokenizer, monkeypatch) -> None:
+    from matrixrl.train import rollout
+
+    model = build_tiny_model(TINY, tokenizer, seed=4)
+    prefill = rollout.prefilled_cache(model, tokenizer, LONG_PREFIX, "cpu")
+    assert prefill is not None and prefill.ids.shape[1] > len(LONG_PREFIX[0])  # laid out with the padding inside
+    layout_rows = [row[mask.bool()].tolist() for row, mask in zip(prefill.ids, prefill.mask)]
+    assert layout_rows == [tokenizer(p, add_special_tokens=False)["input_ids"] for p in LONG_PREFIX]
+    # The next token's logits of every row, from the shared cache and from the prompt encoded alone.
+    positions = (prefill.mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        shared = model(
+            input_ids=prefill.ids[:, -1:], attention_mask=prefill.mask, position_ids=positions[:, -1:], cache=prefill.cache
+        ).logits[:, -1]
+        alone = torch.cat([model(**tokenizer(p, return_tensors="pt", add_special_tokens=False)).logits[:, -1] for p in LONG_PREFIX])
+    torch.testing.assert_close(shared, alone, rtol=1e-5, atol=1e-5)
+
+    def draw() -> list[list[int]]:
+        greedy = make_generate(OnePolicy(model), tokenizer, max_new_tokens=6, temperature=1.0, sample=False)
+        return [c.completion_ids for c in greedy("generator", LONG_PREFIX)]
+
+    shared_tokens = draw()
+    monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
+    assert draw() == shared_tokens
+
+
 def stopping_at(model, eos: int, every: int):
     """``model`` with EOS (all but) certain as the next token of a position that is a
     multiple of ``every``: rows of prompts of other lengths stop at other steps."""
@@ -208,8 +241,9 @@ def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_
     batches: list[int] = []
     model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
     # Prompts of 4 to 7 tokens (padding; the unpadded rows of 7 stop last), repeats (the
-    # shared prompt cache), and a batch with no padding at all.
-    calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8]
+    # shared prompt cache), a batch with no padding at all, and prompts with a long
+    # common prefix (encoded once, the rows laid out as prefix, padding, remainder).
+    calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8, LONG_PREFIX]
     for sampling in (dict(sample=False, temperature=1.0), dict(sample=True, temperature=0.7), dict(sample=True, temperature=0.7, seed=3)):
         for prompts in calls:
             got = {}
@@ -226,6 +260,7 @@ def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_
             lengths = {len(c.completion_ids) for c in completions}
             if len(prompts) > 8:
                 assert len(lengths) > 1 and min(lengths) < 9
-                # After the shared prompts' prefill, generate computes every row at every
-                # step; here finished rows left the batch.
-                assert set(hf_batches[1:]) == {len(prompts)} and batches_seen[-1] < len(prompts)
+                # After the shared prompts' prefill (two calls: the prefix, then the
+                # remainders), generate computes every row at every step; here finished rows left the batch.
+                prefill_calls = 2 if prompts is LONG_PREFIX else 1
+                assert set(hf_batches[prefill_calls:]) == {len(prompts)} and batches_seen[-1] < len(prompts)

@@ -30,6 +30,8 @@ the workflow's calls, so they do not depend on the batch size, on other threads
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 from trl.trainer.utils import entropy_from_logits
@@ -106,40 +108,114 @@ class EntropyRecorder(LogitsProcessor):
         return scores
 
 
-def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None):
-    """A KV cache of ``prompts`` without their last token, computed once per distinct
-    prompt, one row per prompt; None when no prompt repeats (nothing to share).
-    ``encoded``: the batch as the tokenizer padded it, when the caller has it already."""
+# A prefix common to every distinct prompt of a call is encoded once when it is at least
+# this long. Below it the saving (the prefix's tokens times the other prompts) is less
+# than the extra forward call costs on CPU (a call of a few rows of tiny-s costs what
+# ~100 token positions do), and every compact-style prompt (tiny models) is shorter, so
+# those keep the exact layout their recorded results were decoded with.
+SHARED_PREFIX_MIN_TOKENS = 32
+
+
+@dataclass
+class Prefill:
+    """A call's prompts ready to decode: ``cache`` holds every row's prompt but its last
+    token; ``ids`` and ``mask`` are the rows as the cache lays them out, ending with
+    that last token (a decode step reads ``ids[:, -1:]`` and the whole ``mask``)."""
+
+    cache: object
+    ids: torch.Tensor
+    mask: torch.Tensor
+
+
+def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) -> Prefill | None:
+    """The prompts' KV cache computed without repeating work, or None when there is none
+    to save (every prompt distinct and no long common prefix).
+
+    - Prompts that repeat (a group's rollouts of one problem, parallel agents,
+      evaluation samples) are encoded once and their cache copied to every row that
+      repeats them, laid out as the tokenizer padded the batch: the same width and
+      positions, so the same arithmetic as encoding every row.
+    - A prefix of at least ``SHARED_PREFIX_MIN_TOKENS`` tokens common to every distinct
+      prompt (a chat template's system message and role instructions) is encoded once,
+      then each distinct prompt's remainder attends to it. Rows are laid out as
+      ``prefix, padding, remainder``: positions count real tokens only and the padding is
+      masked, so each row computes what it would alone, up to the rounding of
+      differently shaped products.
+
+    ``encoded``: the batch as the tokenizer padded it, when the caller has it already.
+    """
     row_of: dict[str, int] = {}  # prompt -> its distinct row
     first: list[int] = []  # distinct row -> the batch row it is first in
     for i, prompt in enumerate(prompts):
         if prompt not in row_of:
             row_of[prompt] = len(first)
             first.append(i)
+    if encoded is None:
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    distinct = [_real_tokens(encoded, i) for i in first]
+    shared = _common_prefix_length(distinct)
+    if len(distinct) > 1 and shared >= SHARED_PREFIX_MIN_TOKENS:
+        return _prefix_shared(model, distinct, [row_of[p] for p in prompts], shared, tokenizer.pad_token_id, device)
     if len(first) == len(prompts):
         return None
     from transformers import DynamicCache
 
-    if encoded is None:
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     # The first row of each distinct prompt, padded as in the whole batch: the same width and positions.
-    first = torch.tensor(first)
-    ids, mask = encoded["input_ids"][first, :-1].to(device), encoded["attention_mask"][first, :-1].to(device)
+    ids, mask = encoded["input_ids"][torch.tensor(first), :-1].to(device), encoded["attention_mask"][torch.tensor(first), :-1].to(device)
     if ids.shape[1] == 0:
         return None
     cache = DynamicCache(config=model.config)
+    _encode(model, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
+    cache.batch_select_indices(torch.tensor([row_of[p] for p in prompts], device=device))
+    return Prefill(cache, encoded["input_ids"].to(device), encoded["attention_mask"].to(device))
+
+
+def _real_tokens(encoded, row: int) -> list[int]:
+    """Row ``row``'s prompt tokens without the (left) padding."""
+    ids, mask = encoded["input_ids"][row], encoded["attention_mask"][row]
+    return ids[mask.bool()].tolist()
+
+
+def _common_prefix_length(rows: list[list[int]]) -> int:
+    """Tokens common to the start of every row, leaving each row at least its last token."""
+    limit = min(len(r) for r in rows) - 1
+    n = 0
+    while n < limit and all(r[n] == rows[0][n] for r in rows):
+        n += 1
+    return max(n, 0)
+
+
+def _encode(model, ids, mask, positions, cache) -> None:
+    """Fill ``cache`` with ``ids`` (after what it holds)."""
     # logits_to_keep=1: only the cache is wanted; the logits of every position would be
     # rows x width x vocab floats (gigabytes for a real vocabulary and chat prompts).
-    model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache.batch_select_indices(torch.tensor([row_of[p] for p in prompts], device=device))
-    return cache
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+
+
+def _prefix_shared(model, distinct: list[list[int]], rows: list[int], shared: int, pad: int, device) -> Prefill:
+    """The cache of ``distinct`` prompts whose first ``shared`` tokens are common, expanded
+    to the batch's ``rows`` (the distinct prompt of each row)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    prefix = torch.tensor([distinct[0][:shared]], device=device)
+    _encode(model, prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None, :], cache)
+    # Each distinct prompt's remainder, its last token left out, left-padded to one width.
+    rests = [d[shared:-1] for d in distinct]
+    width = max(len(r) for r in rests)
+    rest_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rests], device=device)
+    rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=device)
+    mask = torch.cat([torch.ones((len(distinct), shared), dtype=torch.long, device=device), rest_mask], dim=-1)
+    cache.batch_select_indices(torch.zeros(len(distinct), dtype=torch.long, device=device))
+    if width:
+        positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+        _encode(model, rest_ids, mask, positions, cache)
+    select = torch.tensor(rows, device=device)
+    cache.batch_select_indices(select)
+    last = torch.tensor([[d[-1]] for d in distinct], device=device)
+    ids = torch.cat([prefix.expand(len(distinct), -1), rest_ids, last], dim=-1)[select]
+    mask = torch.cat([mask, torch.ones_like(last)], dim=-1)[select]
+    return Prefill(cache, ids, mask)
 
 
 # --- choosing tokens -------------------------------------------------------------------
@@ -308,7 +384,10 @@ def make_generate(
             if keyed:
                 rows = torch.arange(start, start + len(chunk), dtype=torch.int64)  # places in this call
                 keys = splitmix64(call_key ^ rows).to(device)
-            cache = prefilled_cache(model, tokenizer, chunk, device, enc)
+            prefill = prefilled_cache(model, tokenizer, chunk, device, enc)
+            cache = prefill.cache if prefill else None
+            if prefill:  # the rows as the cache lays them out
+                ids, mask = prefill.ids, prefill.mask
             if use_hf_generate:
                 generated, entropies = _hf_generate(model, ids, mask, cache, max_new_tokens, temperature, sample, keys, pad, eos)
             else:
@@ -320,7 +399,7 @@ def make_generate(
                     choose = greedy_chooser()
                 generated = decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, choose=choose)
                 entropies = choose.entropies.tolist() if isinstance(choose, SampledChooser) else None
-            width = ids.shape[1]
+            width = enc["input_ids"].shape[1]
             answered = [seq[: len(seq) - 1] if seq[-1:] == [eos] else seq for seq in (_up_to_eos(s, eos) for s in generated)]
             texts = tokenizer.batch_decode(answered, skip_special_tokens=False)
             for i, (row, length, seq, text) in enumerate(zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist(), generated, texts)):
