@@ -17,6 +17,16 @@ later roles, shrinking batches) costs before and after; ``new/old`` is the speed
 ``unshared`` is the new path with every row's prompt encoded for itself: what the
 shared prompt cache saves (``new/unsh``).
 
+Why a workflow stays below one call: its stages depend on each other. ``passes`` counts
+the forward passes the new path made; ``min`` is the fewest any scheduler could make,
+given the dependencies: for the slowest episode, each of its stages (one pass per token
+of that stage's longest turn, the first reading the prompt) after the other; ``plain``
+is the reference's fewest by the same rule (its longest completion). ``ceiling`` is the
+``new/plain`` a scheduler reaching ``min`` would get if a forward pass cost the same at
+any batch size (the regime where decoding is bound by per-pass overheads or by reading
+the weights); the line under the table says how far from that this machine is (a pass
+over the reference's rows against one over 4).
+
 Models: tiny-s (compact prompts; ``--warmstart N`` steps of the arith warm-start
 first, so that answers end at EOS and agree as a trained model's do; 0 keeps the
 random init, whose every completion runs to the maximum length), or SmolLM2-135M-
@@ -61,6 +71,40 @@ def tiny_base(folder: Path, warmstart_steps: int) -> None:
         tokenizer = build_char_tokenizer()
         build_tiny_model(scale, tokenizer, seed=0).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+
+
+def fewest_passes(episodes, stage_of: dict[int, int]) -> int:
+    """The forward passes of the slowest episode's dependency chain: per stage it takes
+    part in, one pass per token of its longest turn there (the first pass reads the prompt)."""
+    chains = []
+    for episode in episodes:
+        longest: dict[int, int] = {}
+        for turn in episode.turns:
+            stage = stage_of[id(turn.completion)]
+            longest[stage] = max(longest.get(stage, 0), len(turn.completion.completion_ids))
+        chains.append(sum(longest.values()))
+    return max(chains)
+
+
+def pass_cost(model, tokenizer, rows: int, few: int, repeats: int) -> float:
+    """CPU time of one decoding pass over ``rows`` rows against one over ``few``, each row
+    one token on a cache of 32 positions: how far a pass's cost is from flat in the rows."""
+    import torch
+    from transformers import DynamicCache
+
+    def seconds(n: int) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            cache = DynamicCache(config=model.config)
+            ids = torch.full((n, 32), tokenizer.eos_token_id)
+            with torch.no_grad():
+                model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+                began = time.process_time()
+                model(input_ids=ids[:, :1], cache=cache, use_cache=True, logits_to_keep=1)
+                times.append(time.process_time() - began)
+        return statistics.median(times[1:])
+
+    return seconds(rows) / seconds(few)
 
 
 def main() -> None:
@@ -109,19 +153,27 @@ def main() -> None:
         print(f"{label}; {problems_per_step} problems x group {group}, max {max_new_tokens} new tokens, 1 thread, CPU seconds, median of {args.repeats}")
         print(
             f"{'workflow':13s} {'calls':>5s} {'compl':>5s} {'tokens':>6s} {'prompt tok':>10s} {'new tok/s':>9s} {'old tok/s':>9s} "
-            f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/old':>7s} {'new/unsh':>8s}"
+            f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/old':>7s} {'new/unsh':>8s} "
+            f"{'passes':>6s} {'min':>4s} {'plain':>5s} {'ceiling':>7s}"
         )
         differ = []  # workflows whose rollouts decode and generate sampled differently
+        widest = 0  # the most rows of a reference call
         for name in WORKFLOWS:
             workflow = build_workflow(name, None, style)
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
             sampling = dict(max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
             new, old = make_generate(policy, tokenizer, **sampling), make_generate(policy, tokenizer, **sampling, use_hf_generate=True)
             calls: list[int] = []
+            stage_of: dict[int, int] = {}  # id of a completion -> the call (stage) that made it
+            passes: list[int] = []
+            model = policy.model_for(workflow.roles[0])
+            model.register_forward_pre_hook(lambda module, args: passes.append(1))
 
             def counted(role, prompts, generate=new):
                 calls.append(len(prompts))
-                return generate(role, prompts)
+                completions = generate(role, prompts)
+                stage_of.update((id(c), len(calls)) for c in completions)
+                return completions
 
             def timed(run) -> tuple[float, list]:
                 """Seconds and completions of ``run()`` (episodes or completions)."""
@@ -138,6 +190,11 @@ def main() -> None:
                 calls.clear()
                 measured = {}
                 torch.manual_seed(repeat)
+                passes.clear()
+                episodes = workflow.run(batch, groups, counted)  # counted apart from the timing
+                new_passes, min_passes = len(passes), fewest_passes(episodes, stage_of)
+                torch.manual_seed(repeat)
+                calls.clear()
                 measured["new"] = timed(lambda: workflow.run(batch, groups, counted))
                 n_completions = sum(calls)
                 torch.manual_seed(repeat)
@@ -159,12 +216,18 @@ def main() -> None:
                         rates[key].append(sum(len(c.completion_ids) for c in completions) / seconds)
             completions = measured["new"][1]
             tokens, prompt_tokens = sum(len(c.completion_ids) for c in completions), sum(len(c.prompt_ids) for c in completions)
+            plain_tokens = sum(len(c.completion_ids) for c in measured["plain"][1])
+            plain_passes = max(len(c.completion_ids) for c in measured["plain"][1])  # its fewest, by the same rule
+            ceiling = (tokens / min_passes) / (plain_tokens / plain_passes)
             rate = {key: statistics.median(values) for key, values in rates.items()}
             print(
                 f"{name:13s} {len(calls):5d} {n_completions:5d} {tokens:6d} {prompt_tokens:10d} {rate['new']:9.0f} {rate['old']:9.0f} "
                 f"{rate['plain']:11.0f} {rate['old'] / rate['plain']:9.2f} {rate['new'] / rate['plain']:9.2f} "
-                f"{rate['new'] / rate['old']:6.2f}x {rate['new'] / rate['unshared']:7.2f}x"
+                f"{rate['new'] / rate['old']:6.2f}x {rate['new'] / rate['unshared']:7.2f}x "
+                f"{new_passes:6d} {min_passes:4d} {plain_passes:5d} {ceiling:7.2f}"
             )
+            widest = max(widest, n_completions)
+        print(f"a decoding pass over {widest} rows costs {pass_cost(model, tokenizer, widest, 4, args.repeats):.2f}x one over 4 (the ceiling assumes 1)")
         print(f"new and old sampled the same tokens: {'in every rollout' if not differ else 'NOT in ' + ', '.join(sorted(set(differ)))}")
 
 

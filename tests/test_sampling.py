@@ -187,26 +187,57 @@ LONG_PREFIX = [f"Add the numbers and answer with digits. {a}+{b}=" for a in rang
 ]
 
 
-def test_a_long_common_prefix_encoded_once_gives_what_each_prompt_alone_gives(tokenizer, monkeypatch) -> None:
+# Two levels: instructions common to the call, then a long problem common to a group's
+# prompts (a judge's or an aggregator's), then each candidate; one prompt shares only the
+# instructions, one is all instructions.
+PROBLEMS = ["Tom has 3 apples and buys 4 more; how many? ", "A box holds 12 pens; 5 are taken; left? "]
+NESTED = [f"Judge the answer to the problem below. {q}{c}" for q in PROBLEMS for c in ("7", "12", "6+1=7", "7")] + [
+    "Judge the answer to the problem below. 1+1=",
+    "Judge the answer to the problem below.",
+]
+
+
+def test_prefix_levels_split_shared_prefixes_of_at_least_the_minimum() -> None:
+    from matrixrl.train.rollout import _prefix_levels
+
+    bodies = [list(range(40)) + list(range(100, 140)) + [k] for k in range(3)] + [list(range(40)) + [7, 8]]
+    levels = _prefix_levels(bodies, minimum=32)
+    assert [len(level) for level in levels] == [1, 2, 4]
+    assert levels[0] == [(0, list(range(40)))]
+    assert levels[1] == [(0, list(range(100, 140))), (0, [])]  # the short body shares nothing more
+    assert levels[2] == [(0, [0]), (0, [1]), (0, [2]), (1, [7, 8])]
+    # The three that share 80 tokens share them in one node when 41 is the minimum.
+    assert _prefix_levels(bodies, minimum=41)[0] == [(0, list(range(40)) + list(range(100, 140))), (0, [])]
+    # Below the minimum nothing is shared: one level, each body whole.
+    assert _prefix_levels(bodies, minimum=81) == [[(0, b) for b in bodies]]
+
+
+@pytest.mark.parametrize("prompts", [LONG_PREFIX, NESTED], ids=["one level", "nested"])
+def test_long_shared_prefixes_encoded_once_give_what_each_prompt_alone_gives(tokenizer, monkeypatch, prompts) -> None:
     from matrixrl.train import rollout
 
     model = build_tiny_model(TINY, tokenizer, seed=4)
-    prefill = rollout.prefilled_cache(model, tokenizer, LONG_PREFIX, "cpu")
-    assert prefill is not None and prefill.ids.shape[1] > len(LONG_PREFIX[0])  # laid out with the padding inside
+    passes: list[int] = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: passes.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    prefill = rollout.prefilled_cache(model, tokenizer, prompts, "cpu")
+    hook.remove()
+    # One pass per level, over that level's distinct segments.
+    assert passes == ([1, len(set(prompts))] if prompts is LONG_PREFIX else [1, 4, len(set(prompts))])  # 2 problems, 2 alone
+    assert prefill is not None and bool((prefill.mask.cummax(-1).values > prefill.mask).any())  # padding inside rows
     layout_rows = [row[mask.bool()].tolist() for row, mask in zip(prefill.ids, prefill.mask)]
-    assert layout_rows == [tokenizer(p, add_special_tokens=False)["input_ids"] for p in LONG_PREFIX]
+    assert layout_rows == [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     # The next token's logits of every row, from the shared cache and from the prompt encoded alone.
     positions = (prefill.mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         shared = model(
             input_ids=prefill.ids[:, -1:], attention_mask=prefill.mask, position_ids=positions[:, -1:], cache=prefill.cache
         ).logits[:, -1]
-        alone = torch.cat([model(**tokenizer(p, return_tensors="pt", add_special_tokens=False)).logits[:, -1] for p in LONG_PREFIX])
+        alone = torch.cat([model(**tokenizer(p, return_tensors="pt", add_special_tokens=False)).logits[:, -1] for p in prompts])
     torch.testing.assert_close(shared, alone, rtol=1e-5, atol=1e-5)
 
     def draw() -> list[list[int]]:
         greedy = make_generate(OnePolicy(model), tokenizer, max_new_tokens=6, temperature=1.0, sample=False)
-        return [c.completion_ids for c in greedy("generator", LONG_PREFIX)]
+        return [c.completion_ids for c in greedy("generator", prompts)]
 
     shared_tokens = draw()
     monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
@@ -242,8 +273,8 @@ def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_
     model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
     # Prompts of 4 to 7 tokens (padding; the unpadded rows of 7 stop last), repeats (the
     # shared prompt cache), a batch with no padding at all, and prompts with a long
-    # common prefix (encoded once, the rows laid out as prefix, padding, remainder).
-    calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8, LONG_PREFIX]
+    # shared prefixes (encoded once, the rows laid out as each level's padded segment).
+    calls = [[f"{a}+{b}=" for a in range(12) for b in (3, 45, 678)] + ["1+2="] * 6, ["4+8+9="] * 8, LONG_PREFIX, NESTED * 2]
     for sampling in (dict(sample=False, temperature=1.0), dict(sample=True, temperature=0.7), dict(sample=True, temperature=0.7, seed=3)):
         for prompts in calls:
             got = {}
@@ -262,5 +293,5 @@ def test_decoding_gives_the_tokens_of_transformers_generate_while_finished_rows_
                 assert len(lengths) > 1 and min(lengths) < 9
                 # After the shared prompts' prefill (two calls: the prefix, then the
                 # remainders), generate computes every row at every step; here finished rows left the batch.
-                prefill_calls = 2 if prompts is LONG_PREFIX else 1
+                prefill_calls = {len(LONG_PREFIX): 2, 2 * len(NESTED): 3}.get(len(prompts), 1)
                 assert set(hf_batches[prefill_calls:]) == {len(prompts)} and batches_seen[-1] < len(prompts)

@@ -108,11 +108,11 @@ class EntropyRecorder(LogitsProcessor):
         return scores
 
 
-# A prefix common to every distinct prompt of a call is encoded once when it is at least
-# this long. Below it the saving (the prefix's tokens times the other prompts) is less
-# than the extra forward call costs on CPU (a call of a few rows of tiny-s costs what
-# ~100 token positions do), and every compact-style prompt (tiny models) is shorter, so
-# those keep the exact layout their recorded results were decoded with.
+# Prompts that share a prefix of at least this many tokens have it encoded once. Below
+# it the saving (the prefix's tokens times the other prompts) is less than the extra
+# forward call costs on CPU (a call of a few rows of tiny-s costs what ~100 token
+# positions do), and every compact-style prompt (tiny models) is shorter, so those keep
+# the exact layout their recorded results were decoded with.
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
@@ -129,18 +129,20 @@ class Prefill:
 
 def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) -> Prefill | None:
     """The prompts' KV cache computed without repeating work, or None when there is none
-    to save (every prompt distinct and no long common prefix).
+    to save (every prompt distinct, no long prefix shared).
 
     - Prompts that repeat (a group's rollouts of one problem, parallel agents,
       evaluation samples) are encoded once and their cache copied to every row that
       repeats them, laid out as the tokenizer padded the batch: the same width and
       positions, so the same arithmetic as encoding every row.
-    - A prefix of at least ``SHARED_PREFIX_MIN_TOKENS`` tokens common to every distinct
-      prompt (a chat template's system message and role instructions) is encoded once,
-      then each distinct prompt's remainder attends to it. Rows are laid out as
-      ``prefix, padding, remainder``: positions count real tokens only and the padding is
-      masked, so each row computes what it would alone, up to the rounding of
-      differently shaped products.
+    - Prefixes of at least ``SHARED_PREFIX_MIN_TOKENS`` tokens shared by distinct
+      prompts are encoded once (``_prefix_levels``): a chat template's role
+      instructions, common to the whole call, then the problem, common to a group's
+      judge or aggregator prompts, then what each prompt alone holds, each level one
+      forward pass attending to the level above. A row is laid out as its levels'
+      segments, each left-padded to its level's width: positions count real tokens
+      only and the padding is masked, so each row computes what it would alone, up
+      to the rounding of differently shaped products.
 
     ``encoded``: the batch as the tokenizer padded it, when the caller has it already.
     """
@@ -152,10 +154,11 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
             first.append(i)
     if encoded is None:
         encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    rows = torch.tensor([row_of[p] for p in prompts], device=device)
     distinct = [_real_tokens(encoded, i) for i in first]
-    shared = _common_prefix_length(distinct)
-    if len(distinct) > 1 and shared >= SHARED_PREFIX_MIN_TOKENS:
-        return _prefix_shared(model, distinct, [row_of[p] for p in prompts], shared, tokenizer.pad_token_id, device)
+    levels = _prefix_levels([d[:-1] for d in distinct])
+    if len(levels) > 1:
+        return _encode_levels(model, levels, [d[-1] for d in distinct], rows, tokenizer.pad_token_id, device)
     if len(first) == len(prompts):
         return None
     from transformers import DynamicCache
@@ -166,7 +169,7 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
         return None
     cache = DynamicCache(config=model.config)
     _encode(model, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
-    cache.batch_select_indices(torch.tensor([row_of[p] for p in prompts], device=device))
+    cache.batch_select_indices(rows)
     return Prefill(cache, encoded["input_ids"].to(device), encoded["attention_mask"].to(device))
 
 
@@ -177,12 +180,54 @@ def _real_tokens(encoded, row: int) -> list[int]:
 
 
 def _common_prefix_length(rows: list[list[int]]) -> int:
-    """Tokens common to the start of every row, leaving each row at least its last token."""
-    limit = min(len(r) for r in rows) - 1
+    """Tokens common to the start of every row."""
+    limit = min(len(r) for r in rows)
     n = 0
     while n < limit and all(r[n] == rows[0][n] for r in rows):
         n += 1
-    return max(n, 0)
+    return n
+
+
+# A level: per node, (its parent node in the level above, its segment of tokens).
+Level = list[tuple[int, list[int]]]
+
+
+def _prefix_levels(bodies: list[list[int]], minimum: int = SHARED_PREFIX_MIN_TOKENS) -> list[Level]:
+    """``bodies`` split into levels of a prefix tree whose shared segments are at least
+    ``minimum`` tokens; the last level has one node per body, in order. A single level
+    means nothing is shared.
+
+    Bodies that agree on their next ``minimum`` tokens form a node of their longest
+    common prefix; the others (and what remains) go one level down, a body that
+    shares nothing there taking an empty segment until its own last level.
+    """
+    levels: list[Level] = []
+    groups = [(0, list(range(len(bodies))), 0)]  # (parent node, bodies, tokens consumed)
+    while True:
+        level: Level = []
+        next_groups = []
+        leaves = True
+        for parent, members, start in groups:
+            by_key: dict[tuple[int, ...], list[int]] = {}
+            for m in members:
+                key = tuple(bodies[m][start : start + minimum])
+                by_key.setdefault(key if len(key) == minimum else (-1 - m,), []).append(m)
+            for sharing in by_key.values():
+                if len(sharing) > 1:
+                    shared = _common_prefix_length([bodies[m][start:] for m in sharing])
+                    level.append((parent, bodies[sharing[0]][start : start + shared]))
+                    next_groups.append((len(level) - 1, sharing, start + shared))
+                    leaves = False
+                else:
+                    level.append((parent, []))  # its own segment waits for the last level
+                    next_groups.append((len(level) - 1, sharing, start))
+        if leaves:  # nothing shared at this depth: each body's remainder, in order
+            node_of = {m: node for node, (_, members, _) in enumerate(groups) for m in members}
+            start_of = {m: start for _, members, start in groups for m in members}
+            levels.append([(node_of[m], bodies[m][start_of[m] :]) for m in range(len(bodies))])
+            return levels
+        levels.append(level)
+        groups = next_groups
 
 
 def _encode(model, ids, mask, positions, cache) -> None:
@@ -192,29 +237,29 @@ def _encode(model, ids, mask, positions, cache) -> None:
     model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
 
 
-def _prefix_shared(model, distinct: list[list[int]], rows: list[int], shared: int, pad: int, device) -> Prefill:
-    """The cache of ``distinct`` prompts whose first ``shared`` tokens are common, expanded
-    to the batch's ``rows`` (the distinct prompt of each row)."""
+def _encode_levels(model, levels: list[Level], last: list[int], rows: torch.Tensor, pad: int, device) -> Prefill:
+    """The cache of the distinct prompts ``levels`` splits (their last tokens ``last`` left
+    out), one forward pass per level, expanded to the batch's ``rows``."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    prefix = torch.tensor([distinct[0][:shared]], device=device)
-    _encode(model, prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None, :], cache)
-    # Each distinct prompt's remainder, its last token left out, left-padded to one width.
-    rests = [d[shared:-1] for d in distinct]
-    width = max(len(r) for r in rests)
-    rest_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rests], device=device)
-    rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=device)
-    mask = torch.cat([torch.ones((len(distinct), shared), dtype=torch.long, device=device), rest_mask], dim=-1)
-    cache.batch_select_indices(torch.zeros(len(distinct), dtype=torch.long, device=device))
-    if width:
-        positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-        _encode(model, rest_ids, mask, positions, cache)
-    select = torch.tensor(rows, device=device)
-    cache.batch_select_indices(select)
-    last = torch.tensor([[d[-1]] for d in distinct], device=device)
-    ids = torch.cat([prefix.expand(len(distinct), -1), rest_ids, last], dim=-1)[select]
-    mask = torch.cat([mask, torch.ones_like(last)], dim=-1)[select]
+    ids = torch.zeros((1, 0), dtype=torch.long, device=device)
+    mask = torch.zeros((1, 0), dtype=torch.long, device=device)
+    for level in levels:
+        parents = torch.tensor([parent for parent, _ in level], device=device)
+        ids, mask = ids[parents], mask[parents]
+        cache.batch_select_indices(parents)
+        width = max(len(segment) for _, segment in level)
+        segment_ids = torch.tensor([[pad] * (width - len(t)) + t for _, t in level], dtype=torch.long, device=device)
+        segment_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for _, t in level], dtype=torch.long, device=device)
+        if width:
+            positions = mask.sum(-1, keepdim=True) + (segment_mask.cumsum(-1) - 1).clamp(min=0)
+            mask = torch.cat([mask, segment_mask], dim=-1)
+            _encode(model, segment_ids, mask, positions, cache)
+            ids = torch.cat([ids, segment_ids], dim=-1)
+    cache.batch_select_indices(rows)
+    last_ids = torch.tensor(last, dtype=torch.long, device=device)[:, None]
+    ids, mask = torch.cat([ids, last_ids], dim=-1)[rows], torch.cat([mask, torch.ones_like(last_ids)], dim=-1)[rows]
     return Prefill(cache, ids, mask)
 
 
