@@ -155,10 +155,13 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
     if encoded is None:
         encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     rows = torch.tensor([row_of[p] for p in prompts], device=device)
-    distinct = [_real_tokens(encoded, i) for i in first]
-    levels = _prefix_levels([d[:-1] for d in distinct])
-    if len(levels) > 1:
-        return _encode_levels(model, levels, [d[-1] for d in distinct], rows, tokenizer.pad_token_id, device)
+    lengths = encoded["attention_mask"].sum(-1).tolist()
+    if len(first) > 1 and max(lengths[i] for i in first) > SHARED_PREFIX_MIN_TOKENS:  # else nothing long to share
+        padded = encoded["input_ids"].tolist()
+        distinct = [padded[i][len(padded[i]) - lengths[i] :] for i in first]  # without the (left) padding
+        levels = _prefix_levels([d[:-1] for d in distinct])
+        if len(levels) > 1:
+            return _encode_levels(model, levels, [d[-1] for d in distinct], rows, tokenizer.pad_token_id, device)
     if len(first) == len(prompts):
         return None
     from transformers import DynamicCache
@@ -171,12 +174,6 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
     _encode(model, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
     cache.batch_select_indices(rows)
     return Prefill(cache, encoded["input_ids"].to(device), encoded["attention_mask"].to(device))
-
-
-def _real_tokens(encoded, row: int) -> list[int]:
-    """Row ``row``'s prompt tokens without the (left) padding."""
-    ids, mask = encoded["input_ids"][row], encoded["attention_mask"][row]
-    return ids[mask.bool()].tolist()
 
 
 def _common_prefix_length(rows: list[list[int]]) -> int:
