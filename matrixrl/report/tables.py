@@ -533,7 +533,10 @@ def _memory_frame(db_file: Path, config: Config, selected: pd.DataFrame, current
 
     def read() -> tuple[pd.DataFrame, pd.DataFrame]:
         with Store(db_file) as store:
-            return store.rows("evaluations", runs), store.rows("memory_evaluations", runs)
+            memory = store.rows("memory_evaluations", runs)
+            # Without memory evaluations the table is empty: reading every ordinary
+            # evaluation for it would be most of an incremental report's time.
+            return store.rows("evaluations", runs if not memory.empty else []), memory
 
     evals, memory = repairing(db_file, read)
     evals = current_evaluations(evals, current)
