@@ -13,6 +13,9 @@ Prompts that repeat within a call (a group's rollouts of one problem, parallel
 agents, evaluation samples) are encoded once: their KV cache, all but the last prompt
 token, is computed per distinct prompt and copied to every row that repeats it, and
 decoding continues from there. It is the same computation as encoding every row.
+Distinct prompts that share a long prefix (a chat template's role instructions, a
+group's problem) have it encoded once too (``prefilled_cache``): the same computation
+up to rounding.
 
 ``decode`` makes the model calls transformers' ``generate`` makes and picks the same
 tokens, but a row that has emitted its EOS leaves the batch, where generate would
