@@ -3,13 +3,13 @@ memory plan with the grid's model digests (see matrixrl.memory.specs)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict
 
 from matrixrl import layout as L
 from matrixrl.config import Config
-import functools
-from collections.abc import Iterable
-
 from matrixrl.grid import CellSpec, base_eval_digest, memory_model
 from matrixrl.memory.specs import BankSpec, MemoryPlan, Retrieval, bank_name, memory_eval_digest, memory_plan
 

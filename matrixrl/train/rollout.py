@@ -33,6 +33,7 @@ the workflow's calls, so they do not depend on the batch size, on other threads
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -157,35 +158,27 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
             first.append(i)
     if encoded is None:
         encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    rows = torch.tensor([row_of[p] for p in prompts], device=device)
+    rows = [row_of[p] for p in prompts]  # each row's distinct prompt
     lengths = encoded["attention_mask"].sum(-1).tolist()
     if len(first) > 1 and max(lengths[i] for i in first) > SHARED_PREFIX_MIN_TOKENS:  # else nothing long to share
         padded = encoded["input_ids"].tolist()
         distinct = [padded[i][len(padded[i]) - lengths[i] :] for i in first]  # without the (left) padding
         levels = _prefix_levels([d[:-1] for d in distinct])
         if len(levels) > 1:
-            return _encode_levels(model, levels, [d[-1] for d in distinct], rows, tokenizer.pad_token_id, device)
+            return _encode_levels(model, levels, [d[-1] for d in distinct], torch.tensor(rows, device=device), tokenizer.pad_token_id, device)
     if len(first) == len(prompts):
         return None
     from transformers import DynamicCache
 
     # The first row of each distinct prompt, padded as in the whole batch: the same width and positions.
-    ids, mask = encoded["input_ids"][torch.tensor(first), :-1].to(device), encoded["attention_mask"][torch.tensor(first), :-1].to(device)
+    firsts = torch.tensor(first)
+    ids, mask = encoded["input_ids"][firsts, :-1].to(device), encoded["attention_mask"][firsts, :-1].to(device)
     if ids.shape[1] == 0:
         return None
     cache = DynamicCache(config=model.config)
     _encode(model, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
-    cache.batch_select_indices(rows)
+    cache.batch_select_indices(torch.tensor(rows, device=device))
     return Prefill(cache, encoded["input_ids"].to(device), encoded["attention_mask"].to(device))
-
-
-def _common_prefix_length(rows: list[list[int]]) -> int:
-    """Tokens common to the start of every row."""
-    limit = min(len(r) for r in rows)
-    n = 0
-    while n < limit and all(r[n] == rows[0][n] for r in rows):
-        n += 1
-    return n
 
 
 # A level: per node, (its parent node in the level above, its segment of tokens).
@@ -214,7 +207,7 @@ def _prefix_levels(bodies: list[list[int]], minimum: int = SHARED_PREFIX_MIN_TOK
                 by_key.setdefault(key if len(key) == minimum else (-1 - m,), []).append(m)
             for sharing in by_key.values():
                 if len(sharing) > 1:
-                    shared = _common_prefix_length([bodies[m][start:] for m in sharing])
+                    shared = len(os.path.commonprefix([bodies[m][start:] for m in sharing]))
                     level.append((parent, bodies[sharing[0]][start : start + shared]))
                     next_groups.append((len(level) - 1, sharing, start + shared))
                     leaves = False
