@@ -14,6 +14,10 @@ and against the reference, ``plain``: one ``generate`` call producing as many
 completions of the generator's prompt at the same maximum length. ``old``/``plain``
 and ``new``/``plain`` are what the workflow's structure (stages, longer prompts of
 later roles, shrinking batches) costs before and after; ``new/old`` is the speedup.
+``same`` is the new path's one call over the prompts the workflow's calls asked, all
+at once as if no stage waited for another: ``new/same`` leaves out both the decoder
+and the later roles' longer, distinct prompts (work any implementation of the
+workflow does), and so isolates what the stages' dependencies and per-call work cost.
 ``unshared`` is the new path with every row's prompt encoded for itself: what the
 shared prompt cache saves (``new/unsh``).
 
@@ -154,7 +158,7 @@ def main() -> None:
         print(f"{label}; {problems_per_step} problems x group {group}, max {max_new_tokens} new tokens, 1 thread, CPU seconds, median of {args.repeats}")
         print(
             f"{'workflow':13s} {'calls':>5s} {'compl':>5s} {'tokens':>6s} {'prompt tok':>10s} {'new tok/s':>9s} {'old tok/s':>9s} "
-            f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/old':>7s} {'new/unsh':>8s} "
+            f"{'plain tok/s':>11s} {'old/plain':>9s} {'new/plain':>9s} {'new/same':>8s} {'new/old':>7s} {'new/unsh':>8s} "
             f"{'passes':>6s} {'min':>4s} {'plain':>5s} {'flat@min':>8s}"
         )
         differ = []  # workflows whose rollouts decode and generate sampled differently
@@ -165,6 +169,7 @@ def main() -> None:
             sampling = dict(max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
             new, old = make_generate(policy, tokenizer, **sampling), make_generate(policy, tokenizer, **sampling, use_hf_generate=True)
             calls: list[int] = []
+            asked: list[str] = []  # every prompt of the workflow's calls, in order
             stage_of: dict[int, int] = {}  # id of a completion -> the call (stage) that made it
             passes: list[int] = []
             model = policy.model_for(workflow.roles[0])
@@ -172,6 +177,7 @@ def main() -> None:
 
             def counted(role, prompts, generate=new):
                 calls.append(len(prompts))
+                asked.extend(prompts)
                 completions = generate(role, prompts)
                 stage_of.update((id(c), len(calls)) for c in completions)
                 return completions
@@ -183,12 +189,13 @@ def main() -> None:
                 seconds = time.process_time() - began
                 return seconds, [t.completion for e in done for t in e.turns] if hasattr(done[0], "turns") else done
 
-            rates: dict[str, list[float]] = {"new": [], "old": [], "plain": [], "unshared": []}
+            rates: dict[str, list[float]] = {"new": [], "old": [], "plain": [], "same": [], "unshared": []}
             for repeat in range(args.repeats + 1):  # the first repeat warms up
                 rng = np.random.default_rng(repeat)
                 batch = [p for p in task.train_problems(rng, problems_per_step) for _ in range(group)]
                 groups = [g for g in range(problems_per_step) for _ in range(group)]
                 calls.clear()
+                asked.clear()
                 measured = {}
                 torch.manual_seed(repeat)
                 passes.clear()
@@ -196,6 +203,7 @@ def main() -> None:
                 new_passes, min_passes = len(passes), fewest_passes(episodes, stage_of)
                 torch.manual_seed(repeat)
                 calls.clear()
+                asked.clear()
                 measured["new"] = timed(lambda: workflow.run(batch, groups, counted))
                 n_completions = sum(calls)
                 torch.manual_seed(repeat)
@@ -204,6 +212,8 @@ def main() -> None:
                 prompts = [style.generator(p) for p in batch] * (n_completions // len(batch) + 1)
                 torch.manual_seed(repeat)
                 measured["plain"] = timed(lambda: old("generator", prompts[:n_completions]))
+                torch.manual_seed(repeat)
+                measured["same"] = timed(lambda: new("generator", list(asked)))  # one policy for every role
                 rollout.prefilled_cache = lambda *args: None  # every row's prompt encoded for itself
                 try:
                     torch.manual_seed(repeat)
@@ -223,7 +233,7 @@ def main() -> None:
             rate = {key: statistics.median(values) for key, values in rates.items()}
             print(
                 f"{name:13s} {len(calls):5d} {n_completions:5d} {tokens:6d} {prompt_tokens:10d} {rate['new']:9.0f} {rate['old']:9.0f} "
-                f"{rate['plain']:11.0f} {rate['old'] / rate['plain']:9.2f} {rate['new'] / rate['plain']:9.2f} "
+                f"{rate['plain']:11.0f} {rate['old'] / rate['plain']:9.2f} {rate['new'] / rate['plain']:9.2f} {rate['new'] / rate['same']:8.2f} "
                 f"{rate['new'] / rate['old']:6.2f}x {rate['new'] / rate['unshared']:7.2f}x "
                 f"{new_passes:6d} {min_passes:4d} {plain_passes:5d} {flat_at_min:8.2f}"
             )

@@ -1,0 +1,45 @@
+"""bench/rollout.py, the rollout-throughput benchmark, runs end to end on a small setting.
+
+Its timings are not asserted (benchmarks print ratios; tests do not time). What is: it
+covers every workflow, its pass counts respect the dependency bound it reports, and
+matrixrl's decoder and transformers' generate sampled the same tokens in every rollout.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# The table's columns, one word each (the header's "prompt tok", "new tok/s"... are two).
+COLUMNS = [
+    "workflow", "calls", "compl", "tokens", "prompt", "new", "old", "plain_rate", "old/plain", "new/plain",
+    "new/same", "new/old", "new/unsh", "passes", "min", "plain", "flat@min",
+]
+
+
+def test_the_rollout_bench_covers_every_workflow_and_decode_matches_generate(monkeypatch, capsys):
+    import torch
+
+    from matrixrl.workflows import WORKFLOWS
+
+    threads = torch.get_num_threads()
+    argv = ["rollout.py", "--problems", "2", "--group", "2", "--tokens", "3", "--warmstart", "0", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    try:
+        runpy.run_path(str(REPO / "bench" / "rollout.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:2] == ["workflow", "calls"] and lines[1].split()[-5:] == COLUMNS[-5:]
+    rows = {line.split()[0]: dict(zip(COLUMNS, line.split())) for line in lines[2 : 2 + len(WORKFLOWS)]}
+    assert sorted(rows) == sorted(WORKFLOWS)
+    for name, row in rows.items():
+        passes, fewest = int(row["passes"]), int(row["min"])
+        assert fewest <= passes, f"{name}: {passes} passes made, below the {fewest} its dependencies allow"
+        assert 0 < float(row["flat@min"]) <= 1.0
+        assert float(row["new/same"]) > 0
+    assert rows["single"]["calls"] == "1" and rows["eval_opt"]["calls"] != "1"
+    assert lines[-1] == "new and old sampled the same tokens: in every rollout"
