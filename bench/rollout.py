@@ -15,9 +15,10 @@ completions of the generator's prompt at the same maximum length. ``old``/``plai
 and ``new``/``plain`` are what the workflow's structure (stages, longer prompts of
 later roles, shrinking batches) costs before and after; ``new/old`` is the speedup.
 ``same`` is the new path's one call over the prompts the workflow's calls asked, all
-at once as if no stage waited for another: ``new/same`` leaves out both the decoder
-and the later roles' longer, distinct prompts (work any implementation of the
-workflow does), and so isolates what the stages' dependencies and per-call work cost.
+at once as if no stage waited for another. ``new/same`` compares the same decoder on
+the same prompts (the later roles' longer, distinct prompts are work any
+implementation of the workflow does), and so isolates what the stages' dependencies
+and per-call work cost.
 ``unshared`` is the new path with every row's prompt encoded for itself: what the
 shared prompt cache saves (``new/unsh``).
 
