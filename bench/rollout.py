@@ -44,6 +44,7 @@ wall time); each figure is the median of ``--repeats`` after a warm-up.
 
     python bench/rollout.py [--problems 16] [--group 8] [--tokens 8] [--warmstart 150] [--repeats 3]
     python bench/rollout.py --model smollm2 [--problems 2] [--group 4] [--tokens 24]
+    python bench/rollout.py --workflows single,eval_opt    # some workflows only
 """
 
 from __future__ import annotations
@@ -122,8 +123,14 @@ def main() -> None:
     parser.add_argument("--warmstart", type=int, default=150, help="tiny: warm-start steps (0: random init)")
     parser.add_argument("--smollm2-dir", type=Path, default=None, help="converted SmolLM2 folder (default: the cache)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workflows", default=None, help="comma-separated workflows to time (default: all)")
     args = parser.parse_args()
     smol = args.model == "smollm2"
+    from matrixrl.workflows import WORKFLOWS
+
+    names = args.workflows.split(",") if args.workflows else list(WORKFLOWS)
+    if unknown := sorted(set(names) - set(WORKFLOWS)):
+        parser.error(f"--workflows: unknown {', '.join(unknown)}; choose from {', '.join(WORKFLOWS)}")
     problems_per_step = args.problems or (2 if smol else 16)
     group = args.group or (4 if smol else 8)
     max_new_tokens = args.tokens or (24 if smol else 8)
@@ -139,7 +146,7 @@ def main() -> None:
     from matrixrl.tasks.arith import Settings as ArithSettings
     from matrixrl.train import rollout
     from matrixrl.train.rollout import make_generate
-    from matrixrl.workflows import WORKFLOWS, build_workflow
+    from matrixrl.workflows import build_workflow
     from matrixrl.workflows.styles import build_style
 
     torch.set_num_threads(1)
@@ -164,7 +171,7 @@ def main() -> None:
         )
         differ = []  # workflows whose rollouts decode and generate sampled differently
         widest = 0  # the most rows of a reference call
-        for name in WORKFLOWS:
+        for name in names:
             workflow = build_workflow(name, None, style)
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
             sampling = dict(max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
