@@ -120,6 +120,24 @@ class EntropyRecorder(LogitsProcessor):
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
+def tokenize_prompts(tokenizer, prompts: list[str]) -> dict[str, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` of the prompts, left-padded to the longest:
+    what ``tokenizer(prompts, padding=True, add_special_tokens=False)`` returns, with
+    each distinct prompt tokenized once (a group's rollouts repeat theirs; tokenizing
+    every copy cost several percent of a tiny model's rollout step)."""
+    distinct = list(dict.fromkeys(prompts))
+    tokenized = tokenizer(distinct, add_special_tokens=False)["input_ids"]
+    width = max(map(len, tokenized))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(t)) + t for t in tokenized], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tokenized], dtype=torch.long)
+    if len(distinct) < len(prompts):
+        index = {prompt: i for i, prompt in enumerate(distinct)}
+        rows = torch.tensor([index[prompt] for prompt in prompts])
+        ids, mask = ids[rows], mask[rows]
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 @dataclass
 class Prefill:
     """A call's prompts ready to decode: ``cache`` holds every row's prompt but its last
@@ -148,7 +166,7 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
       only and the padding is masked, so each row computes what it would alone, up
       to the rounding of differently shaped products.
 
-    ``encoded``: the batch as the tokenizer padded it, when the caller has it already.
+    ``encoded``: the batch as ``tokenize_prompts`` pads it, when the caller has it already.
     """
     row_of: dict[str, int] = {}  # prompt -> its distinct row
     first: list[int] = []  # distinct row -> the batch row it is first in
@@ -157,7 +175,7 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
             row_of[prompt] = len(first)
             first.append(i)
     if encoded is None:
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = tokenize_prompts(tokenizer, prompts)
     rows = [row_of[p] for p in prompts]  # each row's distinct prompt
     lengths = encoded["attention_mask"].sum(-1).tolist()
     if len(first) > 1 and max(lengths[i] for i in first) > SHARED_PREFIX_MIN_TOKENS:  # else nothing long to share
@@ -416,7 +434,7 @@ def make_generate(
         out: list[Completion] = []
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tokenize_prompts(tokenizer, chunk)
             ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
             keys = None
             if keyed:
@@ -438,13 +456,15 @@ def make_generate(
                 generated = decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, choose=choose)
                 entropies = choose.entropies.tolist() if isinstance(choose, SampledChooser) else None
             width = enc["input_ids"].shape[1]
-            answered = [seq[: len(seq) - 1] if seq[-1:] == [eos] else seq for seq in (_up_to_eos(s, eos) for s in generated)]
-            texts = tokenizer.batch_decode(answered, skip_special_tokens=False)
-            for i, (row, length, seq, text) in enumerate(zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist(), generated, texts)):
-                completion_ids = _up_to_eos(seq, eos)
+            completions = [_up_to_eos(seq, eos) for seq in generated]
+            answers = [tuple(c[:-1]) if c[-1:] == [eos] else tuple(c) for c in completions]
+            distinct = list(dict.fromkeys(answers))  # a group's answers often agree: each decoded once
+            text_of = dict(zip(distinct, tokenizer.batch_decode([list(a) for a in distinct], skip_special_tokens=False)))
+            rows = zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist(), completions, answers)
+            for i, (row, length, completion_ids, answer) in enumerate(rows):
                 out.append(
                     Completion(
-                        text=text,
+                        text=text_of[answer],
                         prompt_ids=row[width - length :],  # left-padded
                         completion_ids=completion_ids,
                         entropy_sum=sum(entropies[i][: len(completion_ids)]) if entropies else 0.0,
