@@ -390,6 +390,29 @@ def test_smollm2_conversion_keeps_the_weights_and_the_chat_template(smollm2):
     assert (smollm2 / "model.safetensors").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow
+def test_chat_prompts_tokenized_once_are_the_tokenizers_padded_batch(smollm2):
+    """Rollouts tokenize each distinct prompt once (``tokenize_prompts``): with a BPE chat
+    tokenizer too, the ids and mask are the tokenizer's own left-padded batch."""
+    import numpy as np
+    import torch
+
+    from matrixrl.models.hf import ModelSource
+    from matrixrl.tasks.arith import ArithTask
+    from matrixrl.tasks.arith import Settings as ArithSettings
+    from matrixrl.train.rollout import tokenize_prompts
+    from matrixrl.workflows.styles import build_style
+
+    tokenizer = ModelSource("smollm2", str(smollm2), pretrained=True).load_tokenizer()
+    style = build_style("chat", "math", tokenizer)
+    problems = ArithTask("arith", ArithSettings(kind="arith", digits=2, terms=3, n_eval=4)).train_problems(np.random.default_rng(0), 3)
+    prompts = [style.generator(p) for p in problems for _ in range(2)] + [style.evaluator(problems[0], "The answer is 7.")]
+    expected = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    got = tokenize_prompts(tokenizer, prompts)
+    assert torch.equal(got["input_ids"], expected["input_ids"]) and torch.equal(got["attention_mask"], expected["attention_mask"])
+    assert int(got["attention_mask"][:, 0].min()) == 0  # unequal lengths: some rows are padded
+
+
 def test_convert_smollm2_refuses_a_folder_that_is_something_else(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")

@@ -197,6 +197,17 @@ NESTED = [f"Judge the answer to the problem below. {q}{c}" for q in PROBLEMS for
 ]
 
 
+def test_prompts_tokenized_once_are_the_tokenizers_padded_batch(tokenizer) -> None:
+    """``tokenize_prompts`` tokenizes each distinct prompt once: its ids and mask are what the
+    tokenizer's own left-padded batch holds, repeats, unequal lengths and an empty prompt included."""
+    from matrixrl.train.rollout import tokenize_prompts
+
+    for prompts in (LONG_PREFIX, NESTED + [""] + NESTED[:3], ["1+2="] * 4, [""] * 2):
+        expected = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        got = tokenize_prompts(tokenizer, prompts)
+        assert torch.equal(got["input_ids"], expected["input_ids"]) and torch.equal(got["attention_mask"], expected["attention_mask"])
+
+
 def test_prefix_levels_split_shared_prefixes_of_at_least_the_minimum() -> None:
     from matrixrl.train.rollout import _prefix_levels
 
