@@ -409,8 +409,8 @@ def test_chat_prompts_tokenized_once_are_the_tokenizers_padded_batch(smollm2):
     prompts = [style.generator(p) for p in problems for _ in range(2)] + [style.evaluator(problems[0], "The answer is 7.")]
     expected = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     got = tokenize_prompts(tokenizer, prompts)
-    assert torch.equal(got["input_ids"], expected["input_ids"]) and torch.equal(got["attention_mask"], expected["attention_mask"])
-    assert int(got["attention_mask"][:, 0].min()) == 0  # unequal lengths: some rows are padded
+    assert torch.equal(got.input_ids, expected["input_ids"]) and torch.equal(got.attention_mask, expected["attention_mask"])
+    assert int(got.attention_mask[:, 0].min()) == 0  # unequal lengths: some rows are padded
 
 
 def test_convert_smollm2_refuses_a_folder_that_is_something_else(tmp_path):

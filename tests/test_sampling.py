@@ -205,7 +205,7 @@ def test_prompts_tokenized_once_are_the_tokenizers_padded_batch(tokenizer) -> No
     for prompts in (LONG_PREFIX, NESTED + [""] + NESTED[:3], ["1+2="] * 4, [""] * 2):
         expected = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         got = tokenize_prompts(tokenizer, prompts)
-        assert torch.equal(got["input_ids"], expected["input_ids"]) and torch.equal(got["attention_mask"], expected["attention_mask"])
+        assert torch.equal(got.input_ids, expected["input_ids"]) and torch.equal(got.attention_mask, expected["attention_mask"])
 
 
 def test_prefix_levels_split_shared_prefixes_of_at_least_the_minimum() -> None:

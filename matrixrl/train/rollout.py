@@ -120,22 +120,36 @@ class EntropyRecorder(LogitsProcessor):
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
-def tokenize_prompts(tokenizer, prompts: list[str]) -> dict[str, torch.Tensor]:
-    """``input_ids`` and ``attention_mask`` of the prompts, left-padded to the longest:
-    what ``tokenizer(prompts, padding=True, add_special_tokens=False)`` returns, with
-    each distinct prompt tokenized once (a group's rollouts repeat theirs; tokenizing
-    every copy cost several percent of a tiny model's rollout step)."""
-    distinct = list(dict.fromkeys(prompts))
-    tokenized = tokenizer(distinct, add_special_tokens=False)["input_ids"]
-    width = max(map(len, tokenized))
+@dataclass
+class Tokenized:
+    """A call's prompts, each distinct one tokenized once (a group's rollouts repeat
+    theirs; tokenizing every copy cost several percent of a tiny model's rollout step).
+
+    ``distinct``: the distinct prompts' ids, in order of first appearance; ``rows``: each
+    prompt's index in ``distinct``; ``distinct_ids``/``distinct_mask``: the distinct
+    prompts left-padded to the longest; ``input_ids``/``attention_mask``: the batch, what
+    ``tokenizer(prompts, padding=True, add_special_tokens=False)`` returns.
+    """
+
+    distinct: list[list[int]]
+    rows: list[int]
+    distinct_ids: torch.Tensor
+    distinct_mask: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+def tokenize_prompts(tokenizer, prompts: list[str]) -> Tokenized:
+    """The prompts as ``Tokenized``, left-padded whatever the tokenizer's padding side."""
+    index: dict[str, int] = {}
+    rows = [index.setdefault(prompt, len(index)) for prompt in prompts]
+    distinct = tokenizer(list(index), add_special_tokens=False)["input_ids"]
+    width = max(map(len, distinct))
     pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(t)) + t for t in tokenized], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tokenized], dtype=torch.long)
-    if len(distinct) < len(prompts):
-        index = {prompt: i for i, prompt in enumerate(distinct)}
-        rows = torch.tensor([index[prompt] for prompt in prompts])
-        ids, mask = ids[rows], mask[rows]
-    return {"input_ids": ids, "attention_mask": mask}
+    ids = torch.tensor([[pad] * (width - len(t)) + t for t in distinct], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in distinct], dtype=torch.long)
+    expand = torch.tensor(rows)
+    return Tokenized(distinct, rows, ids, mask, ids[expand], mask[expand])
 
 
 @dataclass
@@ -149,7 +163,7 @@ class Prefill:
     mask: torch.Tensor
 
 
-def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) -> Prefill | None:
+def prefilled_cache(model, tokenizer, prompts: list[str], device, tokenized: Tokenized | None = None) -> Prefill | None:
     """The prompts' KV cache computed without repeating work, or None when there is none
     to save (every prompt distinct, no long prefix shared).
 
@@ -166,37 +180,27 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, encoded=None) 
       only and the padding is masked, so each row computes what it would alone, up
       to the rounding of differently shaped products.
 
-    ``encoded``: the batch as ``tokenize_prompts`` pads it, when the caller has it already.
+    ``tokenized``: the prompts as ``tokenize_prompts`` gives them, when the caller has them already.
     """
-    row_of: dict[str, int] = {}  # prompt -> its distinct row
-    first: list[int] = []  # distinct row -> the batch row it is first in
-    for i, prompt in enumerate(prompts):
-        if prompt not in row_of:
-            row_of[prompt] = len(first)
-            first.append(i)
-    if encoded is None:
-        encoded = tokenize_prompts(tokenizer, prompts)
-    rows = [row_of[p] for p in prompts]  # each row's distinct prompt
-    lengths = encoded["attention_mask"].sum(-1).tolist()
-    if len(first) > 1 and max(lengths[i] for i in first) > SHARED_PREFIX_MIN_TOKENS:  # else nothing long to share
-        padded = encoded["input_ids"].tolist()
-        distinct = [padded[i][len(padded[i]) - lengths[i] :] for i in first]  # without the (left) padding
+    if tokenized is None:
+        tokenized = tokenize_prompts(tokenizer, prompts)
+    distinct, rows = tokenized.distinct, torch.tensor(tokenized.rows, device=device)
+    if len(distinct) > 1 and max(map(len, distinct)) > SHARED_PREFIX_MIN_TOKENS:  # else nothing long to share
         levels = _prefix_levels([d[:-1] for d in distinct])
         if len(levels) > 1:
-            return _encode_levels(model, levels, [d[-1] for d in distinct], torch.tensor(rows, device=device), tokenizer.pad_token_id, device)
-    if len(first) == len(prompts):
+            return _encode_levels(model, levels, [d[-1] for d in distinct], rows, tokenizer.pad_token_id, device)
+    if len(distinct) == len(prompts):
         return None
     from transformers import DynamicCache
 
-    # The first row of each distinct prompt, padded as in the whole batch: the same width and positions.
-    firsts = torch.tensor(first)
-    ids, mask = encoded["input_ids"][firsts, :-1].to(device), encoded["attention_mask"][firsts, :-1].to(device)
+    # The distinct prompts padded to the whole batch's width: the same width and positions.
+    ids, mask = tokenized.distinct_ids[:, :-1].to(device), tokenized.distinct_mask[:, :-1].to(device)
     if ids.shape[1] == 0:
         return None
     cache = DynamicCache(config=model.config)
     _encode(model, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
-    cache.batch_select_indices(torch.tensor(rows, device=device))
-    return Prefill(cache, encoded["input_ids"].to(device), encoded["attention_mask"].to(device))
+    cache.batch_select_indices(rows)
+    return Prefill(cache, tokenized.input_ids.to(device), tokenized.attention_mask.to(device))
 
 
 # A level: per node, (its parent node in the level above, its segment of tokens).
@@ -434,13 +438,13 @@ def make_generate(
         out: list[Completion] = []
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            enc = tokenize_prompts(tokenizer, chunk)
-            ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+            tokenized = tokenize_prompts(tokenizer, chunk)
+            ids, mask = tokenized.input_ids.to(device), tokenized.attention_mask.to(device)
             keys = None
             if keyed:
                 rows = torch.arange(start, start + len(chunk), dtype=torch.int64)  # places in this call
                 keys = splitmix64(call_key ^ rows).to(device)
-            prefill = prefilled_cache(model, tokenizer, chunk, device, enc)
+            prefill = prefilled_cache(model, tokenizer, chunk, device, tokenized)
             cache = prefill.cache if prefill else None
             if prefill:  # the rows as the cache lays them out
                 ids, mask = prefill.ids, prefill.mask
@@ -455,17 +459,15 @@ def make_generate(
                     choose = greedy_chooser()
                 generated = decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, choose=choose)
                 entropies = choose.entropies.tolist() if isinstance(choose, SampledChooser) else None
-            width = enc["input_ids"].shape[1]
             completions = [_up_to_eos(seq, eos) for seq in generated]
             answers = [tuple(c[:-1]) if c[-1:] == [eos] else tuple(c) for c in completions]
             distinct = list(dict.fromkeys(answers))  # a group's answers often agree: each decoded once
             text_of = dict(zip(distinct, tokenizer.batch_decode([list(a) for a in distinct], skip_special_tokens=False)))
-            rows = zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist(), completions, answers)
-            for i, (row, length, completion_ids, answer) in enumerate(rows):
+            for i, (row, completion_ids, answer) in enumerate(zip(tokenized.rows, completions, answers)):
                 out.append(
                     Completion(
                         text=text_of[answer],
-                        prompt_ids=row[width - length :],  # left-padded
+                        prompt_ids=list(tokenized.distinct[row]),
                         completion_ids=completion_ids,
                         entropy_sum=sum(entropies[i][: len(completion_ids)]) if entropies else 0.0,
                     )
