@@ -176,16 +176,14 @@ def main() -> None:
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
             sampling = dict(max_new_tokens=max_new_tokens, temperature=1.0, sample=True)
             new, old = make_generate(policy, tokenizer, **sampling), make_generate(policy, tokenizer, **sampling, use_hf_generate=True)
-            calls: list[int] = []
-            asked: list[str] = []  # every prompt of the workflow's calls, in order
+            calls: list[list[str]] = []  # the prompts of each of the workflow's calls, in order
             stage_of: dict[int, int] = {}  # id of a completion -> the call (stage) that made it
             passes: list[int] = []
             model = policy.model_for(workflow.roles[0])
             model.register_forward_pre_hook(lambda module, args: passes.append(1))
 
             def counted(role, prompts, generate=new):
-                calls.append(len(prompts))
-                asked.extend(prompts)
+                calls.append(list(prompts))
                 completions = generate(role, prompts)
                 stage_of.update((id(c), len(calls)) for c in completions)
                 return completions
@@ -203,7 +201,6 @@ def main() -> None:
                 batch = [p for p in task.train_problems(rng, problems_per_step) for _ in range(group)]
                 groups = [g for g in range(problems_per_step) for _ in range(group)]
                 calls.clear()
-                asked.clear()
                 measured = {}
                 torch.manual_seed(repeat)
                 passes.clear()
@@ -211,9 +208,8 @@ def main() -> None:
                 new_passes, min_passes = len(passes), fewest_passes(episodes, stage_of)
                 torch.manual_seed(repeat)
                 calls.clear()
-                asked.clear()
                 measured["new"] = timed(lambda: workflow.run(batch, groups, counted))
-                n_completions = sum(calls)
+                n_completions = sum(map(len, calls))
                 torch.manual_seed(repeat)
                 measured["old"] = timed(lambda: workflow.run(batch, groups, old))
                 # The reference: one generate call for as many completions of the generator's prompt.
@@ -221,7 +217,7 @@ def main() -> None:
                 torch.manual_seed(repeat)
                 measured["plain"] = timed(lambda: old("generator", prompts[:n_completions]))
                 torch.manual_seed(repeat)
-                measured["same"] = timed(lambda: new("generator", list(asked)))  # one policy for every role
+                measured["same"] = timed(lambda: new("generator", [p for call in calls for p in call]))  # one policy for every role
                 rollout.prefilled_cache = lambda *args: None  # every row's prompt encoded for itself
                 try:
                     torch.manual_seed(repeat)
