@@ -149,11 +149,13 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     return parsed
 
 
-def record_cache_key(inputs: str, settings: Mapping) -> str:
-    """What a cell's record is computed from: its results' digests (``Store.input_keys``), the
-    settings, the record version."""
-    blob = json.dumps({"inputs": inputs, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def record_cache_keys(inputs: Mapping[str, str], settings: Mapping) -> dict[str, str]:
+    """Per cell, what its record is computed from: its results' digests (``inputs``, from
+    ``Store.input_keys``), the settings, the record version; hashed as the JSON of all three
+    (sorted keys), whose settings and version part is serialized once for every cell."""
+    head = '{"analysis": ' + json.dumps(dict(settings), sort_keys=True) + ', "inputs": '
+    tail = ', "version": ' + json.dumps(RECORD_VERSION) + "}"
+    return {cell: hashlib.sha256((head + json.dumps(text) + tail).encode()).hexdigest() for cell, text in inputs.items()}
 
 
 def _jsonable(record: dict) -> dict:
@@ -268,7 +270,7 @@ def cell_records(
     inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
-    keys = {cell: record_cache_key(text, settings) for cell, text in inputs.items()}
+    keys = record_cache_keys(inputs, settings)
     cached = store.cached_summaries(list(keys))
     stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
     if not stale:
@@ -440,12 +442,15 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     runs = _runs_frame(needed) if only else _grid(config)[1]
     current = current_specs(config, runs["cell"])
 
-    def run_records() -> dict[str, dict]:
+    def read() -> tuple[dict[str, dict], tuple[pd.DataFrame, pd.DataFrame] | None]:
+        # One opening of the store for the records and the memory table's rows: opening it
+        # is a good part of an incremental report's time.
         with Store(db_file) as store:
-            return cell_records(store, runs, config, current)
+            records = cell_records(store, runs, config, current) if any(name in FROM_RECORDS for name in names) else {}
+            memory = _memory_rows(store, selected) if "memory" in names else None
+        return records, memory
 
-    # A damaged store is rebuilt, and read again; the memory table alone needs no record.
-    by_run = repairing(db_file, run_records) if any(name in FROM_RECORDS for name in names) else {}
+    by_run, memory_rows = repairing(db_file, read)  # a damaged store is rebuilt, and read again
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = per_cell_rows(records, needed.drop(columns=["run", "run_policy"]))
@@ -469,7 +474,7 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
             table = table[_selected(table, only)] if only else table
         elif name == "memory":
-            table = _memory_frame(db_file, config, selected, current)
+            table = _memory_frame(*memory_rows, config, selected, current)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if name not in PER_CELL:
@@ -526,21 +531,25 @@ def _new_memory_digests(config: Config) -> dict[tuple[str, str], str]:
     return {key: spec.digest() for key, spec in memory_evals(config, specs, plan).items()}
 
 
-def _memory_frame(db_file: Path, config: Config, selected: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
-    """The memory table of the grid cells ``selected`` (a grid frame), from the store's memory
-    evaluations and, for ``none``, its ordinary evaluations (those under the current spec)."""
+def _memory_rows(store: Store, selected: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The store's ordinary and memory evaluations of the runs of the grid cells ``selected``
+    (a grid frame), as the memory table reads them."""
     runs = list(dict.fromkeys(selected["run"]))
+    memory = store.rows("memory_evaluations", runs)
+    # Without memory evaluations the table is empty: reading every ordinary
+    # evaluation for it would be most of an incremental report's time.
+    return store.rows("evaluations", runs if not memory.empty else []), memory
 
-    def read() -> tuple[pd.DataFrame, pd.DataFrame]:
-        with Store(db_file) as store:
-            memory = store.rows("memory_evaluations", runs)
-            # Without memory evaluations the table is empty: reading every ordinary
-            # evaluation for it would be most of an incremental report's time.
-            return store.rows("evaluations", runs if not memory.empty else []), memory
 
-    evals, memory = repairing(db_file, read)
-    evals = current_evaluations(evals, current)
-    memory = current_memory_evaluations(memory, config)
+def _memory_frame(
+    evals: pd.DataFrame, memory: pd.DataFrame, config: Config, selected: pd.DataFrame, current: Mapping[str, tuple[str, str]]
+) -> pd.DataFrame:
+    """The memory table of the grid cells ``selected`` (a grid frame), from the store's memory
+    evaluations and, for ``none``, its ordinary evaluations (those under the current spec),
+    as :func:`_memory_rows` read them."""
+    if not memory.empty:  # else the table is empty whatever the evaluations
+        evals = current_evaluations(evals, current)
+        memory = current_memory_evaluations(memory, config)
     cells = selected.drop(columns=["run_policy"])
     return memory_table(cells, evals, memory, memory_modes(config), config.analysis.confidence)
 
