@@ -23,8 +23,8 @@ result never changes a cell's summary cache key.
 
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell and the spec digest it was computed under (``cell_inputs``:
-one row per train or eval result; ``cell_keys``: all of them in one row per cell,
-rewritten with every write), and caches, each entry with the cache key of what it
+one row per train or eval result; ``cell_keys``: the SHA-256 of all of them in one
+row per cell, rewritten with every write), and caches, each entry with the cache key of what it
 was computed from: the cell's summary (``cell_summaries``), what the summary takes
 from its training alone (``cell_trainings``), and the HTML page's drawn figures
 (``figures``); see :class:`Store`, ``matrixrl.report.tables`` and ``.html``.
@@ -926,18 +926,29 @@ def _ingest(results_dir: Path) -> int:
     return written
 
 
+def _sha256_hex(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
 def _refresh_keys(session: Session, cells: set[str]) -> None:
     """Write ``cell_keys`` again for ``cells`` from their ``cell_inputs`` (after results were
-    written or forgotten; a cell without any result has none)."""
+    written or forgotten; a cell without any result has none).
+
+    ``inputs`` is the SHA-256 of every (part, digest, spec digest) in order, not their text
+    (15 kB for a cell of 100 checkpoints): a report reads and hashes every cell's, and the
+    text made up most of an incremental report's reading (docs/performance.md). A store
+    written before keeps its texts until a cell's next write: a different key, so that
+    cell's record is computed once more."""
     listed = sorted(cells)
+    conn = session.connection()
+    conn.connection.driver_connection.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)
     for start in range(0, len(listed), _IN_CHUNK):
         chunk = tuple(listed[start : start + _IN_CHUNK])
         marks = ", ".join("?" * len(chunk))
-        conn = session.connection()
         conn.exec_driver_sql(f"DELETE FROM cell_keys WHERE cell IN ({marks})", chunk)
         conn.exec_driver_sql(
             "INSERT INTO cell_keys (cell, inputs, train_spec, eval_specs) "
-            "SELECT cell, group_concat(part || ' ' || digest || ' ' || ifnull(spec_digest, '-'), ' '), "
+            "SELECT cell, sha256_hex(group_concat(part || ' ' || digest || ' ' || ifnull(spec_digest, '-'), ' ')), "
             "max(CASE WHEN part = 'train' THEN ifnull(spec_digest, '-') END), "
             "group_concat(DISTINCT CASE WHEN part != 'train' THEN ifnull(spec_digest, '-') END) "
             f"FROM (SELECT * FROM cell_inputs WHERE cell IN ({marks}) ORDER BY cell, part) GROUP BY cell",
@@ -1069,7 +1080,7 @@ class Store:
         return found
 
     def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
-        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
+        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there; by their hash):
         what a cache key of the cell's results is made of; cells with none are absent.
 
         Read from ``cell_keys``, one row per cell (a report reads them all each time, and a
