@@ -111,6 +111,41 @@ def test_checkpoint_round_trip(base, tmp_path, mode, adapter):
         assert torch.equal(expected, got), role
 
 
+@pytest.mark.parametrize("prompt_logits", ["computed", "left out"])
+@pytest.mark.parametrize("mode,adapter", MODES)
+def test_completion_logps_score_each_completion_token_in_its_own_context(base, mode, adapter, prompt_logits, monkeypatch):
+    """The update's log-probabilities over a padded batch, with the prompt positions'
+    logits computed (a tiny model's batch) or left out (a real vocabulary's), are each
+    turn's own: a forward over its prompt and completion alone, log-softmax at the
+    position before each completion token."""
+    from matrixrl.train import grpo
+    from matrixrl.train.grpo import TurnBatch, completion_logps
+
+    if prompt_logits == "left out":
+        monkeypatch.setattr(grpo, "PROMPT_LOGITS_LEFT_OUT_FROM", 0)
+    policy = fresh_policy(base, mode, adapter)
+    turns = [  # prompts of 1 to 4 tokens (left padding), completions of 1 to 3 (right padding)
+        Turn("generator", "generator0", 0, "", Completion("", prompt, completion))
+        for prompt, completion in (([10, 20, 30, 40], [5, 6, 3]), ([11], [7]), ([12, 22], [8, 9]))
+    ]
+    model = policy.model_for("generator")
+    batch = TurnBatch.from_turns(turns, pad_token_id=0)
+    temperature = 0.7
+    computed = []  # positions whose logits the forward computed
+    hook = model.register_forward_hook(lambda module, args, output: computed.append(output.logits.shape[1]))
+    with torch.no_grad():
+        got = completion_logps(model, batch, temperature)
+        hook.remove()
+        assert computed == [3 + 1 if prompt_logits == "left out" else 4 + 3]
+        assert got.shape == batch.completion_ids.shape
+        for row, turn in enumerate(turns):
+            prompt, completion = turn.completion.prompt_ids, turn.completion.completion_ids
+            logits = model(input_ids=torch.tensor([prompt + completion])).logits[0] / temperature
+            scoring = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)  # the positions before each completion token
+            expected = scoring[torch.arange(len(completion)), torch.tensor(completion)]
+            torch.testing.assert_close(got[row, : len(completion)], expected, rtol=1e-5, atol=1e-5)
+
+
 # --- what the update skips ----------------------------------------------------------------
 
 

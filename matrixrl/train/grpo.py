@@ -58,15 +58,28 @@ class TurnBatch:
         return TurnBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
 
+# The update leaves out the logits of prompt positions (``logits_to_keep``, as TRL's
+# GRPOTrainer does) once they would be this many floats. At a real vocabulary (SmolLM2's
+# 49,152 tokens, Qwen3's 151,936) one agent's turns of chat prompts cross it many times
+# over: gigabytes computed and thrown away, most of the update's memory at the paper's
+# scale. A tiny model (a vocabulary of about 100 characters) never reaches it and keeps
+# computing every position: leaving them out rounds the gradient's sums differently, and
+# the recorded tiny-model results (README, docs/) were trained with all of them.
+PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22
+
+
 def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tensor:
     """Per-token log-probabilities of the completion tokens (their entropies are
-    recorded while sampling: rollout.EntropyRecorder)."""
+    recorded while sampling: rollout.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM."""
+    rows, length = batch.input_ids.shape
+    width = batch.completion_ids.shape[1]
+    prompt_logits = rows * (length - width - 1) * model.config.vocab_size
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
+        logits_to_keep=width + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else 0,  # 0: every position
     ).logits
-    width = batch.completion_ids.shape[1]
     logits = logits[:, -width - 1 : -1, :] / temperature
     return selective_log_softmax(logits, batch.completion_ids)
 
