@@ -24,10 +24,10 @@ result never changes a cell's summary cache key.
 For incremental reports the store also keeps, per cell, a digest of every result
 it holds for that cell and the spec digest it was computed under (``cell_inputs``:
 one row per train or eval result; ``cell_keys``: the SHA-256 of all of them in one
-row per cell, rewritten with every write), and caches, each entry with the cache key of what it
-was computed from: the cell's summary (``cell_summaries``), what the summary takes
-from its training alone (``cell_trainings``), and the HTML page's drawn figures
-(``figures``); see :class:`Store`, ``matrixrl.report.tables`` and ``.html``.
+row per cell, rewritten with every write), and caches, each entry with the cache key
+of what it was computed from: the cell's summary (``cell_summaries``), what the
+summary takes from its training alone (``cell_trainings``), and the HTML page's drawn
+figures (``figures``); see :class:`Store`, ``matrixrl.report.tables`` and ``.html``.
 
 A store that cannot be used — not a SQLite file, truncated or malformed, a table
 missing or with other columns than these, written by another schema version — is
