@@ -34,7 +34,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def measure(args) -> dict:
     """One way's figures, in this process."""
     import resource
-    import tempfile
 
     import torch
 
@@ -51,12 +50,8 @@ def measure(args) -> dict:
         from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
 
         scale = TinyScale(kind="tiny", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256, max_length=4096)
-        with tempfile.TemporaryDirectory():
-            model = build_tiny_model(scale, build_char_tokenizer(), seed=0)
-    if args.way == "left out":
-        grpo.PROMPT_LOGITS_LEFT_OUT_FROM = 0
-    else:
-        grpo.PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 62
+        model = build_tiny_model(scale, build_char_tokenizer(), seed=0)
+    grpo.PROMPT_LOGITS_LEFT_OUT_FROM = 0 if args.way == "left out" else 1 << 62  # always / never left out
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     rows, prompt, completion = args.rows, args.prompt, args.completion

@@ -1080,7 +1080,7 @@ class Store:
         return found
 
     def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
-        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there; by their hash):
+        """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
         what a cache key of the cell's results is made of; cells with none are absent.
 
         Read from ``cell_keys``, one row per cell (a report reads them all each time, and a

@@ -103,7 +103,9 @@ def memory_table(
     columns = [*groups, "memory", *FIGURES]
     rows = []
     # Without a memory evaluation no group gets a row (every report without MemCollab results).
-    cell_rows = [] if len(by_mode) == 1 else [dict(zip(cells.columns, values)) for values in zip(*(cells[c].tolist() for c in cells.columns))]
+    cell_rows = []
+    if len(by_mode) > 1:
+        cell_rows = [dict(zip(cells.columns, values)) for values in zip(*(cells[c].tolist() for c in cells.columns))]
     for key, group in grouped_rows(cell_rows, groups):
         runs = list(dict.fromkeys(row["run"] for row in group))  # a seed's run (repeated where cells share one)
         if not any(run in by_mode.get(mode, {}) for mode in order[1:] for run in runs):

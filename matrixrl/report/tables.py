@@ -149,13 +149,11 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     return parsed
 
 
-def record_cache_keys(inputs: Mapping[str, str], settings: Mapping) -> dict[str, str]:
-    """Per cell, what its record is computed from: its results' digests (``inputs``, from
-    ``Store.input_keys``), the settings, the record version; hashed as the JSON of all three
-    (sorted keys), whose settings and version part is serialized once for every cell."""
-    head = '{"analysis": ' + json.dumps(dict(settings), sort_keys=True) + ', "inputs": '
-    tail = ', "version": ' + json.dumps(RECORD_VERSION) + "}"
-    return {cell: hashlib.sha256((head + json.dumps(text) + tail).encode()).hexdigest() for cell, text in inputs.items()}
+def record_cache_key(inputs: str, settings: Mapping) -> str:
+    """What a cell's record is computed from: its results' digests (``Store.input_keys``), the
+    settings, the record version."""
+    blob = json.dumps({"inputs": inputs, "analysis": dict(settings), "version": RECORD_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _jsonable(record: dict) -> dict:
@@ -270,7 +268,7 @@ def cell_records(
     inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})
-    keys = record_cache_keys(inputs, settings)
+    keys = {cell: record_cache_key(text, settings) for cell, text in inputs.items()}
     cached = store.cached_summaries(list(keys))
     stale = [cell for cell, key in keys.items() if cached.get(cell, (None,))[0] != key]
     if not stale:
@@ -547,9 +545,8 @@ def _memory_frame(
     """The memory table of the grid cells ``selected`` (a grid frame), from the store's memory
     evaluations and, for ``none``, its ordinary evaluations (those under the current spec),
     as :func:`_memory_rows` read them."""
-    if not memory.empty:  # else the table is empty whatever the evaluations
-        evals = current_evaluations(evals, current)
-        memory = current_memory_evaluations(memory, config)
+    evals = current_evaluations(evals, current)
+    memory = current_memory_evaluations(memory, config)
     cells = selected.drop(columns=["run_policy"])
     return memory_table(cells, evals, memory, memory_modes(config), config.analysis.confidence)
 
