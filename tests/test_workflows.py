@@ -383,3 +383,39 @@ def test_prompt_helpers():
     for name in ("refine_compact", "evaluator_compact", "aggregator_compact", "orchestrator_compact",
                  "worker_compact", "synthesizer_compact", "verdict_for", "parse_verdict", "parse_strategies"):
         assert getattr(P, name).__doc__
+
+
+# --- lockstep: plays run round by round ------------------------------------------------
+
+
+def test_lockstep_makes_one_call_per_role_and_round_with_rows_in_play_order():
+    from matrixrl.workflows.base import Episode, Turn, lockstep
+
+    def play(problem, group, roles):
+        """Asks ``roles`` in turn, each prompt naming the play; a play with no roles asks nothing."""
+        episode = Episode(problem=problem, group=group)
+        for role in roles:
+            prompt = f"{problem.question}:{role}"
+            completion = yield role, prompt
+            episode.turns.append(Turn(role, f"{role}0", 0, prompt, completion))
+        return episode
+
+    scripts = [("a", "b"), ("b", "a", "a"), (), ("a",)]
+    gen = FakeGenerate(lambda role, prompt, k: f"{prompt}/{k}")
+    episodes = lockstep([play(p, g, r) for p, g, r in zip(PROBLEMS, GROUPS, scripts)], gen)
+    q = [p.question for p in PROBLEMS]
+    # Round 1 asks a of plays 0 and 3, b of play 1, in the order roles first appear; round 2 ...
+    assert gen.calls == [
+        ("a", [f"{q[0]}:a", f"{q[3]}:a"]),
+        ("b", [f"{q[1]}:b"]),
+        ("b", [f"{q[0]}:b"]),
+        ("a", [f"{q[1]}:a"]),
+        ("a", [f"{q[1]}:a"]),
+    ]
+    assert [[t.completion.text for t in e.turns] for e in episodes] == [
+        [f"{q[0]}:a/0", f"{q[0]}:b/1"],
+        [f"{q[1]}:b/0", f"{q[1]}:a/1", f"{q[1]}:a/2"],
+        [],
+        [f"{q[3]}:a/0"],
+    ]
+    assert [e.group for e in episodes] == GROUPS

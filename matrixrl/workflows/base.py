@@ -3,12 +3,15 @@
 A *role* owns parameters (``generator``, ``aggregator``, ...); an *agent* is one
 instance of a role inside an episode (``generator0``). A workflow turns a batch of
 problems into episodes by calling ``generate(role, prompts)`` once per role and
-stage for the whole batch, never once per episode. Its prompt style
-(``matrixrl.workflows.styles``) writes every prompt and reads every completion.
+stage for the whole batch, never once per episode (eval_opt writes one episode as a
+``Play`` and runs the batch's plays in ``lockstep``, which makes those calls). Its
+prompt style (``matrixrl.workflows.styles``) writes every prompt and reads every
+completion.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -64,6 +67,38 @@ class Episode:
 
 class Generate(Protocol):
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
+
+
+# One episode as a coroutine: yields (role, prompt) requests, is sent each one's
+# completion, returns the episode. ``lockstep`` runs a batch of them with one
+# ``generate`` call per role and round; bench/continuous_batching.py schedules the
+# same plays by continuous batching, to measure what that would gain.
+Play = Generator[tuple[str, str], Completion, Episode]
+
+
+def lockstep(plays: list[Play], generate: Generate) -> list[Episode]:
+    """Run ``plays`` round by round: each round gathers every unfinished play's request and
+    makes one ``generate`` call per role (rows in play order), as a staged workflow does."""
+    episodes: list[Episode | None] = [None] * len(plays)
+    requests: dict[int, tuple[str, str]] = {}
+
+    def advance(i: int, completion: Completion | None) -> None:
+        try:
+            requests[i] = plays[i].send(completion)
+        except StopIteration as stop:
+            episodes[i] = stop.value
+
+    for i in range(len(plays)):
+        advance(i, None)
+    while requests:
+        asked, by_role = dict(requests), {}
+        requests.clear()
+        for i, (role, _) in asked.items():
+            by_role.setdefault(role, []).append(i)
+        for role, members in by_role.items():
+            for i, completion in zip(members, generate(role, [asked[i][1] for i in members])):
+                advance(i, completion)
+    return episodes
 
 
 def parallel_turns(role: str, prompts: list[str], completions: list[Completion], size: int, n: int, answer) -> list[list[Turn]]:

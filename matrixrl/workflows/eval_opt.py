@@ -10,6 +10,10 @@ nothing), so an episode has at most ``max_iterations`` generator turns and
 ``max_iterations - 1`` evaluator turns, in the order
 ``generator0#0, evaluator0#0, generator0#1, evaluator0#1, ...``. The answer is the
 last draft's. ``max_iterations`` defaults to 3 for math tasks and 2 for code.
+
+An episode is written as a play (``play``, one episode's story from draft to answer);
+``run`` plays the batch in lockstep (``workflows.base.lockstep``), which makes the calls
+above.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
-from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings
+from matrixrl.workflows.base import Episode, Generate, Play, Turn, WorkflowBase, WorkflowSettings, lockstep
 from matrixrl.workflows.styles.compact import wrong_answer
 
 DEFAULT_ITERATIONS = {"math": 3, "code": 2}
@@ -41,36 +45,29 @@ class EvalOpt(WorkflowBase):
         return self.settings.max_iterations or DEFAULT_ITERATIONS[self.style.family]
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:
+        return lockstep([self.play(p, g) for p, g in zip(problems, groups)], generate)
+
+    def play(self, problem: Problem, group: int) -> Play:
+        """One episode: draft, then judge and refine until satisfied or out of attempts."""
         style, iterations = self.style, self.max_iterations
-        episodes = [Episode(problem=p, group=g) for p, g in zip(problems, groups)]
-        drafts_text = [""] * len(episodes)  # each episode's latest draft completion
-        active = list(range(len(episodes)))
-        prompts = [style.generator(p) for p in problems]
+        episode = Episode(problem=problem, group=group)
+        prompt = style.generator(problem)
         for attempt in range(iterations):
-            drafts = generate("generator", prompts)
-            for i, prompt, draft in zip(active, prompts, drafts):
-                answer = style.answer(draft.text)
-                episodes[i].turns.append(Turn("generator", "generator0", attempt, prompt, draft, answer=answer))
-                episodes[i].answer = answer
-                drafts_text[i] = draft.text
+            draft = yield "generator", prompt
+            episode.answer = style.answer(draft.text)
+            episode.turns.append(Turn("generator", "generator0", attempt, prompt, draft, answer=episode.answer))
             if attempt + 1 == iterations:
                 break
-            judge_prompts = [style.evaluator(episodes[i].problem, drafts_text[i]) for i in active]
-            verdicts = generate("evaluator", judge_prompts)
-            still, prompts = [], []
-            for i, prompt, verdict in zip(active, judge_prompts, verdicts):
-                episode = episodes[i]
-                satisfied, feedback = style.parse_verdict(verdict.text)
-                episode.turns.append(
-                    Turn("evaluator", "evaluator0", attempt, prompt, verdict, judged=episode.answer, approved=satisfied)
-                )
-                if not satisfied:
-                    still.append(i)
-                    prompts.append(style.refine(episode.problem, drafts_text[i], feedback))
-            active = still
-            if not active:
+            judge_prompt = style.evaluator(problem, draft.text)
+            verdict = yield "evaluator", judge_prompt
+            satisfied, feedback = style.parse_verdict(verdict.text)
+            episode.turns.append(
+                Turn("evaluator", "evaluator0", attempt, judge_prompt, verdict, judged=episode.answer, approved=satisfied)
+            )
+            if satisfied:
                 break
-        return episodes
+            prompt = style.refine(problem, draft.text, feedback)
+        return episode
 
     def warmstart_pairs(self, problems: list[Problem], rng: np.random.Generator) -> list[tuple[str, str]]:
         """Per problem: a draft; the evaluator on a right and on a wrong draft; a refine of the wrong one."""
