@@ -209,26 +209,18 @@ def step(model, rows: Rows, temperature: float | None, eos: int, pad: int, max_n
 
 
 def main() -> None:
+    from rollout import add_step_arguments, load_source, step_shape  # bench/rollout.py, beside this script
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
-    parser.add_argument("--problems", type=int, default=None, help="problems per step (default 16 tiny, 2 smollm2)")
-    parser.add_argument("--group", type=int, default=None, help="rollouts per problem (default 8 tiny, 4 smollm2)")
-    parser.add_argument("--tokens", type=int, default=None, help="max new tokens per turn (default 8 tiny, 24 smollm2)")
-    parser.add_argument("--warmstart", type=int, default=150, help="tiny: warm-start steps (0: random init)")
+    add_step_arguments(parser)
     parser.add_argument("--policy", choices=("shared", "isolated"), default="shared")
-    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    smol = args.model == "smollm2"
-    problems_per_step, group = args.problems or (2 if smol else 16), args.group or (4 if smol else 8)
-    max_new_tokens = args.tokens or (24 if smol else 8)
+    problems_per_step, group, max_new_tokens = step_shape(args)
     warnings.filterwarnings("ignore")
 
     import numpy as np
 
-    from rollout import tiny_base  # bench/rollout.py, beside this script
-
     from matrixrl.config import Policies
-    from matrixrl.models.hf import ModelSource, convert_smollm2
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks.arith import ArithTask
     from matrixrl.tasks.arith import Settings as ArithSettings
@@ -240,15 +232,9 @@ def main() -> None:
     torch.set_num_threads(1)
     task = ArithTask("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=16))
     with tempfile.TemporaryDirectory() as tmp:
-        if smol:
-            source = ModelSource("smollm2", str(convert_smollm2(None, log=lambda m: None)), pretrained=True)
-            label = "SmolLM2-135M-Instruct, chat prompts"
-        else:
-            tiny_base(Path(tmp) / "model", args.warmstart)
-            source = ModelSource("tiny-s", str(Path(tmp) / "model"))
-            label = f"tiny-s, compact prompts, {f'warm-started {args.warmstart} steps' if args.warmstart else 'random init'}"
+        source, label = load_source(args, Path(tmp))
         tokenizer = source.load_tokenizer()
-        workflow = build_workflow("eval_opt", None, build_style("chat" if smol else "compact", "math", tokenizer))
+        workflow = build_workflow("eval_opt", None, build_style("chat" if args.model == "smollm2" else "compact", "math", tokenizer))
         policy = build_policy(args.policy, source.load_model(), workflow.roles, Policies())
         passes: list[int] = []
         for model in {id(policy.model_for(r)): policy.model_for(r) for r in workflow.roles}.values():

@@ -114,8 +114,8 @@ def pass_cost(model, tokenizer, rows: int, few: int, repeats: int) -> float:
     return seconds(rows) / seconds(few)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options this benchmark shares with bench/continuous_batching.py: the model and one step's shape."""
     parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
     parser.add_argument("--problems", type=int, default=None, help="problems per step (default 16 tiny, 2 smollm2)")
     parser.add_argument("--group", type=int, default=None, help="rollouts per problem (default 8 tiny, 4 smollm2)")
@@ -123,6 +123,29 @@ def main() -> None:
     parser.add_argument("--warmstart", type=int, default=150, help="tiny: warm-start steps (0: random init)")
     parser.add_argument("--smollm2-dir", type=Path, default=None, help="converted SmolLM2 folder (default: the cache)")
     parser.add_argument("--repeats", type=int, default=3)
+
+
+def step_shape(args) -> tuple[int, int, int]:
+    """(problems per step, group size, max new tokens): the options, or the model's defaults."""
+    smol = args.model == "smollm2"
+    return args.problems or (2 if smol else 16), args.group or (4 if smol else 8), args.tokens or (24 if smol else 8)
+
+
+def load_source(args, tmp: Path):
+    """(the model's ``ModelSource``, a label for the header); tiny-s is built in ``tmp``."""
+    from matrixrl.models.hf import ModelSource, convert_smollm2
+
+    if args.model == "smollm2":
+        folder = convert_smollm2(args.smollm2_dir, log=lambda m: None)
+        return ModelSource("smollm2", str(folder), pretrained=True), "SmolLM2-135M-Instruct, chat prompts"
+    tiny_base(tmp / "model", args.warmstart)
+    init = f"warm-started {args.warmstart} steps" if args.warmstart else "random init"
+    return ModelSource("tiny-s", str(tmp / "model")), f"tiny-s, compact prompts, {init}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_arguments(parser)
     parser.add_argument("--workflows", default=None, help="comma-separated workflows to time (default: all)")
     args = parser.parse_args()
     smol = args.model == "smollm2"
@@ -131,16 +154,13 @@ def main() -> None:
     names = args.workflows.split(",") if args.workflows else list(WORKFLOWS)
     if unknown := sorted(set(names) - set(WORKFLOWS)):
         parser.error(f"--workflows: unknown {', '.join(unknown)}; choose from {', '.join(WORKFLOWS)}")
-    problems_per_step = args.problems or (2 if smol else 16)
-    group = args.group or (4 if smol else 8)
-    max_new_tokens = args.tokens or (24 if smol else 8)
+    problems_per_step, group, max_new_tokens = step_shape(args)
     warnings.filterwarnings("ignore")
 
     import numpy as np
     import torch
 
     from matrixrl.config import Policies
-    from matrixrl.models.hf import ModelSource, convert_smollm2
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks.arith import ArithTask
     from matrixrl.tasks.arith import Settings as ArithSettings
@@ -153,13 +173,7 @@ def main() -> None:
     task = ArithTask("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=16))
     shared_cache = rollout.prefilled_cache
     with tempfile.TemporaryDirectory() as tmp:
-        if smol:
-            source = ModelSource("smollm2", str(convert_smollm2(args.smollm2_dir, log=lambda m: None)), pretrained=True)
-            label = "SmolLM2-135M-Instruct, chat prompts"
-        else:
-            tiny_base(Path(tmp) / "model", args.warmstart)
-            source = ModelSource("tiny-s", str(Path(tmp) / "model"))
-            label = f"tiny-s, compact prompts, {f'warm-started {args.warmstart} steps' if args.warmstart else 'random init'}"
+        source, label = load_source(args, Path(tmp))
         tokenizer = source.load_tokenizer()
         style = build_style("chat" if smol else "compact", "math", tokenizer)
 
