@@ -113,9 +113,12 @@ def choose(scores: torch.Tensor, rows: Rows, temperature: float | None) -> torch
 
 
 @torch.no_grad()
-def serve(plays: list[Play], policy, tokenizer, *, max_new_tokens: int, temperature: float | None) -> list[Episode]:
+def serve(
+    plays: list[Play], policy, tokenizer, *, max_new_tokens: int, temperature: float | None, joins: list[int] | None = None
+) -> list[Episode]:
     """Run every play to its episode, all their turns decoded in running batches, one per
-    parameter set."""
+    parameter set. ``joins``, when given, gets the number of rows still decoding at each
+    time prompts joined (0: they started a batch)."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     episodes: list[Episode | None] = [None] * len(plays)
     queue: dict[str, list[tuple[int, str]]] = {}  # parameter set -> (play, prompt) waiting to join
@@ -140,6 +143,8 @@ def serve(plays: list[Play], policy, tokenizer, *, max_new_tokens: int, temperat
             if waiting and len(waiting) >= live:  # half the batch or more would be waiting: join
                 del queue[name]
                 new = prefill(model, tokenizer, waiting, max_new_tokens)
+                if joins is not None:
+                    joins.append(live)
                 if rows is not None:
                     rows.select(rows.live.nonzero().squeeze(1))
                 rows = new if rows is None else join(rows, new)
@@ -244,9 +249,9 @@ def main() -> None:
             generate = make_generate(policy, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature or 1.0, sample=temperature is not None)
             return lockstep([workflow.play(p, g) for p, g in zip(batch, groups)], generate)
 
-        def continuous(batch, groups, temperature):
+        def continuous(batch, groups, temperature, joins=None):
             plays = [workflow.play(p, g) for p, g in zip(batch, groups)]
-            return serve(plays, policy, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature)
+            return serve(plays, policy, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, joins=joins)
 
         print(
             f"{label}; eval_opt (max_iterations {workflow.max_iterations}), {args.policy} policy; {problems_per_step} problems "
@@ -256,6 +261,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {"staged": [], "continuous": []}
         counts: dict[str, list[tuple[int, int, int, int]]] = {"staged": [], "continuous": []}
         same = total = 0
+        joins: list[int] = []  # greedy: rows still decoding at each join
         for repeat in range(args.repeats + 1):  # the first repeat warms up
             rng = np.random.default_rng(repeat)
             batch = [p for p in task.train_problems(rng, problems_per_step) for _ in range(group)]
@@ -272,7 +278,8 @@ def main() -> None:
                 if repeat:
                     rates[name].append(tokens / seconds)
                     counts[name].append((len(passes), max(map(sum, lengths)), sum(map(len, lengths)), tokens))
-                greedy[name] = [[t.completion.completion_ids for t in e.turns] for e in run(batch, groups, None)]
+                greedy_episodes = staged(batch, groups, None) if name == "staged" else continuous(batch, groups, None, joins)
+                greedy[name] = [[t.completion.completion_ids for t in e.turns] for e in greedy_episodes]
             same += sum(a == b for a, b in zip(greedy["staged"], greedy["continuous"]))
             total += len(batch)
         for name, values in rates.items():
@@ -280,7 +287,11 @@ def main() -> None:
             print(f"{name:11s} {statistics.median(values):7.0f} {middle[0]:6d} {middle[1]:5d} {middle[2]:5d} {middle[3]:6d}")
         ratio = statistics.median(rates["continuous"]) / statistics.median(rates["staged"])
         print(f"continuous/staged tokens per second: {ratio:.2f}")
-        print(f"greedy: continuous batching and the staged rollout decoded the same turns in {same} of {total} episodes")
+        running = sum(live > 0 for live in joins)
+        print(
+            f"greedy: continuous batching and the staged rollout decoded the same turns in {same} of {total} episodes "
+            f"(prompts joined a running batch {running} times)"
+        )
 
 
 if __name__ == "__main__":

@@ -92,3 +92,27 @@ def skip_or_fail(what: str, reason: str, hint: str) -> None:
     if os.environ.get("CI", "").strip().lower() == "true":
         pytest.fail(f"{what} cannot run on CI: {reason}", pytrace=False)
     pytest.skip(f"{reason} ({hint})")
+
+
+@pytest.fixture
+def run_bench(monkeypatch, capsys):
+    """``run_bench(script, *args)``: runs ``bench/<script>`` as its command line would, in this
+    process, and returns the lines it printed. Benchmarks set torch to one thread; it is
+    restored after."""
+
+    def run(script: str, *args: str) -> list[str]:
+        import runpy
+        import sys
+
+        import torch
+
+        threads = torch.get_num_threads()
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        monkeypatch.syspath_prepend(str(REPO / "bench"))
+        try:
+            runpy.run_path(str(REPO / "bench" / script), run_name="__main__")
+        finally:
+            torch.set_num_threads(threads)
+        return capsys.readouterr().out.splitlines()
+
+    return run

@@ -7,11 +7,6 @@ matrixrl's decoder and transformers' generate sampled the same tokens in every r
 
 from __future__ import annotations
 
-import runpy
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
 # The table's columns, one word each (the header's "prompt tok", "new tok/s"... are two).
 COLUMNS = [
     "workflow", "calls", "compl", "tokens", "prompt", "new", "old", "plain_rate", "old/plain", "new/plain",
@@ -19,20 +14,10 @@ COLUMNS = [
 ]
 
 
-def test_the_rollout_bench_covers_every_workflow_and_decode_matches_generate(monkeypatch, capsys):
-    import torch
-
+def test_the_rollout_bench_covers_every_workflow_and_decode_matches_generate(run_bench):
     from matrixrl.workflows import WORKFLOWS
 
-    threads = torch.get_num_threads()
-    argv = ["rollout.py", "--problems", "2", "--group", "2", "--tokens", "3", "--warmstart", "0", "--repeats", "1"]
-    monkeypatch.setattr(sys, "argv", argv)
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    try:
-        runpy.run_path(str(REPO / "bench" / "rollout.py"), run_name="__main__")
-    finally:
-        torch.set_num_threads(threads)
-    lines = capsys.readouterr().out.splitlines()
+    lines = run_bench("rollout.py", "--problems", "2", "--group", "2", "--tokens", "3", "--warmstart", "0", "--repeats", "1")
     assert lines[1].split()[:2] == ["workflow", "calls"] and lines[1].split()[-5:] == COLUMNS[-5:]
     rows = {line.split()[0]: dict(zip(COLUMNS, line.split())) for line in lines[2 : 2 + len(WORKFLOWS)]}
     assert sorted(rows) == sorted(WORKFLOWS)
