@@ -54,6 +54,8 @@ SetOpt = Annotated[
 # Choices come from the lists report/ exports (it stays light for exactly this).
 TableName = Enum("TableName", {name: name for name in TABLE_NAMES}, type=str)
 OutputFormat = Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
+# Named in the help text, not the value column, which rich would fold at 80 columns.
+FORMAT_NAMES = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
 
 
 def user_errors(command):
@@ -106,7 +108,10 @@ def plan(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     profile: ProfileOpt = None,
     format: Annotated[
-        OutputFormat, typer.Option("--format", help="table: jobs per rule and per cell; the others list every job.")
+        OutputFormat,
+        typer.Option(
+            "--format", metavar="FORMAT", help=f"{FORMAT_NAMES}. table: jobs per rule and per cell; the others list every job."
+        ),
     ] = OutputFormat.table,
 ):
     """Preview every job of the grid, done or pending, without running anything.
@@ -419,8 +424,8 @@ TABLE_HELP = (
 @command
 def report(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
-    table: Annotated[TableName, typer.Option("--table", help=TABLE_HELP)] = TableName.summary,
-    format: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.table,
+    table: Annotated[TableName, typer.Option("--table", metavar="NAME", help=TABLE_HELP)] = TableName.summary,
+    format: Annotated[OutputFormat, typer.Option("--format", metavar="FORMAT", help=f"Output format: {FORMAT_NAMES}.")] = OutputFormat.table,
     group_by: Annotated[
         Optional[str],
         typer.Option("--group-by", metavar="AXIS[,AXIS]", help="Sort rows by these axes first (a rule between groups in the table format)."),
