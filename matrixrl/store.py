@@ -445,6 +445,7 @@ def engine_at(db_file: str | Path):
     def _pragmas(conn, _):
         # Concurrent readers (report) wait for the one writer rather than failing.
         conn.execute("PRAGMA busy_timeout = 30000")
+        conn.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)  # _refresh_keys's cell keys
 
     return engine
 
@@ -940,8 +941,7 @@ def _refresh_keys(session: Session, cells: set[str]) -> None:
     written before keeps its texts until a cell's next write: a different key, so that
     cell's record is computed once more."""
     listed = sorted(cells)
-    conn = session.connection()
-    conn.connection.driver_connection.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)
+    conn = session.connection()  # its engine's connections have sha256_hex (engine_at)
     for start in range(0, len(listed), _IN_CHUNK):
         chunk = tuple(listed[start : start + _IN_CHUNK])
         marks = ", ".join("?" * len(chunk))
