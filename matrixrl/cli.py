@@ -185,8 +185,10 @@ def plan(
         per_cell.add_row(cell_id, *values, _status(train), done(evals[cell_id]), *memory_done)
     out.print(per_cell)
     if n_runs != n_cells:
+        shared_runs = n_cells - n_runs
+        cells = "1 cell is" if shared_runs == 1 else f"{shared_runs} cells are"
         out.print(
-            f"{n_cells - n_runs} cells are another cell's run (a one-role workflow is the same computation "
+            f"{cells} another cell's run (a one-role workflow is the same computation "
             "under isolated as under shared); the report shows them under both."
         )
     out.print(_disk_line(cfg, profile), markup=False, soft_wrap=True)
@@ -347,7 +349,9 @@ def run(
             if event.kind in ("start", "finished", "failed"):
                 progress.update(bar, description=clock.describe(now))
             if event.kind == "progress":
-                progress.update(bar, completed=event.done, total=event.total)
+                # Snakemake counts its target rule `all` as a step; the bar counts the grid's jobs, as plan does.
+                jobs = max(event.total - 1, 1)
+                progress.update(bar, completed=min(event.done, jobs), total=jobs)
             elif event.kind == "failed":
                 failures.append(event)
             elif event.kind in ("nothing", "locked"):

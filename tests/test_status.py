@@ -216,6 +216,7 @@ def test_a_run_executes_what_plan_said_and_shares_step_0(copy):
     pending = sorted(_started(job) for job in planned if job["status"] == "pending")
     proc = matrixrl("run", "-c", str(config), "--cores", "2", *sets)
     assert sorted(jobs_started(proc)) == pending
+    assert f"{len(pending)}/{len(pending)}" in proc.stderr  # the progress bar counts the jobs plan listed
     assert {job["status"] for job in json.loads(matrixrl("plan", "-c", str(config), "--format", "json", *sets).stdout)} == {"done"}
     # Every cell's step 0 is its base model's one evaluation, whatever the cell's policy and seed.
     base = {}
