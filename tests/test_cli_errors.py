@@ -94,8 +94,14 @@ CASES = {
         "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'",
     ),
     "not-a-mapping": (lambda e: e.write_text("- grid\n"), (), "expected a mapping of sections (grid:, scales:, ...) at the top level"),
-    "set-unknown-key": (lambda e: None, ("--set", "train.stepz=4"), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
+    "set-unknown-key": (
+        lambda e: None,
+        ("--set", "train.stepz=4"),
+        f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}",
+    ),
     "set-wrong-type": (lambda e: None, ("--set", "grid.seed=[a]"), "grid.seed[0]: expected an integer (got 'a')"),
+    "set-section": (lambda e: None, ("--set", "train={steps: 0}"), "train.steps: must be greater than or equal to 1 (got 0)"),
+    "set-other-key": (lambda e: _edit(e, "  steps: 40\n", "  steps: 0\n"), ("--set", "train.lr=0.1"), "train.steps: must be greater than or equal to 1 (got 0)"),
 }
 OPTION_CASES = {
     "set-no-equals": (("--set", "train.steps"), "--set 'train.steps': expected dotted.key=VALUE, e.g. --set train.steps=4"),
@@ -126,8 +132,9 @@ def test_bad_config_is_one_line_exit_2(experiment: Path, command: str, case: str
             f"Error: {experiment}: not valid YAML at line 19, column 7: expected ',' or ']', but got ':' "
             "(while parsing a flow sequence that starts at line 17, column 9)"
         )
-    else:
-        assert line == f"Error: {experiment}: {message}"
+    else:  # a value a --set wrote is named with it, as the file may be right
+        behind = f" with --set {extra[1]!r}" if case in ("set-unknown-key", "set-wrong-type", "set-section") else ""
+        assert line == f"Error: {experiment}{behind}: {message}"
     assert not results_of(experiment).exists()
 
 

@@ -339,16 +339,16 @@ def test_set_below_a_scalar(raw: dict) -> None:
 
 def test_set_of_an_unknown_key_is_reported_by_validation(experiment: Path) -> None:
     assert load_error(experiment, sets=["train.stepz=4"]) == (
-        f"{experiment}: train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
+        f"{experiment} with --set 'train.stepz=4': train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
     )
 
 
 def test_set_of_a_wrong_type(experiment: Path) -> None:
     assert load_error(experiment, sets=["train.steps=[4]"]) == (
-        f"{experiment}: train.steps: expected an integer (got a list)"
+        f"{experiment} with --set 'train.steps=[4]': train.steps: expected an integer (got a list)"
     )
     assert load_error(experiment, sets=["train.steps="]) == (
-        f"{experiment}: train.steps: expected an integer (got an empty value)"
+        f"{experiment} with --set 'train.steps=': train.steps: expected an integer (got an empty value)"
     )
 
 
@@ -430,7 +430,7 @@ def test_too_few_distinct_problems_for_the_eval_set(experiment: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(experiment, sets=["tasks.arith.terms=2"])
     assert str(caught.value) == (
-        f"{experiment}: tasks.arith: n_eval 256 leaves too few training problems: digits=1, "
+        f"{experiment} with --set 'tasks.arith.terms=2': tasks.arith: n_eval 256 leaves too few training problems: digits=1, "
         "terms=2 give 100 distinct problems; keep n_eval at most 50 or raise digits or terms"
     )
 

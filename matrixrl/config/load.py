@@ -122,7 +122,7 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         apply_set(raw, assignment)
     for assignment in only:
         apply_only(raw, assignment)
-    config = validate(raw, source)
+    config = validate(raw, source, sets)
     base = path.resolve().parent
     scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
     tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
@@ -176,11 +176,28 @@ def _resolve_model_path(name: str, scale, base: Path, source: str):
     return scale
 
 
-def validate(raw: dict, source: str) -> Config:
-    """``raw`` (a parsed experiments file) as a :class:`Config`; a one-line ConfigError naming ``source`` if not."""
+def validate(raw: dict, source: str, sets: list[str] = ()) -> Config:
+    """``raw`` (a parsed experiments file) as a :class:`Config`; a one-line ConfigError naming ``source`` if not,
+    and the ``--set`` behind the value when one of ``sets`` wrote it (the file may be right)."""
     try:
         return check_sweeps(Config.model_validate(raw))
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except ValidationError as exc:
+        if assignment := _set_behind(exc, sets):
+            source = f"{source} with --set {assignment!r}"
         raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def _set_behind(err: ValidationError, sets: list[str]) -> str | None:
+    """The last of ``sets`` that wrote the value ``err`` is first about (or a section holding it), if any."""
+    loc = [str(part) for part in err.errors()[0]["loc"]]
+    if len(loc) > 2 and loc[0] in ("scales", "tasks"):
+        del loc[2]  # the discriminated union's kind tag, which a key path does not spell
+    for assignment in reversed(sets):
+        path, _ = parse_set(assignment)
+        if path[0] == "grid" and len(path) > 2:
+            path = ["grid", ".".join(path[1:])]  # an extra axis, as apply_set keys it
+        if loc[: len(path)] == path or path[: len(loc)] == loc:
+            return assignment
+    return None
