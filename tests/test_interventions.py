@@ -298,7 +298,7 @@ def test_bad_switches_are_one_line(experiment, assignment: str, message: str) ->
 
     with pytest.raises(ConfigError) as caught:
         load_config(experiment, sets=[assignment])
-    assert str(caught.value) == f"{experiment}: {message}"
+    assert str(caught.value) == f"{experiment} with --set {assignment!r}: {message}"
 
 
 def test_the_signals_up_to_the_onset_reach_the_diagnostics_and_mechanism_tables() -> None:

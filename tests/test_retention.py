@@ -275,18 +275,22 @@ def test_keep_checkpoints_is_a_runtime_setting(experiment: Path):
 @pytest.mark.parametrize(
     "sets, message",
     [
-        (["train.keep_checkpoints=some"], "train.keep_checkpoints: must be 'key' or 'all' (got 'some')"),
+        (
+            ["train.keep_checkpoints=some"],
+            "FILE with --set 'train.keep_checkpoints=some': train.keep_checkpoints: must be 'key' or 'all' (got 'some')",
+        ),
         (
             ["grid.train.keep_checkpoints=[key, all]"],
-            "grid.train.keep_checkpoints: a runtime setting (it changes no result), so it cannot be an axis; "
+            "FILE: grid.train.keep_checkpoints: a runtime setting (it changes no result), so it cannot be an axis; "
             "set it with --set train.keep_checkpoints=VALUE",
         ),
     ],
 )
 def test_a_bad_keep_checkpoints_is_one_line_naming_the_key(experiment: Path, sets, message):
+    """A value a --set wrote is named with it; an axis is the file's."""
     with pytest.raises(ConfigError) as info:
         load_config(experiment, sets=sets)
-    assert str(info.value) == f"{experiment}: {message}"
+    assert str(info.value) == message.replace("FILE", str(experiment))
 
 
 # --- the disk estimate ----------------------------------------------------------------------

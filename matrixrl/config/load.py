@@ -198,6 +198,6 @@ def _set_behind(err: ValidationError, sets: list[str]) -> str | None:
         path, _ = parse_set(assignment)
         if path[0] == "grid" and len(path) > 2:
             path = ["grid", ".".join(path[1:])]  # an extra axis, as apply_set keys it
-        if loc[: len(path)] == path or path[: len(loc)] == loc:
+        if loc and (loc[: len(path)] == path or path[: len(loc)] == loc):  # an error of the whole file is the file's
             return assignment
     return None
