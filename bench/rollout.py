@@ -33,6 +33,11 @@ bound by per-pass overheads or by reading the weights. Where a pass over fewer r
 costs less, as on CPUs, a workflow can pass it; the line under the table says how far
 this machine is from flat (a pass over the reference's rows against one over 4).
 
+A second table splits the new path's time for one rollout step: its forward calls that
+read prompts (``prefill``, with the prompt positions they read), its decoding passes (one
+token per row) and the rest (tokenizing, sampling, the workflow's own work), which tells
+what a faster schedule could still win (the decoding passes) from work the prompts force.
+
 Models: tiny-s (compact prompts; ``--warmstart N`` steps of the arith warm-start
 first, so that answers end at EOS and agree as a trained model's do; 0 keeps the
 random init, whose every completion runs to the maximum length), or SmolLM2-135M-
@@ -91,6 +96,34 @@ def fewest_passes(episodes, stage_of: dict[int, int]) -> int:
             longest[stage] = max(longest.get(stage, 0), len(turn.completion.completion_ids))
         chains.append(sum(longest.values()))
     return max(chains)
+
+
+class ForwardClock:
+    """CPU seconds of a model's forward calls, by kind: ``prefill`` (a call reading more than one
+    position per row: prompts) and ``decode`` (one position per row); on only while ``on``."""
+
+    def __init__(self, model) -> None:
+        self.on = False
+        self.reset()
+        model.register_forward_pre_hook(self._began, with_kwargs=True)
+        model.register_forward_hook(self._ended, with_kwargs=True)
+
+    def reset(self) -> None:
+        self.seconds = {"prefill": 0.0, "decode": 0.0}
+        self.calls = {"prefill": 0, "decode": 0}
+        self.positions = 0  # prompt positions prefilled
+
+    def _began(self, module, args, kwargs) -> None:
+        if self.on:
+            self._start = time.process_time()
+
+    def _ended(self, module, args, kwargs, output) -> None:
+        if self.on:
+            rows, width = kwargs["input_ids"].shape
+            kind = "prefill" if width > 1 else "decode"
+            self.seconds[kind] += time.process_time() - self._start
+            self.calls[kind] += 1
+            self.positions += rows * width if width > 1 else 0
 
 
 def pass_cost(model, tokenizer, rows: int, few: int, repeats: int) -> float:
@@ -185,6 +218,7 @@ def main() -> None:
         )
         differ = []  # workflows whose rollouts decode and generate sampled differently
         widest = 0  # the most rows of a reference call
+        splits = []  # per workflow: (name, total, prefill, decode seconds, prompt positions, decoding passes)
         for name in names:
             workflow = build_workflow(name, None, style)
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
@@ -195,6 +229,7 @@ def main() -> None:
             passes: list[int] = []
             model = policy.model_for(workflow.roles[0])
             model.register_forward_pre_hook(lambda module, args: passes.append(1))
+            clock = ForwardClock(model)
 
             def counted(role, prompts, generate=new):
                 calls.append(list(prompts))
@@ -210,6 +245,7 @@ def main() -> None:
                 return seconds, [t.completion for e in done for t in e.turns] if hasattr(done[0], "turns") else done
 
             rates: dict[str, list[float]] = {"new": [], "old": [], "plain": [], "same": [], "unshared": []}
+            split: list[tuple] = []  # per repeat: total, prefill, decode seconds, prompt positions, decoding passes
             for repeat in range(args.repeats + 1):  # the first repeat warms up
                 rng = np.random.default_rng(repeat)
                 batch = [p for p in task.train_problems(rng, problems_per_step) for _ in range(group)]
@@ -218,8 +254,13 @@ def main() -> None:
                 measured = {}
                 torch.manual_seed(repeat)
                 passes.clear()
+                clock.reset()
+                clock.on, began = True, time.process_time()
                 episodes = workflow.run(batch, groups, counted)  # counted apart from the timing
+                clock.on, seconds = False, time.process_time() - began
                 new_passes, min_passes = len(passes), fewest_passes(episodes, stage_of)
+                if repeat:
+                    split.append((seconds, clock.seconds["prefill"], clock.seconds["decode"], clock.positions, clock.calls["decode"]))
                 torch.manual_seed(repeat)
                 calls.clear()
                 measured["new"] = timed(lambda: workflow.run(batch, groups, counted))
@@ -256,6 +297,15 @@ def main() -> None:
                 f"{new_passes:6d} {min_passes:4d} {plain_passes:5d} {flat_at_min:8.2f}"
             )
             widest = max(widest, n_completions)
+            total, prefill, decode_s, positions, decode_passes = (statistics.median(column) for column in zip(*split))
+            splits.append((name, total, prefill, decode_s, int(positions), int(decode_passes)))
+        print("where the new path's time goes, one rollout step (CPU ms; forward calls reading prompts, one token per row, the rest):")
+        print(f"{'workflow':13s} {'total':>7s} {'prefill':>7s} {'positions':>9s} {'decode':>7s} {'passes':>6s} {'other':>7s}")
+        for name, total, prefill, decode_s, positions, n_passes in splits:
+            other = total - prefill - decode_s
+            print(
+                f"{name:13s} {total * 1e3:7.1f} {prefill * 1e3:7.1f} {positions:9d} {decode_s * 1e3:7.1f} {n_passes:6d} {other * 1e3:7.1f}"
+            )
         print(f"a decoding pass over {widest} rows costs {pass_cost(model, tokenizer, widest, 4, args.repeats):.2f}x one over 4 (flat@min assumes 1)")
         print(f"new and old sampled the same tokens: {'in every rollout' if not differ else 'NOT in ' + ', '.join(sorted(set(differ)))}")
 
