@@ -35,8 +35,9 @@ this machine is from flat (a pass over the reference's rows against one over 4).
 
 A second table splits the new path's time for one rollout step: its forward calls that
 read prompts (``prefill``, with the prompt positions they read), its decoding passes (one
-token per row) and the rest (tokenizing, sampling, the workflow's own work), which tells
-what a faster schedule could still win (the decoding passes) from work the prompts force.
+token per row) and the rest (tokenizing, sampling, the workflow's own work), beside
+``at0.9``, the time the step may take for ``new/plain`` to reach 0.9. It tells what a
+faster schedule could still win (the decoding passes) from work the prompts force.
 
 Models: tiny-s (compact prompts; ``--warmstart N`` steps of the arith warm-start
 first, so that answers end at EOS and agree as a trained model's do; 0 keeps the
@@ -218,7 +219,7 @@ def main() -> None:
         )
         differ = []  # workflows whose rollouts decode and generate sampled differently
         widest = 0  # the most rows of a reference call
-        splits = []  # per workflow: (name, total, prefill, decode seconds, prompt positions, decoding passes)
+        splits = []  # per workflow: (name, total, prefill, decode seconds, prompt positions, decoding passes, seconds at 0.9)
         for name in names:
             workflow = build_workflow(name, None, style)
             policy = build_policy("shared", source.load_model(), workflow.roles, Policies())
@@ -298,13 +299,18 @@ def main() -> None:
             )
             widest = max(widest, n_completions)
             total, prefill, decode_s, positions, decode_passes = (statistics.median(column) for column in zip(*split))
-            splits.append((name, total, prefill, decode_s, int(positions), int(decode_passes)))
-        print("where the new path's time goes, one rollout step (CPU ms; forward calls reading prompts, one token per row, the rest):")
-        print(f"{'workflow':13s} {'total':>7s} {'prefill':>7s} {'positions':>9s} {'decode':>7s} {'passes':>6s} {'other':>7s}")
-        for name, total, prefill, decode_s, positions, n_passes in splits:
+            budget = tokens / (0.9 * rate["plain"])  # the step's time at 0.9 of the reference's tokens/s
+            splits.append((name, total, prefill, decode_s, int(positions), int(decode_passes), budget))
+        print(
+            "where the new path's time goes, one rollout step (CPU ms; forward calls reading prompts, one token per row, "
+            "the rest; at0.9: the step's time at 0.9 of plain's tokens/s):"
+        )
+        print(f"{'workflow':13s} {'total':>7s} {'prefill':>7s} {'positions':>9s} {'decode':>7s} {'passes':>6s} {'other':>7s} {'at0.9':>7s}")
+        for name, total, prefill, decode_s, positions, n_passes, budget in splits:
             other = total - prefill - decode_s
             print(
-                f"{name:13s} {total * 1e3:7.1f} {prefill * 1e3:7.1f} {positions:9d} {decode_s * 1e3:7.1f} {n_passes:6d} {other * 1e3:7.1f}"
+                f"{name:13s} {total * 1e3:7.1f} {prefill * 1e3:7.1f} {positions:9d} {decode_s * 1e3:7.1f} {n_passes:6d} "
+                f"{other * 1e3:7.1f} {budget * 1e3:7.1f}"
             )
         print(f"a decoding pass over {widest} rows costs {pass_cost(model, tokenizer, widest, 4, args.repeats):.2f}x one over 4 (flat@min assumes 1)")
         print(f"new and old sampled the same tokens: {'in every rollout' if not differ else 'NOT in ' + ', '.join(sorted(set(differ)))}")

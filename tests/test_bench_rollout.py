@@ -29,11 +29,11 @@ def test_the_rollout_bench_covers_every_workflow_and_decode_matches_generate(run
     assert rows["single"]["calls"] == "1" and rows["eval_opt"]["calls"] != "1"
     # The split of the new path's time: prompt reads and decoding passes are parts of the step's time.
     at = next(i for i, line in enumerate(lines) if line.startswith("where the new path's time goes"))
-    assert lines[at + 1].split() == ["workflow", "total", "prefill", "positions", "decode", "passes", "other"]
+    assert lines[at + 1].split() == ["workflow", "total", "prefill", "positions", "decode", "passes", "other", "at0.9"]
     split = {line.split()[0]: line.split()[1:] for line in lines[at + 2 : at + 2 + len(WORKFLOWS)]}
     assert sorted(split) == sorted(WORKFLOWS)
-    for name, (total, prefill, positions, decode, passes, other) in split.items():
-        assert float(prefill) > 0 and float(decode) > 0 and float(other) >= 0, name
+    for name, (total, prefill, positions, decode, passes, other, at_09) in split.items():
+        assert float(prefill) > 0 and float(decode) > 0 and float(other) >= 0 and float(at_09) > 0, name
         assert abs(float(total) - float(prefill) - float(decode) - float(other)) < 0.2, name
         assert 0 < int(passes) <= int(rows[name]["passes"]) and int(positions) > 0, name
     assert lines[-1] == "new and old sampled the same tokens: in every rollout"
