@@ -16,7 +16,9 @@ Deviations from textbook GRPO, all deliberate:
   from the second pass on. There are no mini-batches: each pass is one optimizer
   step per parameter set over the whole step. The gradient diagnostics describe
   the first pass (the on-policy gradient).
-- No KL penalty and no reference model (as DAPO and TRL's default ``beta=0``).
+- No KL penalty and no reference model by default (as DAPO and TRL's default
+  ``beta=0``); ``train.kl_beta`` switches on the study's KL anchor to the base model
+  (matrixrl.train.interventions), per role if asked.
 - Token-mean aggregation over the whole step (DAPO), not a per-sequence mean.
 - Asymmetric clipping ``epsilon_low=0.2`` / ``epsilon_high=0.28`` (DAPO's clip-higher).
 
