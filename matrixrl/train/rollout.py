@@ -27,8 +27,8 @@ Three ways to pick tokens: sampling from torch's global generator (training; eac
 step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperature
 above 0): the Gumbel-max trick with noise hashed from (seed, call, row, position,
 token). Keyed samples are a pure function of the seed and of each prompt's place in
-the workflow's calls, so they do not depend on the batch size, on other threads
-(evaluations run as threads of one process) or on anything drawn before.
+the workflow's calls, so they do not depend on the batch size, on the order of
+evaluations or on anything drawn before.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ class EntropyRecorder(LogitsProcessor):
 # Prompts that share a prefix of at least this many tokens have it encoded once. Below
 # it the saving (the prefix's tokens times the other prompts) is less than the extra
 # forward call costs on CPU (a call of a few rows of tiny-s costs what ~100 token
-# positions do), and every compact-style prompt (tiny models) is shorter, so those keep
-# the exact layout their recorded results were decoded with.
+# positions do). Compact-style prompts (tiny models) share far less (a default question is at
+# most 14 tokens), so they keep the exact layout their recorded results were decoded with.
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
