@@ -771,6 +771,8 @@ def profile_config(profile: Path) -> dict:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ProfileError(f"--profile {profile}: no config.yaml in it; see profiles/slurm/ for an example")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8")
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)}); fix its syntax")
     if not isinstance(raw, dict):

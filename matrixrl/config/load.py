@@ -22,6 +22,25 @@ from matrixrl.errors import ConfigError, DataError
 from matrixrl.tasks.files import locate
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names a key twice (YAML would silently keep the last)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: in an experiments
+    file the second ``steps:`` under ``train:`` would silently win."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                mark = key_node.start_mark
+                raise DuplicateKeyError(f"{key!r} is given twice in one mapping (line {mark.line + 1}); keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_set(assignment: str) -> tuple[list[str], Any]:
     key, sep, raw = assignment.partition("=")
     path = [part.strip() for part in key.split(".")]
@@ -103,10 +122,14 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; pass -c PATH or create experiments.yaml")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); save it as UTF-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read it ({exc.strerror})")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{source}: {exc}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -120,10 +143,19 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         raise ConfigError(f"{source}: expected a mapping of sections (grid:, scales:, ...) at the top level")
     for assignment in sets:
         apply_set(raw, assignment)
+    narrowed: dict[str, str] = {}
     for assignment in only:
+        axis = parse_only(assignment)[0]
+        if axis in narrowed:  # two narrowings of one axis would intersect, which is never what is meant
+            values = ",".join(parse_only(narrowed[axis])[1] + parse_only(assignment)[1])
+            raise ConfigError(f"--only {axis} is given twice; list the values in one: --only {axis}={values}")
+        narrowed[axis] = assignment
         apply_only(raw, assignment)
     config = validate(raw, source, sets)
     base = path.resolve().parent
+    results = base / config.results_dir
+    if results.exists() and not results.is_dir():
+        raise ConfigError(f"{source}: results_dir: {results} is a file, not a folder; point results_dir at a folder")
     scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
     tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
     return config.model_copy(

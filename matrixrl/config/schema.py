@@ -87,7 +87,8 @@ class Train(Strict):
     """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
 
     steps: int = Field(
-        40, ge=1, description="training steps per cell; each rolls out problems_per_step × group_size episodes"
+        40, ge=1, le=1_000_000,  # a bound, not a guess at use: past it the step lists alone exhaust memory
+        description="training steps per cell; each rolls out problems_per_step × group_size episodes",
     )
     eval_every: int = Field(
         10, ge=1, description="checkpoint and evaluate every N steps; step 0 (the base model) and the last step always"
