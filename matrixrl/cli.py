@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from matrixrl.errors import ConfigError, UserError, disk_error_message
+from matrixrl.errors import ConfigError, UserError, disk_error_message, os_error_line, output_named
 from matrixrl.report import FORMATS, TABLE_NAMES
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ def user_errors(command):
             err.print(f"Error: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code)
         except OSError as exc:
-            message = disk_error_message(exc)
+            # A full disk or a permission problem, with its fix; else any OS error about a path.
+            message = disk_error_message(exc) or os_error_line(exc)
             if message is None:
                 raise
             err.print(f"Error: {message}", markup=False, soft_wrap=True)
@@ -142,7 +144,10 @@ def plan(
 
         from matrixrl.report.formats import render
 
-        print(render(pd.DataFrame(jobs), format.value), end="")
+        frame = pd.DataFrame(jobs)
+        if "step" in frame:  # whole numbers, blank where a job has none (not 10.0 and NaN)
+            frame["step"] = frame["step"].astype("Int64")
+        print(render(frame, format.value), end="")
         return
     from matrixrl import grid as G
 
@@ -526,6 +531,8 @@ def report(
         raise ConfigError("--against sets the control of the compare table printed; leave out --html and --plots")
     if (columns is not None or wide) and (html is not None or plots_dir is not None):
         raise ConfigError("--columns and --wide choose the printed table's columns (the HTML page has every one); leave them out with --html and --plots")
+    if (html is not None or plots_dir is not None) and (table != TableName.summary or format != OutputFormat.table):
+        raise ConfigError("--table and --format choose the printed table (the HTML page has every table); leave them out with --html and --plots")
     if html is not None or plots_dir is not None:
         from matrixrl.report.html import write_report
 
@@ -605,9 +612,13 @@ def plot(
     from matrixrl.study import Study
 
     study = Study.load(config, only=only or [], set=set_ or [])
+    named_out = out_dir is not None  # else the results folder's, whose errors name results_dir
     out_dir = out_dir or study.results_dir / PLOTS_DIR
     check_out_dir(out_dir, "--out")
-    for path in write_pngs(study_figures(study.plot_data(), cell or [], lines), out_dir):
+    figures = study_figures(study.plot_data(), cell or [], lines)
+    with output_named("--out", out_dir) if named_out else contextlib.nullcontext():
+        written = write_pngs(figures, out_dir)
+    for path in written:
         print(path)
 
 
@@ -655,7 +666,8 @@ def export(
     if tracker is Tracker.tensorboard and (project is not None or group is not None):
         raise ConfigError("--project and --group name W&B runs; leave them out with tensorboard")
     study = Study.load(config, only=only or [], set=set_ or [])
-    summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
+    with output_named("--out", out_dir) if out_dir is not None else contextlib.nullcontext():
+        summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
     if summary.removed:
         err.print(f"Removed {len(summary.removed)} files an interrupted export left (their results are written again).", markup=False)
     out.print(summary.line(), markup=False)
@@ -690,7 +702,8 @@ def convert_smollm2_command(
     """
     from matrixrl.models.hf import convert_smollm2
 
-    folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
+    with output_named("--to", to) if to is not None else contextlib.nullcontext():
+        folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
     err.print(f"Use it as a scale: {{kind: hf, path: {folder}, prompt_style: chat}}", markup=False)
     print(folder)
 

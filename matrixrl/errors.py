@@ -122,6 +122,49 @@ def disk_errors_named(path: Path, what: str = ""):
         raise DiskError(f"{prefix}: {cause[1]}", cause[1]) from exc
 
 
+# Why a path the user named cannot be written, by errno: the OS's words say less.
+_PATH_REASONS = {
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file is where a folder must go",
+    errno.EISDIR: "it is a folder, where a file must go",
+    errno.ENAMETOOLONG: "a name in it is too long for the file system",
+    errno.ELOOP: "it loops through symbolic links",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+}
+
+
+def os_error_line(exc: OSError) -> str | None:
+    """One line for an OS error about a path (``PATH: why``), or None when it names no path."""
+    if exc.filename is None:
+        return None
+    why = _PATH_REASONS.get(exc.errno, (exc.strerror or str(exc)).lower())
+    return f"{exc.filename}: {why}"
+
+
+@contextlib.contextmanager
+def output_named(option: str, path: Path):
+    """Writes to a path the user gave with ``option`` (``--html``, ``--out``...): any OS error
+    inside, a full disk or a permission problem too, becomes one line naming the option,
+    the path and why, with the fix: another path (not results_dir, which it is not)."""
+    try:
+        yield
+    except (OSError, DiskError) as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:  # a DiskError without an OS error behind it: its own words
+            raise
+        why = _PATH_REASONS.get(cause.errno, (cause.strerror or str(cause)).lower())
+        # A file in the way on the path is worth naming; a temporary file beside it is not.
+        blocked = cause.filename and Path(cause.filename) in Path(path).parents
+        where = f" ({cause.filename})" if blocked else ""
+        raise DiskError(f"{option} {path}: cannot write there{where}: {why}; choose another path", "choose another path") from exc
+
+
 def disk_error_in_text(text: str) -> DiskError | None:
     """The :class:`DiskError` of an OS error another process reported as text
     (``OSError: [Errno 30] Read-only file system: 'PATH'``), if ``text`` holds one."""

