@@ -367,11 +367,14 @@ def test_a_results_dir_that_is_a_file_is_named(experiment: Path) -> None:
         )
 
 
-def test_one_axis_narrowed_twice_says_to_list_the_values_once(experiment: Path) -> None:
+def test_one_axis_narrowed_twice_names_the_earlier_narrowing(experiment: Path) -> None:
     assert_user_error(
         run_cli("plan", "-c", experiment, "--only", "workflow=single", "--only", "workflow=voting"),
-        "--only workflow is given twice; list the values in one: --only workflow=single,voting",
+        "--only 'workflow=voting': voting not left by --only 'workflow=single', which narrowed grid.workflow first "
+        "(repeated --only options intersect); give the values in one: --only workflow=V1,V2",
     )
+    narrowed = run_cli("plan", "-c", experiment, "--only", "workflow=single,voting", "--only", "workflow=voting", "--format", "json")
+    assert {job["cell"].split("-")[0] for job in json.loads(narrowed.stdout) if job["cell"]} == {"voting"}
 
 
 def test_a_step_count_past_the_bound_is_a_config_error_not_a_crash(experiment: Path) -> None:

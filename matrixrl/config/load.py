@@ -92,7 +92,9 @@ def parse_only(assignment: str) -> tuple[str, list[str]]:
     return axis, wanted
 
 
-def apply_only(raw: dict, assignment: str) -> None:
+def apply_only(raw: dict, assignment: str, earlier: str | None = None) -> None:
+    """Narrow ``raw``'s grid to ``assignment``'s values; ``earlier``: an --only that narrowed
+    the same axis before (the two intersect), named when a value is not left."""
     axis, wanted = parse_only(assignment)
     grid = raw.get("grid")
     values = grid.get(axis) if isinstance(grid, dict) else None
@@ -105,6 +107,11 @@ def apply_only(raw: dict, assignment: str) -> None:
         return  # validation will report the missing axis
     by_text = {spelled(v): v for v in values}
     missing = [w for w in wanted if w not in by_text]
+    if missing and earlier is not None:
+        raise ConfigError(
+            f"--only {assignment!r}: {', '.join(missing)} not left by --only {earlier!r}, which narrowed "
+            f"grid.{axis} first (repeated --only options intersect); give the values in one: --only {axis}=V1,V2"
+        )
     if missing:
         raise ConfigError(
             f"--only {assignment!r}: {', '.join(missing)} not in grid.{axis} "
@@ -143,14 +150,10 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         raise ConfigError(f"{source}: expected a mapping of sections (grid:, scales:, ...) at the top level")
     for assignment in sets:
         apply_set(raw, assignment)
-    narrowed: dict[str, str] = {}
+    narrowed: dict[str, str] = {}  # axis -> the --only that narrowed it first: a later one narrows further
     for assignment in only:
-        axis = parse_only(assignment)[0]
-        if axis in narrowed:  # two narrowings of one axis would intersect, which is never what is meant
-            values = ",".join(parse_only(narrowed[axis])[1] + parse_only(assignment)[1])
-            raise ConfigError(f"--only {axis} is given twice; list the values in one: --only {axis}={values}")
-        narrowed[axis] = assignment
-        apply_only(raw, assignment)
+        apply_only(raw, assignment, narrowed.get(parse_only(assignment)[0]))
+        narrowed.setdefault(parse_only(assignment)[0], assignment)
     config = validate(raw, source, sets)
     base = path.resolve().parent
     results = base / config.results_dir
