@@ -39,6 +39,12 @@ class ResultFileError(UserError):
     """A result file (``train.json``, an evaluation) that cannot be read or validated."""
 
 
+class DivergedError(UserError):
+    """A training whose loss, gradient or reward stopped being a number."""
+
+    exit_code = 1
+
+
 class ProfileError(UserError):
     """A Snakemake profile that cannot be used."""
 

@@ -74,3 +74,27 @@ def test_metrics_are_recorded_for_every_step(trained):
         assert row["step"] == i
         assert row["grad_norm"] > 0 and np.isfinite(row["loss"])
         assert row["entropy"] > 0 and row["response_length"] >= 1
+
+
+def test_a_training_whose_numbers_stop_being_numbers_fails_with_one_line(tmp_path, request):
+    """A NaN in the model reaches the step's metrics; no result file could hold them, so
+    the job stops with the cell, the step and the fix, and writes no checkpoint past step 0."""
+    from safetensors.torch import save_file
+
+    from matrixrl.errors import DivergedError
+
+    config_path = tmp_path / "experiments.yaml"
+    config_path.write_text((request.config.rootpath / "experiments.yaml").read_text())
+    cfg = load_config(config_path, sets=["scales.tiny-s.warmstart.steps=5", "train.steps=2", "train.eval_every=2"])
+    base = tmp_path / "base"
+    prepare_base(base_spec(cfg, "tiny-s"), base / "model", base / "base.json", log=lambda m: None)
+    weights = load_file(base / "model" / "model.safetensors")
+    name = next(k for k in weights if "layers.1.mlp.down_proj" in k)
+    weights[name][0, 0] = float("nan")
+    save_file(weights, base / "model" / "model.safetensors", metadata={"format": "pt"})
+    cell = Cell("single", "arith", "tiny-s", "shared", 0)
+    with pytest.raises(DivergedError) as caught:
+        train_cell(cell_spec(cfg, cell), base / "model", tmp_path / "cell", log=lambda m: None)
+    assert str(caught.value).startswith(f"{cell.id}: training diverged at step 1: ")
+    assert str(caught.value).endswith("is nan; lower train.lr (docs/lr-sweep.md) or train.max_grad_norm, or check that the model's weights are finite")
+    assert sorted(p.name for p in (tmp_path / "cell" / "checkpoints").iterdir()) == ["step_0"]

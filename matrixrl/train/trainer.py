@@ -35,6 +35,7 @@ where it stopped, and any other change of a training setting starts afresh.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ import torch
 
 from matrixrl import atomic
 from matrixrl.config import Train
-from matrixrl.errors import disk_errors_named
+from matrixrl.errors import DivergedError, disk_errors_named
 from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
 from matrixrl.layout import checkpoint_dir, checkpoints_dir
 from matrixrl.models.policies import Policy
@@ -214,6 +215,7 @@ def train_cell(
     )
     for step in range(start, cfg.steps):
         row, step_roles, step_diagnostics = grpo_step(run, step)
+        check_finite(spec.cell.id, row)
         roles.extend(step_roles)
         diagnostics.extend(step_diagnostics)
         metrics.append(row)
@@ -232,6 +234,17 @@ def train_cell(
         "diagnostics": diagnostics,
         "roles": roles,
     }
+
+
+def check_finite(cell_id: str, row: dict) -> None:
+    """A step's metrics must be numbers: a NaN or infinite loss, gradient or reward means
+    the numerics failed (no result file can hold it), which a lower learning rate fixes."""
+    for field in ("loss", "grad_norm", "entropy", "reward_mean"):
+        if not math.isfinite(row[field]):
+            raise DivergedError(
+                f"{cell_id}: training diverged at step {row['step']}: {field} is {row[field]}; "
+                "lower train.lr (docs/lr-sweep.md) or train.max_grad_norm, or check that the model's weights are finite"
+            )
 
 
 @dataclass
