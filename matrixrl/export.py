@@ -36,6 +36,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import time
@@ -181,10 +182,16 @@ def read_state(out: Path, tracker: str) -> tuple[str, dict[str, CellState]] | No
             )
         return None
     try:
+        if path.is_dir():
+            raise ValueError("a folder, not a file")
         data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"{_json_type(data)}, not an object")
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"version {data.get('version')}")
-        cells = {cell: CellState(**state) for cell, state in data["cells"].items()}
+        if not isinstance(data["cells"], dict):
+            raise ValueError(f"cells: {_json_type(data['cells'])}, not an object")
+        cells = {cell: _cell_state(cell, state) for cell, state in data["cells"].items()}
         key, written = str(data["key"]), data["tracker"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ExportError(
@@ -193,6 +200,33 @@ def read_state(out: Path, tracker: str) -> tuple[str, dict[str, CellState]] | No
     if written != tracker:
         raise ExportError(f"--out {out}: holds a {written} export; pass another folder for {tracker}")
     return key, cells
+
+
+_STATE_TYPES = {"parts": dict, "files": list, "stamp": int, "generation": int, "next_step": int}
+"""The JSON type of each of a CellState's fields in the state file."""
+
+
+def _json_type(value) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number"}
+    return "null" if value is None else names.get(type(value), "a number")
+
+
+def _cell_state(cell: str, state) -> CellState:
+    """A cell's CellState from the state file; ValueError naming a field that is not what export writes."""
+    if not isinstance(state, dict):
+        raise ValueError(f"cells.{cell}: {_json_type(state)}, not an object")
+    for name, value in state.items():
+        wanted = _STATE_TYPES.get(name)
+        if wanted is not None and type(value) is not wanted:
+            raise ValueError(f"cells.{cell}.{name}: {_json_type(value)}, not {_json_type(wanted())}")
+    for part, digest in state.get("parts", {}).items():
+        if part.startswith("eval/") and not re.fullmatch(r"eval/step_[0-9]+", part):
+            raise ValueError(f"cells.{cell}.parts: {part!r} is no evaluation's part (eval/step_N)")
+        if not isinstance(digest, str):
+            raise ValueError(f"cells.{cell}.parts.{part}: {_json_type(digest)}, not a string")
+    if not all(isinstance(file, str) for file in state.get("files", [])):
+        raise ValueError(f"cells.{cell}.files: not a list of paths (strings)")
+    return CellState(**state)  # TypeError for a field it has not
 
 
 def write_state(out: Path, tracker: str, key: str, cells: Mapping[str, CellState]) -> None:

@@ -1,31 +1,53 @@
 """ResultModel files: what each job writes, read back with clear errors.
 
 Jobs never touch the store; each writes its own small JSON file atomically, and
-the ingest step reads them. A file that is unreadable or has the wrong shape
-raises ``ResultFileError`` naming the file and the fix.
+the ingest step reads them. A file that is unreadable, has the wrong shape, holds a
+value no job writes (a non-finite number, an accuracy outside [0, 1], a count below
+zero or beyond SQLite's 64-bit integers, more correct completions than completions)
+or names another result than its path does (``"step": 7`` in ``eval/step_1.json``)
+raises ``ResultFileError`` naming the file, the field and the fix.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from matrixrl import atomic
 from matrixrl.errors import ResultFileError
 
+INT64_MAX = 2**63 - 1
+"""The largest integer SQLite stores (the store holds every count and step)."""
+
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""A step, a count, a size: at least 0, and within SQLite's integers."""
+Positive = Annotated[int, Field(ge=1, le=INT64_MAX)]
+"""A count that is at least 1 (problems evaluated, samples per problem, a group's size)."""
+Fraction = Annotated[float, Field(ge=0, le=1)]
+"""An accuracy, a pass@j, a fraction: within [0, 1]."""
+NonNegative = Annotated[float, Field(ge=0)]
+"""Seconds, a length, a norm, a standard deviation or error."""
+
+
+_NAMED = "result_field"
+"""The error type of a model validator's error whose message names its field itself."""
+
 
 class ResultModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan: JSON has no NaN or Infinity; matrixrl writes a non-finite float as null,
+    # so one in a file was put there by hand (and a NaN cannot be stored: SQLite reads it as NULL).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class BaseResult(ResultModel):
     scale: str
-    params: int
+    params: Count
     warmstart_loss: float | None  # None for a pretrained (hf) scale: it is not warm-started
-    seconds: float
+    seconds: NonNegative
     model: str | None = None  # an hf scale's folder or hub id
     spec_digest: str | None = None  # BaseSpec.digest() of the spec it was prepared under
 
@@ -33,7 +55,7 @@ class BaseResult(ResultModel):
 class RoleMetric(ResultModel):
     """A role's own performance (see matrixrl.train.metrics); ``step`` only in training."""
 
-    step: int | None = None
+    step: Count | None = None
     role: str
     metric: str
     value: float
@@ -43,18 +65,27 @@ class EvalResult(ResultModel):
     """One checkpoint's evaluation (see matrixrl.jobs.evaluate)."""
 
     cell: str
-    step: int
-    accuracy: float  # mean pass@1 over problems and samples
-    n: int  # problems
-    n_correct: int  # correct completions, out of n * samples
-    seconds: float
+    step: Count
+    accuracy: Fraction  # mean pass@1 over problems and samples
+    n: Positive  # problems
+    n_correct: Count  # correct completions, out of n * samples
+    seconds: NonNegative
     roles: list[RoleMetric] = []
-    samples: int = 1  # completions per problem
-    se: float | None = None  # std of per-problem accuracies / sqrt(n); None in files written before it
-    pass_at: dict[str, float] = {}  # unbiased pass@j, j = "1", "2", "4", ... up to samples
+    samples: Positive = 1  # completions per problem
+    se: NonNegative | None = None  # std of per-problem accuracies / sqrt(n); None in files written before it
+    pass_at: dict[str, Fraction] = {}  # unbiased pass@j, j = "1", "2", "4", ... up to samples
     spec_digest: str | None = None  # CellSpec.eval_digest() of the spec it was computed under
     base_eval: str | None = None  # a step 0 copied from the base model's evaluation: its spec_digest
-    response_tokens: float | None = None  # mean completion tokens per episode, all turns; None before it was recorded
+    response_tokens: NonNegative | None = None  # mean completion tokens per episode, all turns; None before it was recorded
+
+    @model_validator(mode="after")
+    def _correct_within_completions(self):
+        if self.n_correct > self.n * self.samples:
+            raise PydanticCustomError(
+                _NAMED, "n_correct: {n_correct}, more than n * samples = {completions}",
+                {"n_correct": self.n_correct, "completions": self.n * self.samples},
+            )
+        return self
 
 
 class Retrieval(ResultModel):
@@ -62,7 +93,7 @@ class Retrieval(ResultModel):
 
     problem_id: str
     label: str  # the query's "category / subcategory"
-    entries: list[int]  # indices into the bank's entries, in the order shown
+    entries: list[Count]  # indices into the bank's entries, in the order shown
 
 
 class MemoryEvalResult(EvalResult):
@@ -70,7 +101,7 @@ class MemoryEvalResult(EvalResult):
 
     memory: str  # the mode (own, transfer, self_contrast, memcollab)
     bank: str  # the memory it read (its name: own-SCALE, self_contrast-SCALE, memcollab)
-    entries_mean: float  # entries shown per evaluation problem, mean
+    entries_mean: NonNegative  # entries shown per evaluation problem, mean
     retrievals: list[Retrieval] = []
 
 
@@ -79,10 +110,10 @@ class TrajectoriesResult(ResultModel):
 
     task: str
     scale: str
-    samples: int  # per problem: 1 greedy (or at memory.temperature), more sampled for self-contrast
+    samples: Positive  # per problem: 1 greedy (or at memory.temperature), more sampled for self-contrast
     trajectories: list[dict]  # matrixrl.memory.Trajectory.to_dict()
-    accuracy: float
-    seconds: float
+    accuracy: Fraction
+    seconds: NonNegative
     spec_digest: str | None = None
 
 
@@ -93,7 +124,7 @@ class LabelsResult(ResultModel):
     labeller: str
     labels: dict[str, dict]  # problem id -> matrixrl.memory.Label.to_dict()
     replies: dict[str, str]  # problem id -> the labeller's reply, as read
-    seconds: float
+    seconds: NonNegative
     spec_digest: str | None = None
 
 
@@ -105,8 +136,8 @@ class DistillPrompt(ResultModel):
     system: str
     user: str
     reply: str  # the prefilled prefix and what the distiller wrote after it
-    kept: int
-    dropped: dict[str, int] = {}
+    kept: Count
+    dropped: dict[str, Count] = {}
 
 
 class DistilledResult(ResultModel):
@@ -116,11 +147,11 @@ class DistilledResult(ResultModel):
     memory: str  # own-SCALE, self_contrast-SCALE, memcollab
     mode: str  # own, self_contrast, memcollab (transfer reads another model's own)
     distiller: str  # the scale that distilled
-    pairs: int
+    pairs: Count
     entries: list[dict]  # {text, problem_id, question, models, distiller}: Entry less label and mode
     prompts: list[DistillPrompt]
-    dropped: dict[str, int] = {}  # candidate lines dropped, by parse_entries' reason
-    seconds: float
+    dropped: dict[str, Count] = {}  # candidate lines dropped, by parse_entries' reason
+    seconds: NonNegative
     spec_digest: str | None = None
 
 
@@ -135,23 +166,23 @@ class BankResult(ResultModel):
 
 
 class StepMetrics(ResultModel):
-    step: int
+    step: Count
     reward_mean: float
-    reward_std: float
+    reward_std: NonNegative
     loss: float
     entropy: float
-    response_length: float
-    grad_norm: float
-    clip_fraction: float
-    group_size: int
-    seconds: float
-    completion_tokens: int = 0  # absent from files written before it was recorded
+    response_length: NonNegative
+    grad_norm: NonNegative
+    clip_fraction: Fraction
+    group_size: Positive
+    seconds: NonNegative
+    completion_tokens: Count = 0  # absent from files written before it was recorded
 
 
 class DiagnosticRow(ResultModel):
     """One gradient diagnostic of one update (see matrixrl.train.diagnostics)."""
 
-    step: int
+    step: Count
     kind: str
     role: str | None
     agent: str | None
@@ -161,8 +192,8 @@ class DiagnosticRow(ResultModel):
 
 class TrainResult(ResultModel):
     cell: str
-    axes: dict[str, str | int]
-    steps: int
+    axes: dict[str, str | int]  # the five axes of its cell (matrixrl.store checks them: config is no import here)
+    steps: Count
     spec_digest: str | None = None  # CellSpec.train_digest() of the spec it was trained under
     metrics: list[StepMetrics]
     diagnostics: list[DiagnosticRow] = []  # absent from files written before diagnostics existed
@@ -178,13 +209,64 @@ def write_result(path: Path, result: ResultModel) -> None:
 
 
 def read_result(path: Path, kind: type[R]) -> R:
+    """The result in ``path``; ResultFileError naming the file and the fix if it is missing,
+    unreadable, not a ``kind`` or another result than its path names (:func:`path_mismatch`)."""
     fix = "delete it and run `matrixrl run` to recompute it"
     try:
-        return kind.model_validate(json.loads(path.read_text()))
+        result = kind.model_validate(json.loads(path.read_text()))
     except FileNotFoundError:
         raise ResultFileError(f"{path}: result file is missing; run `matrixrl run` to compute it")
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ResultFileError(f"{path}: corrupt result file (not valid JSON); {fix}")
     except ValidationError as exc:
-        where = ".".join(map(str, exc.errors()[0]["loc"])) or "top level"
-        raise ResultFileError(f"{path}: corrupt result file ({where}: {exc.errors()[0]['msg']}); {fix}")
+        error = exc.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        problem = error["msg"] if error["type"] == _NAMED and not where else f"{where or 'top level'}: {error['msg']}"
+        raise ResultFileError(f"{path}: corrupt result file ({problem}); {fix}")
+    mismatch = path_mismatch(path, result)
+    if mismatch is not None:
+        raise ResultFileError(f"{path}: corrupt result file ({mismatch}); {fix}")
+    return result
+
+
+def path_mismatch(path: Path, result: ResultModel) -> str | None:
+    """What ``result`` names otherwise than its file's place in the results folder does
+    (``"step": 7`` in ``cells/CELL/eval/step_1.json``), in words; None if nothing.
+
+    A file's path says which result it is: a cell's files are under ``cells/CELL``, an
+    evaluation is ``step_N.json`` of its step (a base model's is step 0), a memory's
+    files are under ``memory/TASK``, named by their scale and samples or their bank (see
+    matrixrl.layout). The store keys a result by what it holds, so one that disagrees
+    would be stored as another result than its file's. A file elsewhere is not checked."""
+    parts = Path(path).parts
+    stem = Path(path).stem
+
+    def at(*pattern: str | None) -> bool:  # the path ends in ``pattern`` (None: any name)
+        tail = parts[-len(pattern) :]
+        return len(parts) >= len(pattern) and all(p is None or p == t for p, t in zip(pattern, tail))
+
+    said: dict[str, str] = {}  # field -> the value its path says
+    if isinstance(result, EvalResult):
+        if isinstance(result, MemoryEvalResult) and at("cells", None, "memory", None, None):
+            said = {"cell": parts[-4], "memory": parts[-2], "step": stem.removeprefix("step_")}
+        elif isinstance(result, MemoryEvalResult) and at("base", None, "memory", None, None):
+            said = {"bank": parts[-2]}
+        elif at("cells", None, "eval", None):
+            said = {"cell": parts[-3], "step": stem.removeprefix("step_")}
+        if at("base", None, "eval", None) or at("base", None, "memory", None, None):
+            if result.step != 0:
+                return f"step: {result.step}, but a base model's evaluation is step 0"
+    elif isinstance(result, TrajectoriesResult) and at("memory", None, "trajectories", None):
+        said = {"task": parts[-3], "scale and samples": stem}
+    elif isinstance(result, LabelsResult) and at("memory", None, "labels.json"):
+        said = {"task": parts[-2]}
+    elif isinstance(result, (DistilledResult, BankResult)) and at("memory", None, None, None):
+        said = {"task": parts[-3], "memory": stem}
+    elif "cell" in type(result).model_fields and at("cells", None, None):  # train.json, retained.json
+        said = {"cell": parts[-2]}
+    for field, text in said.items():
+        held = f"{result.scale}-k{result.samples}" if field == "scale and samples" else getattr(result, field)
+        if str(held) != text:
+            shown = text if field == "step" and text.isdigit() else json.dumps(text)
+            return f"{field}: {json.dumps(held)}, but its path says {shown}"
+    return None

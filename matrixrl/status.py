@@ -297,10 +297,10 @@ def _own_reason(results: Path, job: Job, incomplete: set[str]) -> str | None:
         return "missing"
     if job.output in incomplete:
         return "incomplete"
-    if recorded is None:
-        return "unreadable"
-    if job.rule == "analyse" and not isinstance(recorded, dict):
+    if job.rule == "analyse" and isinstance(recorded, list):
         return "changed"  # a summary from before it recorded what it was computed from
+    if not isinstance(recorded, dict):  # not JSON, or JSON but not an object (``[]``): no result file
+        return "unreadable"
     digest = recorded.get("spec_digest")
     if digest is None:
         return None if _params_unchanged(results, job) else "changed"

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, get_args
+from typing import Annotated, TypeVar, get_args, get_origin
 
 import pandas as pd
 import sqlalchemy.exc
@@ -67,6 +67,7 @@ from matrixrl.config import AXES
 from matrixrl.errors import ConfigError, DiskError, ResultFileError, UserError, disk_errors_named
 from matrixrl.layout import STORE_FILE, store_path
 from matrixrl.results import (
+    INT64_MAX,
     BankResult,
     DiagnosticRow,
     DistilledResult,
@@ -135,7 +136,8 @@ def _result_columns(model: type[BaseModel], keys: Sequence[str] = (), exclude: S
         if name in exclude:
             continue
         members = get_args(field.annotation) or (field.annotation,)
-        scalar = [m for m in members if m is not type(None)]
+        # A bounded type (matrixrl.results.Count, ...) is its plain type annotated with its bounds.
+        scalar = [get_args(m)[0] if get_origin(m) is Annotated else m for m in members if m is not type(None)]
         if len(scalar) != 1 or scalar[0] not in _SQL_TYPES:
             raise TypeError(f"{model.__name__}.{name}: no SQL column for {field.annotation}; exclude it or store it in its own table")
         nullable = type(None) in members and name not in keys
@@ -765,6 +767,8 @@ def _record(kind, data, where: str):
             value = data.get(field)
             if field in data and (not isinstance(value, wanted) or (wanted is int and isinstance(value, bool))):
                 raise ValueError(f"{field} must be a {wanted.__name__}, not {type(value).__name__}")
+            if wanted is int and field in data and not 0 <= value <= INT64_MAX:
+                raise ValueError(f"{field} must be within [0, {INT64_MAX}], not {value}")
         return record
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{where}: {exc}") from None
@@ -780,7 +784,9 @@ def _check_records(result: Result) -> None:
                 raise ValueError(f"{what} {key!r} given twice")
             seen.add(key)
 
-    if isinstance(result, MemoryEvalResult):
+    if isinstance(result, TrainResult):
+        _check_axes(result)
+    elif isinstance(result, MemoryEvalResult):
         unique([r.problem_id for r in result.retrievals], "retrievals: problem")
         for r in result.retrievals:
             if any(e < 0 for e in r.entries):
@@ -797,6 +803,20 @@ def _check_records(result: Result) -> None:
             _record(Label, data["label"], f"entries.{i}.label")
             if not all(isinstance(m, str) for m in data["models"]):
                 raise ValueError(f"entries.{i}: models must be names (text)")
+
+
+def _check_axes(result: TrainResult) -> None:
+    """A training's axes are the five of a cell (``cells``' columns), of its cell's id."""
+    axes = result.axes
+    if sorted(axes) != sorted(AXES):
+        raise ValueError(f"axes: {', '.join(axes) or 'none'}, not the axes {', '.join(AXES)}")
+    for axis, value in axes.items():
+        if isinstance(value, int) != (axis == "seed") or (axis == "seed" and not 0 <= value <= INT64_MAX):
+            wanted = f"a whole number within [0, {INT64_MAX}]" if axis == "seed" else "a name"
+            raise ValueError(f"axes.{axis}: {json.dumps(value)}, not {wanted}")
+    named = "{workflow}-{task}-{scale}-{policy}-s{seed}".format(**axes)
+    if result.cell != named and not result.cell.startswith(f"{named}-"):  # the id of a swept cell goes on: -KEY=VALUE
+        raise ValueError(f"axes: those of cell {json.dumps(named)}, not of {json.dumps(result.cell)}")
 
 
 def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int, str, str]], bool]:
@@ -819,12 +839,32 @@ def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int,
         engine.dispose()
 
 
+def _path_key(rel: str) -> tuple[str, str]:
+    """The ``(cell, part)`` a result file's path (relative to the results folder, one of
+    :data:`RESULT_FILES`) says it holds: a result file holds no other (``read_result``)."""
+    path = Path(rel)
+    parts, stem = path.parts, path.stem
+    if parts[0] == "cells":
+        if parts[2] == "eval":
+            return parts[1], f"eval/{stem}"
+        if parts[2] == "memory":
+            return parts[1], f"memory/{parts[3]}/{stem}"
+        return parts[1], "train"
+    owner = f"{MEMORY_OWNER}{parts[1]}"
+    if parts[2] == "labels.json":
+        return owner, "labels"
+    return owner, f"{'bank' if parts[2] == 'banks' else parts[2]}/{stem}"
+
+
 def _changes(
     results_dir: Path, known: Mapping[str, tuple], again: bool
-) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str]]:
+) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str], list[str]]:
     """The result files to read (new, changed, or backing a result a gone file held too),
-    each with its ``(size, mtime_ns, inode)`` before it is read, and the paths of known
-    files that are gone.
+    each with its ``(size, mtime_ns, inode)`` before it is read; the paths of known files
+    that are gone; and those of known files that were read as another result than their
+    path's (``"step": 7`` in ``eval/step_1.json``, which a store written before
+    ``read_result`` checked it took as step 7): their rows are forgotten as a gone file's
+    and they are read again, with every file that backs the result they held.
 
     A file is changed when any of the three differs (a job writes its result to a new
     file renamed over the old one: a new inode, whatever the size and time say), and
@@ -836,7 +876,8 @@ def _changes(
             stat = path.stat()
             found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns, stat.st_ino))
     gone = [rel for rel in known if rel not in found]
-    forgotten = {known[rel][4:] for rel in gone}
+    misread = [rel for rel in known if rel in found and tuple(known[rel][4:]) != _path_key(rel)]
+    forgotten = {known[rel][4:] for rel in (*gone, *misread)}
     pending = [
         (path, rel, kind, signature)
         for rel, (path, kind, signature) in found.items()
@@ -846,7 +887,7 @@ def _changes(
         or known[rel][1] > known[rel][3] - RACY_NS  # it had changed just before it was read
         or known[rel][4:] in forgotten
     ]
-    return pending, gone
+    return pending, gone, misread
 
 
 RESULT_FILES = (
@@ -893,15 +934,18 @@ def _ingest(results_dir: Path) -> int:
         _set_aside(db_file, state)  # and read every file into a new store below
     began = time.time_ns()
     known, again = _known_files(results_dir)
-    pending, gone = _changes(results_dir, known, again)
+    pending, gone, misread = _changes(results_dir, known, again)
     parsed = [(rel, _read(path, kind), signature) for path, rel, kind, signature in pending]
+    for rel, result, _ in parsed:
+        if _key(result) != _path_key(rel):  # read_result checks the fields that make the key: never
+            raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(_key(result))}); {_FIX}")
     if not parsed and not gone:
         return 0
     engine = engine_for(results_dir)
     written = 0
     try:
         with Session(engine) as session, session.begin():
-            for rel in gone:
+            for rel in (*gone, *misread):
                 _forget(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
             keys = [_key(result) for _, result, _ in parsed]
@@ -915,7 +959,7 @@ def _ingest(results_dir: Path) -> int:
                 _upsert(session, INGESTED_FILES, [row])
             # Only a cell's train and eval results are its summary's inputs: memory results leave
             # cell_keys, and so every cached summary, as they were.
-            emptied = {known[rel][4] for rel in gone if _is_cell_part(*known[rel][4:])}
+            emptied = {known[rel][4] for rel in (*gone, *misread) if _is_cell_part(*known[rel][4:])}
             _refresh_keys(session, emptied | {cell for cell, part in keys if _is_cell_part(cell, part)})
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
