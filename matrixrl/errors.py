@@ -88,6 +88,8 @@ _SQLITE_FIXES = {
     "SQLITE_FULL": _DISK_FIXES[errno.ENOSPC],
     "SQLITE_READONLY": "the file or its folder is read-only or not writable for this user; "
     "make it writable, or point results_dir elsewhere",
+    # Creating a store in a folder this user cannot write (SQLite gives no errno).
+    "SQLITE_CANTOPEN": "cannot create or open it; make its folder writable for this user, or point results_dir elsewhere",
 }
 
 

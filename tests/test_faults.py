@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,38 @@ def report_rows(config: Path) -> list[dict]:
     proc = matrixrl("report", "-c", str(config), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_a_results_folder_this_user_cannot_write_without_a_store_is_named(reference: Path, tmp_path: Path) -> None:
+    """Its store cannot be created: one line (SQLite says only that it cannot open the file).
+    The tests run as root, so the commands run without root's right to ignore permissions."""
+    config = small_experiment(tmp_path, **GRID)
+    results = tmp_path / "results"
+    shutil.copytree(reference, results, symlinks=True)
+    (results / L.STORE_FILE).unlink()
+    before = files_of(results)
+    results.chmod(0o555)
+    try:
+        for command in ("report", "plot"):
+            proc = subprocess.run(
+                [*AS_UNPRIVILEGED, sys.executable, "-m", "matrixrl", command, "-c", str(config)],
+                capture_output=True, text=True, timeout=600,
+            )
+            assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+            assert proc.stderr == (
+                f"Error: writing the store {results / L.STORE_FILE}: cannot create or open it; "
+                "make its folder writable for this user, or point results_dir elsewhere\n"
+            )
+    finally:
+        results.chmod(0o755)
+    assert files_of(results) == before
+
+
+# Root's capabilities to read and write whatever the permissions say, dropped (util-linux's setpriv).
+AS_UNPRIVILEGED = (
+    "setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search", "--",
+)
 
 
 @pytest.mark.slow
