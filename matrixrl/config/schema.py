@@ -438,7 +438,7 @@ ANSWER_ROLES = ("generator", "aggregator", "worker", "synthesizer")
 class Analysis(Strict):
     """Thresholds of the report tables (docs/design.md §4, §5; matrixrl.analysis).
 
-    Changing them reruns no job: ``report`` recomputes its per-cell records.
+    Changing them reruns only the ``analyse`` job (``summary.json``); ``report`` recomputes its per-cell records.
     """
 
     # An infinite threshold would silently switch a rule off (no cliff could ever count).
