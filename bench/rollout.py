@@ -227,9 +227,7 @@ def main() -> None:
             new, old = make_generate(policy, tokenizer, **sampling), make_generate(policy, tokenizer, **sampling, use_hf_generate=True)
             calls: list[list[str]] = []  # the prompts of each of the workflow's calls, in order
             stage_of: dict[int, int] = {}  # id of a completion -> the call (stage) that made it
-            passes: list[int] = []
             model = policy.model_for(workflow.roles[0])
-            model.register_forward_pre_hook(lambda module, args: passes.append(1))
             clock = ForwardClock(model)
 
             def counted(role, prompts, generate=new):
@@ -254,12 +252,11 @@ def main() -> None:
                 calls.clear()
                 measured = {}
                 torch.manual_seed(repeat)
-                passes.clear()
                 clock.reset()
                 clock.on, began = True, time.process_time()
                 episodes = workflow.run(batch, groups, counted)  # counted apart from the timing
                 clock.on, seconds = False, time.process_time() - began
-                new_passes, min_passes = len(passes), fewest_passes(episodes, stage_of)
+                new_passes, min_passes = sum(clock.calls.values()), fewest_passes(episodes, stage_of)
                 if repeat:
                     split.append((seconds, clock.seconds["prefill"], clock.seconds["decode"], clock.positions, clock.calls["decode"]))
                 torch.manual_seed(repeat)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -616,7 +615,7 @@ def plot(
     out_dir = out_dir or study.results_dir / PLOTS_DIR
     check_out_dir(out_dir, "--out")
     figures = study_figures(study.plot_data(), cell or [], lines)
-    with output_named("--out", out_dir) if named_out else contextlib.nullcontext():
+    with output_named("--out", out_dir if named_out else None):
         written = write_pngs(figures, out_dir)
     for path in written:
         print(path)
@@ -666,7 +665,7 @@ def export(
     if tracker is Tracker.tensorboard and (project is not None or group is not None):
         raise ConfigError("--project and --group name W&B runs; leave them out with tensorboard")
     study = Study.load(config, only=only or [], set=set_ or [])
-    with output_named("--out", out_dir) if out_dir is not None else contextlib.nullcontext():
+    with output_named("--out", out_dir):
         summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
     if summary.removed:
         err.print(f"Removed {len(summary.removed)} files an interrupted export left (their results are written again).", markup=False)
@@ -702,7 +701,7 @@ def convert_smollm2_command(
     """
     from matrixrl.models.hf import convert_smollm2
 
-    with output_named("--to", to) if to is not None else contextlib.nullcontext():
+    with output_named("--to", to):
         folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
     err.print(f"Use it as a scale: {{kind: hf, path: {folder}, prompt_style: chat}}", markup=False)
     print(folder)

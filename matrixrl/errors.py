@@ -145,19 +145,24 @@ _PATH_REASONS = {
 }
 
 
+def _why(exc: OSError) -> str:
+    return _PATH_REASONS.get(exc.errno, (exc.strerror or str(exc)).lower())
+
+
 def os_error_line(exc: OSError) -> str | None:
     """One line for an OS error about a path (``PATH: why``), or None when it names no path."""
-    if exc.filename is None:
-        return None
-    why = _PATH_REASONS.get(exc.errno, (exc.strerror or str(exc)).lower())
-    return f"{exc.filename}: {why}"
+    return None if exc.filename is None else f"{exc.filename}: {_why(exc)}"
 
 
 @contextlib.contextmanager
-def output_named(option: str, path: Path):
+def output_named(option: str, path: Path | None):
     """Writes to a path the user gave with ``option`` (``--html``, ``--out``...): any OS error
     inside, a full disk or a permission problem too, becomes one line naming the option,
-    the path and why, with the fix: another path (not results_dir, which it is not)."""
+    the path and why, with the fix: another path (not results_dir, which it is not).
+    ``path`` None (the option left out: a default under results_dir) changes nothing."""
+    if path is None:
+        yield
+        return
     try:
         yield
     except (OSError, DiskError) as exc:
@@ -166,7 +171,7 @@ def output_named(option: str, path: Path):
             cause = cause.__cause__ or cause.__context__
         if cause is None:  # a DiskError without an OS error behind it: its own words
             raise
-        why = _PATH_REASONS.get(cause.errno, (cause.strerror or str(cause)).lower())
+        why = _why(cause)
         # A file in the way on the path is worth naming; a temporary file beside it is not.
         blocked = cause.filename and Path(cause.filename) in Path(path).parents
         where = f" ({cause.filename})" if blocked else ""

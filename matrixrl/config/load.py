@@ -152,8 +152,9 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         apply_set(raw, assignment)
     narrowed: dict[str, str] = {}  # axis -> the --only that narrowed it first: a later one narrows further
     for assignment in only:
-        apply_only(raw, assignment, narrowed.get(parse_only(assignment)[0]))
-        narrowed.setdefault(parse_only(assignment)[0], assignment)
+        axis = parse_only(assignment)[0]
+        apply_only(raw, assignment, narrowed.get(axis))
+        narrowed.setdefault(axis, assignment)
     config = validate(raw, source, sets)
     base = path.resolve().parent
     results = base / config.results_dir

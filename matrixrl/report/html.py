@@ -737,12 +737,13 @@ def write_report(
     last): ``html`` the page, ``plots_dir`` the PNGs; either may be None. Returns the paths."""
     from matrixrl.report.plots import check_out_dir
 
+    target = html.resolve() if html is not None else None  # through a symbolic link, its target
     if html is not None:
         if html.is_dir():
             raise ConfigError(f"--html {html}: is a folder; pass a file name such as report.html")
-        if html.exists() and not html.resolve().is_file():
+        if html.exists() and not target.is_file():
             raise ConfigError(f"--html {html}: is not a regular file; pass a file name such as report.html")
-        if plots_dir is not None and html.resolve() == plots_dir.resolve():
+        if plots_dir is not None and target == plots_dir.resolve():
             raise ConfigError(f"--html and --plots both name {html}; give the page a file name of its own")
     if plots_dir is not None:
         check_out_dir(plots_dir, "--plots")
@@ -755,7 +756,7 @@ def write_report(
                 atomic.write_bytes(written[-1], png)
     if html is not None:
         with output_named("--html", html):
-            atomic.write_text(html.resolve(), page)  # through a symbolic link, to its target
+            atomic.write_text(target, page)
         written.append(html)
     return written
 
