@@ -10,9 +10,19 @@ the assistant's reply begins. Instructions follow the task's family:
 
 Reading completions (one simple rule each, documented here, nothing cleverer):
 
-- answer, math: the content of the last complete ``\\boxed{...}`` (braces balanced);
-  else the rest of the line after the last ``Answer:``; else the whole completion,
-  stripped.
+- answer, math: the first of these that the completion has:
+  1. the content of the last complete ``\\boxed{...}`` (braces balanced);
+  2. the rest of the line after the last ``####`` (GSM8K's final line, ``#### 18``)
+     that starts with a number or LaTeX, so a markdown heading (``#### Step 1``) is
+     no answer;
+  3. the rest of the line after the last ``Answer:``;
+  4. the last number (``-3``, ``1,234``, ``3.5``, ``3/4``; a ``$`` or ``%`` around it
+     and thousands separators dropped); digits touching a letter, brace or ``^`` are
+     part of an expression (``x2``, ``\\frac{1}{2}``, ``2^10``), not a number;
+  5. the whole completion, stripped.
+  A closing period is dropped from a marker's line. Every rule before the whole text
+  exists because math-verify, given a worked solution, may compare an earlier
+  quantity (``28 days``, ``$4.00``, ``20%``) instead of the final answer.
 - answer, code: the first fenced block tagged ``python``/``py`` or untagged (an
   unclosed fence runs to the end of the completion); else the whole completion.
 - verdict: the last ``VERDICT: CORRECT`` / ``VERDICT: INCORRECT`` (any case); none
@@ -57,6 +67,11 @@ _VERDICT = re.compile(r"VERDICT:\W*(CORRECT|INCORRECT)", re.IGNORECASE)
 _NUMBERED = re.compile(r"^\W*\d+\s*[.):]\s*(.+?)\s*$", re.MULTILINE)
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _ANSWER_LINE = re.compile(r"answer\s*:(.*)", re.IGNORECASE)
+_GSM8K_LINE = re.compile(r"####[ \t]*([-+$\\\d.].*)")
+# A number as written in prose; a minus is a sign only where no operand precedes it (5-3).
+_NUMBER = re.compile(
+    r"(?:(?<![\w)\]}])-)?(?<![\w.{}^\\])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?(?![\w{}^])"
+)
 
 
 class PromptSettings(Strict):
@@ -232,13 +247,18 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_math_answer(completion: str) -> str:
-    """Last ``\\boxed{}``, else what follows the last ``Answer:`` on its line, else the whole text."""
+    """Last ``\\boxed{}``, else the last ``#### N`` line, else the last ``Answer:`` line, else the
+    last number, else the whole text (the module docstring has the details)."""
     boxed = last_boxed(completion)
     if boxed is not None:
         return boxed
-    lines = _ANSWER_LINE.findall(completion)
-    if lines:
-        return lines[-1].strip().rstrip(".").strip()
+    for marker in (_GSM8K_LINE, _ANSWER_LINE):
+        lines = marker.findall(completion)
+        if lines:
+            return lines[-1].strip().rstrip(".").strip()
+    numbers = _NUMBER.findall(completion)
+    if numbers:
+        return numbers[-1].replace(",", "")
     return completion.strip()
 
 
