@@ -6,25 +6,26 @@ samples; its standard error is that of the mean of per-problem accuracies,
 std(c_i / k) / sqrt(n), which for k samples per problem is the honest one (the k
 completions of one problem are not independent trials). The unbiased pass@j
 (Chen et al. 2021) is stored for j = 1, 2, 4, ... up to k. Samples are keyed by
-the cell's seed and the checkpoint's step (``eval_seed``), so a rerun draws the
-same completions whatever the batch size or the jobs running beside it
-(docs/design.md §3). Step 0 is the base model, the same for every cell of a
+the cell's seed and the checkpoint's step (``eval_seed``), so on CPU a rerun draws
+the same completions whatever the batch size or the jobs running beside it
+(docs/design.md §3). On a GPU the batch's shape picks the kernels, and so the
+bf16 rounding of the logits: there an ``eval.batch_size`` other than the default is
+part of the evaluation's spec (``grid.eval_science``). Step 0 is the base model, the same for every cell of a
 (workflow, task, scale): it is evaluated once, with seed 0's key
 (``evaluate_base``), and each cell's step 0 is a copy (``copy_base_eval``).
 
 Each evaluation is its own process, forked from the pre-imported server like a
 training job (``jobs/forked.py``), with ``eval.threads`` torch threads: its own
 generator state and thread pool, and its log gets whatever it prints, a traceback
-included. A checkpoint of a GPU scale is evaluated on a GPU the job claims, as
-``cuda:N``. The cell's task, workflow and model are built as training builds them
-(``matrixrl.train.cell.build_cell``).
+included. A checkpoint of a GPU scale is evaluated on a GPU the job claims and
+alone sees (``matrixrl.models.devices.claimed_gpu``). The cell's task, workflow and
+model are built as training builds them (``matrixrl.train.cell.build_cell``).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from matrixrl import layout as L
 from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec
 from matrixrl.memory.evaluation import MemoryEvalSpec
+from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
 
 
@@ -53,7 +55,7 @@ def pass_at(correct: np.ndarray, samples: int) -> dict[str, float]:
 
 def evaluate(spec: CellSpec, step: int, checkpoint: Path, base_dir: Path, output: Path, log=print) -> EvalResult:
     _check_checkpoint(spec, step, checkpoint)
-    with _claimed(spec) as device:
+    with claimed_gpu(spec.scale, log=log) as device:
         return _evaluate(spec, step, checkpoint, base_dir, output, log, device=device)
 
 
@@ -78,7 +80,7 @@ def evaluate_base(spec: CellSpec, base_dir: Path, output: Path, log=print) -> Ev
     every cell that shares it (``grid.base_eval_science``), sampled with seed 0's key."""
     shared = G.base_eval_spec(spec)
     name = f"the base model of {spec.cell.workflow}-{spec.cell.task}-{spec.cell.scale}"
-    with _claimed(spec) as device:
+    with claimed_gpu(spec.scale, log=log) as device:
         return _evaluate(shared, 0, None, base_dir, output, log, device=device, name=name, digest=G.base_eval_digest(spec))
 
 
@@ -101,7 +103,7 @@ def evaluate_memory(
 
     _check_checkpoint(spec.cell, step, checkpoint)
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
-    with _claimed(spec.cell) as device:
+    with claimed_gpu(spec.cell.scale, log=log) as device:
         return _evaluate(
             spec.cell, step, checkpoint, base_dir, output, log, device=device, digest=spec.digest(), guide=guide
         )
@@ -115,7 +117,7 @@ def evaluate_base_memory(
 
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
     cell = spec.cell.cell
-    with _claimed(spec.cell) as device:
+    with claimed_gpu(spec.cell.scale, log=log) as device:
         return _evaluate(
             G.base_eval_spec(spec.cell), 0, None, base_dir, output, log, device=device,
             name=f"the base model of {cell.workflow}-{cell.task}-{cell.scale}", digest=spec.base_digest(), guide=guide,
@@ -132,20 +134,6 @@ def copy_base_memory_eval(spec: MemoryEvalSpec, source: Path, output: Path, log=
     write_result(output, result)
     log(f"{spec.cell.cell.id} step 0 with {spec.mode}: accuracy {result.accuracy:.3f}, the base model's ({source})")
     return result
-
-
-@contextmanager
-def _claimed(spec: CellSpec):
-    """The GPU this job claims for ``spec``'s scale (``cuda:N``), or None."""
-    from matrixrl.models.devices import claim_gpu, gpu_count
-    from matrixrl.models.hf import needs_gpu
-
-    claim = claim_gpu() if needs_gpu(spec.scale) and gpu_count() else None
-    try:
-        yield claim.device if claim else None
-    finally:
-        if claim is not None:
-            claim.release()
 
 
 def _evaluate(

@@ -1,15 +1,16 @@
-"""Run a training, evaluation or warm-start job in its own process, forked from a pre-imported server.
+"""Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
 Importing torch + transformers (+ TRL's helpers) costs about 12 s per Python process
 on a 2-core machine: 15 of the 21 s of a 40-step tiny training job. A ``shell:``
 rule pays it once per job; the default grid's 34 such jobs spent ~400 core-seconds
-on imports alone (bench/job_launch.py measures it). Here the ``train``,
-``evaluate`` and ``prepare_base`` rules instead ask Python's ``forkserver``: a single-threaded server
-process, started once per Snakemake process, imports the job modules once and forks
-a fresh child per job. The child is still its own process, exactly as a shell job's:
+on imports alone (bench/job_launch.py measures it). Here the rules that load a
+model (``train``, the evaluations, ``prepare_base``, the memory jobs) instead ask
+Python's ``forkserver``: a single-threaded server process, started once per
+Snakemake process, imports the job modules once and forks a fresh child per job.
+The child is still its own process, exactly as a shell job's:
 
-- its own pid, RNG, torch thread pool and GPU claim (``jobs/train.py``), so
-  training stays deterministic and a ``kill -9`` leaves the checkpoints to resume from;
+- its own pid, RNG, torch thread pool and GPU claim (``models.devices.claimed_gpu``),
+  so training stays deterministic and a ``kill -9`` leaves the checkpoints to resume from;
 - its title reads ``matrixrl.jobs RULE NAME`` in ``ps``/``pgrep -f``;
 - its stdout and stderr go to the rule's log, as ``python -m matrixrl.jobs`` would write it;
 - it dies with the Snakemake process that asked for it (a thread waits on
@@ -19,9 +20,16 @@ a fresh child per job. The child is still its own process, exactly as a shell jo
   a signal sends the group SIGTERM (matrixrl/snake.py), which ends a child at once,
   between two atomic writes, so its checkpoints and results are whole or absent.
 
-Why not fork the Snakemake process itself: it runs threads (the evaluations, its
-scheduler), and forking a threaded process can copy a held lock into the child.
-The forkserver is started by fork + exec and forks only from its one thread.
+Why not fork the Snakemake process itself: it runs threads (each job's ``run:``
+block, its scheduler), and forking a threaded process can copy a held lock into the
+child. The forkserver is started by fork + exec and forks only from its one thread.
+
+The server never starts CUDA: a child forked from a process that has cannot use it,
+and a GPU job sets ``CUDA_VISIBLE_DEVICES`` to its claimed GPU only after the fork.
+``torch.cuda.is_available()`` starts CUDA (``cuInit``) to count the GPUs unless
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` makes it ask NVML instead, so this module sets
+that for the server (tests/test_gpu_claims.py imports the preload with CUDA's start
+made to fail).
 """
 
 from __future__ import annotations
@@ -33,6 +41,11 @@ import os
 import signal
 import sys
 import threading
+
+# Before any preload import: torch reads it at each is_available() call, and the server,
+# started by fork + exec from this process, inherits this environment. Jobs inherit it too,
+# where asking NVML is as good (their CUDA starts once they load a model anyway).
+os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 
 # What the server imports once; each child finds these modules already loaded.
 PRELOAD = [

@@ -3,8 +3,10 @@
 Each is its own process, forked from the job server like training and evaluation
 (jobs/forked.py), and writes one result file (matrixrl.results) atomically. Models
 are base models, loaded as ``evaluate`` loads them, decoding with matrixrl's own
-loop (``train.rollout.make_generate``). The evaluation of a checkpoint under a
-memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's prompts.
+loop (``train.rollout.make_generate``); a job whose model's scale runs on a GPU
+claims one first, and sees it alone (``models.devices.claimed_gpu``). The
+evaluation of a checkpoint under a memory is ``jobs.evaluate``'s, with a
+:class:`Guide` applied to the cell's prompts.
 
 - ``collect``: the chat style's generator prompt for each building problem, as a
   ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys
@@ -19,6 +21,7 @@ memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's promp
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from matrixrl.memory import (
     retrieve,
 )
 from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
+from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import (
     BankResult,
     DistilledResult,
@@ -110,6 +114,19 @@ def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, 
     return _Model(tokenizer, style, generate_with)
 
 
+def _on_its_gpu(job):
+    """``job`` (collect, label, distill) holding, until it ends, a GPU it claims for its model's
+    scale when that needs one: what ``_load`` loads lands there, not on the first GPU, beside
+    whichever training claimed it."""
+
+    @functools.wraps(job)
+    def run(spec, *args, log=print, **kwargs):
+        with claimed_gpu(spec.model.scale, log=log):
+            return job(spec, *args, log=log, **kwargs)
+
+    return run
+
+
 def _task(spec):
     from matrixrl.tasks import build_task
 
@@ -121,6 +138,7 @@ def collect_seed(seed: int, scale: str) -> int:
     return int(np.random.SeedSequence([seed, int(settings_digest(scale), 16), 0xC011]).generate_state(1)[0])
 
 
+@_on_its_gpu
 def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> TrajectoriesResult:
     began = time.perf_counter()
     task = _task(spec)
@@ -150,6 +168,7 @@ def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> Traje
     return result
 
 
+@_on_its_gpu
 def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsResult:
     began = time.perf_counter()
     task = _task(spec)
@@ -175,6 +194,7 @@ def _label_replies(model: _Model, problems: list[Problem], family: str, max_new_
     return [c.text for c in model.replies(prompts, max_new_tokens)]
 
 
+@_on_its_gpu
 def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: Path, log=print) -> DistilledResult:
     began = time.perf_counter()
     task = _task(spec)
@@ -288,6 +308,7 @@ class TrainingGuide:
 
     @classmethod
     def load(cls, spec: TrainMemory, bank_file: Path, labeller_dir: Path, family: str, prompts) -> TrainingGuide:
+        """A labeller of a GPU scale loads onto the training job's GPU (``jobs.train`` claims it for both)."""
         entries = [Entry.from_dict(e) for e in read_result(Path(bank_file), BankResult).entries]
         labeller = _load(spec.labeller, Path(labeller_dir), family, prompts, batch_size=64, threads=1)
         return cls(spec, entries, labeller, family)

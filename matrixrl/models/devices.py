@@ -2,16 +2,24 @@
 
 Snakemake's ``--resources gpu=N`` (``matrixrl run`` passes the detected count) only
 bounds how many GPU jobs run at once; it does not say which GPU each one takes, and
-it does not set ``CUDA_VISIBLE_DEVICES``. So a job that needs a GPU claims one
-itself: it takes an exclusive ``flock`` on a lock file per GPU, the first one free,
-and holds it until it ends (the kernel drops the lock when the process dies, so a
-killed job never leaves a GPU claimed). A training process then sets
-``CUDA_VISIBLE_DEVICES`` to its GPU before CUDA starts; evaluation jobs, which run as
-threads of one process, use ``cuda:N`` instead.
+it does not set ``CUDA_VISIBLE_DEVICES``. So every job that loads a model of a GPU
+scale (training, evaluation, and the memory jobs) claims one itself, through
+:func:`claimed_gpu`: it takes an exclusive ``flock`` on a lock file per GPU, the
+first one free, and holds it until it ends (the kernel drops the lock when the
+process dies, so a killed job never leaves a GPU claimed). Each job is a process of
+its own (forked from the job server, jobs/forked.py), and sets
+``CUDA_VISIBLE_DEVICES`` to its GPU before CUDA starts in it, so that everything it
+loads, onto ``cuda`` or a library's default ``cuda:0`` (PEFT's adapters), lands on
+that GPU and no other.
 
 The lock files live in one folder per machine (``/tmp/matrixrl-gpus``, or
 ``$MATRIXRL_GPU_LOCK_DIR``), so separate runs on one machine share them too. Under
-SLURM, ``CUDA_VISIBLE_DEVICES`` is the job's allocation and a claim picks from it.
+SLURM, ``CUDA_VISIBLE_DEVICES`` is the job's allocation and a claim picks from it;
+as a cgroup-constrained allocation numbers its own GPUs from 0, two allocations on
+one node would both lock ``gpu-0.lock`` for different GPUs. So inside an allocation
+(``$SLURM_JOB_ID`` set) the lock files are that allocation's own,
+``gpu-slurm{JOB_ID}-{gpu}.lock``: jobs of one allocation exclude each other, and
+jobs of different allocations never wait on each other.
 """
 
 from __future__ import annotations
@@ -21,8 +29,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +86,7 @@ class GpuClaim:
     """A GPU held by this process until ``release`` (or the process ends)."""
 
     gpu: str  # its CUDA_VISIBLE_DEVICES name (an index or a UUID)
-    position: int  # its index among this process's visible GPUs: torch's ``cuda:{position}``
+    position: int  # its index among the GPUs this process saw when it claimed it
     _fd: int | None = field(default=None, repr=False)
 
     @property
@@ -94,13 +105,21 @@ class GpuClaim:
         self.release()
 
 
+def lock_name(gpu: str) -> str:
+    """The lock file of ``gpu``: its allocation's own under SLURM (see the module's docstring)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    key = f"slurm{job}-{gpu}" if job else gpu
+    return f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
+
+
 def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_s: float | None = None, poll_s: float = 0.5) -> GpuClaim:
     """Claim the first free GPU of ``gpus`` (default: the visible ones), waiting up to ``wait_s``.
 
     ``flock`` locks belong to an open file, so two threads of one process exclude
-    each other as two processes do. Raises ``GpuClaimError`` when there is no GPU,
-    or when every one stays held for ``wait_s`` seconds (``$MATRIXRL_GPU_WAIT_S``,
-    default 600).
+    each other as two processes do. A job claims through :func:`claimed_gpu`, which
+    also makes the GPU the only one it sees. Raises ``GpuClaimError`` when there is
+    no GPU, or when every one stays held for ``wait_s`` seconds
+    (``$MATRIXRL_GPU_WAIT_S``, default 600).
     """
     gpus = visible_gpus() if gpus is None else list(gpus)
     if not gpus:
@@ -112,7 +131,7 @@ def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_
     deadline = time.monotonic() + wait_s
     while True:
         for position, gpu in enumerate(gpus):
-            path = locks / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', gpu)}.lock"
+            path = locks / lock_name(gpu)
             fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # read-only: other users can lock it too
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,3 +145,43 @@ def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_
                 f"(locks in {locks}); wait for them, or raise ${WAIT_ENV}"
             )
         time.sleep(poll_s)
+
+
+@contextmanager
+def claimed_gpu(*scales, log=print) -> Iterator[str | None]:
+    """The device a job of ``scales`` loads its models onto, on a GPU it holds for the block.
+
+    When any of ``scales`` needs a GPU (``models.hf.needs_gpu``) and one is visible,
+    the job claims one (:func:`claim_gpu`) and sets ``CUDA_VISIBLE_DEVICES`` to it,
+    so CUDA, once it starts, shows this process that GPU alone: yields ``cuda``. At
+    the end it restores ``CUDA_VISIBLE_DEVICES`` and releases the claim. Otherwise
+    it yields None: each scale's own choice (``models.hf.resolve_device``).
+    Raises ``GpuClaimError`` if CUDA has already started in this process.
+    """
+    from matrixrl.models.hf import needs_gpu
+
+    if not any(needs_gpu(scale) for scale in scales) or not gpu_count():
+        yield None
+        return
+    if _cuda_started():
+        # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: setting it now would not hide the other GPUs.
+        raise GpuClaimError(
+            "CUDA started in this job before it claimed its GPU, so CUDA_VISIBLE_DEVICES can no longer confine it "
+            "to one GPU; claim the GPU (matrixrl.models.devices.claimed_gpu) before anything touches CUDA"
+        )
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    with claim_gpu() as claim:
+        os.environ["CUDA_VISIBLE_DEVICES"] = claim.gpu
+        log(f"claimed GPU {claim.gpu} (CUDA_VISIBLE_DEVICES={claim.gpu} in this job)")
+        try:
+            yield "cuda"
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+def _cuda_started() -> bool:
+    torch = sys.modules.get("torch")  # never imported just to ask: a job without torch has no CUDA
+    return torch is not None and torch.cuda.is_initialized()
