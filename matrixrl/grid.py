@@ -208,7 +208,8 @@ class CellSpec(BaseModel):
     cell's jobs: changing a setting reruns exactly the cells it affects, while
     adding a seed or a scale leaves the existing cells' specs, and so their
     results, untouched. Its digests are written into checkpoints and result files,
-    so a checkpoint only ever resumes the training it belongs to.
+    so a checkpoint only ever resumes the training it belongs to; an evaluation's
+    also holds a GPU scale's ``eval.batch_size`` (:func:`eval_science`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -244,8 +245,27 @@ class CellSpec(BaseModel):
         return settings_digest({**training, "train": {k: v for k, v in training["train"].items() if k != "steps"}})
 
     def eval_digest(self) -> str:
-        """Digest of the whole science: written into each evaluation's result file."""
-        return settings_digest(self.science)
+        """Digest of the whole science, its ``eval`` as :func:`eval_science`: written into each
+        evaluation's result file."""
+        return settings_digest({**self.science, "eval": eval_science(self)})
+
+
+def eval_science(spec: CellSpec) -> dict:
+    """The evaluation settings ``spec``'s evaluations compute from: ``eval``'s science, and on a
+    GPU scale its ``batch_size`` too, unless it is the default.
+
+    On CPU, keyed samples do not depend on the batch size (train.rollout). On a GPU the
+    batch's shape picks the kernels, and so the bf16 rounding of the logits: another
+    batch size can change an accuracy, so there it reruns the evaluations. At its
+    default it stays out, as an ``ADDED`` setting does, so the results of tiny and CPU
+    scales, and those a GPU scale computed at the default, keep their digests.
+    """
+    from matrixrl.models.hf import needs_gpu
+
+    own = spec.science["eval"]
+    if needs_gpu(spec.scale) and spec.eval.batch_size != Evaluate.model_fields["batch_size"].default:
+        return {**own, "batch_size": spec.eval.batch_size}
+    return own
 
 
 def base_eval_science(spec: CellSpec) -> dict:
@@ -256,7 +276,7 @@ def base_eval_science(spec: CellSpec) -> dict:
     full fine-tune's copies are the base), so one evaluation, sampled with seed 0's
     key, serves them all (docs/design.md, "The base model's evaluation").
     """
-    own = spec.science
+    own = {**spec.science, "eval": eval_science(spec)}
     names = {"workflow_name": spec.cell.workflow, "task_name": spec.cell.task}
     return {**names, **{key: own[key] for key in ("base", "scale", "task", "workflow", "policies", "prompts", "eval")}}
 
@@ -332,8 +352,9 @@ def spec_digests(config: Config, cells: Sequence[Cell]) -> dict[str, tuple[str, 
         if key not in shared:
             if cell.scale not in bases:
                 bases[cell.scale] = base_digest(config, cell.scale)
-            own = cell_spec(config, cell, base=bases[cell.scale]).science
-            shared[key] = {name: value for name, value in own.items() if name != "cell"}
+            spec = cell_spec(config, cell, base=bases[cell.scale])
+            own = {name: value for name, value in spec.science.items() if name != "cell"}
+            shared[key] = {**own, "eval": eval_science(spec)}
         whole = {**shared[key], "cell": science(cell)}
         training = {name: value for name, value in whole.items() if name != "eval"}
         digests[cell.id] = (settings_digest(training), settings_digest(whole))

@@ -91,7 +91,13 @@ class _ModelJob(_Spec):
 
     @functools.cached_property
     def science(self) -> dict:
+        from matrixrl.models.hf import needs_gpu
+
         data = {k: v for k, v in science(self).items() if k not in ("batch_size", "threads", "model")}
+        # On a GPU the batch's shape picks the kernels, and so the bf16 rounding of the logits; at the
+        # default it stays out, so results computed there keep their digests (as grid.eval_science).
+        if needs_gpu(self.model.scale) and self.batch_size != Memory.model_fields["batch_size"].default:
+            data["batch_size"] = self.batch_size
         return data | {"model": self.model.science_view()}
 
 
