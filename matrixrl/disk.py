@@ -29,8 +29,7 @@ from matrixrl import layout as L
 KEY_AT_MOST = 5
 """The most checkpoints ``key`` keeps: peak, final (the resume point), a cliff's onset and its neighbours."""
 
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-_LORA_BYTES = 4  # PEFT keeps adapters in float32 even on a bfloat16 base
+_MASTER_BYTES = 4  # trained weights stay float32 whatever the compute dtype (matrixrl.models.hf)
 
 
 @dataclass(frozen=True)
@@ -117,16 +116,6 @@ def hf_config(scale) -> dict | None:
     return config.get("text_config", config) if isinstance(config, dict) else None
 
 
-def weight_bytes(scale) -> int:
-    """Bytes per trained weight of a full model: the dtype its jobs train in (``auto``: bfloat16
-    on a GPU, where an hf scale is meant to run; float32 on CPU and for tiny scales)."""
-    if scale.kind == "tiny":
-        return 4
-    if scale.dtype != "auto":
-        return _BYTES[scale.dtype]
-    return 4 if scale.device == "cpu" else 2
-
-
 @dataclass(frozen=True)
 class CheckpointSize:
     trained: int  # a checkpoint after step 0: weights and optimizer state
@@ -144,9 +133,9 @@ def computed_size(spec) -> CheckpointSize | None:
         return None
     sets = 1 if spec.cell.policy == "shared" else len(WORKFLOWS[spec.cell.workflow].roles)
     if spec.policies.adapter == "lora":
-        weights = shape.lora_parameters(spec.policies.lora.rank, spec.policies.lora.target_modules) * _LORA_BYTES
+        weights = shape.lora_parameters(spec.policies.lora.rank, spec.policies.lora.target_modules) * _MASTER_BYTES
     else:
-        weights = shape.parameters * weight_bytes(spec.scale)
+        weights = shape.parameters * _MASTER_BYTES
     return CheckpointSize(trained=sets * 3 * weights, first=sets * weights, measured=False)  # AdamW: 2 moments
 
 

@@ -24,7 +24,7 @@ from conftest import EXPERIMENTS
 
 TRAIN_KEYS = (
     "steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, group_size, lr, ppo_epochs, temperature, "
-    "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, kl_beta, kl_beta_roles, damper, "
+    "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, damper, "
     "damper_roles, damper_window, advantage_group"
 )
 ONLY_FORM = "expected AXIS=V1,V2 with AXIS one of workflow, task, scale, policy, seed, e.g. --only seed=0,1"

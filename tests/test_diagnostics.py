@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS, summarize_diagnostics
-from matrixrl.train.diagnostics import KINDS, AgentGrad, flat_grad, gradient_diagnostics
+from matrixrl.train import diagnostics as D
+from matrixrl.train.diagnostics import KINDS, AgentGrad, AgentGradients, gradient_diagnostics
 
 
 def g(role: str, agent: str, values, tokens: int = 1) -> AgentGrad:
@@ -159,7 +160,9 @@ def test_float64_accumulation():
     assert got[("role_norm", "worker", None, None)] == 2.0
 
 
-def test_flat_grad_differencing_recovers_each_backward_pass():
+@pytest.mark.parametrize("chunk", [1 << 20, 3])  # whole parameters, and chunks smaller than them
+def test_agent_gradients_recover_each_backward_pass(chunk, monkeypatch):
+    monkeypatch.setattr(D, "CHUNK", chunk)
     torch.manual_seed(0)
     layer = torch.nn.Linear(3, 2)
     params = list(layer.parameters())
@@ -175,32 +178,52 @@ def test_flat_grad_differencing_recovers_each_backward_pass():
     expect_b = torch.cat([t.reshape(-1) for t in torch.autograd.grad(loss_b(), params)]).double()
 
     layer.zero_grad(set_to_none=True)
-    before = flat_grad(params)
-    assert before.dtype == torch.float64
-    assert torch.equal(before, torch.zeros(sum(p.numel() for p in params), dtype=torch.float64))
+    grads = AgentGradients(params)
+    grads.before_backward()
     loss_a().backward()
-    middle = flat_grad(params)
+    grads.record("generator", "generator0", 4)
+    grads.record("generator", "generator1", 0)  # no backward pass: a zero gradient, no copy
+    grads.before_backward()
     loss_b().backward()
-    after = flat_grad(params)
-
-    assert torch.equal(middle - before, expect_a)
-    # Float32 accumulation in .grad rounds once; the difference matches to float32 precision.
-    torch.testing.assert_close(after - middle, expect_b, rtol=1e-6, atol=1e-7)
+    grads.record("aggregator", "aggregator0", 5)
+    assert len([b for b in grads.boundaries if b is not None]) == 2  # the start (no gradient) and a's end
+    found = grads.close()
     # The accumulated .grad is still the sum: the optimizer step is unchanged.
-    torch.testing.assert_close(after, expect_a + expect_b, rtol=1e-6, atol=1e-7)
-    # Snapshots are copies: later in-place changes to .grad do not alter them.
-    snapshot = flat_grad(params)
-    for p in params:
-        p.grad.mul_(0.5)
-    assert torch.equal(snapshot, after)
+    torch.testing.assert_close(torch.cat([p.grad.reshape(-1) for p in params]).double(), expect_a + expect_b)
+    assert found.dot("generator0", "generator0") == pytest.approx(float(expect_a @ expect_a), rel=1e-6)
+    # Float32 accumulation in .grad rounds once; the difference matches to float32 precision.
+    assert found.dot("aggregator0", "aggregator0") == pytest.approx(float(expect_b @ expect_b), rel=1e-6)
+    assert found.dot("generator0", "aggregator0") == pytest.approx(float(expect_a @ expect_b), rel=1e-5)
+    assert found.dot("generator1", "generator1") == 0.0 and found.dot("generator1", "aggregator0") == 0.0
+    assert found.group_dot("generator", "aggregator") == pytest.approx(float(expect_a @ expect_b), rel=1e-5)
+    assert grads.boundaries == []  # the copies are released
 
 
-def test_flat_grad_zeros_where_grad_is_none_and_empty():
-    a = torch.nn.Parameter(torch.ones(2, 2))
-    b = torch.nn.Parameter(torch.ones(3))
-    b.grad = torch.tensor([1.0, 2.0, 3.0])
-    assert flat_grad([a, b]).tolist() == [0, 0, 0, 0, 1, 2, 3]
-    assert flat_grad([]).numel() == 0
+def test_agent_gradients_are_exact_when_accumulation_is_exact():
+    # Integer weights and inputs, dyadic loss weights: every gradient and every sum is
+    # exactly representable in float32, so every product equals autograd.grad's exactly.
+    layer = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
+        layer.bias.copy_(torch.tensor([0.5, -1.0]))
+    params = list(layer.parameters())
+    x1, x2 = torch.tensor([[1.0, 2.0], [-1.0, 3.0]]), torch.tensor([[4.0, -2.0]])
+    losses = [
+        lambda: (layer(x1) * torch.tensor([0.5, 0.25])).sum(),
+        lambda: layer(x2).pow(2).sum() * 0.125,
+    ]
+    expected = [torch.cat([t.reshape(-1) for t in torch.autograd.grad(f(), params)]).double() for f in losses]
+    layer.zero_grad(set_to_none=True)
+    grads = AgentGradients(params)
+    for i, f in enumerate(losses):
+        grads.before_backward()
+        f().backward()
+        grads.record("worker", f"worker{i}", 1)
+    found = grads.close()
+    for i in range(2):
+        for j in range(2):
+            assert found.dot(f"worker{i}", f"worker{j}") == float(expected[i] @ expected[j])
+    assert found.group_dot("worker", "worker") == float((expected[0] + expected[1]) @ (expected[0] + expected[1]))
 
 
 def long_frame(cell: str, steps: list[list[AgentGrad]], *, shared: bool) -> pd.DataFrame:
@@ -251,28 +274,3 @@ def test_summarize_diagnostics_empty_frame():
     empty = pd.DataFrame(columns=["kind", "role", "agent", "other", "value", "cell", "step"])
     summary = summarize_diagnostics(empty)
     assert list(summary.columns) == SUMMARY_COLUMNS and summary.empty
-
-
-def test_flat_grad_differencing_is_exact_when_accumulation_is_exact():
-    # Integer weights and inputs, dyadic loss weights: every gradient and every sum is
-    # exactly representable in float32, so both differences equal autograd.grad bit for bit.
-    layer = torch.nn.Linear(2, 2)
-    with torch.no_grad():
-        layer.weight.copy_(torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
-        layer.bias.copy_(torch.tensor([0.5, -1.0]))
-    params = list(layer.parameters())
-    x1, x2 = torch.tensor([[1.0, 2.0], [-1.0, 3.0]]), torch.tensor([[4.0, -2.0]])
-    losses = [
-        lambda: (layer(x1) * torch.tensor([0.5, 0.25])).sum(),
-        lambda: layer(x2).pow(2).sum() * 0.125,
-    ]
-    expected = [torch.cat([t.reshape(-1) for t in torch.autograd.grad(f(), params)]).double() for f in losses]
-    layer.zero_grad(set_to_none=True)
-    got = []
-    for f in losses:
-        before = flat_grad(params)
-        f().backward()
-        got.append(flat_grad(params) - before)
-    for g_, e in zip(got, expected):
-        assert torch.equal(g_, e)
-    assert torch.equal(flat_grad(params), expected[0] + expected[1])

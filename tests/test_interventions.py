@@ -174,11 +174,11 @@ def test_under_shared_each_roles_contribution_is_damped_before_the_sum() -> None
     params = [torch.nn.Parameter(torch.zeros(2))]
     damper = Damper(0.5, {}, window=10)
     damper.average = {"generator": torch.tensor([1.0, 0.0]), "aggregator": torch.tensor([1.0, 0.0])}
-    from matrixrl.train.diagnostics import flat_grad
+    from matrixrl.train.diagnostics import grad_snapshot
 
-    starts = {"generator": flat_grad(params)}  # zeros
+    starts = {"generator": grad_snapshot(params)}  # no gradient yet
     grads_of(params, [[4.0, 0.0]])  # the generator's backward: aligned with its average
-    starts["aggregator"] = flat_grad(params)
+    starts["aggregator"] = grad_snapshot(params)
     grads_of(params, [[4.0, 3.0]])  # the aggregator's adds [0, 3]: orthogonal to its average
     found = _damp(params, starts, damper, update=True)
     assert found == {"generator": (pytest.approx(1.0), pytest.approx(0.5)), "aggregator": (pytest.approx(0.0), 1.0)}
@@ -190,9 +190,9 @@ def test_under_isolated_each_set_is_its_roles_gradient() -> None:
     params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
     damper = Damper(0.2, {}, window=2)
     damper.average = {"generator": torch.tensor([-1.0, -1.0])}
-    from matrixrl.train.diagnostics import flat_grad
+    from matrixrl.train.diagnostics import grad_snapshot
 
-    starts = {"generator": flat_grad(params)}
+    starts = {"generator": grad_snapshot(params)}
     grads_of(params, [[1.0], [1.0]])
     assert _damp(params, starts, damper, update=False) == {"generator": (pytest.approx(-1.0), 1.0)}
     assert [p.grad.item() for p in params] == [1.0, 1.0]  # opposed: untouched

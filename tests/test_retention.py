@@ -407,3 +407,27 @@ def test_a_model_without_a_config_here_is_named_not_guessed(experiment: Path):
     assert disk_at_peak(config, 2).line() == (
         "disk at peak: unknown: no model config on this machine for nowhere (`hf download MODEL` fetches it)"
     )
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_replay_on_a_device_that_is_not_exact_drops_the_path_it_replaces(cell_dir: Path, exact: bool):
+    """A deleted step is rebuilt from the last checkpoint before it. On CPU the replay gives back
+    the same weights, and the later checkpoints stay (a replay stopped halfway resumes from
+    them); on a GPU it is another sample of the training, so they are removed first, or a cell
+    could end with checkpoints of two trainings."""
+    from matrixrl.train.checkpoints import complete_checkpoints as present
+    from matrixrl.train.trainer import resume_point
+
+    shutil.rmtree(L.checkpoint_dir(cell_dir, 20))
+    lines: list[str] = []
+    start = resume_point(cell_dir, DIGEST, 60, lines.append, evaluated=[0, 10, 20, 30, 40, 50, 60], exact=exact)
+    assert start == 15
+    later = [s for s in SAVED if s > 15 and s != 20]
+    if exact:
+        assert [s for s in sorted(present(cell_dir)) if s > 15] == later
+    else:
+        assert [s for s in present(cell_dir) if s > 15] == []
+        assert lines[-1] == (
+            f"replaying from step 15 on a device whose kernels are not deterministic: the checkpoints at steps "
+            f"{', '.join(map(str, later))} belong to the path being replaced; removing them"
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, ConfigDict, Field, create_model, model_serializer, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, create_model, field_validator, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
@@ -154,6 +154,24 @@ class Train(Strict):
         "its parameters together) is at most this",
     )
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
+    # 16384: a default tiny scale's agent never reaches it (at most 8 × 8 rollouts × 3 turns of at most
+    # max_length 64 tokens = 12,288), so the recorded tiny-model results stay exactly as they were.
+    micro_batch_tokens: int | None = Field(
+        16384,
+        ge=1,
+        description="the update passes each agent's turns through the model in micro-batches of at most this "
+        "many rows × padded length, gradients accumulated (the same step up to rounding, in bounded memory: "
+        "completion logits alone are rows × length × vocabulary floats); null: all of an agent's turns at once",
+        json_schema_extra=RUNTIME,
+    )
+    rollout_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="most prompts per generate call of a training rollout (a stage's rows are decoded in chunks "
+        "of this many); null: a whole stage at once. Part of a cell's spec: chunks draw their sampling noise in "
+        "another order, so the samples differ (not their distribution)",
+        json_schema_extra=ADDED,
+    )
 
     # The remedies of docs/design.md §5 (docs/interventions.md), off by default; matrixrl.train.interventions.
     kl_beta: float = Field(
@@ -278,15 +296,34 @@ class HfScale(Strict):
     )
     revision: str | None = Field(None, description="hub revision (branch, tag or commit) of a hub id")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        "auto", description="auto: bfloat16 on a GPU, float32 on CPU"
+        "auto",
+        description="the dtype forward passes compute in (auto: bfloat16 on a GPU, float32 on CPU); weights that "
+        "train and their optimizer state stay float32 (docs/real-models.md, Precision)",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: a GPU when one is visible, else CPU", json_schema_extra=RUNTIME
     )
     prompt_style: Literal["compact", "chat"] = Field("chat", description="chat: the tokenizer's chat template")
+    gradient_checkpointing: bool = Field(
+        False,
+        description="recompute each layer's activations in the update's backward pass instead of keeping them "
+        "(transformers' gradient checkpointing): about a third more compute for activations of one layer at a "
+        "time; the same gradients",
+        json_schema_extra=RUNTIME,
+    )
     train: TrainOverrides = Field(
         TrainOverrides(), description="this scale's own training settings (e.g. its lr); unset keys follow train:"
     )
+
+    @field_validator("dtype")
+    @classmethod
+    def _no_float16_training(cls, dtype: str) -> str:
+        if dtype == "float16":
+            raise ValueError(
+                "float16 needs loss scaling, which matrixrl's update does not do (small gradients would round to "
+                "zero and nothing would say so); use bfloat16 (GPUs from NVIDIA Ampere on) or float32"
+            )
+        return dtype
 
 
 Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]

@@ -6,6 +6,14 @@ hub id or folder), in which dtype and on which device. An hf scale is used as it
 is: no warm-start, and ``prepare_base`` only checks that the model and tokenizer
 load and records the parameter count.
 
+Precision: a scale's ``dtype`` is the dtype its forward passes compute in. Weights that
+train stay float32 whatever it is (a full fine-tune's whole model, LoRA's adapters):
+an AdamW update smaller than a bfloat16 weight's last bit (about 0.4% of it) would
+round away, and at learning rates of 1e-5 most of them do. A 16-bit ``dtype`` then
+runs every forward pass under ``torch.autocast`` (``with_compute_dtype``), as mixed
+precision training does; only a frozen LoRA base is stored in the 16-bit dtype.
+docs/real-models.md, "Precision".
+
 Offline (``HF_HUB_OFFLINE=1``, as matrixrl's jobs run by default), a hub id must
 already be in the local Hugging Face cache; otherwise loading stops with one line
 naming the scale and the fix.
@@ -44,8 +52,11 @@ def not_cached_message(scale: str, path: str) -> str:
     )
 
 
-def load_causal_lm(folder, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
-    """A causal LM from a folder (or hub id), in eval mode, in ``dtype`` on ``device``."""
+def load_causal_lm(
+    folder, dtype: str = "float32", device: str = "cpu", revision: str | None = None, compute_dtype: str | None = None
+):
+    """A causal LM from a folder (or hub id), in eval mode, its weights in ``dtype`` on
+    ``device``, computing in ``compute_dtype`` (default: ``dtype``; see :func:`with_compute_dtype`)."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -57,7 +68,44 @@ def load_causal_lm(folder, dtype: str = "float32", device: str = "cpu", revision
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), revision=revision, attn_implementation="sdpa")
     model.to(device)
     model.eval()
+    return with_compute_dtype(model, compute_dtype or dtype)
+
+
+COMPUTE_DTYPE = "matrixrl_compute_dtype"
+"""The attribute of a loaded model that names the dtype its forward passes compute in."""
+
+
+def with_compute_dtype(model, dtype: str):
+    """``model`` with every forward pass under ``torch.autocast`` to ``dtype`` (a 16-bit one;
+    float32: unchanged), as mixed precision training runs it: matrix products in ``dtype``,
+    weights, gradients and optimizer state as stored (float32 where they train).
+
+    The wrapped ``forward`` is bound to the model, so a ``copy.deepcopy`` (an isolated
+    policy's copies per role) computes the same way; :func:`compute_context` around many
+    calls (a whole ``generate``) casts each weight once instead of once per call.
+    """
+    import types
+
+    import torch
+
+    setattr(model, COMPUTE_DTYPE, dtype)
+    if dtype != "float32":
+        device = next(model.parameters()).device.type
+        model.forward = types.MethodType(torch.autocast(device, dtype=getattr(torch, dtype))(type(model).forward), model)
     return model
+
+
+def compute_context(model):
+    """A context computing as ``model``'s forward passes do (:func:`with_compute_dtype`), held over
+    many of its calls so that autocast's cache casts each trainable weight once; a no-op in float32."""
+    import contextlib
+
+    import torch
+
+    dtype = getattr(model, COMPUTE_DTYPE, "float32")
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=getattr(torch, dtype))
 
 
 @dataclass(frozen=True)
@@ -95,13 +143,16 @@ class ModelSource:
             tokenizer.pad_token = tokenizer.eos_token
         return tokenizer
 
-    def load_model(self, folder: Path | None = None):
-        """The base model, or (``folder``) a full checkpoint trained from it, in this dtype on this device."""
+    def load_model(self, folder: Path | None = None, frozen: bool = False):
+        """The base model, or (``folder``) a full checkpoint trained from it, on this device,
+        computing in this dtype. Its weights are float32 unless ``frozen`` (LoRA's base,
+        which never trains, is stored in the compute dtype): see the module docstring."""
         if folder is None:
             self._check_available()
         try:
             model = load_causal_lm(
-                folder or self.path, self.dtype, self.device, revision=None if folder else self.revision
+                folder or self.path, self.dtype if frozen else "float32", self.device,
+                revision=None if folder else self.revision, compute_dtype=self.dtype,
             )
         except OSError as exc:
             raise ModelLoadError(f"scales.{self.scale}: cannot load {folder or self.path} ({_first_line(exc)})") from None
@@ -150,7 +201,7 @@ def resolve_device(scale_name: str, scale) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` is bfloat16 on a GPU and float32 on CPU (bfloat16 is slow there)."""
+    """The compute dtype: ``auto`` is bfloat16 on a GPU and float32 on CPU (bfloat16 is slow there)."""
     if dtype != "auto":
         return dtype
     return "bfloat16" if device.startswith("cuda") else "float32"
@@ -159,7 +210,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
 def model_source(scale_name: str, scale, base_dir: Path, device: str | None = None) -> ModelSource:
     """How jobs load ``scale``: a tiny scale from its prepared ``base_dir``; an hf scale from its path.
 
-    ``device`` overrides the scale's choice (an evaluation thread's claimed ``cuda:N``).
+    ``device`` overrides the scale's choice (the ``cuda`` of the GPU a job claimed).
     """
     if scale.kind == "tiny":
         return ModelSource(scale=scale_name, path=str(base_dir))

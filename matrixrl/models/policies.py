@@ -17,7 +17,9 @@ adapters switched off, under full fine-tuning a frozen copy attached with
 A checkpoint folder holds one subfolder per parameter set (``shared/`` or one per
 role); LoRA subfolders hold only the adapter, re-attached to the base model on load.
 Loading goes through the scale's ``ModelSource`` (matrixrl.models.hf): the same
-dtype and device as the base model the policy was built from.
+dtypes and device as the base model the policy was built from. Trained parameters
+are float32 (a full model; LoRA's adapters, which PEFT keeps in float32 on a 16-bit
+base), and a 16-bit compute dtype runs the forward passes under autocast.
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ class Policy(ABC):
     def train(self, mode: bool = True) -> None:
         for model in self._models():
             model.train(mode)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute activations in the backward pass (in train mode only: rollouts, in eval
+        mode, keep their KV cache). Non-reentrant, so a frozen LoRA base needs no input grads."""
+        for model in self._models():
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     @property
     def device(self):
@@ -192,7 +200,7 @@ class LoraPolicy(Policy):
         policy = cls(mode, roles, settings)
         names = policy.set_names()
         model = PeftModel.from_pretrained(
-            source.load_model(), _adapter_dir(folder, names[0]), adapter_name=names[0], is_trainable=True
+            source.load_model(frozen=True), _adapter_dir(folder, names[0]), adapter_name=names[0], is_trainable=True
         )
         for name in names[1:]:
             model.load_adapter(_adapter_dir(folder, name), adapter_name=name, is_trainable=True)

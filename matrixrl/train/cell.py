@@ -43,7 +43,8 @@ class CellParts:
         """The cell's policy (shared or isolated) on a fresh load of the base model;
         ``reference``: with the base model as the KL anchor's reference too."""
         spec = self.spec
-        policy = build_policy(spec.cell.policy, self.source.load_model(), self.workflow.roles, spec.policies)
+        base = self.source.load_model(frozen=spec.policies.adapter == "lora")  # LoRA's base never trains
+        policy = build_policy(spec.cell.policy, base, self.workflow.roles, spec.policies)
         return self._with_reference(policy) if reference else policy
 
     def load_policy(self, checkpoint: Path, reference: bool = False) -> Policy:
@@ -66,7 +67,7 @@ class CellParts:
 def build_cell(spec: CellSpec, base_dir: Path, device: str | None = None) -> CellParts:
     """The parts of cell ``spec`` whose base model is in ``base_dir`` (tiny scales).
 
-    ``device`` overrides the scale's device (an evaluation's claimed ``cuda:N``).
+    ``device`` overrides the scale's device (the ``cuda`` of the GPU a job claimed: models.devices.claimed_gpu).
     """
     source = model_source(spec.cell.scale, spec.scale, base_dir, device=device)
     tokenizer = source.load_tokenizer()

@@ -10,24 +10,28 @@ Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad
 ---------------------------------------------------------------------------------
 ``trainer.update_policy`` already splits a step into sub-batches whose losses add up to
 the step's loss (``clipped_loss`` divides by the step's total token count, so the
-loss is additive over turns). To measure, split each role's turns further by
-``turn.agent`` and, for each agent's sub-batch, within the loop over a parameter
-set's roles::
+loss is additive over turns). Each agent's turns get their own backward passes, and
+:class:`AgentGradients` takes a snapshot of the accumulated ``.grad`` after each
+agent's: the change between two snapshots is exactly that agent's gradient, while
+``.grad`` ends as the sum, so the optimizer step is unchanged::
 
-    before = flat_grad(params)            # .grad accumulated so far (zeros at first)
-    loss.backward()                       # this agent's turns only
-    grad = flat_grad(params) - before     # exactly this agent's gradient
-    agents.append(AgentGrad(role, agent, grad, tokens=int(batch.completion_mask.sum())))
+    grads = AgentGradients(params)
+    for each agent:  (its backward passes)
+        grads.record(role, agent, tokens)
+    rows = gradient_diagnostics(grads.close(), shared=...)   # before clip_grad_norm_
 
-``.grad`` keeps accumulating, so after the last agent it holds the sum over all of
-the set's agents: the optimizer step is unchanged. Take the snapshots *before*
-``clip_grad_norm_`` (which rescales ``.grad`` in place): the diagnostics describe
-the raw, unclipped gradients. After all parameter sets are done, call
-``gradient_diagnostics(agents, shared=<policy mode is shared>)``. Under SP there is
-one parameter set, so every agent's vector lives in the same space; under IP each
-role's vector lives in its role's own parameter space. Differencing costs one
-flatten/copy per agent; a separate ``torch.autograd.grad`` per role was measured
-at about 30% slower (docs/design.md §5; bench/diagnostics.py).
+Snapshots are copies of ``.grad`` on its own device and in its own dtype (float32
+for trained parameters). Every figure below is a function of the Gram matrix of the
+agents' gradients (their pairwise dot products), which :meth:`AgentGradients.close`
+computes in float64 one chunk of one parameter at a time: no flattened copy of a
+whole model's gradient, no float64 copy larger than a chunk, nothing moved to the
+CPU. Memory: one snapshot per agent that learned this step (a full fine-tune of a
+billion-parameter model: 4 GB each), freed when the parameter set is done. Close
+before ``clip_grad_norm_`` (which rescales ``.grad`` in place): the diagnostics
+describe the raw, unclipped gradients. Under SP there is one parameter set, so every
+agent's gradient lives in one space; under IP each role's lives in its own set.
+Differencing costs one copy per agent; a separate ``torch.autograd.grad`` per role
+was measured at about 30% slower (docs/design.md §5; bench/diagnostics.py).
 
 Rows
 ----
@@ -63,6 +67,7 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
+import numpy as np
 import torch
 
 KINDS = (
@@ -77,78 +82,203 @@ KINDS = (
     "role_total_cosine",
 )
 
+CHUNK = 1 << 20
+"""Elements of one parameter's gradient turned into float64 at a time (8 MB per agent)."""
+
+
 @dataclass(frozen=True)
-class AgentGrad:
-    """One agent's gradient in one update."""
+class Agent:
+    """One agent of one update: who, and how many completion tokens its turns had."""
 
     role: str
     agent: str  # e.g. "generator0"
+    tokens: int
+
+
+@dataclass(frozen=True)
+class AgentGrad:
+    """One agent's gradient as one flat vector (what tests and benchmarks hand over)."""
+
+    role: str
+    agent: str
     grad: torch.Tensor  # flattened gradient of this agent's turns' loss w.r.t. its parameter set (1-D)
-    tokens: int  # completion tokens of this agent's turns in the step
+    tokens: int
 
 
-def flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
-    """Concatenation of every ``p.grad`` (zeros where it is ``None``) as a float64 copy.
+class GradientSet:
+    """The dot products that every diagnostic is computed from, for the agents of one
+    parameter set: between agents (``agents``), and between role sums and the set's
+    total (``groups``: each role's name, then ``TOTAL``), each in float64.
 
-    The copy is detached and independent of later in-place changes to ``.grad``, so
-    ``flat_grad(params) - before`` is exactly the gradient added in between.
+    Role sums are added up element by element before their products are taken (as
+    a whole vector would be), so a role whose agents' gradients cancel has the norm
+    of what is left, not a difference of rounded squares.
     """
-    parts = [
-        (p.grad.detach().reshape(-1).to(dtype=torch.float64, device="cpu", copy=True)
-         if p.grad is not None else torch.zeros(p.numel(), dtype=torch.float64))
-        for p in params
-    ]
-    if not parts:
-        return torch.zeros(0, dtype=torch.float64)
-    return torch.cat(parts)
+
+    def __init__(self, agents: list[Agent]):
+        self.agents = agents
+        self.groups = [*dict.fromkeys(a.role for a in agents), TOTAL]
+        members = torch.zeros((len(self.groups), len(agents)), dtype=torch.float64)
+        for i, a in enumerate(agents):
+            members[self.groups.index(a.role), i] = 1.0
+            members[-1, i] = 1.0
+        self._members = members
+        self.gram = np.zeros((len(agents), len(agents)))
+        self.group_gram = np.zeros((len(self.groups), len(self.groups)))
+
+    def add(self, block: torch.Tensor) -> None:
+        """Add the products of one chunk: ``block`` holds each agent's elements in a row (float64)."""
+        self.gram += (block @ block.T).cpu().numpy()
+        sums = self._members.to(block.device) @ block
+        self.group_gram += (sums @ sums.T).cpu().numpy()
+
+    def dot(self, a: str, b: str) -> float:
+        """g_a · g_b of two agents by name."""
+        names = [x.agent for x in self.agents]
+        return float(self.gram[names.index(a), names.index(b)])
+
+    def group_dot(self, a: str, b: str) -> float:
+        """The dot product of two role sums (or ``TOTAL``, the set's whole gradient)."""
+        return float(self.group_gram[self.groups.index(a), self.groups.index(b)])
+
+    @classmethod
+    def of_vectors(cls, agents: list[AgentGrad]) -> "GradientSet":
+        """The set of whole flat vectors (one parameter set)."""
+        sizes = {a.grad.numel() for a in agents}
+        if len(sizes) > 1:
+            raise ValueError(f"agents of one parameter set have gradients of different lengths {sorted(sizes)}")
+        found = cls([Agent(a.role, a.agent, a.tokens) for a in agents])
+        if agents:
+            found.add(torch.stack([a.grad.detach().reshape(-1).to(torch.float64).cpu() for a in agents]))
+        return found
+
+
+TOTAL = "\0total"  # the name of a set's whole gradient among its groups (no role is named so)
+
+
+def grad_snapshot(params: list[torch.nn.Parameter]) -> list[torch.Tensor | None]:
+    """A copy of every ``p.grad`` (None where there is none), on its device, in its dtype."""
+    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+
+
+_LIVE = None  # a boundary whose .grad is still the live one (copied only once .grad moves on)
+
+
+class AgentGradients:
+    """Each agent's gradient over one parameter set, as the change in ``.grad`` over its
+    backward passes (see the module docstring).
+
+    ``.grad`` is copied at the boundaries between agents, and only once the next
+    agent's backward pass is about to change it: K agents that learned cost K − 1
+    copies, and an agent without a backward pass (no turn had an advantage) none.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        self.params = params
+        self.agents: list[Agent] = []
+        self.spans: list[tuple[int, int]] = []  # each agent's (before, after) boundary
+        self.boundaries: list[list[torch.Tensor | None] | None] = [grad_snapshot(params)]
+        self._moved = False
+
+    def before_backward(self) -> None:
+        """Call before every backward pass over this parameter set."""
+        if self.boundaries[-1] is _LIVE:
+            self.boundaries[-1] = grad_snapshot(self.params)
+        self._moved = True
+
+    def record(self, role: str, agent: str, tokens: int) -> None:
+        """``agent``'s passes are done: its gradient is what ``.grad`` gained since the last record."""
+        before = len(self.boundaries) - 1
+        if self._moved:
+            self.boundaries.append(_LIVE)
+            self._moved = False
+        self.agents.append(Agent(role, agent, tokens))
+        self.spans.append((before, len(self.boundaries) - 1))
+
+    def close(self) -> GradientSet:
+        """The recorded agents' :class:`GradientSet` (call before ``.grad`` is clipped or
+        damped); the copies are released."""
+        found = GradientSet(self.agents)
+        if any(before != after for before, after in self.spans):
+            for k, p in enumerate(self.params):
+                at = [p.grad if b is _LIVE else b[k] for b in self.boundaries]
+                for start in range(0, p.numel(), CHUNK):
+                    found.add(torch.stack(
+                        [_chunk(at[after], start, p) - _chunk(at[before], start, p) for before, after in self.spans]
+                    ))  # fmt: skip
+        self.boundaries = []
+        return found
+
+
+def _chunk(grad: torch.Tensor | None, start: int, param: torch.nn.Parameter) -> torch.Tensor:
+    """Elements ``start`` to ``start + CHUNK`` of a flattened gradient of ``param``, in float64
+    (zeros where it has no gradient)."""
+    if grad is None:
+        return torch.zeros(min(CHUNK, param.numel() - start), dtype=torch.float64, device=param.device)
+    return grad.detach().reshape(-1)[start : start + CHUNK].to(torch.float64)
 
 
 def _row(kind: str, value: float, role: str | None = None, agent: str | None = None, other: str | None = None) -> dict:
     return {"kind": kind, "role": role, "agent": agent, "other": other, "value": float(value)}
 
 
-def _norm(v: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(v))
-
-
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    """Cosine similarity in float64, or None when either vector is zero."""
-    na, nb = _norm(a), _norm(b)
+def _cosine(dot: float, na: float, nb: float) -> float | None:
+    """Cosine from a dot product and two norms, or None when either vector is zero."""
     if na == 0.0 or nb == 0.0:
         return None
-    value = float(torch.dot(a, b)) / (na * nb)
-    return max(-1.0, min(1.0, value))  # rounding can overshoot ±1 by an ulp
+    return max(-1.0, min(1.0, dot / (na * nb)))  # rounding can overshoot ±1 by an ulp
 
 
-def gradient_diagnostics(agents: list[AgentGrad], *, shared: bool) -> list[dict]:
+def gradient_sets(agents: list[AgentGrad], *, shared: bool) -> list[GradientSet]:
+    """Flat vectors as parameter sets: all in one under SP, one per role under IP."""
+    if shared:
+        return [GradientSet.of_vectors(agents)]
+    by_role: dict[str, list[AgentGrad]] = {}
+    for a in agents:
+        by_role.setdefault(a.role, []).append(a)
+    return [GradientSet.of_vectors(members) for members in by_role.values()]
+
+
+def gradient_diagnostics(sets: list[GradientSet] | list[AgentGrad], *, shared: bool) -> list[dict]:
     """Long-format diagnostic rows for one update (see the module docstring for kinds).
 
-    ``shared`` says whether all roles' gradients live in one parameter space (SP);
-    under IP (``shared=False``) cross-role cosines are not computed. Agents of one
-    role must have gradients of equal length (and, under SP, all agents must).
-    Raises ``ValueError`` on a repeated agent name or mismatched lengths.
+    ``sets``: one :class:`GradientSet` per parameter set that acted (under SP one; under
+    IP one per role), or each agent's flat gradient (:class:`AgentGrad`). ``shared``
+    says whether all roles' gradients live in one parameter space (SP); under IP
+    (``shared=False``) cross-role cosines are not computed. Raises ``ValueError`` on a
+    repeated agent name, on vectors of different lengths in one set, and on a role
+    whose agents are in several sets.
     """
+    if sets and isinstance(sets[0], AgentGrad):
+        names = [a.agent for a in sets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique in one update: {sorted(names)}")
+        sets = gradient_sets(sets, shared=shared)
+    sets = [s for s in sets if s.agents]
+    if shared and len(sets) > 1:
+        raise ValueError("under shared=True every agent's gradient must be in one parameter set")
+    agents = [a for s in sets for a in s.agents]
     names = [a.agent for a in agents]
     if len(set(names)) != len(names):
         raise ValueError(f"agent names must be unique in one update: {sorted(names)}")
-    by_role: dict[str, list[AgentGrad]] = {}
+    set_of: dict[str, GradientSet] = {}
+    for s in sets:
+        for role in s.groups[:-1]:
+            if role in set_of:
+                raise ValueError(f"agents of role {role!r} have gradients in different parameter sets")
+            set_of[role] = s
+    by_role: dict[str, list[Agent]] = {}
     for a in agents:
         by_role.setdefault(a.role, []).append(a)
     roles = sorted(by_role)
     for role in roles:
         by_role[role].sort(key=lambda a: a.agent)
 
-    vec = {a.agent: a.grad.detach().reshape(-1).to(dtype=torch.float64, device="cpu") for a in agents}
-    for role in roles:
-        sizes = {vec[a.agent].numel() for a in by_role[role]}
-        if len(sizes) > 1:
-            raise ValueError(f"agents of role {role!r} have gradients of different lengths {sorted(sizes)}")
-    if shared and len({v.numel() for v in vec.values()}) > 1:
-        raise ValueError("under shared=True every agent's gradient must have the same length")
+    def norm(value: float) -> float:
+        return math.sqrt(max(value, 0.0))  # a rounded square of a zero vector can be -0.0
 
-    role_sum = {role: torch.stack([vec[a.agent] for a in by_role[role]]).sum(dim=0) for role in roles}
-    agent_norm = {name: _norm(v) for name, v in vec.items()}
-    role_norm = {role: _norm(role_sum[role]) for role in roles}
+    agent_norm = {a.agent: norm(set_of[a.role].dot(a.agent, a.agent)) for a in agents}
+    role_norm = {role: norm(set_of[role].group_dot(role, role)) for role in roles}
 
     rows: list[dict] = []
     for role in roles:
@@ -166,12 +296,12 @@ def gradient_diagnostics(agents: list[AgentGrad], *, shared: bool) -> list[dict]
         rows.append(_row("role_share", role_norm[role] / total_norm if total_norm > 0 else 0.0, role))
     for role in roles:
         for a, b in combinations(by_role[role], 2):  # agents already sorted by name
-            cos = _cosine(vec[a.agent], vec[b.agent])
+            cos = _cosine(set_of[role].dot(a.agent, b.agent), agent_norm[a.agent], agent_norm[b.agent])
             if cos is not None:
                 rows.append(_row("agent_cosine", cos, role, a.agent, b.agent))
     if shared:
         for r, s in combinations(roles, 2):
-            cos = _cosine(role_sum[r], role_sum[s])
+            cos = _cosine(set_of[r].group_dot(r, s), role_norm[r], role_norm[s])
             if cos is not None:
                 rows.append(_row("role_cosine", cos, r, None, s))
     for role in roles:
@@ -182,9 +312,10 @@ def gradient_diagnostics(agents: list[AgentGrad], *, shared: bool) -> list[dict]
         if mean > 0:
             rows.append(_row("amplification", role_norm[role] / mean, role))
     if shared and roles:
-        total = torch.stack([role_sum[r] for r in roles]).sum(dim=0)
+        (whole,) = sets
+        total = norm(whole.group_dot(TOTAL, TOTAL))
         for role in roles:
-            cos = _cosine(role_sum[role], total)
+            cos = _cosine(whole.group_dot(role, TOTAL), role_norm[role], total)
             if cos is not None:
                 rows.append(_row("role_total_cosine", cos, role))
     return rows

@@ -5,7 +5,7 @@ Each turn arrives with its ``advantage`` already set (matrixrl.train.rewards say
 it is computed); the trainer's ``update_policy`` calls these per agent and steps the
 optimizers. Reuses TRL's tensor utilities (``selective_log_softmax``, ``pad``) and
 follows TRL's clipped-loss formulation with asymmetric clipping (``epsilon_low`` /
-``epsilon_high``) and no KL term.
+``epsilon_high``); the KL anchor, when on, is matrixrl.train.interventions'.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class TurnBatch:
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
     advantages: torch.Tensor
+    # Each completion token's log-probability when the rollout sampled it (0 on padding);
+    # None unless every turn has them (Completion.sampled_logps).
+    sampled_logps: torch.Tensor | None = None
 
     @classmethod
     def from_turns(cls, turns: list[Turn], pad_token_id: int) -> "TurnBatch":
@@ -51,11 +54,23 @@ class TurnBatch:
             completion_ids=completion_ids,
             completion_mask=completion_mask.float(),
             advantages=torch.tensor([t.advantage for t in turns], dtype=torch.float32),
+            sampled_logps=_padded_logps(turns, completion_ids.shape[1]),
         )
 
     def to(self, device) -> "TurnBatch":
         """The same batch on ``device`` (the policy's GPU); a no-op on CPU."""
-        return TurnBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+        return TurnBatch(**{
+            name: None if getattr(self, name) is None else getattr(self, name).to(device)
+            for name in self.__dataclass_fields__
+        })  # fmt: skip
+
+
+def _padded_logps(turns: list[Turn], width: int) -> torch.Tensor | None:
+    """The turns' sampled log-probabilities, right-padded with 0 to ``width`` (None if any turn lacks them)."""
+    found = [t.completion.sampled_logps for t in turns]
+    if any(logps is None for logps in found):
+        return None
+    return torch.tensor([list(logps) + [0.0] * (width - len(logps)) for logps in found], dtype=torch.float32)
 
 
 # The update leaves out the logits of prompt positions (``logits_to_keep``, as TRL's
@@ -69,8 +84,13 @@ PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22
 
 
 def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tensor:
-    """Per-token log-probabilities of the completion tokens (their entropies are
-    recorded while sampling: rollout.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM."""
+    """Per-token log-probabilities of the completion tokens, in float32 (their entropies are
+    recorded while sampling: rollout.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM.
+
+    A model computing in bfloat16 gives bfloat16 logits, and their log-softmax in
+    bfloat16 would move in steps of about 1.6%: the PPO ratio, and the KL anchor's
+    k3 = exp(r) − r − 1, which rounds to exactly 0 for per-token differences up to
+    about 0.1. So the logits are taken to float32 first, as the sampler does."""
     rows, length = batch.input_ids.shape
     width = batch.completion_ids.shape[1]
     prompt_logits = rows * (length - width - 1) * model.config.vocab_size
@@ -80,7 +100,7 @@ def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tenso
         position_ids=batch.position_ids,
         logits_to_keep=width + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else 0,  # 0: every position
     ).logits
-    logits = logits[:, -width - 1 : -1, :] / temperature
+    logits = logits[:, -width - 1 : -1, :].float() / temperature  # .float(): a no-op in float32
     return selective_log_softmax(logits, batch.completion_ids)
 
 

@@ -74,6 +74,7 @@ class Damper:
         average = self.average.get(role)
         cos = 0.0
         if average is not None:
+            average = self.average[role] = average.to(gradient.device)  # a resumed run's comes from the CPU
             denominator = float(gradient.norm()) * float(average.norm())
             if denominator > 0:
                 cos = float(torch.dot(gradient, average)) / denominator
@@ -83,6 +84,7 @@ class Damper:
         """ḡ ← τ ḡ + (1 − τ) g_damped (the first gradient seeds ḡ as (1 − τ) g)."""
         average = self.average.get(role)
         damped = damped.detach().to(torch.float32)
+        average = None if average is None else average.to(damped.device)
         self.average[role] = (1 - self.tau) * damped if average is None else self.tau * average + (1 - self.tau) * damped
 
     def state_dict(self) -> dict:

@@ -28,7 +28,14 @@ step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperatu
 above 0): the Gumbel-max trick with noise hashed from (seed, call, row, position,
 token). Keyed samples are a pure function of the seed and of each prompt's place in
 the workflow's calls, so they do not depend on the batch size, on the order of
-evaluations or on anything drawn before.
+evaluations or on anything drawn before. (On CPU, bit for bit. On a GPU the batch's
+shape picks the kernels, and their rounding can flip a close sample: there a
+non-default ``eval.batch_size`` is part of the evaluation's spec, grid.eval_science.)
+
+Training rollouts record each sampled token's log-probability (``SampledChooser``):
+the update compares its own with it (the log-probability gap, trainer.update_policy).
+A model computing in bfloat16 decodes inside one ``compute_context`` per call, so
+its float32 weights are cast once per call, not once per token.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 from trl.trainer.utils import entropy_from_logits
 
+from matrixrl.models.hf import compute_context
 from matrixrl.workflows.base import Completion
 
 
@@ -301,21 +309,24 @@ class SampledChooser:
     advances as it does under generate and every row gets the noise generate would give
     it: the same tokens, while finished rows are no longer computed.
 
-    Records each step's entropy of the sampling distribution per row (``entropies``,
-    (batch, max_new_tokens)).
+    Records, per row and step, the entropy of the sampling distribution (``entropies``)
+    and the log-probability of the token chosen (``logps``), both (batch, max_new_tokens).
     """
 
     def __init__(self, temperature: float, batch: int, max_new_tokens: int, device):
         self.temperature = temperature
         self.batch = batch
         self.entropies = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+        self.logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
 
     def __call__(self, scores: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
         scaled = scores / self.temperature  # exact for temperature 1, as generate skipping the warper
         self.entropies[rows, step] = entropy_from_logits(scaled)
         probs = torch.softmax(scaled, dim=-1)
         noise = torch.empty((self.batch, probs.shape[-1]), dtype=probs.dtype, device=probs.device).exponential_(1)
-        return (probs / noise[rows]).argmax(dim=-1)
+        chosen = (probs / noise[rows]).argmax(dim=-1)
+        self.logps[rows, step] = torch.log_softmax(scaled, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
+        return chosen
 
 
 # Below this many rows a matrix product takes other BLAS kernels (MKL on CPU: 1-3 rows),
@@ -429,8 +440,12 @@ def make_generate(
 
     @torch.no_grad()
     def generate(role: str, prompts: list[str]) -> list[Completion]:
-        nonlocal calls
         model = policy.model_for(role)
+        with compute_context(model):  # a 16-bit model casts its float32 weights once per call
+            return _generate(model, prompts)
+
+    def _generate(model, prompts: list[str]) -> list[Completion]:
+        nonlocal calls
         device = next(model.parameters()).device
         if keyed:  # each call's rows get keys of their own
             call_key = splitmix64(splitmix64(torch.tensor([seed], dtype=torch.int64)) ^ calls)
@@ -448,6 +463,7 @@ def make_generate(
             cache = prefill.cache if prefill else None
             if prefill:  # the rows as the cache lays them out
                 ids, mask = prefill.ids, prefill.mask
+            logps = None
             if use_hf_generate:
                 generated, entropies = _hf_generate(model, ids, mask, cache, max_new_tokens, temperature, sample, keys, pad, eos)
             else:
@@ -458,7 +474,10 @@ def make_generate(
                 else:
                     choose = greedy_chooser()
                 generated = decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, choose=choose)
-                entropies = choose.entropies.tolist() if isinstance(choose, SampledChooser) else None
+                if isinstance(choose, SampledChooser):
+                    entropies, logps = choose.entropies.tolist(), choose.logps.tolist()
+                else:
+                    entropies = None
             completions = [_up_to_eos(seq, eos) for seq in generated]
             answers = [tuple(c[:-1]) if c[-1:] == [eos] else tuple(c) for c in completions]
             distinct = list(dict.fromkeys(answers))  # a group's answers often agree: each decoded once
@@ -470,6 +489,7 @@ def make_generate(
                         prompt_ids=list(tokenized.distinct[row]),
                         completion_ids=completion_ids,
                         entropy_sum=sum(entropies[i][: len(completion_ids)]) if entropies else 0.0,
+                        sampled_logps=logps[i][: len(completion_ids)] if logps else None,
                     )
                 )
         return out

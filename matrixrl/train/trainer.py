@@ -55,7 +55,7 @@ from matrixrl.models.policies import Policy
 from matrixrl.tasks import Task
 from matrixrl.train.cell import build_cell
 from matrixrl.train.checkpoints import COMPLETE, complete_checkpoints, is_step_dir, latest_checkpoint
-from matrixrl.train.diagnostics import AgentGrad, flat_grad, gradient_diagnostics
+from matrixrl.train.diagnostics import AgentGradients, GradientSet, grad_snapshot, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
 from matrixrl.train.interventions import Damper, kl_k3, needs_reference, role_value
 from matrixrl.train.metrics import role_metrics
@@ -77,7 +77,8 @@ def init_seed(seed: int) -> int:
 
 
 def resume_point(
-    cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = ()
+    cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = (),
+    exact: bool = True,
 ) -> int | None:
     """Where training of ``cell_dir`` resumes, or None to start afresh.
 
@@ -86,6 +87,12 @@ def resume_point(
     write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
     whose checkpoint is gone while a later one exists is rebuilt: training resumes
     from the last checkpoint before it, and replays the same steps.
+
+    ``exact``: whether replaying a step gives back the same weights (on CPU it does; on
+    a GPU nondeterministic kernels make the replay another sample of the same
+    training). If not, the checkpoints after the replay's start are removed before it
+    begins: a replay stopped halfway would otherwise resume from the old path's latest
+    checkpoint and leave a cell whose checkpoints come from two trainings.
     """
     folder = checkpoints_dir(cell_dir)
     leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []
@@ -109,7 +116,16 @@ def resume_point(
     if missing:
         up_to = min(missing) - 1
         log(f"the checkpoint of step {min(missing)} is missing; rebuilding it")
-    return latest_checkpoint(cell_dir, digest, up_to=up_to) if up_to >= 0 else None
+    start = latest_checkpoint(cell_dir, digest, up_to=up_to) if up_to >= 0 else None
+    later = sorted(step for step in present if start is not None and step > start)
+    if missing and not exact and later:
+        log(
+            f"replaying from step {start} on a device whose kernels are not deterministic: the checkpoints at steps "
+            f"{', '.join(map(str, later))} belong to the path being replaced; removing them"
+        )
+        for step in later:
+            shutil.rmtree(checkpoint_dir(cell_dir, step))
+    return start
 
 
 def save_checkpoint(
@@ -165,7 +181,8 @@ def train_cell(
     saves = set(save_steps(cfg))
 
     digest = spec.resume_digest()
-    start = resume_point(cell_dir, digest, cfg.steps, log, evaluated=checkpoint_steps(cfg))
+    exact = cell.source.device == "cpu"  # docs/real-models.md, "What is exact where"
+    start = resume_point(cell_dir, digest, cfg.steps, log, evaluated=checkpoint_steps(cfg), exact=exact)
     anchored = needs_reference(cfg)
     damper = Damper.from_train(cfg)
     if start is None:
@@ -177,6 +194,8 @@ def train_cell(
     else:
         policy = cell.load_policy(checkpoint_dir(cell_dir, start), reference=anchored)
         log(f"resuming {spec.cell.id} from its checkpoint at step {start}")
+    if getattr(spec.scale, "gradient_checkpointing", False):
+        policy.enable_gradient_checkpointing()
     optimizers = make_optimizers(policy, cfg)
 
     def logs() -> dict:
@@ -206,7 +225,8 @@ def train_cell(
         workflow=cell.workflow,
         task=cell.task,
         generate=cell.make_generate(
-            policy, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True
+            policy, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, sample=True,
+            **({"batch_size": cfg.rollout_batch_size} if cfg.rollout_batch_size else {}),
         ),
         pad_token_id=cell.tokenizer.pad_token_id,
         cfg=cfg,
@@ -296,9 +316,14 @@ def grpo_step(run: GrpoRun, step: int):
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
     policy.train(True)
-    row, step_diagnostics = update_policy(policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper)
+    row, step_diagnostics = update_policy(
+        policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=cfg.micro_batch_tokens
+    )
     roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
     roles += [{"step": step + 1, "role": r, "metric": "kl", "value": v} for r, v in row.pop("role_kl").items()]
+    for role, (mean, largest) in row.pop("role_logp_gap").items():
+        roles += [{"step": step + 1, "role": role, "metric": "logp_gap_mean", "value": mean},
+                  {"step": step + 1, "role": role, "metric": "logp_gap_max", "value": largest}]  # fmt: skip
     for role, (cos, scale) in row.pop("role_damper").items():
         roles += [{"step": step + 1, "role": role, "metric": "damper_cos", "value": cos},
                   {"step": step + 1, "role": role, "metric": "damper_scale", "value": scale}]  # fmt: skip
@@ -315,24 +340,34 @@ def grpo_step(run: GrpoRun, step: int):
 
 
 def update_policy(
-    policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True, damper: Damper | None = None
+    policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True, damper: Damper | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> tuple[dict, list[dict]]:
     """The policy's update from one step's scored episodes: one optimizer step per
     parameter set, each on the turns of the roles it serves.
 
-    Every agent's turns get their own backward pass, and the change in the
+    Every agent's turns get their own backward passes, and the change in the
     accumulated ``.grad`` is that agent's gradient (docs/design.md §5: cheaper than a
-    separate ``autograd.grad`` per role). ``.grad`` still ends as the sum, so the
-    step is the same as one backward over all turns. Turns whose advantage is 0
-    (every rollout of their group scored alike: half or more of a collapsing run's)
-    add exactly nothing to the loss or its gradient, so they skip the forward and
-    backward passes; they still count in the token-mean's denominator, and their
-    entropy was recorded while sampling. With ``cfg.ppo_epochs > 1`` each parameter
-    set takes that many passes and optimizer steps over its turns, the ratio taken
-    against the first pass's log-probabilities. Returns the step's metrics (loss and
-    gradient norm of the first pass; the clipped fraction of tokens over all passes)
-    and the first pass's gradient diagnostics rows (none with ``diagnostics=False``,
-    which skips the snapshots; bench/diagnostics.py times the difference).
+    separate ``autograd.grad`` per role; matrixrl.train.diagnostics). ``.grad`` still
+    ends as the sum, so the step is the same as one backward over all turns. Turns
+    whose advantage is 0 (every rollout of their group scored alike: half or more of
+    a collapsing run's) add exactly nothing to the loss or its gradient, so they skip
+    the forward and backward passes; they still count in the token-mean's
+    denominator, and their entropy was recorded while sampling. An agent's turns go
+    through the model in micro-batches of at most ``micro_batch_tokens`` rows ×
+    padded length (None: all at once; ``micro_batches``), whose losses add up to the
+    agent's: the same gradient up to rounding, in bounded memory. With
+    ``cfg.ppo_epochs > 1`` each parameter set takes that many passes and optimizer
+    steps over its turns, the ratio taken against the first pass's log-probabilities.
+    Returns the step's metrics (loss and gradient norm of the first pass; the clipped
+    fraction of tokens over all passes) and the first pass's gradient diagnostics
+    rows (none with ``diagnostics=False``, which skips the snapshots;
+    bench/diagnostics.py times the difference).
+
+    The first pass also measures how far the log-probabilities it computes are from
+    the ones the rollout sampled with (``role_logp_gap``: per role, mean and max of
+    |Δ log p| over the tokens it recomputes): 0 up to rounding in float32, the
+    training–inference mismatch of a 16-bit compute dtype otherwise.
 
     The interventions (matrixrl.train.interventions) act here when switched on: a
     role with a KL coefficient gets the KL term in its loss (and all its turns take
@@ -348,69 +383,72 @@ def update_policy(
     stats = {"loss": 0.0, "clipped": 0.0}
     role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
     squared_norm = 0.0
-    agent_grads: list[AgentGrad] = []
+    gradient_sets: list[GradientSet] = []
     beta = {role: role_value(cfg.kl_beta, cfg.kl_beta_roles, role) for role in policy.roles}
     role_kl: dict[str, list[float]] = {}  # role → [k3 sum, tokens], first pass
+    role_gap: dict[str, list[float]] = {}  # role → [|Δ log p| sum, max, tokens], first pass
     role_damper: dict[str, tuple[float, float]] = {}  # role → (cos, scale), first pass
     for name, (roles, params) in policy.parameter_sets().items():
         acting = [(key, turns) for key, turns in sorted(turns_by_agent.items()) if key[0] in roles]
         if not acting:
             continue  # a parameter set whose roles did not act this step stays untouched
         optimizer = optimizers[name]
-        batches: dict[tuple[str, str], TurnBatch] = {}
-        old_logps: dict[tuple[str, str], torch.Tensor] = {}
-        ref_logps: dict[tuple[str, str], torch.Tensor] = {}
-        grads: dict[tuple[str, str], AgentGrad] = {}
+        batches: dict[tuple[str, str], list[TurnBatch]] = {}
+        old_logps: dict[tuple[str, str, int], torch.Tensor] = {}
+        ref_logps: dict[tuple[str, str, int], torch.Tensor] = {}
         for (role, agent), turns in acting:
-            n_tokens = sum(len(t.completion.completion_ids) for t in turns)
             totals = role_entropy.setdefault(role, [0.0, 0])
             totals[0] += sum(t.completion.entropy_sum for t in turns)
-            totals[1] += n_tokens
+            totals[1] += sum(len(t.completion.completion_ids) for t in turns)
             learning = [t for t in turns if t.advantage != 0.0 or beta[role] > 0]
-            if learning:
-                batches[(role, agent)] = TurnBatch.from_turns(learning, pad_token_id).to(policy.device)
-            elif diagnostics:
-                grads[(role, agent)] = AgentGrad(role, agent, torch.zeros(sum(p.numel() for p in params), dtype=torch.float64), n_tokens)
+            batches[(role, agent)] = [
+                TurnBatch.from_turns(part, pad_token_id).to(policy.device)
+                for part in micro_batches(learning, micro_batch_tokens)
+            ]
         for epoch in range(cfg.ppo_epochs):
             first = epoch == 0
             optimizer.zero_grad(set_to_none=True)
-            role_starts: dict[str, torch.Tensor] = {}  # the damper's view: .grad before each role's turns
+            grads = AgentGradients(params) if diagnostics and first else None
+            role_starts: dict[str, list] = {}  # the damper's view: .grad before each role's turns
             for (role, agent), turns in acting:
-                batch = batches.get((role, agent))
                 if damper is not None and role not in role_starts:
-                    role_starts[role] = flat_grad(params)
-                if batch is None:
-                    continue
-                logps = completion_logps(policy.model_for(role), batch, cfg.temperature)
-                if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
-                    old_logps[(role, agent)] = logps.detach()
-                loss, clipped = clipped_loss(
-                    logps,
-                    old_logps[(role, agent)],
-                    batch.advantages,
-                    batch.completion_mask,
-                    epsilon_low=cfg.epsilon_low,
-                    epsilon_high=cfg.epsilon_high,
-                    n_tokens=total_tokens,
-                )
-                if beta[role] > 0:
-                    if first:  # the reference's log-probabilities of the sampled tokens, once per step
-                        with torch.no_grad(), policy.reference() as reference:
-                            ref_logps[(role, agent)] = completion_logps(reference, batch, cfg.temperature)
-                    k3 = kl_k3(logps, ref_logps[(role, agent)], batch.completion_mask)
-                    loss = loss + beta[role] * k3.sum() / total_tokens
+                    role_starts[role] = grad_snapshot(params)
+                model = policy.model_for(role)
+                for part, batch in enumerate(batches[(role, agent)]):
+                    key = (role, agent, part)
+                    logps = completion_logps(model, batch, cfg.temperature)
+                    if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
+                        old_logps[key] = logps.detach()
+                        _add_gap(role_gap, role, old_logps[key], batch)
+                    loss, clipped = clipped_loss(
+                        logps,
+                        old_logps[key],
+                        batch.advantages,
+                        batch.completion_mask,
+                        epsilon_low=cfg.epsilon_low,
+                        epsilon_high=cfg.epsilon_high,
+                        n_tokens=total_tokens,
+                    )
+                    if beta[role] > 0:
+                        if first:  # the reference's log-probabilities of the sampled tokens, once per step
+                            with torch.no_grad(), policy.reference() as reference:
+                                ref_logps[key] = completion_logps(reference, batch, cfg.temperature)
+                        k3 = kl_k3(logps, ref_logps[key], batch.completion_mask)
+                        loss = loss + beta[role] * k3.sum() / total_tokens
+                        if first:
+                            totals = role_kl.setdefault(role, [0.0, 0])
+                            totals[0] += float(k3.detach().sum())
+                            totals[1] += int(batch.completion_mask.sum())
+                    if grads is not None:
+                        grads.before_backward()
+                    loss.backward()
                     if first:
-                        totals = role_kl.setdefault(role, [0.0, 0])
-                        totals[0] += float(k3.detach().sum())
-                        totals[1] += int(batch.completion_mask.sum())
-                before = flat_grad(params) if diagnostics and first else None
-                loss.backward()
-                if before is not None:
-                    n_tokens = sum(len(t.completion.completion_ids) for t in turns)
-                    grads[(role, agent)] = AgentGrad(role, agent, flat_grad(params) - before, n_tokens)
-                if first:
-                    stats["loss"] += loss.item()
-                stats["clipped"] += clipped.item()
+                        stats["loss"] += loss.item()
+                    stats["clipped"] += clipped.item()
+                if grads is not None:
+                    grads.record(role, agent, sum(len(t.completion.completion_ids) for t in turns))
+            if grads is not None:
+                gradient_sets.append(grads.close())  # before the damper and clipping change .grad
             for p in params:
                 # As after a backward over every turn: zero, not absent, gradients, so AdamW
                 # still steps (momentum) when no turn of the set had an advantage.
@@ -424,7 +462,6 @@ def update_policy(
             if first:
                 squared_norm += float(norm) ** 2
             optimizer.step()
-        agent_grads += [grads[key] for key, _ in acting if key in grads]
     n_turns = sum(len(ts) for ts in turns_by_agent.values())
     metrics = {
         "loss": stats["loss"],
@@ -434,24 +471,64 @@ def update_policy(
         "response_length": total_tokens / max(n_turns, 1),
         "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},
         "role_kl": {role: total / max(n, 1) for role, (total, n) in role_kl.items()},
+        "role_logp_gap": {role: (total / n, largest) for role, (total, largest, n) in role_gap.items() if n},
         "role_damper": role_damper,
     }
-    return metrics, gradient_diagnostics(agent_grads, shared=policy.mode == "shared") if diagnostics else []
+    return metrics, gradient_diagnostics(gradient_sets, shared=policy.mode == "shared") if diagnostics else []
 
 
-def _damp(params: list, role_starts: dict[str, torch.Tensor], damper: Damper, update: bool) -> dict[str, tuple[float, float]]:
+def micro_batches(turns: list, max_tokens: int | None) -> list[list]:
+    """``turns`` in order, cut into runs whose rows × padded length (longest prompt plus
+    longest completion) is at most ``max_tokens`` (a turn longer than that alone is a run
+    of its own); one run when ``max_tokens`` is None. Empty ``turns``: no run."""
+    if max_tokens is None:
+        return [turns] if turns else []
+    runs: list[list] = []
+    current: list = []
+    prompt = completion = 0
+    for turn in turns:
+        p = max(prompt, len(turn.completion.prompt_ids))
+        c = max(completion, len(turn.completion.completion_ids), 1)
+        if current and (len(current) + 1) * (p + c) > max_tokens:
+            runs.append(current)
+            current, p, c = [], len(turn.completion.prompt_ids), max(len(turn.completion.completion_ids), 1)
+        current.append(turn)
+        prompt, completion = p, c
+    return [*runs, current] if current else runs
+
+
+def _add_gap(role_gap: dict[str, list[float]], role: str, logps: torch.Tensor, batch: TurnBatch) -> None:
+    """Add the |Δ log p| between ``logps`` and the rollout's sampled log-probabilities of
+    ``batch``'s tokens to ``role``'s [sum, max, tokens] (turns sampled without them: none)."""
+    if batch.sampled_logps is None:
+        return
+    mask = batch.completion_mask > 0
+    gap = (logps.float() - batch.sampled_logps).abs()[mask]
+    if gap.numel():
+        totals = role_gap.setdefault(role, [0.0, 0.0, 0])
+        totals[0] += float(gap.sum())
+        totals[1] = max(totals[1], float(gap.max()))
+        totals[2] += int(gap.numel())
+
+
+def _damp(params: list, role_starts: dict[str, list], damper: Damper, update: bool) -> dict[str, tuple[float, float]]:
     """Scale each role's share of the accumulated ``.grad`` of ``params`` by the damper.
 
-    ``role_starts``: the flat ``.grad`` before each role's backward passes, in the order
-    they ran, so a role's gradient is the change up to the next role's start (or the
-    end). ``.grad`` becomes Σ_role scale_role · g_role; with ``update`` (the first pass)
-    each role's moving average takes its damped gradient. Returns {role: (cos, scale)}.
+    ``role_starts``: ``.grad`` before each role's backward passes (``grad_snapshot``), in
+    the order they ran, so a role's gradient is the change up to the next role's start
+    (or the end), flattened in float32 on the parameters' device. ``.grad`` becomes
+    Σ_role scale_role · g_role; with ``update`` (the first pass) each role's moving
+    average takes its damped gradient. Returns {role: (cos, scale)}.
     """
     roles = list(role_starts)
-    ends = [role_starts[r] for r in roles[1:]] + [flat_grad(params)]
+    ends = [role_starts[r] for r in roles[1:]] + [[p.grad for p in params]]
+    # Every role's gradient first: damping one changes the live .grad the last one ends at.
+    gradients = [
+        torch.cat([_flat(e, p) - _flat(s, p) for s, e, p in zip(role_starts[role], end, params)])
+        for role, end in zip(roles, ends)
+    ]
     found = {}
-    for role, end in zip(roles, ends):
-        gradient = (end - role_starts[role]).to(torch.float32)
+    for role, gradient in zip(roles, gradients):
         scale, cos = damper.scale(role, gradient)
         if scale != 1.0:
             offset = 0
@@ -463,3 +540,10 @@ def _damp(params: list, role_starts: dict[str, torch.Tensor], damper: Damper, up
             damper.update(role, scale * gradient)
         found[role] = (cos, scale)
     return found
+
+
+def _flat(grad: torch.Tensor | None, param) -> torch.Tensor:
+    """``grad`` flattened in float32 (zeros for None): a role's gradient, as the damper sees it."""
+    if grad is None:
+        return torch.zeros(param.numel(), dtype=torch.float32, device=param.device)
+    return grad.detach().reshape(-1).to(torch.float32)

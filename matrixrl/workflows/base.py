@@ -40,6 +40,9 @@ class Completion:
     # Entropy of the distribution each completion token was sampled from, summed over
     # the tokens (recorded while sampling; 0 when decoded greedily).
     entropy_sum: float = 0.0
+    # The log-probability each completion token had when it was sampled (training
+    # rollouts; None otherwise): the update compares it with its own (trainer, logp_gap).
+    sampled_logps: list[float] | None = None
 
 
 @dataclass
