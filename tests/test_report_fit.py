@@ -177,7 +177,7 @@ DEFAULT_COLUMNS = {
     "summary": ["base", "peak@step", "final", "gain", "cliff@onset"],
     "seeds": ["n_seeds", "base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"],
     "compare": ["n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff"],
-    "diagnostics": ["dominant_role", "dominant_share", "amplified_role", "amplification_mean"],
+    "diagnostics": ["dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"],
     "mechanism": ["cliff@onset", "signal", "change", "rise_step", "lead", "verdict"],
     "memory": ["base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"],  # tests/test_memory_report.py
 }

@@ -303,13 +303,22 @@ def test_diagnostics_per_role_amplification_shares_and_norm_ratios(experiment: P
         diag(3, "role_norm", "generator", 0.0), diag(3, "role_norm", "aggregator", 0.0),
         *amplification({1: 1.5, 2: 2.5}),
     ]  # fmt: skip
-    path = fill(config, [training(c, rows), *evaluations(c, [0.3, 0.4])])
+    trained = training(c, rows)
+    gaps = [(1, "generator", 0.01, 0.2), (1, "aggregator", 0.03, 0.5), (2, "generator", 0.02, 0.3)]
+    trained.roles = [
+        RoleMetric(step=step, role=role, metric=metric, value=value)
+        for step, role, mean, largest in gaps
+        for metric, value in (("logp_gap_mean", mean), ("logp_gap_max", largest))
+    ]
+    path = fill(config, [trained, *evaluations(c, [0.3, 0.4])])
     (row,) = records(build_tables(path, config, ["diagnostics"])["diagnostics"])
     assert list(row) == [
         "cell", "workflow", "task", "scale", "policy", "seed", "dominant_role", "dominant_share",
-        "amplification_mean", "amplification_max", "amplified_role",
+        "amplification_mean", "amplification_max", "amplified_role", "logp_gap_mean", "logp_gap_max",
         "generator_amp_mean", "generator_amp_max", "aggregator_norm_ratio", "generator_norm_ratio",
     ]  # fmt: skip
+    # The rollout-update log-probability gap: the mean of the per-step means, the largest token's.
+    assert row["logp_gap_mean"] == approx(0.02) and row["logp_gap_max"] == 0.5
     assert row["dominant_role"] == "generator" and row["dominant_share"] == approx((0.75 + 5 / 6) / 2)
     assert (row["amplified_role"], row["amplification_mean"], row["amplification_max"]) == ("generator", 2.0, 2.5)
     assert (row["generator_amp_mean"], row["generator_amp_max"]) == (2.0, 2.5)

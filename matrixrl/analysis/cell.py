@@ -35,10 +35,17 @@ ROLE_METRICS = ("answer_acc", "verdict_acc", "disagreement")
 INTERVENTION_METRICS = ("kl", "damper_scale")
 """The training-time role metrics of the interventions a record keeps (:func:`intervention_signals`)."""
 
+LOGP_GAP_METRICS = ("logp_gap_mean", "logp_gap_max")
+"""The training-time role metrics of the rollout–update log-probability gap (:func:`logp_gap`)."""
+
+TRAINING_METRICS = (*INTERVENTION_METRICS, *LOGP_GAP_METRICS)
+"""Every training-time role metric a record reads."""
+
 _DTYPES = {
     **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z"], "float64"),
     **dict.fromkeys(["dominant_share", "amplification_mean", "amplification_max", "baseline", "change"], "float64"),
     **dict.fromkeys([f"{metric}_mean" for metric in INTERVENTION_METRICS], "float64"),
+    **dict.fromkeys(LOGP_GAP_METRICS, "float64"),
     **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "rise_step", "lead"], "Int64"),
     **dict.fromkeys(["cliff", "rose"], "boolean"),
     "has_diagnostics": "bool",
@@ -81,6 +88,18 @@ def intervention_signals(train_roles: pd.DataFrame, until: int | None) -> dict[s
     return out
 
 
+def logp_gap(train_roles: pd.DataFrame) -> dict[str, float | None]:
+    """How far the update's log-probabilities were from the rollout's over one cell's training:
+    ``logp_gap_mean``, the mean over steps and roles of each step's mean |Δ log p|, and
+    ``logp_gap_max``, the largest single token's (None for a training that recorded none)."""
+    out: dict[str, float | None] = dict.fromkeys(LOGP_GAP_METRICS)
+    for metric, reduce in (("logp_gap_mean", "mean"), ("logp_gap_max", "max")):
+        values = train_roles.loc[train_roles["metric"] == metric, "value"] if not train_roles.empty else []
+        if len(values):
+            out[metric] = float(getattr(values, reduce)())
+    return out
+
+
 def training_part(
     policy: str | None, diagnostics: pd.DataFrame, train_roles: pd.DataFrame | None = None
 ) -> dict:
@@ -96,9 +115,10 @@ def training_part(
     if train_roles is not None:
         rows = train_roles[train_roles["metric"].isin(INTERVENTION_METRICS)] if not train_roles.empty else train_roles
         kept = [[int(s), r, m, float(v)] for s, r, m, v in zip(rows["step"], rows["role"], rows["metric"], rows["value"])]
+    gaps = logp_gap(train_roles) if train_roles is not None else dict.fromkeys(LOGP_GAP_METRICS)
     return {
         "has_diagnostics": not diagnostics.empty,
-        "summary": summary,
+        "summary": {**summary, **gaps},
         "signal": None if signal is None else {
             "name": signal.name, "role": signal.role,
             "steps": [int(s) for s in signal.values.index], "values": [float(v) for v in signal.values],
@@ -150,7 +170,8 @@ def cell_record(
 
     ``evals``: ``step, accuracy, n``; ``roles``: eval-time ``step, role, metric,
     value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty);
-    ``train_roles``: training-time role metrics (the interventions' KL and damper scale).
+    ``train_roles``: training-time role metrics (the interventions' KL and damper scale, the
+    log-probability gap).
     """
     return record_of(training_part(policy, diagnostics, train_roles), evals, roles, analysis)
 

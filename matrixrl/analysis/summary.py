@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, extra_axes, missing
-from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.cell import INTERVENTION_METRICS, LOGP_GAP_METRICS, ROLE_METRICS, cell_record, records_frame
 from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.config import AXES, Analysis
@@ -42,7 +42,7 @@ SUMMARY_COLUMNS = [
 INTERVENTION_SUFFIXES = tuple(f"{metric}_mean" for metric in INTERVENTION_METRICS)
 ROLE_ACCURACY_SUFFIXES = tuple(f"{metric}_{at}" for metric in ROLE_METRICS for at in CHECKPOINTS)
 
-DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:]]
+DIAGNOSTICS_COLUMNS = [*AXES, *DIAGNOSTIC_SUMMARY[1:], *LOGP_GAP_METRICS]
 
 
 def role_columns(columns, suffixes: tuple[str, ...]) -> list[str]:

@@ -41,7 +41,7 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "summary": ("base", "peak@step", "final", "gain", "cliff@onset"),
     "seeds": ("n_seeds", "base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"),
     "compare": ("comparison", "n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff", "amplification_diff±ci"),
-    "diagnostics": ("dominant_role", "dominant_share", "amplified_role", "amplification_mean"),
+    "diagnostics": ("dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"),
     "mechanism": ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
     "memory": ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"),
 }

@@ -36,7 +36,7 @@ import pandas as pd
 
 from matrixrl import grid as G
 from matrixrl.analysis.axes import PerCell, cells_frame, missing
-from matrixrl.analysis.cell import INTERVENTION_METRICS, ROLE_METRICS, per_cell_rows, record_of, training_part
+from matrixrl.analysis.cell import ROLE_METRICS, TRAINING_METRICS, per_cell_rows, record_of, training_part
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.memory import MODES as MEMORY_MODES
@@ -50,7 +50,7 @@ from matrixrl.report import TABLE_NAMES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
-RECORD_VERSION = "3"
+RECORD_VERSION = "4"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
@@ -218,7 +218,7 @@ def compute_records(
         "roles": store.rows("role_metrics", ids, source="eval", metric=ROLE_METRICS),
     }
     if untrained:
-        frames["train_roles"] = store.rows("role_metrics", untrained, source="train", metric=INTERVENTION_METRICS)
+        frames["train_roles"] = store.rows("role_metrics", untrained, source="train", metric=TRAINING_METRICS)
         frames["diagnostics"] = store.rows("diagnostics", untrained, kind=DIAGNOSTIC_KINDS)
     if len(ids) == 1:  # a new evaluation's cell: its rows as they are
         by_cell = {name: {ids[0]: frame} for name, frame in frames.items()}
