@@ -12,8 +12,11 @@ TEMPLATE = (
 )
 
 
-def random_chat_model(folder: Path, seed: int) -> Path:
-    """A model folder whose weights are drawn with ``seed`` (two seeds: two different models)."""
+def random_chat_model(folder: Path, seed: int, hidden_size: int = 32, layers: int = 1, logit_scale: float = 1.0) -> Path:
+    """A model folder whose weights are drawn with ``seed`` (two seeds: two different models).
+
+    ``logit_scale`` multiplies the output layer: above 1 the logits spread as a trained
+    model's do (a few units) rather than a random initialisation's near-uniform ones."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -21,12 +24,18 @@ def random_chat_model(folder: Path, seed: int) -> Path:
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = TEMPLATE
+    heads = max(2, hidden_size // 32)
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=hidden_size // heads,
+        max_position_embeddings=8192, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
-    Qwen3ForCausalLM(config).save_pretrained(folder)
+    model = Qwen3ForCausalLM(config)
+    if logit_scale != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(logit_scale)
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -17,7 +17,7 @@ from itertools import combinations
 import pytest
 import torch
 
-from chat_models import TEMPLATE
+from chat_models import random_chat_model
 from matrixrl.config import Policies, Train
 from matrixrl.models.hf import ModelSource
 from matrixrl.models.policies import build_policy, load_policy
@@ -37,25 +37,8 @@ def model_dir(tmp_path_factory):
     few units, where bfloat16's steps are hundredths), not the near-uniform ones of a random
     initialisation. Smaller (one layer of width 32), bfloat16 rounds the same way in the
     rollout and the update on CPU, and there would be no gap to see."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from matrixrl.models.tiny import build_char_tokenizer
-
     folder = tmp_path_factory.mktemp("precision") / "model"
-    tokenizer = build_char_tokenizer()
-    tokenizer.chat_template = TEMPLATE
-    config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    torch.manual_seed(3)
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40.0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return random_chat_model(folder, seed=3, hidden_size=128, layers=2, logit_scale=40.0)
 
 
 def source(model_dir, dtype: str) -> ModelSource:
