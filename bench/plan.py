@@ -42,10 +42,10 @@ def fill(config: Path, sets: list[str], results: Path) -> int:
     from matrixrl.config import load_config
     from matrixrl.results import BaseResult, EvalResult, StepMetrics, TrainResult, write_result
     from matrixrl.retention import RetentionRecord
-    from matrixrl.status import grid_jobs
+    from matrixrl.dag import Graph
 
     cfg = load_config(config, sets=[f"results_dir={results}", *sets], only=[])
-    jobs = grid_jobs(cfg)
+    jobs = Graph(cfg).jobs
     metric = dict(reward_mean=0.5, reward_std=0.1, loss=0.0, entropy=1.0, response_length=100.0, grad_norm=1.0,
                   clip_fraction=0.0, group_size=8, seconds=1.0)
     for job in jobs:

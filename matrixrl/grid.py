@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from matrixrl.config import (
     AXES,
+    Analysis,
     Config,
     Evaluate,
     Policies,
@@ -423,3 +424,28 @@ def base_scale(config: Config, scale: str) -> str:
 def base_scales(config: Config) -> list[str]:
     """The base models the grid's scales need, one per distinct base definition, in grid order."""
     return list(dict.fromkeys(base_scale(config, scale) for scale in config.grid.scale))
+
+
+class RetainSpec(BaseModel):
+    """What a cell's retention (``retain``) reads besides its evaluations: the rule, the
+    thresholds that place a cliff's onset, and the digest of the checkpoints' training."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cell: str
+    keep: str  # train.keep_checkpoints
+    analysis: Analysis
+    resume_digest: str
+
+
+class AnalyseSpec(BaseModel):
+    """What the summary (``analyse``) is computed from: the grid's runs (``cell`` and its
+    axes), the thresholds, each run's current evaluation digest, and ``digest``, the whole
+    of it with the result files read (matrixrl.dag.analyse_digest), recorded in the summary."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cells: list[dict]
+    analysis: Analysis
+    eval_digests: dict[str, str]
+    digest: str

@@ -30,19 +30,11 @@ import yaml
 from matrixrl import atomic
 from matrixrl import layout as L
 from matrixrl.config import Config
+from matrixrl.dag import LOCAL_RULES, RULES  # noqa: F401  (re-exported: the rules, one per kind of job)
 from matrixrl.errors import ProfileError, SnakemakeError, disk_error_in_text
 
 SNAKEFILE = Path(__file__).parent / "workflow" / "Snakefile"
 
-RULES = (
-    "prepare_base", "evaluate_base", "train", "copy_base_eval", "evaluate",
-    "collect", "label", "distill", "bank", "evaluate_base_memory", "copy_base_memory_eval", "evaluate_memory",
-    "retain", "analyse",
-)
-"""The Snakefile's job rules, in the order a plan lists them (the Snakefile checks it defines exactly these)."""
-LOCAL_RULES = ("copy_base_eval", "bank", "copy_base_memory_eval", "retain", "analyse")
-"""Rules that run on the submitting host, never through a cluster profile (analyse writes the
-store; a copy of one small file, or a few deletions, are not worth a cluster job)."""
 
 
 def write_configfile(config: Config, path: Path) -> Path:

@@ -38,14 +38,11 @@ import base64
 import json
 import os
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrixrl import layout as L
-from matrixrl.config import Config, science
-from matrixrl.retention import retention_digest
-from matrixrl.settings import settings_digest
+from matrixrl.config import Config
+from matrixrl.dag import Graph, Job
 
 REASONS = ("missing", "incomplete", "unreadable", "changed", "rebuild", "upstream")
 """Why a job is pending, in the order they are checked."""
@@ -53,199 +50,10 @@ REASONS = ("missing", "incomplete", "unreadable", "changed", "rebuild", "upstrea
 _STALE = {"incomplete", "unreadable", "changed", "rebuild"}  # the output exists, yet must be recomputed: --forcerun
 
 
-@dataclass(frozen=True)
-class Job:
-    """One job of the grid: its rule, the file it writes, the files it reads, and
-    the digests its output must record to be done."""
-
-    rule: str
-    output: str  # relative to the results directory, as the Snakefile names it
-    inputs: tuple[str, ...] = ()
-    digest: str | None = None  # the output's spec_digest when done
-    base_eval: str | None = None  # a copy of a base evaluation: the base_eval it records when done
-    params: str | None = None  # the science JSON Snakemake records as params (files without a digest)
-    resume: str | None = None  # a training: the resume digest its checkpoints carry
-    cell: str | None = None
-    scale: str | None = None
-    step: int | None = None
-    wildcards: dict = field(default_factory=dict)
-
-    def row(self, status: str, reason: str | None) -> dict:
-        return {
-            "rule": self.rule, "cell": self.cell, "scale": self.scale, "step": self.step,
-            "status": status, "reason": reason, "output": self.output,
-        }
-
-
-def science_json(payload) -> str:
-    """A job's science as its Snakemake params hold it (the Snakefile uses this too)."""
-    return json.dumps(science(payload), sort_keys=True)
-
-
-def grid_jobs(config: Config) -> list[Job]:
-    """Every job of the grid, each after the jobs whose outputs it reads (the Snakefile's rules)."""
-    from matrixrl import grid as G
-
-    runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
-    specs = {cell.id: G.cell_spec(config, cell) for cell in runs}
-    jobs: list[Job] = []
-    bases = {}
-    for scale in G.base_scales(config):
-        spec = G.base_spec(config, scale)
-        bases[scale] = Job(
-            "prepare_base", L.base_result(scale), digest=spec.digest(), params=science_json(spec),
-            scale=scale, wildcards={"scale": scale},
-        )
-    jobs += bases.values()
-    from matrixrl.memory.evaluation import plan_memory
-    from matrixrl.memory.specs import training_needs
-
-    memory = plan_memory(config, training_needs(specs.values()))
-    jobs += _memory_building_jobs(config, memory, bases)  # before the trainings: one may read a bank
-    base_evals = {}
-    base_of = {scale: G.base_scale(config, scale) for scale in config.grid.scale}
-    keys = {cell.id: G.base_eval_key(config, specs[cell.id], base_of[cell.scale]) for cell in runs}
-    for cell in runs:
-        base, name = key = keys[cell.id]
-        if key not in base_evals:
-            base_evals[key] = Job(
-                "evaluate_base", L.base_eval_result(base, name), inputs=(bases[base].output,),
-                digest=G.base_eval_digest(specs[cell.id]), scale=base, step=0, wildcards={"scale": base, "name": name},
-            )
-    jobs += base_evals.values()
-    evaluations = []
-    for cell in runs:
-        spec = specs[cell.id]
-        base = bases[base_of[cell.scale]]
-        reads = (base.output,)
-        if spec.memory is not None:  # trained with a memory: its bank, and the labeller's base model
-            reads += (L.bank_result(cell.task, spec.memory.bank.bank), L.base_result(spec.memory.labeller.base_scale))
-        train = Job(
-            "train", L.train_result(cell.id), inputs=reads, digest=spec.train_digest(),
-            params=science_json(spec.training()), cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
-            resume=spec.resume_digest(),
-        )
-        jobs.append(train)
-        shared = base_evals[keys[cell.id]]
-        eval_digest = spec.eval_digest()  # once per cell: the science of a paper-sized spec is not free
-        evaluations.append(Job(
-            "copy_base_eval", L.eval_result(cell.id, 0), inputs=(shared.output,), digest=eval_digest,
-            base_eval=shared.digest, cell=cell.id, scale=cell.scale, step=0, wildcards={"cell": cell.id},
-        ))
-        params = json.dumps(spec.science, sort_keys=True)
-        for step in G.checkpoint_steps(spec.train)[1:]:  # step 0 is the base model's: shared above
-            evaluations.append(Job(
-                "evaluate", L.eval_result(cell.id, step), inputs=(train.output,), digest=eval_digest,
-                params=params, cell=cell.id, scale=cell.scale, step=step,
-                wildcards={"cell": cell.id, "step": str(step)},
-            ))
-    jobs += evaluations
-    memory_evaluations = _memory_eval_jobs(config, specs, memory, base_evals, keys)
-    jobs += memory_evaluations
-    evaluated = [*evaluations, *(job for job in memory_evaluations if job.cell is not None)]
-    for cell in runs:  # once all of a cell's evaluations exist, the checkpoints it no longer needs go
-        keep = specs[cell.id].train.keep_checkpoints
-        jobs.append(Job(
-            "retain", L.retention_record(cell.id),
-            inputs=(L.train_result(cell.id), *(e.output for e in evaluated if e.cell == cell.id)),
-            digest=retention_digest(keep), params=keep, cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
-        ))
-    inputs = tuple(job.output for job in jobs if job.rule in ("train", "copy_base_eval", "evaluate"))
-    jobs.append(Job("analyse", L.SUMMARY_FILE, inputs=inputs, digest=analyse_digest(config, runs, specs, inputs)))
-    return jobs
-
-
-def _memory_building_jobs(config: Config, plan, bases: dict[str, Job]) -> list[Job]:
-    """collect, label, distill and bank per task (matrixrl.memory.specs), after the base models
-    of memory scales outside grid.scale (added to ``bases``)."""
-    from matrixrl import grid as G
-
-    jobs: list[Job] = []
-    models = [spec.model for spec in (*plan.collects.values(), *plan.labels.values(), *plan.distills.values())]
-    for scale in dict.fromkeys(model.base_scale for model in models):
-        if scale not in bases:
-            spec = G.base_spec(config, scale)
-            bases[scale] = Job(
-                "prepare_base", L.base_result(scale), digest=spec.digest(), params=science_json(spec),
-                scale=scale, wildcards={"scale": scale},
-            )
-            jobs.append(bases[scale])
-    for output, spec in plan.collects.items():
-        jobs.append(Job(
-            "collect", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
-            scale=spec.model.name,
-            wildcards={"task": spec.task_name, "scale": spec.model.name, "samples": str(spec.samples)},
-        ))
-    for output, spec in plan.labels.items():
-        jobs.append(Job(
-            "label", output, inputs=(bases[spec.model.base_scale].output,), digest=spec.digest(),
-            scale=spec.model.name, wildcards={"task": spec.task_name},
-        ))
-    for output, spec in plan.distills.items():
-        jobs.append(Job(
-            "distill", output, inputs=(bases[spec.model.base_scale].output, *spec.collections), digest=spec.digest(),
-            scale=spec.model.name, wildcards={"task": spec.task_name, "bank": spec.bank},
-        ))
-    for output, spec in plan.banks.items():
-        jobs.append(Job(
-            "bank", output, inputs=(L.distilled_result(spec.task_name, spec.bank), L.labels_result(spec.task_name)),
-            digest=spec.digest(), wildcards={"task": spec.task_name, "bank": spec.bank},
-        ))
-    return jobs
-
-
-def _memory_eval_jobs(config: Config, specs, plan, base_evals: dict, keys: dict) -> list[Job]:
-    """Each cell's evaluations under each memory mode of grid.memory; step 0 once per base evaluation and bank."""
-    from matrixrl import grid as G
-    from matrixrl.memory.evaluation import memory_evals
-
-    if not plan.modes:
-        return []
-    jobs: list[Job] = []
-    shared: dict[str, Job] = {}
-    for (cell_id, mode), spec in memory_evals(config, specs, plan).items():
-        cell = spec.cell.cell
-        bank = L.bank_result(cell.task, spec.bank.bank)
-        labels = L.labels_result(cell.task)
-        base, name = keys[cell_id]
-        source = L.base_memory_eval_result(base, spec.bank.bank, name)
-        if source not in shared:
-            shared[source] = Job(
-                "evaluate_base_memory", source, inputs=(base_evals[(base, name)].inputs[0], bank, labels),
-                digest=spec.base_digest(), scale=base, step=0,
-                wildcards={"scale": base, "bank": spec.bank.bank, "name": name},
-            )
-            jobs.append(shared[source])
-        digest = spec.digest()
-        jobs.append(Job(
-            "copy_base_memory_eval", L.memory_eval_result(cell_id, mode, 0), inputs=(source,), digest=digest,
-            base_eval=shared[source].digest, cell=cell_id, scale=cell.scale, step=0,
-            wildcards={"cell": cell_id, "mode": mode},
-        ))
-        for step in G.checkpoint_steps(spec.cell.train)[1:]:
-            jobs.append(Job(
-                "evaluate_memory", L.memory_eval_result(cell_id, mode, step),
-                inputs=(L.train_result(cell_id), bank, labels), digest=digest, cell=cell_id, scale=cell.scale,
-                step=step, wildcards={"cell": cell_id, "mode": mode, "step": str(step)},
-            ))
-    return jobs
-
-
-def analyse_digest(config: Config, runs, specs, inputs: Iterable[str]) -> str:
-    """What the summary is computed from: its cells, their current specs, the analysis
-    settings and the result files it reads (the ``analyse`` job records it)."""
-    return settings_digest({
-        "cells": [{"cell": run.id, **run.axes(), **run.sweep_values()} for run in runs],
-        "specs": {run.id: specs[run.id].eval_digest() for run in runs},
-        "analysis": science(config.analysis),
-        "inputs": list(inputs),
-    })
-
-
 def job_statuses(config: Config, jobs: list[Job] | None = None) -> list[dict]:
-    """Every job of the grid as a row: rule, cell, scale, step, status (done or pending),
-    the reason it is pending (:data:`REASONS`) and its output."""
-    jobs = grid_jobs(config) if jobs is None else jobs
+    """Every job of the grid (matrixrl.dag) as a row: rule, cell, scale, step, status (done
+    or pending), the reason it is pending (:data:`REASONS`) and its output."""
+    jobs = Graph(config).jobs if jobs is None else jobs
     results = Path(config.results_dir)
     incomplete = _incomplete_outputs(results)
     own = {job.output: _own_reason(results, job, incomplete) for job in jobs}

@@ -295,17 +295,21 @@ def test_a_corrupt_result_file_is_recomputed_by_the_run(copy):
     assert json.loads(bad.read_text())["accuracy"] == json.loads(good)["accuracy"]
 
 
-def test_a_result_file_corrupted_while_the_run_goes_is_named(copy, tmp_path):
+def test_a_result_file_corrupted_while_the_run_goes_is_named(copy, tmp_path, monkeypatch):
     # Damage found only by the job that reads the file: analyse names it and its fix.
+    from matrixrl import dag
+    from matrixrl.config import load_config
+    from matrixrl.jobs.execute import execute
+
     config, results = copy
     bad = results / "cells" / CELL0 / "eval" / "step_4.json"
-    from matrixrl.jobs.analyse import analyse_job
-
+    (analyse,) = dag.Graph(load_config(config)).of_kind("analyse")
     bad.write_text("{ not json")
+    monkeypatch.chdir(results)  # Snakemake's working folder: the job's paths are relative to it
     with pytest.raises(Exception) as failed:
-        analyse_job([{"cell": CELL0}], {}, str(results / "summary.json"), str(tmp_path / "analyse.log"))
+        execute(analyse, str(tmp_path / "analyse.log"))
     cause = "corrupt result file (not valid JSON); delete it and run `matrixrl run` to recompute it"
-    assert cause in str(failed.value) and f"Error: {bad}: {cause}" in (tmp_path / "analyse.log").read_text()
+    assert cause in str(failed.value) and f"Error: {bad.resolve()}: {cause}" in (tmp_path / "analyse.log").read_text()
 
 
 def test_a_cell_recomputed_from_scratch_gives_the_same_accuracies(copy):

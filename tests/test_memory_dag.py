@@ -110,10 +110,10 @@ def test_a_memory_mode_without_a_memory_section_or_on_a_third_scale_is_an_error(
 
 
 def test_each_mode_reads_its_bank_and_banks_are_built_once(tmp_path):
-    from matrixrl.status import grid_jobs
+    from matrixrl.dag import Graph
 
     cfg = load_config(config_only(tmp_path))
-    jobs = grid_jobs(cfg)
+    jobs = Graph(cfg).jobs
     by_rule = {}
     for job in jobs:
         by_rule.setdefault(job.rule, []).append(job)
@@ -262,11 +262,11 @@ def test_a_new_retrieval_setting_reruns_only_the_memory_evaluations(copy):
 
 
 def test_the_gpu_example_plans_offline():
-    from matrixrl.status import grid_jobs
+    from matrixrl.dag import Graph
 
     cfg = load_config(Path(__file__).parent.parent / "examples" / "memcollab.yaml")
     counts = {}
-    for job in grid_jobs(cfg):
+    for job in Graph(cfg).jobs:
         counts[job.rule] = counts.get(job.rule, 0) + 1
     # 2 workflows x 2 scales x 3 seeds = 12 cells, 11 checkpoints each, 4 memory modes.
     assert (counts["collect"], counts["label"], counts["distill"], counts["bank"]) == (4, 1, 5, 5)
@@ -278,7 +278,7 @@ def test_the_gpu_example_plans_offline():
 
 def test_memory_train_is_an_axis_and_other_memory_settings_are_not(tmp_path):
     from matrixrl import grid as G
-    from matrixrl.status import grid_jobs
+    from matrixrl.dag import Graph
 
     path = config_only(tmp_path)
     cfg = load_config(path, sets=["grid.memory=[none]", "grid.memory.train=[null, own]"])
@@ -292,7 +292,7 @@ def test_memory_train_is_an_axis_and_other_memory_settings_are_not(tmp_path):
     # A cell without memory keeps the spec digests it had before memory.train existed.
     plain = cells["single-arith-weak-shared-s0"]
     assert plain.memory is None and "memory" not in plain.science
-    jobs = {job.output: job for job in grid_jobs(cfg)}
+    jobs = {job.output: job for job in Graph(cfg).jobs}
     train = jobs["cells/single-arith-weak-shared-s0-train=own/train.json"]
     assert "memory/arith/banks/own-weak.json" in train.inputs
     assert jobs["cells/single-arith-weak-shared-s0/train.json"].inputs == ("base/weak/base.json",)

@@ -35,9 +35,10 @@ def load(config: Path, results: Path, *sets: str):
 
 
 def own_pending(cfg) -> set[tuple]:
-    from matrixrl.status import grid_jobs, job_statuses
+    from matrixrl.dag import Graph
+    from matrixrl.status import job_statuses
 
-    jobs = grid_jobs(cfg)
+    jobs = Graph(cfg).jobs
     rows = job_statuses(cfg, jobs)
     return {_key(job.rule, job.wildcards) for job, row in zip(jobs, rows) if row["status"] == "pending"}
 

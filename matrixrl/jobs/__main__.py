@@ -1,16 +1,13 @@
-"""``python -m matrixrl.jobs RULE ...``: a job's process entry.
+"""``python -m matrixrl.jobs KIND SPEC PATHS...``: a job's process entry.
 
 The Snakefile runs these jobs in children of a pre-imported fork server
-(matrixrl/jobs/forked.py), which call ``run`` with the same arguments; the command
-line stays for running one job by hand.
+(matrixrl/jobs/forked.py), which call ``run`` with the same arguments (a job's
+``Job.argv()``, matrixrl.dag); the command line stays for running one job by hand.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-from matrixrl.grid import BaseSpec, CellSpec
 
 
 def log(message: str) -> None:
@@ -18,57 +15,13 @@ def log(message: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    rule, spec_json, *paths = argv
-    if rule == "prepare_base":
-        from matrixrl.jobs.prepare_base import prepare_base
+    """``KIND SPEC PATHS...``: the function of the job's kind (matrixrl.dag), called with its spec and paths."""
+    from matrixrl.dag import KIND_OF, RULES
 
-        model_dir, output = map(Path, paths)
-        prepare_base(BaseSpec.model_validate_json(spec_json), model_dir, output, log=log)
-    elif rule == "train":
-        from matrixrl.jobs.train import train
-
-        base_dir, cell_dir, output, *memory = map(Path, paths)
-        train(CellSpec.model_validate_json(spec_json), base_dir, cell_dir, output, log=log, memory=tuple(memory) or None)
-    elif rule == "evaluate":
-        from matrixrl.jobs.evaluate import evaluate
-
-        step, checkpoint, base_dir, output = paths
-        evaluate(CellSpec.model_validate_json(spec_json), int(step), Path(checkpoint), Path(base_dir), Path(output), log=log)
-    elif rule == "evaluate_base":
-        from matrixrl.jobs.evaluate import evaluate_base
-
-        base_dir, output = map(Path, paths)
-        evaluate_base(CellSpec.model_validate_json(spec_json), base_dir, output, log=log)
-    elif rule in ("collect", "label"):
-        from matrixrl.jobs import memory
-        from matrixrl.memory.specs import CollectSpec, LabelSpec
-
-        base_dir, output = map(Path, paths)
-        kind = CollectSpec if rule == "collect" else LabelSpec
-        getattr(memory, rule)(kind.model_validate_json(spec_json), base_dir, output, log=log)
-    elif rule == "distill":
-        from matrixrl.jobs.memory import distill
-        from matrixrl.memory.specs import DistillSpec
-
-        base_dir, output, *collections = map(Path, paths)
-        distill(DistillSpec.model_validate_json(spec_json), base_dir, collections, output, log=log)
-    elif rule == "evaluate_memory":
-        from matrixrl.jobs.evaluate import evaluate_memory
-        from matrixrl.memory.evaluation import MemoryEvalSpec
-
-        step, checkpoint, base_dir, bank, labels, output = paths
-        evaluate_memory(
-            MemoryEvalSpec.model_validate_json(spec_json), int(step), Path(checkpoint), Path(base_dir), Path(bank),
-            Path(labels), Path(output), log=log,
-        )
-    elif rule == "evaluate_base_memory":
-        from matrixrl.jobs.evaluate import evaluate_base_memory
-        from matrixrl.memory.evaluation import MemoryEvalSpec
-
-        base_dir, bank, labels, output = map(Path, paths)
-        evaluate_base_memory(MemoryEvalSpec.model_validate_json(spec_json), base_dir, bank, labels, output, log=log)
-    else:
-        raise SystemExit(f"unknown job rule {rule!r}")
+    rule, spec, *paths = argv
+    if rule not in KIND_OF:
+        raise SystemExit(f"unknown job kind {rule!r}; the kinds are: {', '.join(RULES)}")
+    KIND_OF[rule].function()(spec, paths, log)
 
 
 def run(argv: list[str]) -> None:

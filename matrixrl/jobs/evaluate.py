@@ -194,3 +194,45 @@ def _evaluate(
         f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"
     )
     return result
+
+
+# --- the jobs (matrixrl.dag): each function(spec JSON, paths, log) ------------------------
+
+
+def run(spec: str, paths: list[str], log=print) -> None:
+    """``evaluate``: ``paths`` are the step, its checkpoint, the base model's folder, the output."""
+    step, checkpoint, base_dir, output = paths
+    evaluate(CellSpec.model_validate_json(spec), int(step), Path(checkpoint), Path(base_dir), Path(output), log=log)
+
+
+def run_base(spec: str, paths: list[str], log=print) -> None:
+    """``evaluate_base``: ``paths`` are the base model's folder and the output."""
+    base_dir, output = map(Path, paths)
+    evaluate_base(CellSpec.model_validate_json(spec), base_dir, output, log=log)
+
+
+def run_copy_base(spec: str, paths: list[str], log=print) -> None:
+    """``copy_base_eval``: ``paths`` are the base model's evaluation and the output."""
+    source, output = map(Path, paths)
+    copy_base_eval(CellSpec.model_validate_json(spec), source, output, log=log)
+
+
+def run_memory(spec: str, paths: list[str], log=print) -> None:
+    """``evaluate_memory``: the step, its checkpoint, the base model's folder, the bank, the labels, the output."""
+    step, checkpoint, base_dir, bank, labels, output = paths
+    evaluate_memory(
+        MemoryEvalSpec.model_validate_json(spec), int(step), Path(checkpoint), Path(base_dir), Path(bank),
+        Path(labels), Path(output), log=log,
+    )
+
+
+def run_base_memory(spec: str, paths: list[str], log=print) -> None:
+    """``evaluate_base_memory``: the base model's folder, the bank, the labels, the output."""
+    base_dir, bank, labels, output = map(Path, paths)
+    evaluate_base_memory(MemoryEvalSpec.model_validate_json(spec), base_dir, bank, labels, output, log=log)
+
+
+def run_copy_base_memory(spec: str, paths: list[str], log=print) -> None:
+    """``copy_base_memory_eval``: the base model's evaluation under the memory, the output."""
+    source, output = map(Path, paths)
+    copy_base_memory_eval(MemoryEvalSpec.model_validate_json(spec), source, output, log=log)

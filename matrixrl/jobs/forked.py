@@ -50,6 +50,7 @@ os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 # What the server imports once; each child finds these modules already loaded.
 PRELOAD = [
     "matrixrl.jobs.__main__",
+    "matrixrl.dag",
     "matrixrl.jobs.train",
     "matrixrl.jobs.prepare_base",
     "matrixrl.jobs.evaluate",

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matrixrl.config import Analysis
-from matrixrl.jobs.logfile import file_logger, logged_failures
+from matrixrl.grid import RetainSpec
 from matrixrl.results import EvalResult, read_result
 
 
-def retain_job(
-    cell: str, cell_dir: str, eval_files: list[str], keep: str, analysis: dict, resume_digest: str, log_path: str
-) -> None:
-    """The ``retain`` rule's body. A local rule, in Snakemake's process: on the host that
-    holds the results (cluster jobs share its filesystem), with no job to queue for a few
-    deletions. What goes wrong is written to its own log, then raised."""
+def run(spec: str, paths: list[str], log=print) -> None:
+    """The ``retain`` job (matrixrl.dag; a local rule, in Snakemake's process: on the host
+    that holds the results, with no job to queue for a few deletions). ``paths`` are the
+    cell's folder, then its evaluations."""
     from matrixrl.retention import retain
 
-    log = file_logger(log_path)
-    with logged_failures(log):
-        evaluations = [read_result(Path(path), EvalResult) for path in eval_files]
-        retain(cell, Path(cell_dir), evaluations, keep, Analysis(**analysis), resume_digest, log=log)
+    found = RetainSpec.model_validate_json(spec)
+    cell_dir, *eval_files = paths
+    evaluations = [read_result(Path(path), EvalResult) for path in eval_files]
+    retain(found.cell, Path(cell_dir), evaluations, found.keep, found.analysis, found.resume_digest, log=log)

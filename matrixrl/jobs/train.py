@@ -26,3 +26,10 @@ def train(
         result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log, memory=memory))
     write_result(output, result)
     return result
+
+
+def run(spec: str, paths: list[str], log=print) -> None:
+    """The ``train`` job (matrixrl.dag): ``paths`` are the base model's folder, the cell's
+    folder, the output, and for a cell trained with a memory its bank and labeller's folder."""
+    base_dir, cell_dir, output, *memory = map(Path, paths)
+    train(CellSpec.model_validate_json(spec), base_dir, cell_dir, output, log=log, memory=tuple(memory) or None)

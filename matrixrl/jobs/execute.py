@@ -1,0 +1,27 @@
+"""Running one job of the graph (matrixrl.dag): forked from the job server, or in this process.
+
+The Snakefile's rules call :func:`execute`; a forked job's process runs
+``python -m matrixrl.jobs KIND SPEC PATHS...`` (matrixrl.jobs.__main__). Either
+way the function its kind names does the work, as ``function(spec JSON, paths, log)``.
+"""
+
+from __future__ import annotations
+
+from matrixrl.dag import Job
+
+
+def execute(job: Job, log_path: str) -> None:
+    """Run ``job`` as its kind says: forked from the job server, or here (a local rule),
+    its log written to ``log_path`` either way."""
+    kind = job.kind
+    if kind.forked:
+        from matrixrl.jobs.forked import run_job
+
+        run_job(job.argv(), job.title or kind.name, log_path, append=kind.append_log)
+        return
+    from matrixrl.jobs.logfile import file_logger, logged_failures
+
+    log = file_logger(log_path)
+    with logged_failures(log):
+        _, spec, *paths = job.argv()
+        kind.function()(spec, paths, log)
