@@ -1,17 +1,18 @@
 """Talking to Snakemake: its command line, its log, its process, its profiles (one module each).
 
-For now every name of the former matrixrl/snake.py is re-exported here, so that callers
-keep working while they move to the modules that define them.
+- command: the Snakefile and its rule names (RULES, LOCAL_RULES), the resolved
+  ``--configfile``, the environment and command line of a run, dry-runs and plan's job list
+- events: Snakemake's log read as run events, and the time a run has left
+- process: a run's Snakemake process: stopped on a signal, recorded while it runs,
+  stopped by Snakemake itself once its run is gone (follow_run)
+- profiles: a profile's options and each rule's resources, for ``plan`` and ``run``
+- __main__: ``python -m matrixrl.snake CONFIGFILE WORKDIR [STALE...]``, the dry-run's process
+
+Re-exported here, for the Snakefile's ``from matrixrl.snake import LOCAL_RULES, RULES,
+follow_run``: RULES, LOCAL_RULES and follow_run. Everything else is imported from its module.
 """
 
-from matrixrl.snake.command import (
-    LOCAL_RULES, RERUN_TRIGGERS, RULES, SNAKEFILE, _code_root, _dry_run_in_this_process, job_environment,
-    pending_jobs, planned_jobs, snakemake_command, write_configfile,
-)
-from matrixrl.snake.events import RunEvent, TimeLeft, _duration, _LogParser
-from matrixrl.snake.process import (
-    GRACE_S, RUN_LOG_ENV, RUN_PID_ENV, STOP_SIGNALS, RunStopped, _alive, _default_stop_signals, _Guard, _kill,
-    _killpg, _lock_files, _option, _output_to, _process_start, _remove_new_locks, _stop_group, _write_record,
-    follow_run, live_runs, run_with_events, stop_on_signals,
-)
-from matrixrl.snake.profiles import _as_mapping, _cluster_profile, profile_config, rule_resources
+from matrixrl.snake.command import LOCAL_RULES, RULES
+from matrixrl.snake.process import follow_run
+
+__all__ = ["LOCAL_RULES", "RULES", "follow_run"]
