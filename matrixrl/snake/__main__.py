@@ -1,6 +1,7 @@
-"""``python -m matrixrl.snake CONFIGFILE WORKDIR [STALE...]``: Snakemake's dry-run in a fresh process, for ``pending_jobs``.
+"""``python -m matrixrl.snake``: Snakemake's dry-run in a fresh process, the one ``pending_jobs`` starts.
 
-Prints the JSON list of the pending jobs on stdout (matrixrl.snake.command.pending_jobs reads it).
+``python -m matrixrl.snake CONFIGFILE WORKDIR [STALE...]`` prints the JSON list of the pending
+jobs on stdout (matrixrl.snake.command.pending_jobs reads it).
 """
 
 import json

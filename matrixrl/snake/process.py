@@ -1,8 +1,10 @@
-"""Snakemake as a process of `matrixrl run`: started, stopped on a signal, recorded while alive, stopped once its run is gone.
+"""Snakemake's process under `matrixrl run`: stopped on a signal, recorded while it runs, ended with its run.
 
 Snakemake runs in a session of its own; the run tees its log (matrixrl.snake.events),
 stops it and its jobs on SIGINT, SIGTERM or SIGHUP, records itself under the results
 folder while Snakemake runs, and releases the lock of a Snakemake it had to kill.
+A run killed without a word (kill -9) cannot stop Snakemake: Snakemake watches its
+run and stops itself (follow_run, called by the Snakefile).
 """
 
 from __future__ import annotations

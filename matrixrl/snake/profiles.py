@@ -1,4 +1,4 @@
-"""Snakemake profiles as matrixrl reads them: a profile's options, each rule's resources, local or cluster."""
+"""Snakemake profiles as matrixrl reads them: their options, each rule's resources, local or cluster."""
 
 from __future__ import annotations
 
