@@ -31,7 +31,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from matrixrl.config import load_config
-    from matrixrl.snake import CONFIG_FILE, job_environment, snakemake_command
+    from matrixrl.layout import CONFIG_FILE
+    from matrixrl.snake.command import job_environment, snakemake_command
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = yaml.safe_load((REPO / "experiments.yaml").read_text())

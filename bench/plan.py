@@ -11,7 +11,7 @@ slowest case: every file is read. Measured in one run, interleaved, medians:
   examples/paper.yaml (one seed) and of the same with 4 seeds (about 10,000 jobs),
   with the peak memory of that process;
 - ``--snakemake``: also the Snakemake dry-run that `plan` made before matrixrl
-  computed statuses itself (matrixrl.snake.pending_jobs), for the first two grids
+  computed statuses itself (matrixrl.snake.command.pending_jobs), for the first two grids
   (the 10,000-job one takes minutes).
 
     python bench/plan.py [--repeats 3] [--snakemake]
@@ -95,7 +95,7 @@ def main() -> None:
             variants[f"plan: {name}"] = [sys.executable, "-m", "matrixrl", "plan", "-c", str(config), *overrides]
             if args.snakemake and "4 seeds" not in name:
                 probe = (
-                    "import sys; from matrixrl.config import load_config; from matrixrl.snake import pending_jobs; "
+                    "import sys; from matrixrl.config import load_config; from matrixrl.snake.command import pending_jobs; "
                     "from pathlib import Path; "
                     f"cfg = load_config({str(config)!r}, sets={[f'results_dir={results}', *sets]!r}, only=[]); "
                     "pending_jobs(cfg, Path(cfg.results_dir))"

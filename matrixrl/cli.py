@@ -127,7 +127,8 @@ def plan(
 
         matrixrl plan --profile profiles/slurm     # also the resources each rule requests
     """
-    from matrixrl.snake import planned_jobs, rule_resources
+    from matrixrl.snake.command import planned_jobs
+    from matrixrl.snake.profiles import rule_resources
 
     cfg = _load(config, only, set_)
     jobs = planned_jobs(cfg)
@@ -205,7 +206,7 @@ def _disk_line(cfg: Config, profile: Path | None) -> str:
     """The checkpoints' disk at the run's peak: as many cells unpruned as jobs can run at once
     (a profile's ``jobs``, else this machine's cores, `run --cores`'s default)."""
     from matrixrl.disk import disk_at_peak
-    from matrixrl.snake import profile_config
+    from matrixrl.snake.profiles import profile_config
 
     jobs = profile_config(profile).get("jobs") if profile else None
     in_flight = jobs if isinstance(jobs, int) else os.cpu_count() or 1
@@ -234,12 +235,12 @@ def stops_on_signals(command):
     """SIGINT, SIGTERM or SIGHUP end the command with one line on stderr and exit code 128 + N.
 
     What runs under the command, Snakemake and its jobs, is stopped first
-    (:func:`matrixrl.snake.stop_on_signals`).
+    (:func:`matrixrl.snake.process.stop_on_signals`).
     """
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from matrixrl.snake import RunStopped, stop_on_signals
+        from matrixrl.snake.process import RunStopped, stop_on_signals
 
         try:
             with stop_on_signals() as guard:
@@ -290,7 +291,9 @@ def run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from matrixrl import layout as L
-    from matrixrl.snake import TimeLeft, live_runs, run_with_events, snakemake_command, write_configfile
+    from matrixrl.snake.command import snakemake_command, write_configfile
+    from matrixrl.snake.events import TimeLeft
+    from matrixrl.snake.process import live_runs, run_with_events
 
     cfg = _load(config, only, set_)
     extra = ["--keep-going"] if keep_going else []
@@ -398,7 +401,7 @@ def run(
 
 def _check_profile(profile: Path) -> Path:
     from matrixrl.errors import ProfileError
-    from matrixrl.snake import profile_config
+    from matrixrl.snake.profiles import profile_config
 
     if not profile.is_dir():
         raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
@@ -412,7 +415,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _locked_by(results: Path, runs: list[dict]) -> str:
-    """The error of a results folder whose lock a live `matrixrl run` holds (``runs``: snake.live_runs)."""
+    """The error of a results folder whose lock a live `matrixrl run` holds (``runs``: snake.process.live_runs)."""
     pids = [str(r["pid"]) for r in runs]
     which = f"pid {pids[0]}" if len(pids) == 1 else f"pids {', '.join(pids)}"
     it = "it" if len(pids) == 1 else "them"
@@ -556,7 +559,7 @@ def report(
 def _unfinished_note(study) -> str | None:
     """On stderr under a report while a run works: the cells whose rows hold only part
     of their results, so far."""
-    from matrixrl.snake import live_runs
+    from matrixrl.snake.process import live_runs
 
     if not live_runs(study.results_dir):
         return None

@@ -479,7 +479,7 @@ def test_a_report_before_the_run_ends_names_the_cells_not_finished(copy):
     evaluation.unlink()  # as while its evaluation runs
     import matrixrl as api
     from matrixrl import layout as L
-    from matrixrl.snake import _write_record
+    from matrixrl.snake.process import _write_record
 
     progress = api.Study.load(config).progress()
     assert progress[["cell", "evaluated", "checkpoints", "status"]].values.tolist() == [[CELL0, 2, 3, "in progress"]]

@@ -19,7 +19,7 @@ from matrixrl import layout as L
 from matrixrl.config import ConfigError, HfScale, TinyScale, load_config
 from matrixrl.models.devices import GpuClaimError, claim_gpu, gpu_count, visible_gpus
 from matrixrl.models.hf import ModelLoadError, model_source, not_cached_message, resolve_dtype
-from matrixrl.snake import snakemake_command
+from matrixrl.snake.command import snakemake_command
 
 from conftest import EXPERIMENTS, REPO, run_cli, skip_or_fail
 
@@ -269,14 +269,14 @@ def test_threads_of_one_process_exclude_each_other(tmp_path):
 
 def test_local_runs_bound_the_gpu_resource_by_the_detected_count(experiment, monkeypatch):
     """`matrixrl run` passes --resources gpu=N locally (N detected), nothing under a profile."""
-    import matrixrl.snake
+    import matrixrl.snake.process
 
     cfg = load_config(experiment)
     assert snakemake_command(cfg, Path("c.yaml"), 2, [], gpus=3)[-2:] == ["--resources", "gpu=3"]
     assert "--resources" not in snakemake_command(cfg, Path("c.yaml"), 2, ["--profile", "p"], gpus=None)
 
     commands = []
-    monkeypatch.setattr(matrixrl.snake, "run_with_events", lambda command, log, on_event: commands.append(command) or 0)
+    monkeypatch.setattr(matrixrl.snake.process, "run_with_events", lambda command, log, on_event: commands.append(command) or 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert run_cli("run", "-c", experiment).exit_code == 0
     assert commands[-1][commands[-1].index("--resources") + 1] == "gpu=2"
@@ -289,7 +289,7 @@ def test_training_and_evaluation_jobs_of_gpu_scales_declare_one_gpu(tmp_path):
     path = experiments_with(tmp_path, {"qwen": {"kind": "hf", "path": "Qwen/Qwen3-0.6B"}})
     cfg = load_config(path, sets=["grid.scale=[tiny-s, qwen]", "train.steps=1", "train.eval_every=1"],
                       only=["workflow=single", "policy=shared", "seed=0"])
-    from matrixrl.snake import SNAKEFILE, job_environment, write_configfile
+    from matrixrl.snake.command import SNAKEFILE, job_environment, write_configfile
 
     configfile = write_configfile(cfg, tmp_path / "config.yaml")
     (tmp_path / "results").mkdir()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from matrixrl.snake import TimeLeft
+from matrixrl.snake.events import TimeLeft
 
 
 def test_no_estimate_before_a_job_has_finished() -> None:

@@ -210,7 +210,7 @@ def test_each_signal_stops_the_run_which_resumes_to_the_same_results(reference, 
 
 @pytest.mark.slow
 def test_kill_9_of_matrixrl_alone_takes_snakemake_and_its_jobs_with_it(reference, tmp_path):
-    from matrixrl.snake import live_runs
+    from matrixrl.snake.process import live_runs
 
     config, results = fresh(reference, tmp_path / "grid")
     with background_run(config, tmp_path / "stderr") as runner:
@@ -326,7 +326,7 @@ def test_a_stopped_run_under_a_slurm_profile_cancels_its_cluster_jobs(reference,
 IMPORTED = "import matrixrl, sys; print(matrixrl.__file__)"
 CHILD = f"""
 import subprocess, sys
-from matrixrl.snake import job_environment
+from matrixrl.snake.command import job_environment
 print(subprocess.run([sys.executable, "-c", {IMPORTED!r}], env=job_environment(), capture_output=True, text=True).stdout.strip())
 """
 
@@ -348,7 +348,7 @@ def test_job_environment_imports_this_matrixrl_not_the_current_folders(tmp_path)
 
 
 def test_only_live_runs_hold_a_results_folder(tmp_path):
-    from matrixrl.snake import _process_start, live_runs
+    from matrixrl.snake.process import _process_start, live_runs
 
     runs = tmp_path / L.RUNS_DIR
     runs.mkdir(parents=True)
@@ -368,7 +368,7 @@ def test_only_live_runs_hold_a_results_folder(tmp_path):
 
 
 def test_the_stop_line_names_the_signal_and_what_resumes():
-    from matrixrl.snake import RunStopped
+    from matrixrl.snake.process import RunStopped
 
     assert RunStopped(signal.SIGINT, 0.4, 0).exit_code == 130
     assert RunStopped(signal.SIGHUP, 3, 2).exit_code == 129
@@ -381,7 +381,7 @@ def test_the_stop_line_names_the_signal_and_what_resumes():
 
 
 def test_the_log_parser_knows_which_jobs_run():
-    from matrixrl.snake import _LogParser
+    from matrixrl.snake.events import _LogParser
 
     parser = _LogParser()
     log = """

@@ -44,9 +44,9 @@ def own_pending(cfg) -> set[tuple]:
 
 
 def snakemakes_pending(cfg, dry_run=None) -> set[tuple]:
-    """The jobs Snakemake's dry-run would execute: by ``matrixrl.snake.pending_jobs``, or by ``dry_run``
+    """The jobs Snakemake's dry-run would execute: by ``matrixrl.snake.command.pending_jobs``, or by ``dry_run``
     (the ``dry_runs`` fixture's, which answers the same)."""
-    from matrixrl.snake import pending_jobs
+    from matrixrl.snake.command import pending_jobs
     from matrixrl.status import job_statuses, stale_outputs
 
     results = Path(cfg.results_dir)
@@ -55,7 +55,7 @@ def snakemakes_pending(cfg, dry_run=None) -> set[tuple]:
     return {_key(job["rule"], job["wildcards"]) for job in found if job["rule"] != "all"}
 
 
-# matrixrl.snake.pending_jobs starts a Python per dry-run, as one process must not evaluate two DAGs;
+# matrixrl.snake.command.pending_jobs starts a Python per dry-run, as one process must not evaluate two DAGs;
 # ~3 of its ~4 s go to importing Snakemake and matrixrl. This one imports them once and forks a
 # fresh child for each dry-run, which calls what pending_jobs' process calls.
 DRY_RUNNER = r"""
@@ -64,7 +64,7 @@ from pathlib import Path
 
 import snakemake.api, snakemake.settings.types  # noqa: F401  (what each dry-run imports)
 from matrixrl import grid, status  # noqa: F401  (and the Snakefile)
-from matrixrl.snake import _dry_run_in_this_process
+from matrixrl.snake.command import _dry_run_in_this_process
 
 for request in sys.stdin:
     configfile, workdir, stale = json.loads(request)
@@ -91,7 +91,7 @@ for request in sys.stdin:
 @pytest.fixture(scope="module")
 def dry_run():
     """``pending_jobs`` by a forked child of a process that imported Snakemake once (DRY_RUNNER)."""
-    from matrixrl.snake import job_environment, write_configfile
+    from matrixrl.snake.command import job_environment, write_configfile
 
     runner = subprocess.Popen(
         [sys.executable, "-c", DRY_RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

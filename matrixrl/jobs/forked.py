@@ -17,7 +17,7 @@ The child is still its own process, exactly as a shell job's:
   multiprocessing's parent sentinel) and with the server (``PR_SET_PDEATHSIG``), so
   no training outlives its run to write into a cell a later run owns;
 - it is in Snakemake's process group, as the server is: a `matrixrl run` stopped by
-  a signal sends the group SIGTERM (matrixrl/snake.py), which ends a child at once,
+  a signal sends the group SIGTERM (matrixrl/snake/process.py), which ends a child at once,
   between two atomic writes, so its checkpoints and results are whole or absent.
 
 Why not fork the Snakemake process itself: it runs threads (each job's ``run:``

@@ -1,0 +1,83 @@
+"""Snakemake profiles as matrixrl reads them: their options, each rule's resources, local or cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from matrixrl.errors import ProfileError
+from matrixrl.dag import LOCAL_RULES
+
+_LOCAL_EXECUTORS = {"local", "dryrun", "touch"}
+
+
+def profile_config(profile: Path) -> dict:
+    """A Snakemake profile's config.yaml, read for `plan` (Snakemake itself reads it for `run`)."""
+    path = profile / "config.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ProfileError(f"--profile {profile}: no config.yaml in it; see profiles/slurm/ for an example")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8")
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)}); fix its syntax")
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: expected a mapping of Snakemake options")
+    return raw
+
+
+def _as_mapping(value, where: str) -> dict:
+    """Profile resources come as a mapping or as a list of ``key=value`` strings."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        pairs = {}
+        for item in value:
+            key, sep, val = str(item).partition("=")
+            if not sep:
+                raise ProfileError(f"{where}: {item!r} is not key=value")
+            pairs[key.strip()] = yaml.safe_load(val)
+        return pairs
+    raise ProfileError(f"{where}: expected a mapping or a list of key=value")
+
+
+def rule_resources(profile: Path, rules: list[str]) -> dict[str, dict]:
+    """Resources each rule will request under ``profile`` (defaults, then per-rule settings)."""
+    raw = profile_config(profile)
+    path = profile / "config.yaml"
+    defaults = _as_mapping(raw.get("default-resources"), f"{path}: default-resources")
+    per_rule = raw.get("set-resources") or {}
+    if isinstance(per_rule, list):  # ["train:mem_mb=4000", ...]
+        grouped: dict[str, dict] = {}
+        for item in per_rule:
+            rule, _, pair = str(item).partition(":")
+            grouped.setdefault(rule, {}).update(_as_mapping([pair], f"{path}: set-resources"))
+        per_rule = grouped
+    threads = raw.get("set-threads") or {}
+    local = set(LOCAL_RULES)
+    table = {}
+    for rule in rules:
+        if rule in local:
+            table[rule] = {"host": "local"}
+            continue
+        resources = {**defaults, **_as_mapping(per_rule.get(rule), f"{path}: set-resources.{rule}")}
+        if rule in threads:
+            resources["threads"] = threads[rule]
+        table[rule] = resources
+    return table
+
+
+def _cluster_profile(profile: str | None) -> bool:
+    """Whether a profile sends jobs to a cluster executor (they are no processes of this machine)."""
+    if profile is None:
+        return False
+    try:
+        executor = profile_config(Path(profile)).get("executor", "local")
+    except ProfileError:
+        return False
+    return str(executor) not in _LOCAL_EXECUTORS
+
