@@ -16,6 +16,7 @@ import json
 from sqlalchemy import Table
 from sqlalchemy.orm import Session
 
+from matrixrl.layout import MEMORY_OWNER
 from matrixrl.results import (
     BankResult,
     DiagnosticRow,
@@ -69,11 +70,6 @@ Result = TrainResult | EvalResult | MemoryEvalResult | TrajectoriesResult | Labe
 
 MEMORY_KINDS = (MemoryEvalResult, TrajectoriesResult, LabelsResult, DistilledResult, BankResult)
 """The memory's results: their digests are in memory_inputs, not cell_inputs (see MEMORY_INPUTS)."""
-
-MEMORY_OWNER = "memory:"
-"""A memory-building result's ``cell`` in ingested_files and memory_inputs: ``memory:TASK``
-(no cell id has a colon)."""
-
 
 def _digest(result: Result) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
