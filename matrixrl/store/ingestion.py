@@ -39,7 +39,6 @@ from matrixrl.results import (
 from matrixrl.store.repair import _NEW, T, _create, _inspect, _Problem, _repairing, _set_aside
 from matrixrl.store.schema import CELL_INPUTS, CELL_SUMMARIES, CELL_TRAININGS, INGESTED_FILES, MEMORY_INPUTS, _engine
 from matrixrl.store.writes import (
-    MEMORY_OWNER,
     Result,
     _digest,
     _forget,
@@ -198,23 +197,6 @@ def _known_files(results_dir: Path) -> tuple[dict[str, tuple[int, int, int, int,
         engine.dispose()
 
 
-def _path_key(rel: str) -> tuple[str, str]:
-    """The ``(cell, part)`` a result file's path (relative to the results folder, one of
-    :data:`RESULT_FILES`) says it holds: a result file holds no other (``read_result``)."""
-    path = Path(rel)
-    parts, stem = path.parts, path.stem
-    if parts[0] == "cells":
-        if parts[2] == "eval":
-            return parts[1], f"eval/{stem}"
-        if parts[2] == "memory":
-            return parts[1], f"memory/{parts[3]}/{stem}"
-        return parts[1], "train"
-    owner = f"{MEMORY_OWNER}{parts[1]}"
-    if parts[2] == "labels.json":
-        return owner, "labels"
-    return owner, f"{'bank' if parts[2] == 'banks' else parts[2]}/{stem}"
-
-
 def _changes(
     results_dir: Path, known: Mapping[str, tuple], again: bool
 ) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str], list[str]]:
@@ -235,7 +217,7 @@ def _changes(
             stat = path.stat()
             found[str(path.relative_to(results_dir))] = (path, kind, (stat.st_size, stat.st_mtime_ns, stat.st_ino))
     gone = [rel for rel in known if rel not in found]
-    misread = [rel for rel in known if rel in found and tuple(known[rel][4:]) != _path_key(rel)]
+    misread = [rel for rel in known if rel in found and tuple(known[rel][4:]) != L.result_key(rel)]
     forgotten = {known[rel][4:] for rel in (*gone, *misread)}
     pending = [
         (path, rel, kind, signature)
@@ -296,7 +278,7 @@ def _ingest(results_dir: Path) -> int:
     pending, gone, misread = _changes(results_dir, known, again)
     parsed = [(rel, _read(path, kind), signature) for path, rel, kind, signature in pending]
     for rel, result, _ in parsed:
-        if _key(result) != _path_key(rel):  # read_result checks the fields that make the key: never
+        if _key(result) != L.result_key(rel):  # read_result checks the fields that make the key: never
             raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(_key(result))}); {_FIX}")
     if not parsed and not gone:
         return 0
