@@ -71,13 +71,17 @@ Result = TrainResult | EvalResult | MemoryEvalResult | TrajectoriesResult | Labe
 MEMORY_KINDS = (MemoryEvalResult, TrajectoriesResult, LabelsResult, DistilledResult, BankResult)
 """The memory's results: their digests are in memory_inputs, not cell_inputs (see MEMORY_INPUTS)."""
 
+
 def _digest(result: Result) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
 
 
 def _key(result: Result) -> tuple[str, str]:
     """The result's ``(cell, part)``: its cell (``memory:TASK`` for a memory-building result) and
-    its key among that cell's results (``cell_inputs.part``, or ``memory_inputs.part``)."""
+    its key among that cell's results (``cell_inputs.part``, or ``memory_inputs.part``); the
+    key :func:`matrixrl.layout.result_key` reads from its file's path (tests/test_layout.py).
+    Made from the result's fields: building its path to read the key back would cost an
+    order of magnitude more for every result written."""
     if isinstance(result, TrainResult):
         return result.cell, "train"
     if isinstance(result, MemoryEvalResult):  # before EvalResult: it is one
