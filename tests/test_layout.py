@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 
 from matrixrl import layout as L
+from matrixrl import results as R
 from matrixrl.layout import ResultFile, result_file, result_key
-from matrixrl.results import (
-    BankResult,
-    DistilledResult,
-    EvalResult,
-    LabelsResult,
-    MemoryEvalResult,
-    TrainResult,
-    TrajectoriesResult,
-)
 from matrixrl.store import RESULT_FILES
 from matrixrl.store.writes import _key
 
@@ -86,19 +78,22 @@ def test_the_store_reads_every_result_file_by_the_key_of_its_path() -> None:
     """Each of the store's globs matches its builder's paths, and a result is keyed as its file:
     ``ingest`` takes a file whose result has another key than its path's for a corrupt one."""
     results = {
-        TrainResult: (TrainResult.model_construct(cell=CELL), L.train_result(CELL)),
-        EvalResult: (EvalResult.model_construct(cell=CELL, step=3), L.eval_result(CELL, 3)),
-        MemoryEvalResult: (
-            MemoryEvalResult.model_construct(cell=CELL, step=3, memory="own"),
+        R.TrainResult: (R.TrainResult.model_construct(cell=CELL), L.train_result(CELL)),
+        R.EvalResult: (R.EvalResult.model_construct(cell=CELL, step=3), L.eval_result(CELL, 3)),
+        R.MemoryEvalResult: (
+            R.MemoryEvalResult.model_construct(cell=CELL, step=3, memory="own"),
             L.memory_eval_result(CELL, "own", 3),
         ),
-        TrajectoriesResult: (
-            TrajectoriesResult.model_construct(task="arith", scale="tiny-s", samples=4),
+        R.TrajectoriesResult: (
+            R.TrajectoriesResult.model_construct(task="arith", scale="tiny-s", samples=4),
             L.trajectories_result("arith", "tiny-s", 4),
         ),
-        LabelsResult: (LabelsResult.model_construct(task="arith"), L.labels_result("arith")),
-        DistilledResult: (DistilledResult.model_construct(task="arith", memory="own-tiny-s"), L.distilled_result("arith", "own-tiny-s")),
-        BankResult: (BankResult.model_construct(task="arith", memory="own-tiny-s"), L.bank_result("arith", "own-tiny-s")),
+        R.LabelsResult: (R.LabelsResult.model_construct(task="arith"), L.labels_result("arith")),
+        R.DistilledResult: (
+            R.DistilledResult.model_construct(task="arith", memory="own-tiny-s"),
+            L.distilled_result("arith", "own-tiny-s"),
+        ),
+        R.BankResult: (R.BankResult.model_construct(task="arith", memory="own-tiny-s"), L.bank_result("arith", "own-tiny-s")),
     }
     assert sorted(kind.__name__ for _, kind in RESULT_FILES) == sorted(kind.__name__ for kind in results)
     for glob, kind in RESULT_FILES:
