@@ -33,6 +33,7 @@ the Snakefile, the jobs, the store and the report agree on one layout:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 STORE_FILE = "matrixrl.sqlite"
@@ -111,6 +112,91 @@ RETENTION_FILE = "retained.json"
 
 def retention_record(cell_id: str) -> str:
     return f"cells/{cell_id}/{RETENTION_FILE}"
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """What a result file is, as its place in the layout says (:func:`result_file`).
+
+    ``kind`` names the function above that builds such a path: ``base``, ``base_eval``,
+    ``base_memory_eval``, ``train``, ``eval``, ``memory_eval``, ``retained``,
+    ``trajectories``, ``labels``, ``distilled``, ``bank``. ``name`` is the file's name less ``.json``
+    (``step_N``, ``SCALE-kN``, a memory's or a base evaluation's name). The folders
+    name the rest: ``cell`` (``cells/CELL``), ``scale`` (``base/SCALE``), ``task``
+    (``memory/TASK``), a memory evaluation's ``mode`` and a base model's memory
+    evaluation's ``bank``.
+    """
+
+    kind: str
+    name: str
+    cell: str | None = None
+    scale: str | None = None
+    task: str | None = None
+    mode: str | None = None
+    bank: str | None = None
+
+    @property
+    def step(self) -> str:
+        """An evaluation's step as its name says it (``N`` of ``step_N``; the whole name if not so)."""
+        return self.name.removeprefix("step_")
+
+
+_RESULT_PATHS = (
+    # The builders' paths by their last parts: "{field}", a folder whose name is that field of
+    # the ResultFile; "{name}", the file's name less .json. Longer ones first: a path is the
+    # first one it ends in.
+    ("memory_eval", ("cells", "{cell}", "memory", "{mode}", "{name}")),
+    ("base_memory_eval", ("base", "{scale}", "memory", "{bank}", "{name}")),
+    ("eval", ("cells", "{cell}", "eval", "{name}")),
+    ("base_eval", ("base", "{scale}", "eval", "{name}")),
+    ("trajectories", ("memory", "{task}", "trajectories", "{name}")),
+    ("distilled", ("memory", "{task}", "distilled", "{name}")),
+    ("bank", ("memory", "{task}", "banks", "{name}")),
+    ("labels", ("memory", "{task}", "labels.json")),
+    ("train", ("cells", "{cell}", TRAIN_FILE)),
+    ("retained", ("cells", "{cell}", RETENTION_FILE)),
+    ("base", ("base", "{scale}", "base.json")),
+)
+
+
+def result_file(path: str | Path) -> ResultFile | None:
+    """What the result file at ``path`` is: ``path`` relative to the results folder, or any
+    path that ends in one (a job's input); None if it is no result file's path."""
+    path = Path(path)
+    parts = path.parts
+    for kind, pattern in _RESULT_PATHS:
+        tail = parts[-len(pattern) :]
+        if len(parts) < len(pattern) or any(p != t for p, t in zip(pattern, tail) if not p.startswith("{")):
+            continue
+        folders = {p[1:-1]: t for p, t in zip(pattern[:-1], tail) if p.startswith("{")}
+        return ResultFile(kind, path.stem, **folders)
+    return None
+
+
+MEMORY_OWNER = "memory:"
+"""A memory-building result's owner in the store (its ``cell`` in ingested_files and
+memory_inputs): ``memory:TASK`` (no cell id has a colon)."""
+
+
+def result_key(path: str | Path) -> tuple[str, str]:
+    """The store's key of the result in the result file at ``path`` (as :func:`result_file`
+    reads it): ``(owner, part)``, its cell (``memory:TASK`` for a memory-building result)
+    and its key among that owner's results: ``train``, ``eval/step_N``,
+    ``memory/MODE/step_N``; ``trajectories/SCALE-kN``, ``labels``, ``distilled/BANK``,
+    ``bank/BANK``. ValueError for a path of no result the store holds."""
+    found = result_file(path)
+    kind = found.kind if found is not None else None
+    if kind == "train":
+        return found.cell, "train"
+    if kind == "eval":
+        return found.cell, f"eval/{found.name}"
+    if kind == "memory_eval":
+        return found.cell, f"memory/{found.mode}/{found.name}"
+    if kind == "labels":
+        return f"{MEMORY_OWNER}{found.task}", "labels"
+    if kind in ("trajectories", "distilled", "bank"):
+        return f"{MEMORY_OWNER}{found.task}", f"{kind}/{found.name}"
+    raise ValueError(f"{path}: not the path of a result the store holds")
 
 
 def checkpoints_dir(cell_dir: str | Path) -> Path:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from matrixrl import atomic
+from matrixrl import layout as L
 from matrixrl.errors import ResultFileError
 
 INT64_MAX = 2**63 - 1
@@ -238,32 +239,28 @@ def path_mismatch(path: Path, result: ResultModel) -> str | None:
     files are under ``memory/TASK``, named by their scale and samples or their bank (see
     matrixrl.layout). The store keys a result by what it holds, so one that disagrees
     would be stored as another result than its file's. A file elsewhere is not checked."""
-    parts = Path(path).parts
-    stem = Path(path).stem
-
-    def at(*pattern: str | None) -> bool:  # the path ends in ``pattern`` (None: any name)
-        tail = parts[-len(pattern) :]
-        return len(parts) >= len(pattern) and all(p is None or p == t for p, t in zip(pattern, tail))
-
+    where = L.result_file(path)
+    if where is None:
+        return None
     said: dict[str, str] = {}  # field -> the value its path says
     if isinstance(result, EvalResult):
-        if isinstance(result, MemoryEvalResult) and at("cells", None, "memory", None, None):
-            said = {"cell": parts[-4], "memory": parts[-2], "step": stem.removeprefix("step_")}
-        elif isinstance(result, MemoryEvalResult) and at("base", None, "memory", None, None):
-            said = {"bank": parts[-2]}
-        elif at("cells", None, "eval", None):
-            said = {"cell": parts[-3], "step": stem.removeprefix("step_")}
-        if at("base", None, "eval", None) or at("base", None, "memory", None, None):
+        if isinstance(result, MemoryEvalResult) and where.kind == "memory_eval":
+            said = {"cell": where.cell, "memory": where.mode, "step": where.step}
+        elif isinstance(result, MemoryEvalResult) and where.kind == "base_memory_eval":
+            said = {"bank": where.bank}
+        elif where.kind == "eval":
+            said = {"cell": where.cell, "step": where.step}
+        if where.kind in ("base_eval", "base_memory_eval"):
             if result.step != 0:
                 return f"step: {result.step}, but a base model's evaluation is step 0"
-    elif isinstance(result, TrajectoriesResult) and at("memory", None, "trajectories", None):
-        said = {"task": parts[-3], "scale and samples": stem}
-    elif isinstance(result, LabelsResult) and at("memory", None, "labels.json"):
-        said = {"task": parts[-2]}
-    elif isinstance(result, (DistilledResult, BankResult)) and at("memory", None, None, None):
-        said = {"task": parts[-3], "memory": stem}
-    elif "cell" in type(result).model_fields and at("cells", None, None):  # train.json, retained.json
-        said = {"cell": parts[-2]}
+    elif isinstance(result, TrajectoriesResult) and where.kind == "trajectories":
+        said = {"task": where.task, "scale and samples": where.name}
+    elif isinstance(result, LabelsResult) and where.kind == "labels":
+        said = {"task": where.task}
+    elif isinstance(result, (DistilledResult, BankResult)) and where.kind in ("distilled", "bank"):
+        said = {"task": where.task, "memory": where.name}
+    elif "cell" in type(result).model_fields and where.kind in ("train", "retained"):
+        said = {"cell": where.cell}
     for field, text in said.items():
         held = f"{result.scale}-k{result.samples}" if field == "scale and samples" else getattr(result, field)
         if str(held) != text:

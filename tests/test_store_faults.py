@@ -451,7 +451,7 @@ def test_the_schema_version_changes_with_the_tables() -> None:
     moved aside as another schema's (sound, readable by the matrixrl that wrote it), not as damaged."""
     import hashlib
 
-    from matrixrl.store import SCHEMA_VERSION, _expected_columns
+    from matrixrl.store.schema import SCHEMA_VERSION, _expected_columns
 
     tables = hashlib.sha256(json.dumps(_expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
     assert (SCHEMA_VERSION, tables) == (7, "74ede0893623"), (
@@ -466,7 +466,7 @@ def test_a_result_file_changed_behind_its_size_and_time_is_still_read(tmp_path: 
     """The store reads a file again when its size, time or inode changed, or when it changed
     just before its last reading (a coarse clock could hide a second write then); a file
     that did not, it does not read at all."""
-    import matrixrl.store as store_module
+    import matrixrl.store.ingestion as ingestion
 
     results = tmp_path / "results"
     c = Cell("single", "arith", "tiny-s", "shared", 0)
@@ -493,8 +493,8 @@ def test_a_result_file_changed_behind_its_size_and_time_is_still_read(tmp_path: 
 
     # Unchanged: not even read.
     reads = []
-    real = store_module.read_result
-    monkeypatch.setattr(store_module, "read_result", lambda *args: reads.append(args[0]) or real(*args))
+    real = ingestion.read_result
+    monkeypatch.setattr(ingestion, "read_result", lambda *args: reads.append(args[0]) or real(*args))
     assert ingest(results) == 0 and reads == []
 
     # Written over in place (same inode, same size) just before it is read, then once more

@@ -1,0 +1,233 @@
+"""The store's schema: its tables (the result tables derived from matrixrl.results), version and engine.
+
+Besides the cells' training and evaluation files the store holds the memory's (MemCollab,
+docs/memory.md): each checkpoint's evaluation under a memory mode
+(``memory_evaluations``, ``memory_role_metrics``) and what each of its problems was
+shown (``retrievals``), and what the memory was built from: trajectories, labels, the
+distiller's prompts and replies (``distill_prompts``) and every memory's entries with
+their provenance (``memory_entries``), one row per such file in ``memory_builds``.
+A memory-building result belongs to no cell: ``ingested_files`` names it by
+``memory:TASK`` and its part (``trajectories/SCALE-kN``, ``labels``, ``distilled/BANK``,
+``bank/BANK``), and a memory evaluation by its cell and ``memory/MODE/step_N``. Their
+digests are kept in ``memory_inputs``, apart from ``cell_inputs``, so that a memory
+result never changes a cell's summary cache key.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, get_args, get_origin
+
+from pydantic import BaseModel
+from sqlalchemy import Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, event
+
+from matrixrl.config import AXES
+from matrixrl.results import DiagnosticRow, EvalResult, MemoryEvalResult, RoleMetric, StepMetrics
+
+
+METADATA = MetaData()
+
+
+def _table(name: str, keys: Mapping[str, type], values: Mapping[str, type], optional: Mapping[str, type] = {}) -> Table:
+    """A table of primary-key columns ``keys``, required ``values`` and nullable ``optional`` ones."""
+    return Table(
+        name,
+        METADATA,
+        *(Column(column, kind, primary_key=True) for column, kind in keys.items()),
+        *(Column(column, kind, nullable=False) for column, kind in values.items()),
+        *(Column(column, kind, nullable=True) for column, kind in optional.items()),
+    )
+
+
+# A trained cell's axes, and the digest of the spec it was trained under.
+CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else String for axis in AXES}, {"spec_digest": String})
+# A digest of each result stored for a cell (part: "train" or "eval/step_N"), and of the
+# spec it was computed under (None in files written before spec digests).
+CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
+# Per cell, its cell_inputs in one text ("part digest spec_digest ..." by part, "-" for no spec digest),
+# the spec digest of its training ("-": none written) and those of its evaluations (comma-separated):
+# what a report's cache keys are made of, kept up to date by every write of cell_inputs.
+CELL_KEYS = _table("cell_keys", {"cell": String}, {"inputs": Text}, {"train_spec": String, "eval_specs": String})
+# A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
+CELL_SUMMARIES = _table(
+    "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
+)
+# What a cell's summary takes from its training alone (JSON, see analysis.cell.training_part) and
+# the cache key of what it was computed from: kept while the cell's evaluations come in.
+CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
+# The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
+FIGURES = _table("figures", {"name": String}, {"cache_key": String, "png": LargeBinary})
+# Every result file read, by its path relative to the results directory, as it was then, when
+# it was read (read_ns, see ingestion.RACY_NS), and the result it holds (its cell_inputs key): what to
+# delete when the file is gone.
+INGESTED_FILES = _table(
+    "ingested_files",
+    {"path": String},
+    {"size": Integer, "mtime_ns": Integer, "inode": Integer, "read_ns": Integer, "cell": String, "part": String},
+)
+
+
+# The tables that hold result files' contents are derived from the result models
+# (matrixrl.results), so a field added there is a column here: a scalar field is a
+# column of the same name; lists and mappings (roles, pass_at, ...) go to their own tables.
+_SQL_TYPES = {int: Integer, float: Float, str: String, bool: Boolean}
+
+
+def _result_columns(model: type[BaseModel], keys: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Column]:
+    columns = []
+    for name, field in model.model_fields.items():
+        if name in exclude:
+            continue
+        members = get_args(field.annotation) or (field.annotation,)
+        # A bounded type (matrixrl.results.Count, ...) is its plain type annotated with its bounds.
+        scalar = [get_args(m)[0] if get_origin(m) is Annotated else m for m in members if m is not type(None)]
+        if len(scalar) != 1 or scalar[0] not in _SQL_TYPES:
+            raise TypeError(f"{model.__name__}.{name}: no SQL column for {field.annotation}; exclude it or store it in its own table")
+        nullable = type(None) in members and name not in keys
+        columns.append(Column(name, _SQL_TYPES[scalar[0]](), primary_key=name in keys, nullable=nullable))
+    return columns
+
+
+EVALUATIONS = Table(
+    "evaluations", METADATA, *_result_columns(EvalResult, keys=("cell", "step"), exclude=("roles", "pass_at"))
+)
+TRAIN_STEPS = Table(
+    "train_steps",
+    METADATA,
+    Column("cell", String, primary_key=True),
+    *_result_columns(StepMetrics, keys=("step",)),
+)
+DIAGNOSTICS = Table(
+    "diagnostics",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cell", String, index=True, nullable=False),
+    *_result_columns(DiagnosticRow),
+)
+ROLE_METRICS = Table(
+    "role_metrics",
+    METADATA,
+    Column("cell", String, primary_key=True),
+    # train: one row per training step; eval: per checkpoint (the evaluation's step).
+    Column("source", String, primary_key=True),
+    *_result_columns(RoleMetric, keys=("step", "role", "metric")),
+)
+
+# --- MemCollab's memory (docs/memory.md) ---------------------------------------------------------
+# A checkpoint's evaluation under a memory mode (``memory``: own, transfer, ...; ``bank``: the
+# memory it read): the columns of ``evaluations`` and the memory's. Its per-role metrics and
+# pass@j are in memory_role_metrics, as role_metrics holds an evaluation's.
+MEMORY_EVALUATIONS = Table(
+    "memory_evaluations",
+    METADATA,
+    *_result_columns(MemoryEvalResult, keys=("cell", "memory", "step"), exclude=("roles", "pass_at", "retrievals")),
+)
+MEMORY_ROLE_METRICS = _table(
+    "memory_role_metrics",
+    {"cell": String, "memory": String, "step": Integer, "role": String, "metric": String},
+    {"value": Float},
+)
+# What each evaluation problem was shown: one row per entry, ``rank`` its place in the prompt,
+# ``entry`` its index among the bank's entries (memory_entries.entry of the evaluation's bank);
+# a problem shown nothing has one row of rank 0 and no entry (its label is still the query's).
+RETRIEVALS = _table(
+    "retrievals",
+    {"cell": String, "memory": String, "step": Integer, "problem_id": String, "rank": Integer},
+    {"bank": String, "label": String},
+    {"entry": Integer},
+)
+# One model's trajectories on a task's memory-building problems (a TrajectoriesResult per
+# (task, scale, samples)): matrixrl.memory.Trajectory's fields.
+TRAJECTORIES = _table(
+    "trajectories",
+    {"task": String, "scale": String, "samples": Integer, "problem_id": String, "sample": Integer},
+    {"question": Text, "model": String, "completion": Text, "answer": Text, "correct": Boolean, "tokens": Integer},
+)
+# A task's problem labels (building and evaluation problems) and the labeller's replies.
+MEMORY_LABELS = _table(
+    "memory_labels",
+    {"task": String, "problem_id": String},
+    {"labeller": String},
+    {"category": String, "subcategory": String, "reply": Text},
+)
+# A memory's entries, ready for retrieval (a BankResult), with their provenance: the source
+# problem, its label, the models whose trajectories they came from (a JSON list), the mode that
+# built them and the digest of the distiller's prompt (distill_prompts.digest).
+MEMORY_ENTRIES = _table(
+    "memory_entries",
+    {"task": String, "bank": String, "entry": Integer},
+    {
+        "text": Text, "problem_id": String, "question": Text, "category": String, "subcategory": String,
+        "models": String, "mode": String, "distiller": String,
+    },
+)  # fmt: skip
+# Every distiller call of a memory (a DistilledResult): its prompt, its reply, how many
+# constraints were kept and how many candidate lines dropped, by reason (JSON).
+DISTILL_PROMPTS = _table(
+    "distill_prompts",
+    {"task": String, "bank": String, "prompt": Integer},
+    {"problem_id": String, "digest": String, "system": Text, "user": Text, "reply": Text, "kept": Integer, "dropped": Text},
+)
+# One row per memory-building result (``part``: trajectories/SCALE-kN, labels, distilled/BANK,
+# bank/BANK) with its scalar fields; ``dropped`` (JSON) for a distillation.
+MEMORY_BUILDS = _table(
+    "memory_builds",
+    {"task": String, "part": String},
+    {"kind": String},
+    {
+        "bank": String, "mode": String, "scale": String, "samples": Integer, "distiller": String,
+        "labeller": String, "pairs": Integer, "entries": Integer, "accuracy": Float, "seconds": Float,
+        "dropped": Text, "spec_digest": String,
+    },
+)  # fmt: skip
+# A digest of each memory result stored (as cell_inputs of a cell's train and eval results):
+# a memory evaluation by its cell (part: memory/MODE/step_N), a memory-building result by
+# ``memory:TASK`` (part as memory_builds'). Apart from cell_inputs, so that the per-cell summary
+# caches, keyed by a cell's cell_inputs, are not invalidated by memory results.
+MEMORY_INPUTS = _table("memory_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
+
+
+SCHEMA_VERSION = 7
+"""SQLite's ``user_version`` of a store with these tables. A store of another version
+is an index of another layout: it is moved aside and rebuilt from the result files,
+which are the truth (like a damaged one)."""
+
+
+@functools.cache
+def _expected_columns() -> dict[str, list[tuple]]:
+    """``PRAGMA table_info`` of every table, as this module creates them."""
+    engine = create_engine("sqlite://")
+    try:
+        with engine.begin() as conn:
+            METADATA.create_all(conn)
+            return {
+                name: [tuple(row) for row in conn.exec_driver_sql(f'PRAGMA table_info("{name}")')]
+                for name in METADATA.tables
+            }
+    finally:
+        engine.dispose()
+
+
+def _engine(db_file: Path):
+    """An engine on the store file ``db_file`` as it is, with the store's settings on every
+    connection (``engine_at`` checks the file, and creates or repairs it, first)."""
+    engine = create_engine(f"sqlite:///{db_file}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(conn, _):
+        # Concurrent readers (report) wait for the one writer rather than failing.
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)  # _refresh_keys's cell keys
+
+    return engine
+
+
+def _sha256_hex(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+# SQLite's limit on bound values also caps ``cell IN (...)`` lists.
+_IN_CHUNK = 10_000  # (a query that binds two lists binds twice as many: SQLite's limit is 32,766)
