@@ -18,20 +18,19 @@ section of experiments.yaml, defined beside the chat style) tunes the chat style
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.styles.chat import PromptSettings
 
 STYLE_NAMES = ("compact", "chat")
-Family = Literal["math", "code"]
 
 
 class PromptStyle(Protocol):
     """What a workflow asks of its style; ``family`` is the task's (``math`` or ``code``)."""
 
     name: str
-    family: str
+    family: Family
     strategies: tuple[str, ...]  # strategies the warm-start draws orchestrator plans from
 
     def generator(self, problem: Problem) -> str: ...
@@ -68,7 +67,7 @@ class PromptStyle(Protocol):
         """A completion that proposes ``answer`` (warm-start target; ``answer(target(a)) == a``)."""
 
 
-def build_style(name: str, family: str = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
+def build_style(name: str, family: Family = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
     """The style ``name`` for a task of ``family``; ``chat`` needs the tokenizer (its chat template)."""
     if name == "compact":
         from matrixrl.workflows.styles.compact import CompactStyle
@@ -83,4 +82,4 @@ def build_style(name: str, family: str = "math", tokenizer=None, settings: Promp
     raise ValueError(f"unknown prompt style {name!r}; use one of: {', '.join(STYLE_NAMES)}")
 
 
-__all__ = ["Family", "PromptSettings", "PromptStyle", "STYLE_NAMES", "build_style"]
+__all__ = ["PromptSettings", "PromptStyle", "STYLE_NAMES", "build_style"]

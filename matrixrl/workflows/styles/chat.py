@@ -42,15 +42,15 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from matrixrl.settings import Strict
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
 
 VERDICT_CORRECT = "VERDICT: CORRECT"
 VERDICT_INCORRECT = "VERDICT: INCORRECT"
 DEFAULT_STRATEGY = "Solve the problem directly, step by step."
 ELLIPSIS = "[...] "
 
-_NOUN = {"math": "math", "code": "programming"}
-_ANSWER_FORMAT = {
+_NOUN: dict[Family, str] = {"math": "math", "code": "programming"}
+_ANSWER_FORMAT: dict[Family, str] = {
     "math": "Reason briefly, step by step, then give the final answer in \\boxed{}.",
     "code": "Reply with one ```python code block that defines the requested function, complete and runnable.",
 }
@@ -92,7 +92,7 @@ class ChatStyle:
     name = "chat"
     strategies = STRATEGIES
 
-    def __init__(self, tokenizer, family: str, settings: PromptSettings | None = None):
+    def __init__(self, tokenizer, family: Family, settings: PromptSettings | None = None):
         if family not in _NOUN:
             raise ValueError(f"chat prompts cover task families {', '.join(_NOUN)}, not {family!r}")
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):

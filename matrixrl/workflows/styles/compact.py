@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
 
 # Strategy vocabulary of the orchestrator: one character each, so N strategies cost N
 # tokens (``LRP`` plus EOS fits ``max_new_tokens: 4``). The meanings are hints for
@@ -198,7 +198,7 @@ class CompactStyle:
     name = "compact"
     strategies = tuple(STRATEGIES)
 
-    def __init__(self, family: str = "math"):
+    def __init__(self, family: Family = "math"):
         self.family = family
 
     def generator(self, problem: Problem) -> str:
