@@ -36,6 +36,7 @@ class Settings(WorkflowSettings):
 
 class EvalOpt(WorkflowBase):
     name = "eval_opt"
+    description = "a generator drafts, an evaluator judges, the generator refines"
     roles = ("generator", "evaluator")
     settings_model = Settings
 

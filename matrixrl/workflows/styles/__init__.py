@@ -11,6 +11,10 @@ what a completion means (``style.answer(text)``, ``style.parse_verdict(text)``,
   template, instructions phrased for the task's family (math: ``\\boxed{}``; code:
   a python block); answers are extracted from the completion. See ``styles.chat``.
 
+Those methods serve the built-in roles. A workflow's own role gets its prompt from the
+``RolePrompt`` the workflow declares (``styles.roles``), which every style writes with
+its generic ``ask(role, problem, prompt, shown)``: a new role needs no edit here.
+
 A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
 section of experiments.yaml, defined beside the chat style) tunes the chat style.
 """
@@ -22,6 +26,7 @@ from typing import Protocol
 
 from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.styles.chat import PromptSettings
+from matrixrl.workflows.styles.roles import RolePrompt
 
 STYLE_NAMES = ("compact", "chat")
 
@@ -60,6 +65,10 @@ class PromptStyle(Protocol):
 
     def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str: ...
 
+    def ask(self, role: str, problem: Problem, prompt: RolePrompt, shown: Sequence[str] = ()) -> str:
+        """The prompt of a role that has no method here, as its workflow declares it
+        (``WorkflowBase.prompts``); ``shown``: other turns' completions the role sees."""
+
     def answer(self, completion: str) -> str:
         """The answer a completion proposes: what the task scores."""
 
@@ -82,4 +91,4 @@ def build_style(name: str, family: Family = "math", tokenizer=None, settings: Pr
     raise ValueError(f"unknown prompt style {name!r}; use one of: {', '.join(STYLE_NAMES)}")
 
 
-__all__ = ["PromptSettings", "PromptStyle", "STYLE_NAMES", "build_style"]
+__all__ = ["PromptSettings", "PromptStyle", "RolePrompt", "STYLE_NAMES", "build_style"]

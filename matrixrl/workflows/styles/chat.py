@@ -43,6 +43,7 @@ from pydantic import Field
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Family, Problem
+from matrixrl.workflows.styles.roles import RolePrompt
 
 VERDICT_CORRECT = "VERDICT: CORRECT"
 VERDICT_INCORRECT = "VERDICT: INCORRECT"
@@ -196,6 +197,14 @@ class ChatStyle:
     def _with_candidates(self, problem: Problem, candidates: Sequence[str]) -> str:
         shown = "\n\n".join(f"Solution {i + 1}:\n{self.quote(c)}" for i, c in enumerate(candidates))
         return f"Problem:\n{problem.question}\n\n{shown}"
+
+    def ask(self, role: str, problem: Problem, prompt: RolePrompt, shown: Sequence[str] = ()) -> str:
+        """A workflow's own role (``RolePrompt.instruction``): the problem, and the completions
+        ``shown`` quoted as numbered solutions, as the aggregator sees its candidates."""
+        system = prompt.instruction.format(noun=self._noun)
+        if prompt.answers:
+            system = f"{system} {self._format}"
+        return self._role(role, problem, system, self._with_candidates(problem, shown) if shown else problem.question)
 
     # --- reading completions ----------------------------------------------------------------
 
