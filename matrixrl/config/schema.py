@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
 from matrixrl.settings import ADDED, RUNTIME, Strict
-from matrixrl.tasks import TASK_SETTINGS
+from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
 from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
 
@@ -323,8 +323,10 @@ class HfScale(Strict):
 
 Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]
 
-# One member per task module, from the tasks package's registry (matrixrl.tasks.TASK_KINDS).
+# One member per task module, from the tasks package's registry (matrixrl.tasks.TASK_KINDS,
+# plugins included), sealed as WORKFLOWS is below.
 TaskConfig = Annotated[Union[TASK_SETTINGS], Field(discriminator="kind")]
+TASK_KINDS.seal("the config schema (matrixrl.config)")
 
 
 class LoraSettings(Strict):
