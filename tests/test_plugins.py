@@ -196,3 +196,5 @@ def test_a_plugin_workflow_and_table_plan_run_and_report(tmp_path):
     assert list(rows[0])[-1] == "final" and 0 <= rows[0]["final"] <= 1
     text = matrixrl(env, "report", "-c", str(config), "--table", "finals").stdout
     assert "final accuracy per cell" in text and "echo" in text
+    matrixrl(env, "report", "-c", str(config), "--html", str(tmp_path / "report.html"))
+    assert '<section id="table-finals"><h2>final accuracy per cell</h2>' in (tmp_path / "report.html").read_text()
