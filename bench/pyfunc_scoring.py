@@ -38,7 +38,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
-WORKFLOWS = ("single", "voting", "eval_opt", "orch_workers")
 
 
 def warm_started_base(folder: Path) -> Path:
@@ -135,6 +134,8 @@ def main() -> None:
         print(f"base model: {base}; {args.steps} steps per workflow; pyfunc task of experiments.yaml\n")
         header = f"{'workflow':13} {'step s':>7} {'answers':>8} {'to sandbox':>10}   {'scoring s (share of step)':>28}   {'sandbox only s (share)':>24}   {'ratio':>6}"
         print(header)
+        from matrixrl.workflows import WORKFLOWS
+
         for name in WORKFLOWS:
             shipped = run_workflow(base, name, args.steps, arithmetic_in_process=True)
             sandbox_only = run_workflow(base, name, args.steps, arithmetic_in_process=False)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from matrixrl.errors import ConfigError, UserError, disk_error_message, os_error_line, output_named
-from matrixrl.report import FORMATS, TABLE_NAMES
+from matrixrl.report import FORMATS, TABLE_NAMES, TABLES
 
 if TYPE_CHECKING:
     from matrixrl.config import Config
@@ -425,11 +425,7 @@ def _locked_by(results: Path, runs: list[dict]) -> str:
 # --- report -----------------------------------------------------------------------------
 
 
-TABLE_HELP = (
-    "summary: per cell accuracies, cliffs, per-role accuracies; seeds: mean and 95% interval over seeds; "
-    "compare: isolated - shared and each workflow - single; diagnostics: per-role gradients; "
-    "mechanism: does the signal rise before the cliff?; memory: accuracy under each memory mode vs none"
-)
+TABLE_HELP = "; ".join(f"{name}: {table.help}" for name, table in TABLES.items())  # the registry's, plugins' too
 
 
 @command

@@ -18,7 +18,7 @@ from matrixrl.config.messages import kinds
 from matrixrl.config.reference import COMMAND, fields, main
 from matrixrl.settings import kind_values, models_in
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
-from matrixrl.workflows import eval_opt, orch_workers, single, voting
+from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
 
 from conftest import EXPERIMENTS, REPO
@@ -40,7 +40,7 @@ def test_every_setting_has_a_description() -> None:
 
 def test_the_walk_reaches_every_section_and_kind() -> None:
     reached = {model for _, _, _, field in fields() for model in models_in(field.annotation)}
-    workflows = {single.Settings, voting.Settings, eval_opt.Settings, orch_workers.Settings}
+    workflows = {workflow.settings_model for workflow in WORKFLOWS.values()}
     expected = {TinyScale, HfScale, PromptSettings, *TASK_SETTINGS, *workflows}
     assert expected <= reached, expected - reached
     paths = {path for path, *_ in fields()}

@@ -15,12 +15,9 @@ from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError
 from matrixrl.settings import ADDED, RUNTIME, Strict
-from matrixrl.tasks import TASK_SETTINGS
-from matrixrl.workflows.eval_opt import Settings as EvalOptSettings
-from matrixrl.workflows.orch_workers import Settings as OrchWorkersSettings
-from matrixrl.workflows.single import Settings as SingleSettings
+from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
+from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
-from matrixrl.workflows.voting import Settings as VotingSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 POLICIES = ("shared", "isolated")
@@ -30,7 +27,7 @@ class Grid(Strict):
     """The axes of the experiment matrix; every combination is one cell."""
 
     workflow: list[str] = Field(
-        min_length=1, description="workflows to run, each listed once: single, voting, eval_opt, orch_workers"
+        min_length=1, description=f"workflows to run, each listed once: {', '.join(WORKFLOWS)}"
     )
     task: list[str] = Field(min_length=1, description="tasks to run, by their names under tasks:")
     scale: list[str] = Field(min_length=1, description="model scales to run, by their names under scales:")
@@ -74,9 +71,7 @@ class Grid(Strict):
 
 def _known_roles(by_role: dict[str, float] | None) -> dict[str, float] | None:
     """A per-role map names roles some workflow has (a scale's ``train:`` may leave it unset)."""
-    from matrixrl.workflows import WORKFLOWS as REGISTRY
-
-    known = sorted({role for workflow in REGISTRY.values() for role in workflow.roles})
+    known = sorted({role for workflow in WORKFLOWS.values() for role in workflow.roles})
     for role in by_role or {}:
         if role not in known:
             raise ValueError(f"unknown role {role!r}; use one of: {', '.join(known)}")
@@ -328,8 +323,10 @@ class HfScale(Strict):
 
 Scale = Annotated[Union[TinyScale, HfScale], Field(discriminator="kind")]
 
-# One member per task module, from the tasks package's registry (matrixrl.tasks.TASK_KINDS).
+# One member per task module, from the tasks package's registry (matrixrl.tasks.TASK_KINDS,
+# plugins included), sealed as WORKFLOWS is below.
 TaskConfig = Annotated[Union[TASK_SETTINGS], Field(discriminator="kind")]
+TASK_KINDS.seal("the config schema (matrixrl.config)")
 
 
 class LoraSettings(Strict):
@@ -354,23 +351,25 @@ class Policies(Strict):
     lora: LoraSettings = Field(LoraSettings(), description="the adapters, when adapter is lora")
 
 
-class Workflows(Strict):
-    """Parameters of each workflow (docs/design.md §1); a workflow's cells use its entry."""
-
-    single: SingleSettings = Field(SingleSettings(), description="one generator answers (no settings)")
-    voting: VotingSettings = Field(
-        VotingSettings(), description="parallel generators answer, an aggregator gives the final answer"
+def workflows_model(registry: dict = WORKFLOWS) -> type[Strict]:
+    """The ``workflows:`` section: one entry per workflow of ``registry``, its module's
+    ``Settings`` (defaults when left out) described by the workflow's ``description``."""
+    return create_model(
+        "Workflows",
+        __base__=Strict,
+        __doc__="Parameters of each workflow (docs/design.md §1); a workflow's cells use its entry.",
+        __module__=__name__,
+        **{
+            name: (workflow.settings_model, Field(workflow.settings_model(), description=workflow.description))
+            for name, workflow in registry.items()
+        },
     )
-    eval_opt: EvalOptSettings = Field(
-        EvalOptSettings(), description="a generator drafts, an evaluator judges, the generator refines"
-    )
-    orch_workers: OrchWorkersSettings = Field(
-        OrchWorkersSettings(),
-        description="an orchestrator proposes strategies, parallel workers solve, a synthesizer picks",
-    )
 
 
-WORKFLOWS = tuple(Workflows.model_fields)
+# One entry per registered workflow (matrixrl.workflows.WORKFLOWS, plugins included): the
+# registry is sealed, so a workflow registered after this would be an error, not a silent gap.
+Workflows = workflows_model()
+WORKFLOWS.seal("the config schema (matrixrl.config)")
 
 
 class Evaluate(Strict):
@@ -523,7 +522,7 @@ class Config(Strict):
     @model_validator(mode="after")
     def _grid_values_defined(self):
         known = {
-            "workflow": WORKFLOWS,
+            "workflow": tuple(WORKFLOWS),
             "policy": POLICIES,
             "scale": tuple(self.scales),
             "task": tuple(self.tasks),

@@ -1,10 +1,133 @@
 """The report: tables built from the store (``tables``) and rendered (``formats``).
 
-This module stays light (no pandas) so that the CLI can offer the names at start-up.
+Every report table is one entry of ``TABLES``, which everything about it derives from:
+``matrixrl report --table``'s choices and help, the default columns of the reading
+formats, the sections of the HTML page, ``Study.tables``. Adding a table means its
+builder (a function of the per-cell rows, in a module of its own or beside others)
+and one entry here, or, outside the package, ``register_table`` in a plugin module
+(docs/extending.md).
+
+This module stays light (no pandas) so that the CLI can offer the names and their
+help at start-up: a builder given by its import path is imported when its table is
+first built.
 """
 
-TABLE_NAMES = ("summary", "seeds", "compare", "diagnostics", "mechanism", "memory")
-"""Every table of ``matrixrl report --table NAME`` (``matrixrl.report.tables.TABLES``)."""
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from matrixrl.plugins import Registry, load_plugins
+
+
+@dataclass(frozen=True)
+class Table:
+    """One report table: how to build it and how to describe it."""
+
+    name: str
+    title: str
+    """Its heading, over the terminal table and its section of the HTML page."""
+    help: str
+    """What it shows, in a few words: its part of ``--table``'s help."""
+    builder: str | Callable
+    """``(per-cell rows, confidence level) → the table``, or its ``"module:function"`` path.
+
+    The rows are an ``analysis.axes.PerCell`` of the cells it covers (``.frame()``: one
+    row per cell, ``cell``, the axes, then the cell's record: base, peak, final, gain,
+    cliff, ...); confidence is ``analysis.confidence``."""
+    columns: tuple[str, ...]
+    """The reading formats' default columns after the axes; a name the table lacks is skipped."""
+    per_cell: bool = True
+    """One row per cell (a ``cell`` column, then every axis), else one per workflow, task,
+    scale and policy (its rows aggregate over seeds)."""
+    needs: str = "evaluations"
+    """What must be stored for it to have rows (named in the error when it has none)."""
+    page: bool = True
+    """Whether ``report --html`` has a section for it."""
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The axes the table has a column for (what ``--group-by`` may name), extra axes aside."""
+        if self.per_cell:
+            from matrixrl.config import AXES
+
+            return AXES
+        from matrixrl.analysis.seeds import GROUP_AXES
+
+        return GROUP_AXES
+
+    def build(self, per_cell, confidence: float):
+        """The table of the per-cell rows ``per_cell``."""
+        builder = self.builder
+        if isinstance(builder, str):
+            module, _, function = builder.partition(":")
+            builder = getattr(importlib.import_module(module), function)
+        return builder(per_cell, confidence)
+
+
+_TABLES = "matrixrl.report.tables"
+
+TABLES: Registry = Registry(
+    "table",
+    {
+        table.name: table
+        for table in (
+            # Did it help, did it collapse.
+            Table(
+                "summary", "per-cell summary", "per cell accuracies, cliffs, per-role accuracies", f"{_TABLES}:_summary",
+                ("base", "peak@step", "final", "gain", "cliff@onset"),
+            ),
+            Table(
+                "seeds", "across seeds", "mean and 95% interval over seeds", f"{_TABLES}:_seeds",
+                ("n_seeds", "base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"), per_cell=False,
+            ),
+            Table(
+                "compare", "comparisons", "isolated - shared and each workflow - single", f"{_TABLES}:_compare",
+                ("comparison", "n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff", "amplification_diff±ci"),
+                per_cell=False,
+            ),
+            Table(
+                "diagnostics", "per-cell gradient diagnostics", "per-role gradients", f"{_TABLES}:_diagnostics",
+                ("dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"),
+                needs="gradient diagnostics",
+            ),
+            Table(
+                "mechanism", "mechanism: does the signal rise before the cliff?", "does the signal rise before the cliff?",
+                f"{_TABLES}:_mechanism", ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
+            ),
+            # Built from the store's memory evaluations, not from the per-cell rows (tables._memory_frame).
+            Table(
+                "memory", "memory: accuracy with each memory mode, and its difference from none",
+                "accuracy under each memory mode vs none", f"{_TABLES}:_memory",
+                ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"), per_cell=False,
+                needs="memory evaluations",
+            ),
+        )
+    },
+)
+"""Every table of ``matrixrl report --table NAME``, in the order the CLI and the HTML page list them."""
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def register_table(table: Table) -> Table:
+    """Add ``table`` (a plugin's entry of ``TABLES``); its builder should import pandas and the
+    like inside, so that the CLI's start-up stays light."""
+    global TABLE_NAMES
+    if not _NAME.fullmatch(table.name):
+        raise ValueError(f"table {table.name!r}: a table's name is lower-case letters, digits and _")
+    TABLES.add(table.name, table)
+    TABLE_NAMES = tuple(TABLES)
+    return table
+
+
+load_plugins()
+
+TABLE_NAMES = tuple(TABLES)
+"""The names of ``TABLES``, in order."""
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
 """Every ``--format`` of ``matrixrl report`` (``matrixrl.report.formats.render``)."""

@@ -29,23 +29,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 from matrixrl.errors import ConfigError
+from matrixrl.report import TABLES
 from matrixrl.report.formats import MISSING, cell_text, is_missing, row_keys
 
 DEFAULT = "default"
 ALL = "all"
 SETS = (DEFAULT, ALL)
-"""The named column sets ``--columns`` accepts besides column names and patterns."""
+"""The named column sets ``--columns`` accepts besides column names and patterns; a table's
+``default`` columns are its registry entry's (``matrixrl.report.TABLES``: ``columns``)."""
 
-DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
-    # Did it help, did it collapse.
-    "summary": ("base", "peak@step", "final", "gain", "cliff@onset"),
-    "seeds": ("n_seeds", "base_mean", "peak_mean", "final±ci", "gain±ci", "cliff_rate"),
-    "compare": ("comparison", "n_pairs", "final_diff±ci", "gain_diff±ci", "cliff_rate_diff", "amplification_diff±ci"),
-    "diagnostics": ("dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"),
-    "mechanism": ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
-    "memory": ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"),
-}
-"""Each table's default reading columns after the axes; a name the table lacks is skipped."""
 
 @dataclass(frozen=True)
 class Joined:
@@ -112,7 +104,7 @@ def parse_columns(spec: str, table: str, columns: Sequence[str]) -> list[str]:
     chosen: list[str] = []
     for item in items:
         if item == DEFAULT:
-            found = [c for c in DEFAULT_COLUMNS[table] if c in joined or c in columns]
+            found = [c for c in TABLES[table].columns if c in joined or c in columns]
         elif item == ALL:
             found = list(columns)
         elif item in joined or item in columns:
@@ -175,7 +167,6 @@ def printable(
     prints it in ``format``: the columns of ``columns`` (``--columns``; ``all`` for ``--wide``),
     under its title, with its caption and notes. Text, or a rich renderable for ``table``."""
     from matrixrl.report.formats import render
-    from matrixrl.report.tables import TABLES
 
     view = shown(table, frame.drop(columns="cell", errors="ignore"), columns, format)
     captions = [frame.attrs.get("caption")]

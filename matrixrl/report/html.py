@@ -6,7 +6,7 @@ values. Each square is coloured by the cell's gain at its peak and at its final
 checkpoint (mean over seeds), marks a terminal cliff, and links to the cell's card
 further down: its learning curve (inline SVG), its numbers and, for a cell with a
 cliff, its gradient diagnostics. Then the learning-curve figures, the cards, and
-every table, sortable by any column (a small inline script) with signed numbers
+every table whose registry entry says so (``matrixrl.report.TABLES``: ``page``), sortable by any column (a small inline script) with signed numbers
 coloured by sign; a table that says nothing for this study (the across-seeds
 table with one seed) is left out with a line saying why, and so are the rows of a
 one-role workflow's isolated cells, which repeat its shared runs.
@@ -573,17 +573,20 @@ def build_report(
     cells = grid_cells(shown_config).drop(columns="run")
     only = selection(selected)
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
-    grouped_names = [name for name in TABLES if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
+    # The tables the page shows: those of the registry that say so (the summary, diagnostics and
+    # mechanism tables always: the matrix and the cards read them).
+    names = [name for name, table in TABLES.items() if table.page or name in ("summary", "diagnostics", "mechanism")]
+    grouped_names = [name for name in names if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
     frames = build_tables(store_path(config.results_dir), config, grouped_names, axes or None, only=only) if grouped_names else {}
-    rest = [name for name in TABLES if name not in grouped_names]
+    rest = [name for name in names if name not in grouped_names]
     frames |= build_tables(store_path(config.results_dir), config, rest, only=only) if rest else {}
-    frames = {name: frames[name] for name in TABLES}
+    frames = {name: frames[name] for name in names}
 
     runs = G.run_ids(selected or config)
     # Workflows whose isolated cells are their shared runs (one role).
     repeats = {cell.workflow for cell in G.cells(selected or config) if runs[cell.id] != cell.id}
     n_seeds = len((selected or config).grid.seed)
-    tables = [_section(name, frames[name], TABLES[name], repeats, n_seeds, shown) for name in TABLES]
+    tables = [_section(name, frames[name], TABLES[name], repeats, n_seeds, shown) for name in names if TABLES[name].page]
 
     # Cells whose curve ends in a terminal cliff and that have diagnostics, in grid order.
     with_cliff = set(frames["summary"].loc[frames["summary"]["cliff"], "cell"]) & set(frames["diagnostics"]["cell"])

@@ -41,12 +41,12 @@ from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.memory import MODES as MEMORY_MODES
 from matrixrl.analysis.memory import memory_table
-from matrixrl.analysis.seeds import GROUP_AXES, seeds_table
+from matrixrl.analysis.seeds import seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
 from matrixrl.config.sweeps import spelled as _shown
 from matrixrl.errors import ConfigError
-from matrixrl.report import TABLE_NAMES
+from matrixrl.report import TABLES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
@@ -55,19 +55,6 @@ RECORD_VERSION = "4"
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 """The gradient-diagnostic kinds a record reads (the store holds more)."""
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One report table: how to build it from the per-cell rows, and how to describe it."""
-
-    build: Callable[[PerCell, float], pd.DataFrame]
-    """(per-cell rows of the cells it covers, confidence level) → the table."""
-    axes: tuple[str, ...]
-    """The axes the table has a column for (what ``group_by`` may name)."""
-    title: str
-    needs: str
-    """What must be stored for it to have rows (named in the error when it has none)."""
 
 
 def _summary(per_cell: PerCell, confidence: float) -> pd.DataFrame:
@@ -98,20 +85,10 @@ def _memory(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     raise TypeError("the memory table is built from the store's memory evaluations: see _memory_frame")
 
 
-TABLES: dict[str, TableSpec] = {
-    "summary": TableSpec(_summary, AXES, "per-cell summary", "evaluations"),
-    "seeds": TableSpec(_seeds, GROUP_AXES, "across seeds", "evaluations"),
-    "compare": TableSpec(_compare, GROUP_AXES, "comparisons", "evaluations"),
-    "diagnostics": TableSpec(_diagnostics, AXES, "per-cell gradient diagnostics", "gradient diagnostics"),
-    "mechanism": TableSpec(_mechanism, AXES, "mechanism: does the signal rise before the cliff?", "evaluations"),
-    # Built from the store's memory evaluations, not from the per-cell records (see _memory_frame).
-    "memory": TableSpec(_memory, GROUP_AXES, "memory: accuracy with each memory mode, and its difference from none", "memory evaluations"),
-}
-assert tuple(TABLES) == TABLE_NAMES
-PER_CELL = ("summary", "diagnostics", "mechanism")
-"""The tables with a row per cell, in the order of the per-cell rows they are built from."""
-FROM_RECORDS = ("summary", "seeds", "compare", "diagnostics", "mechanism")
-"""The tables built from the per-cell records (the others read the store themselves)."""
+# The builders above are the built-in entries of the registry (matrixrl.report.TABLES),
+# which names them by path; every table but memory is built from the per-cell records.
+FROM_STORE = ("memory",)
+"""The tables that read the store themselves rather than the per-cell records."""
 
 
 def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -137,7 +114,7 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     """The checked ``group_by`` axes for table ``name``; ConfigError if the table has no such column.
     Every table has a column per extra axis (``extra``)."""
     if name not in TABLES:
-        raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLE_NAMES)}")
+        raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLES)}")
     axes = (*TABLES[name].axes, *extra)
     parsed = parse_group_by(group_by, extra)
     for axis in parsed:
@@ -416,7 +393,7 @@ def build_tables(
 
 
 def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[str, pd.DataFrame], PerCell]:
-    names = list(TABLE_NAMES if names is None else names)
+    names = list(TABLES if names is None else names)
     extra = list(config.grid.sweeps)
     for name in names:
         check_group_by(name, group_by, extra)
@@ -444,7 +421,7 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         # One opening of the store for the records and the memory table's rows: opening it
         # is a good part of an incremental report's time.
         with Store(db_file) as store:
-            records = cell_records(store, runs, config, current) if any(name in FROM_RECORDS for name in names) else {}
+            records = cell_records(store, runs, config, current) if any(name not in FROM_STORE for name in names) else {}
             memory = _memory_rows(store, selected) if "memory" in names else None
         return records, memory
 
@@ -475,7 +452,7 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = _memory_frame(*memory_rows, config, selected, current)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
-        if name not in PER_CELL:
+        if not TABLES[name].per_cell:  # a per-cell table keeps the order of its rows, sorted already
             table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)

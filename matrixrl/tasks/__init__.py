@@ -8,34 +8,59 @@
 Each module holds its task class and that task's ``Settings`` (its entry under
 ``tasks:``, a pydantic model whose ``kind`` field lists the kinds it serves; the
 class names it as ``Task.Settings``). Adding a task kind means its module and one
-line in ``TASK_KINDS``: experiments.yaml's ``tasks:`` schema is built from it
-(``TASK_SETTINGS``). Nothing here imports ``matrixrl.config``.
+line in ``TASK_KINDS`` (outside the package: ``register_task_kind`` in a plugin module,
+docs/extending.md): experiments.yaml's ``tasks:`` schema is built from it
+(``TASK_SETTINGS``). A task of a new ``family`` (``tasks.base.Family``) needs more: the
+prompt styles phrase their instructions and read answers by family. Nothing here
+imports ``matrixrl.config``.
 """
 
+from matrixrl.plugins import Registry, load_plugins
+from matrixrl.settings import kind_values
 from matrixrl.tasks.arith import ArithTask
 from matrixrl.tasks.base import Problem, Task
 from matrixrl.tasks.code import CodeTask
 from matrixrl.tasks.mathdata import MathTask
 from matrixrl.tasks.pyfunc import PyfuncTask
 
-TASK_KINDS = {
-    "arith": ArithTask,
-    "pyfunc": PyfuncTask,
-    "gsm8k": MathTask,
-    "math": MathTask,
-    "math_generic": MathTask,
-    "humaneval": CodeTask,
-    "code_generic": CodeTask,
-}
+TASK_KINDS: Registry = Registry(
+    "task kind",
+    {
+        "arith": ArithTask,
+        "pyfunc": PyfuncTask,
+        "gsm8k": MathTask,
+        "math": MathTask,
+        "math_generic": MathTask,
+        "humaneval": CodeTask,
+        "code_generic": CodeTask,
+    },
+)
 
-TASK_SETTINGS = tuple(dict.fromkeys(task.Settings for task in TASK_KINDS.values()))
-"""Each task module's settings model, once each, in ``TASK_KINDS`` order: the members of
-the config's ``TaskConfig`` union (their ``kind`` values, in this order, are what an
-error lists as valid)."""
+
+def _settings() -> tuple:
+    return tuple(dict.fromkeys(task.Settings for task in TASK_KINDS.values()))
+
+
+def register_task_kind(kind: str, task: type) -> type:
+    """Add task class ``task`` under ``kind`` (a plugin's line of ``TASK_KINDS``); its
+    ``Settings`` must list ``kind`` among the values of its ``kind`` field."""
+    global TASK_SETTINGS
+    if kind not in kind_values(task.Settings):
+        raise ValueError(f"task kind {kind!r}: {task.__qualname__}.Settings has no kind {kind!r}")
+    TASK_KINDS.add(kind, task)
+    TASK_SETTINGS = _settings()
+    return task
 
 
 def build_task(name: str, config) -> Task:
     return TASK_KINDS[config.kind](name, config)
 
 
-__all__ = ["Problem", "Task", "TASK_KINDS", "TASK_SETTINGS", "build_task"]
+load_plugins()
+
+TASK_SETTINGS = _settings()
+"""Each task module's settings model, once each, in ``TASK_KINDS`` order: the members of
+the config's ``TaskConfig`` union (their ``kind`` values, in this order, are what an
+error lists as valid)."""
+
+__all__ = ["Problem", "Task", "TASK_KINDS", "TASK_SETTINGS", "build_task", "register_task_kind"]

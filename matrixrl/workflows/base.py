@@ -11,15 +11,16 @@ completion.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.compact import CompactStyle
+from matrixrl.workflows.styles.roles import RolePrompt
 
 
 class WorkflowSettings(Strict):
@@ -129,13 +130,29 @@ def decide(episodes: list[Episode], role: str, prompts: list[str], generate: "Ge
 
 class WorkflowBase:
     """What every workflow class shares: its validated settings and its prompt style
-    (the compact style when none is given)."""
+    (the compact style when none is given).
 
+    A subclass says what the registry (``matrixrl.workflows.WORKFLOWS``) derives the rest
+    from: ``name`` (its key under ``workflows:`` and ``grid.workflow``), ``description``
+    (one line, the help of its ``workflows:`` entry), ``roles`` (the roles it trains),
+    ``settings_model`` (its module's ``Settings``) and, for each role of its own that the
+    styles have no method for, a ``RolePrompt`` in ``prompts`` (``self.prompt`` writes it).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    roles: ClassVar[tuple[str, ...]] = ()
     settings_model: type[WorkflowSettings] = WorkflowSettings
+    prompts: ClassVar[Mapping[str, RolePrompt]] = {}
 
     def __init__(self, settings: WorkflowSettings | dict | None = None, style=None):
         self.settings = self.settings_model.coerce(settings)
         self.style = style or CompactStyle()
+
+    def prompt(self, role: str, problem: Problem, shown: Sequence[str] = ()) -> str:
+        """The prompt of ``role`` (one of ``prompts``) about ``problem``, in this workflow's style;
+        ``shown``: the completions of other turns it sees."""
+        return self.style.ask(role, problem, self.prompts[role], shown)
 
 
 class Workflow(Protocol):

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.base import Episode, Generate, Play, Turn, WorkflowBase, WorkflowSettings, lockstep
 from matrixrl.workflows.styles.compact import wrong_answer
 
-DEFAULT_ITERATIONS = {"math": 3, "code": 2}
+DEFAULT_ITERATIONS: dict[Family, int] = {"math": 3, "code": 2}
 
 
 class Settings(WorkflowSettings):
@@ -36,6 +36,7 @@ class Settings(WorkflowSettings):
 
 class EvalOpt(WorkflowBase):
     name = "eval_opt"
+    description = "a generator drafts, an evaluator judges, the generator refines"
     roles = ("generator", "evaluator")
     settings_model = Settings
 

@@ -25,6 +25,7 @@ class Settings(WorkflowSettings):
 
 class OrchWorkers(WorkflowBase):
     name = "orch_workers"
+    description = "an orchestrator proposes strategies, parallel workers solve, a synthesizer picks"
     roles = ("orchestrator", "worker", "synthesizer")
     settings_model = Settings
 

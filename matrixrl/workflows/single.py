@@ -14,6 +14,7 @@ class Settings(WorkflowSettings):
 
 class Single(WorkflowBase):
     name = "single"
+    description = "one generator answers (no settings)"
     roles = ("generator",)
     settings_model = Settings
 

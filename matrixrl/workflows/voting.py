@@ -23,6 +23,7 @@ class Settings(WorkflowSettings):
 
 class Voting(WorkflowBase):
     name = "voting"
+    description = "parallel generators answer, an aggregator gives the final answer"
     roles = ("generator", "aggregator")
     settings_model = Settings
 

@@ -11,6 +11,10 @@ what a completion means (``style.answer(text)``, ``style.parse_verdict(text)``,
   template, instructions phrased for the task's family (math: ``\\boxed{}``; code:
   a python block); answers are extracted from the completion. See ``styles.chat``.
 
+Those methods serve the built-in roles. A workflow's own role gets its prompt from the
+``RolePrompt`` the workflow declares (``styles.roles``), which every style writes with
+its generic ``ask(role, problem, prompt, shown)``: a new role needs no edit here.
+
 A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
 section of experiments.yaml, defined beside the chat style) tunes the chat style.
 """
@@ -18,20 +22,20 @@ section of experiments.yaml, defined beside the chat style) tunes the chat style
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.styles.chat import PromptSettings
+from matrixrl.workflows.styles.roles import RolePrompt
 
 STYLE_NAMES = ("compact", "chat")
-Family = Literal["math", "code"]
 
 
 class PromptStyle(Protocol):
     """What a workflow asks of its style; ``family`` is the task's (``math`` or ``code``)."""
 
     name: str
-    family: str
+    family: Family
     strategies: tuple[str, ...]  # strategies the warm-start draws orchestrator plans from
 
     def generator(self, problem: Problem) -> str: ...
@@ -61,6 +65,10 @@ class PromptStyle(Protocol):
 
     def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str: ...
 
+    def ask(self, role: str, problem: Problem, prompt: RolePrompt, shown: Sequence[str] = ()) -> str:
+        """The prompt of a role that has no method here, as its workflow declares it
+        (``WorkflowBase.prompts``); ``shown``: other turns' completions the role sees."""
+
     def answer(self, completion: str) -> str:
         """The answer a completion proposes: what the task scores."""
 
@@ -68,7 +76,7 @@ class PromptStyle(Protocol):
         """A completion that proposes ``answer`` (warm-start target; ``answer(target(a)) == a``)."""
 
 
-def build_style(name: str, family: str = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
+def build_style(name: str, family: Family = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
     """The style ``name`` for a task of ``family``; ``chat`` needs the tokenizer (its chat template)."""
     if name == "compact":
         from matrixrl.workflows.styles.compact import CompactStyle
@@ -83,4 +91,4 @@ def build_style(name: str, family: str = "math", tokenizer=None, settings: Promp
     raise ValueError(f"unknown prompt style {name!r}; use one of: {', '.join(STYLE_NAMES)}")
 
 
-__all__ = ["Family", "PromptSettings", "PromptStyle", "STYLE_NAMES", "build_style"]
+__all__ = ["PromptSettings", "PromptStyle", "RolePrompt", "STYLE_NAMES", "build_style"]

@@ -42,15 +42,16 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from matrixrl.settings import Strict
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
+from matrixrl.workflows.styles.roles import RolePrompt
 
 VERDICT_CORRECT = "VERDICT: CORRECT"
 VERDICT_INCORRECT = "VERDICT: INCORRECT"
 DEFAULT_STRATEGY = "Solve the problem directly, step by step."
 ELLIPSIS = "[...] "
 
-_NOUN = {"math": "math", "code": "programming"}
-_ANSWER_FORMAT = {
+_NOUN: dict[Family, str] = {"math": "math", "code": "programming"}
+_ANSWER_FORMAT: dict[Family, str] = {
     "math": "Reason briefly, step by step, then give the final answer in \\boxed{}.",
     "code": "Reply with one ```python code block that defines the requested function, complete and runnable.",
 }
@@ -92,7 +93,7 @@ class ChatStyle:
     name = "chat"
     strategies = STRATEGIES
 
-    def __init__(self, tokenizer, family: str, settings: PromptSettings | None = None):
+    def __init__(self, tokenizer, family: Family, settings: PromptSettings | None = None):
         if family not in _NOUN:
             raise ValueError(f"chat prompts cover task families {', '.join(_NOUN)}, not {family!r}")
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
@@ -196,6 +197,14 @@ class ChatStyle:
     def _with_candidates(self, problem: Problem, candidates: Sequence[str]) -> str:
         shown = "\n\n".join(f"Solution {i + 1}:\n{self.quote(c)}" for i, c in enumerate(candidates))
         return f"Problem:\n{problem.question}\n\n{shown}"
+
+    def ask(self, role: str, problem: Problem, prompt: RolePrompt, shown: Sequence[str] = ()) -> str:
+        """A workflow's own role (``RolePrompt.instruction``): the problem, and the completions
+        ``shown`` quoted as numbered solutions, as the aggregator sees its candidates."""
+        system = prompt.instruction.format(noun=self._noun)
+        if prompt.answers:
+            system = f"{system} {self._format}"
+        return self._role(role, problem, system, self._with_candidates(problem, shown) if shown else problem.question)
 
     # --- reading completions ----------------------------------------------------------------
 

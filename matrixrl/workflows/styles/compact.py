@@ -36,7 +36,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Family, Problem
+from matrixrl.workflows.styles.roles import RolePrompt
 
 # Strategy vocabulary of the orchestrator: one character each, so N strategies cost N
 # tokens (``LRP`` plus EOS fits ``max_new_tokens: 4``). The meanings are hints for
@@ -198,7 +199,7 @@ class CompactStyle:
     name = "compact"
     strategies = tuple(STRATEGIES)
 
-    def __init__(self, family: str = "math"):
+    def __init__(self, family: Family = "math"):
         self.family = family
 
     def generator(self, problem: Problem) -> str:
@@ -233,6 +234,10 @@ class CompactStyle:
 
     def synthesizer(self, problem: Problem, candidates: Sequence[str]) -> str:
         return synthesizer_compact(problem, candidates)
+
+    def ask(self, role: str, problem: Problem, prompt: RolePrompt, shown: Sequence[str] = ()) -> str:
+        """A workflow's own role (``RolePrompt.compact``): the question, and the answers shown, cleaned."""
+        return prompt.compact.format(question=problem.question, shown=",".join(clean_answer(c) for c in shown))
 
     def answer(self, completion: str) -> str:
         return completion

@@ -1,0 +1,90 @@
+"""Registries, and the plugins that add to them from outside the package.
+
+Workflows (``matrixrl.workflows.WORKFLOWS``), task kinds (``matrixrl.tasks.TASK_KINDS``)
+and report tables (``matrixrl.report.TABLES``) are each a :class:`Registry`: a dict
+from name to what the name means, which everything else derives from
+(experiments.yaml's schema, help texts, the CLI's choices, the HTML page).
+
+``MATRIXRL_PLUGINS=module[,module]`` names modules outside the package that add
+entries (``register_workflow``, ``register_task_kind``, ``register_table``) when
+they are imported. Each registry module imports them (:func:`load_plugins`) once it
+has its built-in entries, so every process of a run sees the same registries: the
+CLI, Snakemake and the jobs forked from its server all import a registry before
+they use it, and inherit the variable. A plugin's folder must be on ``PYTHONPATH``:
+Snakemake and its jobs run with ``PYTHONSAFEPATH``, so the current folder is not
+on their path. docs/extending.md has the details and an example.
+
+This module imports nothing heavy: the CLI loads the plugins at start-up (for
+``report --table``'s choices).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+ENV = "MATRIXRL_PLUGINS"
+
+_loaded: str | None = None  # the value of ENV whose modules are imported (or being imported)
+
+
+def plugin_modules() -> list[str]:
+    """The modules ``MATRIXRL_PLUGINS`` names, in order."""
+    return [name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip()]
+
+
+def load_plugins() -> None:
+    """Import the modules of ``MATRIXRL_PLUGINS`` (once per process; a call made while they are
+    being imported, by a plugin importing a registry, returns at once)."""
+    global _loaded
+    if _loaded is not None:
+        return
+    _loaded = os.environ.get(ENV, "")
+    try:
+        for name in plugin_modules():
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
+                    raise  # the plugin imports something that is missing: its own traceback says what
+                raise ImportError(
+                    f"{ENV} names {name!r}, which is not importable here; put the folder that holds it on "
+                    "PYTHONPATH (docs/extending.md)"
+                ) from exc
+    except BaseException:
+        _loaded = None  # not loaded: the next import of a registry says so again
+        raise
+
+
+class Registry(dict):
+    """Names → what they mean (a workflow class, a task class, a table), in registration order.
+
+    The built-in entries are the dict's literal; :meth:`add` is how a plugin adds one.
+    Whatever derives a fixed structure from the registry (the config schema) ``seal``\\ s
+    it, so that a later ``add``, which that structure would not know, is an error
+    rather than a silent omission.
+    """
+
+    def __init__(self, kind: str, entries: dict | None = None):
+        super().__init__(entries or {})
+        self.kind = kind
+        self.sealed_by: str | None = None
+
+    def add(self, name: str, value):
+        if self.sealed_by is not None and name not in self:
+            raise RuntimeError(
+                f"{self.kind} {name!r} is registered after {self.sealed_by} was built from the {self.kind}s; "
+                f"register it when the plugin module is imported, before that module imports {self.sealed_by}"
+            )
+        if name in self and self[name] is not value:
+            raise ValueError(f"{self.kind} {name!r} is registered already (by {_origin(self[name])})")
+        self[name] = value
+        return value
+
+    def seal(self, by: str) -> None:
+        if self.sealed_by is None:
+            self.sealed_by = by
+
+
+def _origin(value) -> str:
+    return getattr(value, "__module__", None) or type(value).__module__

@@ -1,0 +1,200 @@
+"""Registries that mean it: a workflow and a report table defined outside the package, in a
+plugin module named by MATRIXRL_PLUGINS, are planned, run and reported like the built-in ones
+(docs/extending.md)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import matrixrl.config  # noqa: F401  (before any test swaps a registry: the schema is built from the real ones)
+import matrixrl.plugins as plugins
+import matrixrl.report as report
+import matrixrl.workflows as workflows
+from matrixrl.plugins import ENV, Registry
+from matrixrl.tasks.base import Problem
+from matrixrl.workflows.base import Completion
+from matrixrl.workflows.styles import PromptSettings, build_style
+
+from conftest import run_cli
+
+# The toy plugin: a workflow whose one role (speaker) is new to the styles, with its own
+# prompt, and a table with one row per cell and its final accuracy.
+PLUGIN = '''
+"""A toy plugin: the echo workflow and the finals table."""
+
+from matrixrl.report import Table, register_table
+from matrixrl.workflows import Episode, RolePrompt, Turn, WorkflowBase, WorkflowSettings, register_workflow
+
+
+class Settings(WorkflowSettings):
+    """echo has no parameters."""
+
+
+@register_workflow
+class Echo(WorkflowBase):
+    name = "echo"
+    description = "a speaker answers in a role of its own (a plugin's toy)"
+    roles = ("speaker",)
+    settings_model = Settings
+    prompts = {"speaker": RolePrompt("You answer {noun} problems in one line.", compact="{question}>")}
+
+    def run(self, problems, groups, generate):
+        prompts = [self.prompt("speaker", p) for p in problems]
+        episodes = []
+        for problem, group, prompt, completion in zip(problems, groups, prompts, generate("speaker", prompts)):
+            answer = self.style.answer(completion.text)
+            turn = Turn("speaker", "speaker0", 0, prompt, completion, answer=answer)
+            episodes.append(Episode(problem=problem, group=group, turns=[turn], answer=answer))
+        return episodes
+
+    def warmstart_pairs(self, problems, rng):
+        return [(self.prompt("speaker", p), self.style.target(p.answer)) for p in problems]
+
+
+def finals(per_cell, confidence):
+    from matrixrl.analysis.axes import axes_of, missing
+
+    rows = per_cell.where(lambda row: not missing(row["final"]))
+    return rows.frame(["cell", *axes_of(per_cell.columns), "final"])
+
+
+register_table(Table("finals", "final accuracy per cell", "each cell's final accuracy", finals, ("final",)))
+'''
+MODULE = "matrixrl_toy_plugin"
+PROBLEM = Problem("p1", "4+8+9", "21")
+
+
+def write_plugin(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{MODULE}.py").write_text(PLUGIN)
+    return folder
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The plugin imported in this process into copies of the registries (restored after)."""
+    monkeypatch.setattr(workflows, "WORKFLOWS", Registry("workflow", workflows.WORKFLOWS))
+    monkeypatch.setattr(report, "TABLES", Registry("table", report.TABLES))
+    monkeypatch.setattr(report, "TABLE_NAMES", report.TABLE_NAMES)
+    monkeypatch.syspath_prepend(str(write_plugin(tmp_path / "plugins")))
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+    module = importlib.import_module(MODULE)
+    yield module
+    sys.modules.pop(MODULE, None)
+
+
+def test_a_plugin_registers_its_workflow_and_table(toy):
+    assert workflows.WORKFLOWS["echo"] is toy.Echo and list(workflows.WORKFLOWS)[-1] == "echo"
+    assert report.TABLES["finals"].builder is toy.finals and report.TABLE_NAMES[-1] == "finals"
+    from matrixrl.config.schema import workflows_model
+
+    section = workflows_model(workflows.WORKFLOWS)
+    assert list(section.model_fields)[-1] == "echo"
+    assert section.model_fields["echo"].description == toy.Echo.description
+    assert section().echo == toy.Settings()
+
+
+def test_a_new_role_is_written_by_every_style_from_its_workflows_prompt(toy):
+    from test_prompts import TEMPLATE, FakeGenerate
+
+    from matrixrl.models.tiny import build_char_tokenizer
+
+    compact = toy.Echo()
+    assert compact.prompt("speaker", PROBLEM) == "4+8+9>"
+    generate = FakeGenerate(lambda role, prompt: "21")
+    (episode,) = compact.run([PROBLEM], [0], generate)
+    assert generate.calls == [("speaker", ["4+8+9>"])]
+    assert (episode.answer, [t.agent for t in episode.turns]) == ("21", ["speaker0"])
+    assert compact.warmstart_pairs([PROBLEM], np.random.default_rng(0)) == [("4+8+9>", "21")]
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = TEMPLATE
+    for family, format in (("math", "\\boxed{}"), ("code", "```python")):
+        style = build_style("chat", family, tokenizer, PromptSettings())
+        prompt = toy.Echo(None, style).prompt("speaker", PROBLEM)
+        noun = "math" if family == "math" else "programming"
+        assert prompt.startswith(f"<|system|>You answer {noun} problems in one line. ") and format in prompt
+        assert "<|user|>4+8+9<|end|>" in prompt
+    shown = style.ask("speaker", PROBLEM, toy.Echo.prompts["speaker"], ["a", "b"])
+    assert "Problem:\n4+8+9\n\nSolution 1:\na\n\nSolution 2:\nb" in shown
+    assert build_style("compact").ask("speaker", PROBLEM, toy.Echo.prompts["speaker"], [" 2 1", "20"]) == "4+8+9>"
+
+
+def test_a_registration_the_schema_would_miss_is_an_error():
+    sealed = Registry("workflow", {"single": object})
+    sealed.seal("the config schema (matrixrl.config)")
+    with pytest.raises(RuntimeError, match="workflow 'echo' is registered after the config schema"):
+        sealed.add("echo", object)
+    with pytest.raises(ValueError, match="workflow 'single' is registered already"):
+        Registry("workflow", {"single": int}).add("single", str)
+    # The real registries are sealed once the config is imported.
+    from matrixrl.tasks import TASK_KINDS
+
+    assert workflows.WORKFLOWS.sealed_by and TASK_KINDS.sealed_by
+    with pytest.raises(ValueError, match="lower-case"):
+        workflows.register_workflow(type("Bad", (workflows.WorkflowBase,), {"name": "Bad-Name"}))
+
+
+def test_a_plugin_that_is_not_on_the_path_is_named(monkeypatch):
+    monkeypatch.setenv(ENV, " matrixrl_no_such_plugin ")
+    monkeypatch.setattr(plugins, "_loaded", None)
+    with pytest.raises(ImportError, match="MATRIXRL_PLUGINS names 'matrixrl_no_such_plugin', which is not importable"):
+        plugins.load_plugins()
+    assert plugins._loaded is None
+    monkeypatch.setenv(ENV, "")
+    plugins.load_plugins()
+    assert plugins._loaded == ""
+
+
+def test_without_the_plugin_its_workflow_is_unknown(experiment):
+    result = run_cli("plan", "-c", experiment, "--set", "grid.workflow=[echo]")
+    assert result.exit_code != 0
+    assert "grid.workflow: unknown workflow 'echo'; use one of: single, voting, eval_opt, orch_workers" in result.stderr
+
+
+# --- the whole way, in the processes of a run -------------------------------------------------
+
+
+def matrixrl(env: dict, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", *args], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, f"matrixrl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.mark.slow
+def test_a_plugin_workflow_and_table_plan_run_and_report(tmp_path):
+    from test_e2e import small_experiment, stored
+
+    folder = write_plugin(tmp_path / "plugins")
+    # Snakemake and its jobs run with PYTHONSAFEPATH: the plugin's folder goes on PYTHONPATH.
+    path = os.pathsep.join([str(folder), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
+    env = {**os.environ, ENV: MODULE, "PYTHONPATH": path}
+    config = small_experiment(
+        tmp_path / "grid",
+        **{"train.steps": 2, "train.eval_every": 2, "train.problems_per_step": 4, "tasks.arith.n_eval": 16},
+    )
+    config.write_text(config.read_text().replace("- single\n", "- echo\n", 1))
+    cell = "echo-arith-tiny-s-shared-s0"
+
+    planned = json.loads(matrixrl(env, "plan", "-c", str(config), "--format", "json").stdout)
+    assert cell in json.dumps(planned)
+    assert "finals: each cell's final accuracy" in " ".join(matrixrl(env, "report", "--help").stdout.split())
+
+    matrixrl(env, "run", "-c", str(config), "--cores", "2")
+    # The forked training job trained the plugin's own role.
+    assert ("speaker",) in stored(config.parent / "results", f"select distinct role from role_metrics where cell = '{cell}'")
+    rows = json.loads(matrixrl(env, "report", "-c", str(config), "--table", "finals", "--format", "json").stdout)
+    assert [(row["workflow"], row["task"], row["policy"], row["seed"]) for row in rows] == [("echo", "arith", "shared", 0)]
+    assert list(rows[0])[-1] == "final" and 0 <= rows[0]["final"] <= 1
+    text = matrixrl(env, "report", "-c", str(config), "--table", "finals").stdout
+    assert "final accuracy per cell" in text and "echo" in text
+    matrixrl(env, "report", "-c", str(config), "--html", str(tmp_path / "report.html"))
+    assert '<section id="table-finals"><h2>final accuracy per cell</h2>' in (tmp_path / "report.html").read_text()
