@@ -1,5 +1,6 @@
-"""Generation and update throughput of one model on this machine's accelerator, with
-model FLOPs utilisation: the measurement to take on the first GPU.
+"""Generation and update throughput, and model FLOPs utilisation, on this machine's accelerator.
+
+One model, measured as its jobs run it: the measurement to take on the first GPU.
 
 The model loads as a job loads its scale (``ModelSource``: bfloat16 on a GPU with
 ``dtype: auto``, SDPA attention). Three measurements, each the median of

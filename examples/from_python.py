@@ -1,11 +1,13 @@
 """The README's table of the default study, and its learning curves, from Python.
 
     python examples/from_python.py                      # the repository's experiments.yaml and results/
-    python examples/from_python.py examples/lr-sweep.yaml --only train.lr=1e-04 --out plots
+    python examples/from_python.py examples/lr-sweep.yaml --only train.lr=1e-04
 
 Prints the summary of seed 0 arranged by policy, as the README shows it (peak, its
 step, final accuracy and the gain in standard errors, shared beside isolated), and
-writes each task's learning-curve figure as a PNG. docs/api.md has the API it uses.
+writes each task's learning-curve figure as a PNG, by default into the study's results
+folder (``results/plots-from-python/``, which git ignores), never into the checkout.
+docs/api.md has the API it uses.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import matrixrl
 
+OUT = "plots-from-python"  # under the study's results folder, so a checkout's git ignores it
 HEADER = (
     "| workflow | task | scale | base | shared: peak (step) → final | gain, SEs | isolated: peak (step) → final | gain, SEs |\n"
     "|---|---|---|---|---|---|---|---|"
@@ -50,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default=str(Path(__file__).resolve().parent.parent / "experiments.yaml"))
     parser.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2", help="as matrixrl report --only")
-    parser.add_argument("--out", default="plots-from-python", help="folder for the PNG files")
+    parser.add_argument("--out", help=f"folder for the PNG files [default: RESULTS/{OUT}]")
     args = parser.parse_args()
 
     study = matrixrl.Study.load(args.config, only=args.only)
@@ -58,7 +61,7 @@ def main() -> None:
     cells = study.cells()
     print("\n".join(by_policy(study.table("summary"), dict(zip(cells["cell"], cells["run"])))))
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else study.results_dir / OUT
     out.mkdir(parents=True, exist_ok=True)
     for task in cells["task"].unique():
         path = out / f"curves-{task}.png"

@@ -1,4 +1,4 @@
-"""The ``matrixrl`` command: plan, run and report an experiment matrix."""
+"""The ``matrixrl`` commands (plan, run, report, plot, export, models): options, output, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The results directory's layout: the one module that knows where each file lives.
+"""The results directory's layout: where each job's files live under ``results_dir``.
 
 Paths are relative to ``results_dir``, which is Snakemake's working directory, so
 the Snakefile, the jobs, the store and the report agree on one layout:

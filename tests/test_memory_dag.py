@@ -12,8 +12,9 @@ import yaml
 
 from matrixrl.config import load_config
 from matrixrl.errors import ConfigError
-from tests.chat_models import random_chat_model
-from tests.test_e2e import matrixrl
+
+from chat_models import random_chat_model
+from test_e2e import matrixrl
 
 MODES = ["none", "own", "transfer", "self_contrast", "memcollab"]
 
@@ -146,7 +147,7 @@ def test_evaluation_prompts_hold_exactly_the_retrieved_constraints_in_the_guided
     from matrixrl.tasks.base import Problem
     from matrixrl.workflows import build_workflow
     from matrixrl.workflows.styles import build_style
-    from tests.chat_models import TEMPLATE
+    from chat_models import TEMPLATE
 
     algebra, geometry = Label("algebra", "linear equations"), Label("geometry", "area")
     entries = [
@@ -239,7 +240,7 @@ def rerun_exactly_what_plan_says(config: Path, *sets: str) -> set[str]:
 
 @pytest.mark.slow
 def test_a_new_distiller_reruns_distillation_and_what_reads_it_and_nothing_else(copy):
-    from tests.test_status import load, own_pending, snakemakes_pending
+    from test_status import load, own_pending, snakemakes_pending
 
     cfg = load(copy, copy.parent / "results", "memory.distiller=weak")
     assert own_pending(cfg) == snakemakes_pending(cfg)

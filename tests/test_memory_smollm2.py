@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_e2e import matrixrl
+from test_e2e import matrixrl
 
 GSM8K = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gsm8k"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e import jobs_started, matrixrl, small_experiment
+from test_e2e import jobs_started, matrixrl, small_experiment
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,6 @@
-"""The memory specs that hold the grid's: a cell's evaluation under a memory mode, and the
-memory plan with the grid's model digests (see matrixrl.memory.specs)."""
+"""The memory specs that need the grid's: a cell's evaluation under a memory mode, the memory plan.
+
+The memory plan is matrixrl.memory.specs' with the models as the grid digests them."""
 
 from __future__ import annotations
 

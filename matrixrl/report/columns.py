@@ -1,5 +1,4 @@
-"""Which columns a report table shows: a short default that answers the table's question,
-every column on request.
+"""Which columns a report table shows: a short default that answers its question, all on request.
 
 The reading formats (``table``, ``markdown``, ``latex``) show a table's default
 columns unless ``--columns`` or ``--wide`` asks for others; ``csv`` and ``json``

@@ -1,5 +1,7 @@
-"""The policy-gradient loss of a GRPO step: turns packed into tensors, their
-log-probabilities, and the clipped, token-mean objective (docs/design.md §2).
+"""The policy-gradient loss of a GRPO step: packed turns, log-probs, the clipped token-mean loss.
+
+Turns are packed into tensors, their log-probabilities computed, and the clipped,
+token-mean objective of docs/design.md §2 taken.
 
 Each turn arrives with its ``advantage`` already set (matrixrl.train.rewards says how
 it is computed); the trainer's ``update_policy`` calls these per agent and steps the

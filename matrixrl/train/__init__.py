@@ -1,0 +1,1 @@
+"""Training: one cell's GRPO loop, its rollouts, rewards, loss, diagnostics and checkpoints."""
