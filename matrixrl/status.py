@@ -97,7 +97,7 @@ def grid_jobs(config: Config) -> list[Job]:
             scale=scale, wildcards={"scale": scale},
         )
     jobs += bases.values()
-    from matrixrl.memory.evaluation import plan_memory
+    from matrixrl.grid import plan_memory
     from matrixrl.memory.specs import training_needs
 
     memory = plan_memory(config, training_needs(specs.values()))
@@ -197,7 +197,7 @@ def _memory_building_jobs(config: Config, plan, bases: dict[str, Job]) -> list[J
 def _memory_eval_jobs(config: Config, specs, plan, base_evals: dict, keys: dict) -> list[Job]:
     """Each cell's evaluations under each memory mode of grid.memory; step 0 once per base evaluation and bank."""
     from matrixrl import grid as G
-    from matrixrl.memory.evaluation import memory_evals
+    from matrixrl.grid import memory_evals
 
     if not plan.modes:
         return []

@@ -101,7 +101,7 @@ def test_a_memory_mode_without_a_memory_section_or_on_a_third_scale_is_an_error(
     assert "grid.memory: scale 'third' is neither memory.weak ('weak') nor memory.strong ('strong')" in config_error(path)
     # Without memory modes, nothing is asked of the scales: a compact grid is untouched.
     cfg = load_config(path, sets=["grid.memory=[none]"])
-    from matrixrl.memory.evaluation import plan_memory
+    from matrixrl.grid import plan_memory
 
     assert plan_memory(cfg).modes == ()
 
@@ -373,7 +373,7 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
 def test_a_copied_memory_step_0_names_the_cells_own_mode(tmp_path):
     from matrixrl import grid as G
     from matrixrl.jobs.evaluate import copy_base_memory_eval
-    from matrixrl.memory.evaluation import memory_evals, plan_memory
+    from matrixrl.grid import memory_evals, plan_memory
     from matrixrl.results import MemoryEvalResult, read_result, write_result
 
     cfg = load_config(config_only(tmp_path))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from matrixrl.grid import BaseSpec, CellSpec
+from matrixrl.grid import BaseSpec, CellSpec, MemoryEvalSpec
 
 
 def log(message: str) -> None:
@@ -54,7 +54,6 @@ def main(argv: list[str]) -> None:
         distill(DistillSpec.model_validate_json(spec_json), base_dir, collections, output, log=log)
     elif rule == "evaluate_memory":
         from matrixrl.jobs.evaluate import evaluate_memory
-        from matrixrl.memory.evaluation import MemoryEvalSpec
 
         step, checkpoint, base_dir, bank, labels, output = paths
         evaluate_memory(
@@ -63,7 +62,6 @@ def main(argv: list[str]) -> None:
         )
     elif rule == "evaluate_base_memory":
         from matrixrl.jobs.evaluate import evaluate_base_memory
-        from matrixrl.memory.evaluation import MemoryEvalSpec
 
         base_dir, bank, labels, output = map(Path, paths)
         evaluate_base_memory(MemoryEvalSpec.model_validate_json(spec_json), base_dir, bank, labels, output, log=log)

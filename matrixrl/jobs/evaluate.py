@@ -33,8 +33,7 @@ import numpy as np
 from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
-from matrixrl.grid import CellSpec
-from matrixrl.memory.evaluation import MemoryEvalSpec
+from matrixrl.grid import CellSpec, MemoryEvalSpec
 from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
 

@@ -180,7 +180,7 @@ def memory_plan(
     scale, and those of ``training``'s (task, scale, mode) (cells trained with a memory, whose
     spec says which: :func:`training_needs`). None when neither asks for a memory.
     ``ref``: a scale as its jobs load it (``grid.memory_model``, passed in: the grid's cell
-    specs read this module; ``memory.evaluation.plan_memory`` passes it)."""
+    specs read this module; ``grid.plan_memory`` passes it)."""
     modes = tuple(m for m in config.grid.memory if m != "none")
     memory = config.memory
     needs = [(task, scale, mode) for task in config.grid.task for scale in config.grid.scale for mode in modes]
