@@ -337,10 +337,12 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     cell = build_cell(spec, tmp_path)
 
     problems = cell.task.train_problems(np.random.default_rng(0), 3)
-    guide.prepare(cell.style, problems)
+    guide.apply(cell.style, problems)
     assert set(guide.labels) == {p.id for p in problems}  # the labeller labelled each drawn problem
     guide.labels.update({p.id: other for p in problems})  # now each is shown its other/other constraints
-    shown = guide.prepare(cell.style, problems)
+    recorded = guide.apply(cell.style, problems)
+    assert (recorded["memory"], recorded["bank"]) == ("own", spec.memory.bank.bank)
+    shown = {row.problem_id: [entries[i] for i in row.entries] for row in recorded["retrievals"]}
     for problem in problems:
         expected = retrieve(MemoryBank(entries), problem, other, top_p=3, per_problem=3)
         assert shown[problem.id] == expected and expected
@@ -358,7 +360,7 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     def prepare(problems):
         called.append([p.id for p in problems])
         guide.labels.update({p.id: other for p in problems})
-        guide.prepare(cell.style, problems)
+        guide.apply(cell.style, problems)
 
     policy = cell.new_policy()
     run = GrpoRun(
