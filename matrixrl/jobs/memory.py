@@ -1,15 +1,15 @@
-"""The memory jobs: collect, label, distill, bank (matrixrl.memory.specs says what each reads).
+"""The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each is its own process, forked from the job server like training and evaluation
-(jobs/forked.py), and writes one result file (matrixrl.results) atomically. Models
-are base models, loaded as ``evaluate`` loads them, decoding with matrixrl's own
-loop (``train.rollout.make_generate``); a job whose model's scale runs on a GPU
-claims one first, and sees it alone (``models.devices.claimed_gpu``). The
-evaluation of a checkpoint under a memory is ``jobs.evaluate``'s, with a
-:class:`Guide` applied to the cell's prompts; a cell trained with a memory has each
-step's prompts guided by a :class:`TrainingGuide` (``jobs.train`` makes it). Both are
-``workflows.styles.PromptGuide``s: training and evaluation call them and import nothing
-of memory.
+Each job (matrixrl.memory.specs says what it reads) is its own process, forked from
+the job server like training and evaluation (jobs/forked.py), and writes one result
+file (matrixrl.results) atomically. Models are base models, loaded as ``evaluate``
+loads them, decoding with matrixrl's own loop (``train.rollout.make_generate``); a
+job whose model's scale runs on a GPU claims one first, and sees it alone
+(``models.devices.claimed_gpu``). The evaluation of a checkpoint under a memory is
+``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's prompts; a cell
+trained with a memory has each step's prompts guided by a :class:`TrainingGuide`
+(``jobs.train`` makes it). Both are ``workflows.styles.PromptGuide``s: training and
+evaluation call them and import nothing of memory.
 
 - ``collect``: the chat style's generator prompt for each building problem, as a
   ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys

@@ -1,4 +1,8 @@
-"""The memory part of the grid: which memory jobs a config asks for, and what each computes from.
+"""The memory jobs' specs: which memory jobs a config asks for, and what each computes from.
+
+The grid uses these (``grid.plan_memory``, ``grid.MemoryEvalSpec``, a cell's ``memory``);
+this module never imports the grid: what it needs of it (a scale as a memory job loads
+it) is passed in as ``ref``.
 
 ``grid.memory`` lists modes; every checkpoint of every cell is evaluated once more
 under each mode but ``none`` (the ordinary evaluation). A mode reads one *bank*, a

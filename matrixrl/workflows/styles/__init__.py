@@ -1,4 +1,4 @@
-"""Prompt styles: how each role's prompt is written and how its completion is read.
+"""Prompt styles: how each role's prompt is written and its completion read; the PromptGuide hook.
 
 A workflow never formats text itself; it asks its style for every role's prompt
 (``style.generator(problem)``, ``style.evaluator(problem, draft)``, ...) and for
