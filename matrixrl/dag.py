@@ -151,7 +151,7 @@ class Graph:
 
     def __init__(self, config: Config):
         from matrixrl import grid as G
-        from matrixrl.memory.evaluation import memory_evals, plan_memory
+        from matrixrl.grid import memory_evals, plan_memory
         from matrixrl.memory.specs import training_needs
 
         self.config = config

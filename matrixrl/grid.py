@@ -1,6 +1,9 @@
 """The grid: cells, their ids, the runs that compute them, their specs and digests.
 
-Where a cell's files live is ``matrixrl.layout``'s business.
+Where a cell's files live is ``matrixrl.layout``'s business. The memory jobs' specs are
+``matrixrl.memory.specs``'s; the grid uses them (a cell trained with a memory, the memory
+plan with the grid's model digests: :func:`plan_memory`, a cell's evaluation under a memory:
+:class:`MemoryEvalSpec`), and ``matrixrl.memory`` never imports the grid.
 """
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ import functools
 import itertools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from matrixrl import layout as L
 from matrixrl.config import (
     AXES,
     Analysis,
@@ -29,7 +33,17 @@ from matrixrl.config import (
     science,
 )
 from matrixrl.config.sweeps import canonical, value_at, with_settings
-from matrixrl.memory.specs import ModelRef, TrainMemory, train_memory
+from matrixrl.memory.specs import (
+    BankSpec,
+    MemoryPlan,
+    ModelRef,
+    Retrieval,
+    TrainMemory,
+    bank_name,
+    memory_eval_digest,
+    memory_plan,
+    train_memory,
+)
 from matrixrl.settings import ADDED, RUNTIME, settings_digest
 from matrixrl.workflows import WORKFLOWS
 
@@ -335,6 +349,45 @@ def memory_model(config: Config, scale: str) -> ModelRef:
         name=scale, scale=_without_train(config.scales[scale]), base=base_digest(config, scale),
         base_scale=base_scale(config, scale),
     )
+
+
+def plan_memory(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
+    """:func:`matrixrl.memory.specs.memory_plan` of ``config``, its models as the grid digests them
+    (:func:`memory_model`); ``training``: the banks cells trained with a memory read
+    (``memory.specs.training_needs``)."""
+    return memory_plan(config, training, ref=functools.partial(memory_model, config))
+
+
+class MemoryEvalSpec(BaseModel):
+    """A cell's evaluation under a memory mode: the cell's spec, the bank it reads, how it retrieves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cell: CellSpec
+    mode: str
+    bank: BankSpec
+    retrieval: Retrieval
+
+    def digest(self) -> str:
+        """A checkpoint's evaluation under this memory."""
+        return memory_eval_digest(self.cell.eval_digest(), self.mode, self.bank, self.retrieval)
+
+    def base_digest(self) -> str:
+        """The base model's (step 0), shared by every cell of the base evaluation (:func:`base_eval_science`)."""
+        return memory_eval_digest(base_eval_digest(self.cell), self.mode, self.bank, self.retrieval)
+
+
+def memory_evals(config: Config, specs: dict[str, CellSpec], plan: MemoryPlan) -> dict[tuple[str, str], MemoryEvalSpec]:
+    """Each run's evaluation spec under each memory mode, by (cell id, mode), in grid order."""
+    found = {}
+    memory = config.memory
+    for cell_id, spec in specs.items():
+        for mode in plan.modes:
+            bank = bank_name(mode, spec.cell.scale, memory.weak, memory.strong)
+            found[(cell_id, mode)] = MemoryEvalSpec(
+                cell=spec, mode=mode, bank=plan.banks[L.bank_result(spec.cell.task, bank)], retrieval=plan.retrieval
+            )
+    return found
 
 
 def spec_digests(config: Config, cells: Sequence[Cell]) -> dict[str, tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""matrixrl's modules import one another in one direction: no import circles."""
+"""matrixrl's modules import one another in one direction: no import circles, no import
+that runs upward through the package's layers (``LAYERS``)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,125 @@ def test_no_import_circles() -> None:
         where = ", ".join(graph[a][b] for a, b in zip(circle, circle[1:]))
         lines.append(f"import circle: {' -> '.join(circle)} ({where})")
     assert not circles, "\n".join(lines)
+
+
+LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("base", ("matrixrl.settings", "matrixrl.errors", "matrixrl.atomic", "matrixrl.layout", "matrixrl.results",
+              "matrixrl.sandbox", "matrixrl._sandbox_child", "matrixrl._sandbox_worker", "matrixrl.plugins"),
+     "settings digests, errors, atomic writes, where files live, result-file schemas, the code sandbox, registries"),
+    ("tasks", ("matrixrl.tasks",), "problems and their scoring"),
+    ("workflows", ("matrixrl.workflows",), "topologies and prompt styles (and the PromptGuide hook)"),
+    ("models", ("matrixrl.models",), "model sources, policies, devices"),
+    ("config", ("matrixrl.config",), "experiments.yaml's schema, loading, sweeps"),
+    ("memory", ("matrixrl.memory",), "MemCollab's pure core and its jobs' specs: no model, no grid"),
+    ("grid", ("matrixrl.grid",), "cells, runs and their specs, memory evaluations' included"),
+    ("analysis", ("matrixrl.analysis",), "statistics over result tables"),
+    ("train", ("matrixrl.train", "matrixrl.retention"), "the GRPO loop, its checkpoints and which of them are kept"),
+    ("dag", ("matrixrl.dag",), "the job graph: every kind of job, and a grid's jobs as records"),
+    ("store", ("matrixrl.store",), "the result store"),
+    ("report", ("matrixrl.report",), "tables, plots and pages from the store"),
+    ("jobs", ("matrixrl.jobs",), "one process per job: training, evaluation, memory jobs (they build the guides)"),
+    ("run", ("matrixrl.status", "matrixrl.snake", "matrixrl.disk"), "what to run, running it with Snakemake, disk use"),
+    ("study", ("matrixrl.study",), "the Python API's Study"),
+    ("export", ("matrixrl.export",), "a study exported as files"),
+    ("cli", ("matrixrl.cli", "matrixrl.__main__", "matrixrl.docs_tree", "matrixrl"),
+     "the command line, the docs it generates, and the package's lazy API"),
+)
+"""matrixrl's layers, bottom to top: ``(name, module prefixes, what it holds)``. This is the one
+place they are stated (docs/architecture.md, "Layers", points here).
+
+A module belongs to the layer of the longest prefix it matches (``matrixrl.x`` or
+``matrixrl.x.*``; ``matrixrl`` alone is the package's ``__init__``). It may import modules of
+its own layer and of lower ones, never of a higher one, in any form ``import_graph`` counts
+(function-local and ``TYPE_CHECKING`` imports too). Within a layer, ``test_no_import_circles``
+keeps the direction."""
+
+
+def layer_of(module: str) -> int:
+    """The index in ``LAYERS`` of ``module``'s layer (KeyError: no layer names it)."""
+    best = None
+    for index, (_, prefixes, _) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or (prefix != "matrixrl" and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    if best is None:
+        raise KeyError(module)
+    return best[0]
+
+
+def upward_imports(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of ``graph`` from a module to one of a higher layer, one line each:
+    importer (its layer) imports imported (its layer), where."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        for target, where in sorted(edges.items()):
+            low, high = layer_of(module), layer_of(target)
+            if high > low:
+                found.append(
+                    f"{module} ({LAYERS[low][0]}) imports {target} ({LAYERS[high][0]}) at {where}: an import that runs upward"
+                )
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    graph = import_graph()
+    unplaced = []
+    for module in sorted(graph):
+        try:
+            layer_of(module)
+        except KeyError:
+            unplaced.append(module)
+    assert not unplaced, f"add these modules to a layer of tests/test_imports.py's LAYERS: {', '.join(unplaced)}"
+
+
+def test_the_layer_check_names_every_upward_import() -> None:
+    graph = {
+        "matrixrl.train.trainer": {"matrixrl.jobs.memory": "matrixrl/train/trainer.py:9", "matrixrl.grid": "x:1"},
+        "matrixrl.memory.evaluation": {"matrixrl.grid": "matrixrl/memory/evaluation.py:3"},
+        "matrixrl.snake": {"matrixrl": "matrixrl/snake.py:81"},
+        "matrixrl.grid": {"matrixrl.memory.specs": "matrixrl/grid.py:30"},
+    }
+    assert upward_imports(graph) == [
+        "matrixrl.memory.evaluation (memory) imports matrixrl.grid (grid) at matrixrl/memory/evaluation.py:3: "
+        "an import that runs upward",
+        "matrixrl.snake (run) imports matrixrl (cli) at matrixrl/snake.py:81: an import that runs upward",
+        "matrixrl.train.trainer (train) imports matrixrl.jobs.memory (jobs) at matrixrl/train/trainer.py:9: "
+        "an import that runs upward",
+    ]
+    assert layer_of("matrixrl.retention") == layer_of("matrixrl.train.cell")
+    assert layer_of("matrixrl") == layer_of("matrixrl.cli") and layer_of("matrixrl.settings") == 0
+
+
+def test_no_import_runs_upward() -> None:
+    graph = import_graph()
+    upward = upward_imports(graph)
+    assert not upward, "\n".join(upward)
+
+
+def test_memory_sits_behind_its_boundary() -> None:
+    """The two upward imports the memory feature once made are gone (train → jobs: the trainer
+    takes a PromptGuide; memory → grid: the grid holds the memory evaluation spec), and
+    training and evaluation import nothing of memory."""
+    graph = import_graph()
+
+    def imports(importers: str, imported: tuple[str, ...]) -> list[str]:
+        return [
+            f"{module} imports {target} at {where}"
+            for module, edges in sorted(graph.items())
+            if module == importers or module.startswith(importers + ".")
+            for target, where in sorted(edges.items())
+            if any(target == name or target.startswith(name + ".") for name in imported)
+        ]
+
+    assert imports("matrixrl.train", ("matrixrl.jobs", "matrixrl.memory")) == []
+    assert imports("matrixrl.memory", ("matrixrl.grid",)) == []
+    # jobs.evaluate's memory entry points read the memory's guide; the evaluation itself does not.
+    source = (PACKAGE / "jobs" / "evaluate.py").read_text()
+    top = [node for node in ast.parse(source).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in top if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in top if isinstance(node, ast.ImportFrom)]
+    assert not [n for n in names if n.startswith(("matrixrl.memory", "matrixrl.jobs.memory"))], names
 
 
 # Not pydantic: typer itself imports it to read a command's parameters.

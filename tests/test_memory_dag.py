@@ -102,7 +102,7 @@ def test_a_memory_mode_without_a_memory_section_or_on_a_third_scale_is_an_error(
     assert "grid.memory: scale 'third' is neither memory.weak ('weak') nor memory.strong ('strong')" in config_error(path)
     # Without memory modes, nothing is asked of the scales: a compact grid is untouched.
     cfg = load_config(path, sets=["grid.memory=[none]"])
-    from matrixrl.memory.evaluation import plan_memory
+    from matrixrl.grid import plan_memory
 
     assert plan_memory(cfg).modes == ()
 
@@ -338,10 +338,12 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     cell = build_cell(spec, tmp_path)
 
     problems = cell.task.train_problems(np.random.default_rng(0), 3)
-    guide.prepare(cell.style, problems)
+    guide.apply(cell.style, problems)
     assert set(guide.labels) == {p.id for p in problems}  # the labeller labelled each drawn problem
     guide.labels.update({p.id: other for p in problems})  # now each is shown its other/other constraints
-    shown = guide.prepare(cell.style, problems)
+    recorded = guide.apply(cell.style, problems)
+    assert (recorded["memory"], recorded["bank"]) == ("own", spec.memory.bank.bank)
+    shown = {row.problem_id: [entries[i] for i in row.entries] for row in recorded["retrievals"]}
     for problem in problems:
         expected = retrieve(MemoryBank(entries), problem, other, top_p=3, per_problem=3)
         assert shown[problem.id] == expected and expected
@@ -359,7 +361,7 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     def prepare(problems):
         called.append([p.id for p in problems])
         guide.labels.update({p.id: other for p in problems})
-        guide.prepare(cell.style, problems)
+        guide.apply(cell.style, problems)
 
     policy = cell.new_policy()
     run = GrpoRun(
@@ -374,7 +376,7 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
 def test_a_copied_memory_step_0_names_the_cells_own_mode(tmp_path):
     from matrixrl import grid as G
     from matrixrl.jobs.evaluate import copy_base_memory_eval
-    from matrixrl.memory.evaluation import memory_evals, plan_memory
+    from matrixrl.grid import memory_evals, plan_memory
     from matrixrl.results import MemoryEvalResult, read_result, write_result
 
     cfg = load_config(config_only(tmp_path))

@@ -487,7 +487,7 @@ def test_the_memory_table_fits_100_columns_in_one_piece(tmp_path: Path, seeds, s
 def test_a_memory_evaluation_of_another_spec_is_left_out(study) -> None:
     """As an ordinary evaluation: one stamped with a spec digest that is not its (run, mode)'s
     current one (an old retrieval setting, say) is not reported; one stamped with it is."""
-    from matrixrl.memory.evaluation import memory_evals, plan_memory
+    from matrixrl.grid import memory_evals, plan_memory
 
     _, config = study
     results = Path(config.results_dir)

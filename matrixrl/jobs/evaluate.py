@@ -20,6 +20,10 @@ generator state and thread pool, and its log gets whatever it prints, a tracebac
 included. A checkpoint of a GPU scale is evaluated on a GPU the job claims and
 alone sees (``matrixrl.models.devices.claimed_gpu``). The cell's task, workflow and
 model are built as training builds them (``matrixrl.train.cell.build_cell``).
+
+Under a memory (``evaluate_memory``, ``evaluate_base_memory``), the memory's
+``jobs.memory.Guide`` is read here and handed to the evaluation as its prompt guide
+(``workflows.styles.PromptGuide``); the evaluation itself knows nothing of memory.
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ import numpy as np
 from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
-from matrixrl.grid import CellSpec
-from matrixrl.memory.evaluation import MemoryEvalSpec
+from matrixrl.grid import CellSpec, MemoryEvalSpec
 from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
+from matrixrl.workflows.styles import PromptGuide
 
 
 def eval_seed(seed: int, step: int) -> int:
@@ -138,10 +142,11 @@ def copy_base_memory_eval(spec: MemoryEvalSpec, source: Path, output: Path, log=
 
 def _evaluate(
     spec: CellSpec, step: int, checkpoint: Path | None, base_dir: Path, output: Path, log, device: str | None,
-    name: str | None = None, digest: str | None = None, guide=None,
+    name: str | None = None, digest: str | None = None, guide: PromptGuide | None = None,
 ) -> EvalResult:
     """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero); ``guide``:
-    a memory (jobs.memory.Guide) applied to the prompts, recorded in a MemoryEvalResult."""
+    applied to the prompts before the rollouts, and what it returns recorded in a
+    MemoryEvalResult (``evaluate_memory`` passes a memory's, jobs.memory.Guide)."""
     import torch
 
     from matrixrl.train.cell import build_cell
@@ -188,7 +193,7 @@ def _evaluate(
         **recorded,
     )
     write_result(output, result)
-    with_memory = f" with memory {guide.mode} ({result.entries_mean:.1f} constraints shown per problem)" if guide else ""
+    with_memory = f" with memory {result.memory} ({result.entries_mean:.1f} constraints shown per problem)" if guide else ""
     log(
         f"{name or spec.cell.id} step {step}{with_memory}: accuracy {result.accuracy:.3f} ± {result.se:.3f} "
         f"({result.n_correct}/{n * k} completions, {k} per problem, temperature {cfg.temperature})"

@@ -1,12 +1,15 @@
-"""The memory jobs: collect, label, distill, bank (matrixrl.memory.specs says what each reads).
+"""The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each is its own process, forked from the job server like training and evaluation
-(jobs/forked.py), and writes one result file (matrixrl.results) atomically. Models
-are base models, loaded as ``evaluate`` loads them, decoding with matrixrl's own
-loop (``train.rollout.make_generate``); a job whose model's scale runs on a GPU
-claims one first, and sees it alone (``models.devices.claimed_gpu``). The
-evaluation of a checkpoint under a memory is ``jobs.evaluate``'s, with a
-:class:`Guide` applied to the cell's prompts.
+Each job (matrixrl.memory.specs says what it reads) is its own process, forked from
+the job server like training and evaluation (jobs/forked.py), and writes one result
+file (matrixrl.results) atomically. Models are base models, loaded as ``evaluate``
+loads them, decoding with matrixrl's own loop (``train.rollout.make_generate``); a
+job whose model's scale runs on a GPU claims one first, and sees it alone
+(``models.devices.claimed_gpu``). The evaluation of a checkpoint under a memory is
+``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's prompts; a cell
+trained with a memory has each step's prompts guided by a :class:`TrainingGuide`
+(``jobs.train`` makes it). Both are ``workflows.styles.PromptGuide``s: training and
+evaluation call them and import nothing of memory.
 
 - ``collect``: the chat style's generator prompt for each building problem, as a
   ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys
@@ -265,7 +268,8 @@ def show(style, bank: MemoryBank, problems: list[Problem], labels: dict[str, Lab
 
 @dataclass(frozen=True)
 class Guide:
-    """A memory applied to an evaluation: what each evaluation problem is shown, in which roles."""
+    """A memory applied to an evaluation (a ``workflows.styles.PromptGuide``): what each
+    problem is shown, in which roles."""
 
     mode: str
     bank_name: str
@@ -279,10 +283,15 @@ class Guide:
         labels = {pid: Label.from_dict(d) for pid, d in read_result(labels_file, LabelsResult).labels.items()}
         return cls(mode, found.memory, [Entry.from_dict(e) for e in found.entries], labels, retrieval)
 
+    @functools.cached_property
+    def bank(self) -> MemoryBank:
+        """The entries' bank, fitted once however many times the guide is applied."""
+        return MemoryBank(self.entries)
+
     def apply(self, style, problems: list[Problem]) -> dict:
         """Guide ``style``'s prompts for ``problems``; the result fields that record it."""
         index = {id(e): i for i, e in enumerate(self.entries)}
-        shown = show(style, MemoryBank(self.entries), problems, self.labels, self.retrieval)
+        shown = show(style, self.bank, problems, self.labels, self.retrieval)
         rows = [
             RetrievalRow(
                 problem_id=p.id, label=str(self.labels.get(p.id, Label("other", "other"))),
@@ -295,31 +304,39 @@ class Guide:
 
 
 class TrainingGuide:
-    """A memory in a cell's training prompts: each step's problems are labelled by the labeller
-    (greedy, once per problem), then shown their constraints as an evaluation shows them."""
+    """A memory in a cell's training prompts (a ``workflows.styles.PromptGuide``, which
+    ``train.trainer.train_cell`` applies to each step's problems before the rollouts): the
+    problems not seen yet are labelled by the labeller (greedy, once per problem), then every
+    one is shown its constraints as an evaluation shows them (:class:`Guide`)."""
 
     def __init__(self, spec: TrainMemory, entries: list[Entry], labeller: _Model, family: str):
         self.spec = spec
-        self.entries = entries
-        self.bank = MemoryBank(entries)
         self.labeller = labeller
         self.family = family
         self.labels: dict[str, Label] = {}
+        self.guide = Guide(spec.mode, spec.bank.bank, entries, self.labels, spec.retrieval)  # reads self.labels
+
+    @property
+    def entries(self) -> list[Entry]:
+        return self.guide.entries
 
     @classmethod
     def load(cls, spec: TrainMemory, bank_file: Path, labeller_dir: Path, family: str, prompts) -> TrainingGuide:
-        """A labeller of a GPU scale loads onto the training job's GPU (``jobs.train`` claims it for both)."""
+        """The bank's constraints and the labeller (a model: its loading draws from torch's RNG,
+        so a trainer loads it under ``torch.random.fork_rng``). A labeller of a GPU scale loads
+        onto the training job's GPU (``jobs.train`` claims it for both)."""
         entries = [Entry.from_dict(e) for e in read_result(Path(bank_file), BankResult).entries]
         labeller = _load(spec.labeller, Path(labeller_dir), family, prompts, batch_size=64, threads=1)
         return cls(spec, entries, labeller, family)
 
-    def prepare(self, style, problems: list[Problem]) -> dict[str, list[Entry]]:
-        """Label ``problems`` not seen yet, and guide ``style`` with their constraints; returns them by problem id."""
+    def apply(self, style, problems: list[Problem]) -> dict:
+        """Label ``problems`` not seen yet, and guide ``style`` with their constraints; what
+        :meth:`Guide.apply` records of it (training records none of it)."""
         new = list({p.id: p for p in problems if p.id not in self.labels}.values())
         if new:
             replies = _label_replies(self.labeller, new, self.family, self.spec.label_max_new_tokens)
             self.labels.update({p.id: parse_label(reply, self.family) for p, reply in zip(new, replies)})
-        return show(style, self.bank, problems, self.labels, self.spec.retrieval)
+        return self.guide.apply(style, problems)
 
 
 # --- the jobs (matrixrl.dag): each function(spec JSON, paths, log) ------------------------

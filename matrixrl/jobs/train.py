@@ -3,6 +3,9 @@
 A cell whose scale runs on a GPU, or whose memory's labeller does, first claims one
 GPU of the machine for the whole job and hides the others, before CUDA starts
 (``matrixrl.models.devices.claimed_gpu``): the cell's model and its labeller share it.
+A cell trained with a memory (``CellSpec.memory``) has its prompts guided by
+``jobs.memory.TrainingGuide``, which this job makes for the trainer (the trainer takes
+any ``workflows.styles.PromptGuide`` and knows nothing of memory).
 """
 
 from __future__ import annotations
@@ -16,16 +19,31 @@ from matrixrl.results import TrainResult, write_result
 def train(
     spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=print, memory: tuple[Path, Path] | None = None
 ) -> TrainResult:
-    """``memory``: a cell trained with a memory's bank file and labeller folder (trainer.train_cell)."""
+    """``memory``: a cell trained with a memory's bank file and labeller folder."""
     from matrixrl.models.devices import claimed_gpu
 
     labeller = [spec.memory.labeller.scale] if spec.memory is not None else []
     with claimed_gpu(spec.scale, *labeller, log=log):
         from matrixrl.train.trainer import train_cell
 
-        result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log, memory=memory))
+        guide = memory_guide(spec, memory, log) if spec.memory is not None and memory is not None else None
+        result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log, guide=guide))
     write_result(output, result)
     return result
+
+
+def memory_guide(spec: CellSpec, memory: tuple[Path, Path], log=print):
+    """What makes the guide of a cell trained with a memory (``train_cell`` calls it once with the
+    cell's task, under ``fork_rng``): the bank file's constraints, and the labeller loaded from its folder."""
+
+    def make(task):
+        from matrixrl.jobs.memory import TrainingGuide
+
+        guide = TrainingGuide.load(spec.memory, *memory, task.family, spec.prompts)
+        log(f"{spec.cell.id}: training with memory {spec.memory.mode} ({len(guide.entries)} constraints)")
+        return guide
+
+    return make
 
 
 def run(spec: str, paths: list[str], log=print) -> None:

@@ -1,4 +1,8 @@
-"""The memory part of the grid: which memory jobs a config asks for, and what each computes from.
+"""The memory jobs' specs: which memory jobs a config asks for, and what each computes from.
+
+The grid uses these (``grid.plan_memory``, ``grid.MemoryEvalSpec``, a cell's ``memory``);
+this module never imports the grid: what it needs of it (a scale as a memory job loads
+it) is passed in as ``ref``.
 
 ``grid.memory`` lists modes; every checkpoint of every cell is evaluated once more
 under each mode but ``none`` (the ordinary evaluation). A mode reads one *bank*, a
@@ -180,7 +184,7 @@ def memory_plan(
     scale, and those of ``training``'s (task, scale, mode) (cells trained with a memory, whose
     spec says which: :func:`training_needs`). None when neither asks for a memory.
     ``ref``: a scale as its jobs load it (``grid.memory_model``, passed in: the grid's cell
-    specs read this module; ``memory.evaluation.plan_memory`` passes it)."""
+    specs read this module; ``grid.plan_memory`` passes it)."""
     modes = tuple(m for m in config.grid.memory if m != "none")
     memory = config.memory
     needs = [(task, scale, mode) for task in config.grid.task for scale in config.grid.scale for mode in modes]

@@ -470,7 +470,7 @@ def memory_modes(config: Config) -> list[str]:
 
 def current_memory_evaluations(frame: pd.DataFrame, config: Config) -> pd.DataFrame:
     """The rows of the store's ``memory_evaluations`` computed under their (run, mode)'s current
-    ``MemoryEvalSpec`` (matrixrl.memory.evaluation: the cell's evaluation, its memory, the retrieval),
+    ``MemoryEvalSpec`` (matrixrl.grid: the cell's evaluation, its memory, the retrieval),
     or without a digest; a (run, mode) the grid does not plan keeps its rows (they are left out
     by mode)."""
     wanted = _memory_digests(config)
@@ -497,13 +497,11 @@ def _memory_digests(config: Config) -> dict[tuple[str, str], str]:
 def _new_memory_digests(config: Config) -> dict[tuple[str, str], str]:
     if not [mode for mode in memory_modes(config) if mode != "none"]:
         return {}
-    from matrixrl.memory.evaluation import memory_evals, plan_memory
-
-    plan = plan_memory(config)
+    plan = G.plan_memory(config)
     if not plan.modes:
         return {}
     specs = {run.id: G.cell_spec(config, run) for run in G.runs(config)}
-    return {key: spec.digest() for key, spec in memory_evals(config, specs, plan).items()}
+    return {key: spec.digest() for key, spec in G.memory_evals(config, specs, plan).items()}
 
 
 def _memory_rows(store: Store, selected: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -59,9 +59,7 @@ def job_environment() -> dict[str, str]:
 @functools.cache
 def _code_root() -> str | None:
     """The folder that makes a child Python import this matrixrl, or None where it does without."""
-    import matrixrl
-
-    here = Path(matrixrl.__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the matrixrl package this module belongs to
     # A child with a safe path has this process's path less its first entry, the
     # folder of the script or the current folder (unless this one had a safe path too).
     path = [p for p in (sys.path if sys.flags.safe_path else sys.path[1:]) if p]

@@ -62,6 +62,7 @@ from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
 from matrixrl.workflows import Workflow
 from matrixrl.workflows.base import Generate
+from matrixrl.workflows.styles import PromptGuide
 
 STATE_FILE = "trainer_state.pt"
 
@@ -158,26 +159,26 @@ def make_optimizers(policy, cfg: Train) -> dict[str, torch.optim.Optimizer]:
 
 def train_cell(
     spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print,
-    memory: tuple[Path, Path] | None = None,
+    guide: Callable[[Task], PromptGuide] | None = None,
 ) -> dict:
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any.
 
-    ``memory``: for a cell trained with a memory (``spec.memory``), its bank file and the
-    labeller's model folder; each step's problems are labelled and shown their constraints
-    (jobs.memory.TrainingGuide) before the rollouts."""
+    ``guide``: for a cell whose prompts are guided (``spec.memory``: a memory's constraints),
+    what makes its :class:`PromptGuide` (``jobs.train`` passes one); each step's problems go
+    through the guide's ``apply`` before the rollouts. It is called once the cell is built,
+    with the cell's task, under ``torch.random.fork_rng``: making a guide (loading its
+    labeller) must not move the training's RNG. (Made here, after ``torch.set_num_threads``,
+    not by the job: a labeller's loading sets the thread count the training then runs at.)"""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
     cell = build_cell(spec, base_dir)
     prepare = None
-    if spec.memory is not None:
-        from matrixrl.jobs.memory import TrainingGuide
-
-        if memory is None:
-            raise ValueError(f"{spec.cell.id} trains with memory {spec.memory.mode}: its bank and labeller are needed")
-        with torch.random.fork_rng(devices=[]):  # loading the labeller must not move the training's RNG
-            guide = TrainingGuide.load(spec.memory, *memory, cell.task.family, spec.prompts)
-        log(f"{spec.cell.id}: training with memory {spec.memory.mode} ({len(guide.entries)} constraints)")
-        prepare = lambda problems: guide.prepare(cell.style, problems)  # noqa: E731
+    if spec.memory is not None and guide is None:
+        raise ValueError(f"{spec.cell.id} trains with memory {spec.memory.mode}: its prompt guide is needed")
+    if guide is not None:
+        with torch.random.fork_rng(devices=[]):  # making the guide must not move the training's RNG
+            hook = guide(cell.task)
+        prepare = lambda problems: hook.apply(cell.style, problems)  # noqa: E731
     saves = set(save_steps(cfg))
 
     digest = spec.resume_digest()
@@ -287,7 +288,7 @@ class GrpoRun:
     pad_token_id: int
     cfg: Train
     damper: Damper | None = None  # the damper's moving averages, when it is on
-    prepare: Callable | None = None  # called with each step's problems before the rollouts (memory guidance)
+    prepare: Callable | None = None  # called with each step's problems before the rollouts (a PromptGuide's)
 
 
 def grpo_step(run: GrpoRun, step: int):

@@ -1,4 +1,4 @@
-"""Prompt styles: how each role's prompt is written and how its completion is read.
+"""Prompt styles: how each role's prompt is written and its completion read; the PromptGuide hook.
 
 A workflow never formats text itself; it asks its style for every role's prompt
 (``style.generator(problem)``, ``style.evaluator(problem, draft)``, ...) and for
@@ -17,6 +17,11 @@ its generic ``ask(role, problem, prompt, shown)``: a new role needs no edit here
 
 A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
 section of experiments.yaml, defined beside the chat style) tunes the chat style.
+
+``PromptGuide`` is the hook through which something outside the workflow (a memory,
+``matrixrl.jobs.memory``) adds guidance to a style's prompts: training calls it with each
+step's problems, an evaluation with its problems, before their rollouts; neither knows
+what the guidance is.
 """
 
 from __future__ import annotations
@@ -76,6 +81,15 @@ class PromptStyle(Protocol):
         """A completion that proposes ``answer`` (warm-start target; ``answer(target(a)) == a``)."""
 
 
+class PromptGuide(Protocol):
+    """Guidance added to a style's prompts before rollouts (``train.trainer.train_cell``:
+    each step's problems; ``jobs.evaluate``: the evaluation's problems)."""
+
+    def apply(self, style: PromptStyle, problems: Sequence[Problem]) -> dict:
+        """Guide ``style``'s prompts for ``problems``; returns what the caller records of it
+        (an evaluation: the fields of its ``MemoryEvalResult``; training records nothing)."""
+
+
 def build_style(name: str, family: Family = "math", tokenizer=None, settings: PromptSettings | dict | None = None) -> PromptStyle:
     """The style ``name`` for a task of ``family``; ``chat`` needs the tokenizer (its chat template)."""
     if name == "compact":
@@ -91,4 +105,4 @@ def build_style(name: str, family: Family = "math", tokenizer=None, settings: Pr
     raise ValueError(f"unknown prompt style {name!r}; use one of: {', '.join(STYLE_NAMES)}")
 
 
-__all__ = ["PromptSettings", "PromptStyle", "RolePrompt", "STYLE_NAMES", "build_style"]
+__all__ = ["PromptGuide", "PromptSettings", "PromptStyle", "RolePrompt", "STYLE_NAMES", "build_style"]
