@@ -8,7 +8,7 @@ import os
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -16,9 +16,6 @@ from rich.table import Table
 
 from matrixrl.errors import ConfigError, UserError, disk_error_message, os_error_line, output_named
 from matrixrl.report import FORMATS, TABLE_NAMES, TABLES
-
-if TYPE_CHECKING:
-    from matrixrl.config import Config
 
 app = typer.Typer(
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
@@ -94,13 +91,6 @@ def command(function):
 EXPERIMENTS = Path("experiments.yaml")
 
 
-def _load(config: Path, only, sets) -> Config:
-    # Imported here: the schema pulls in numpy and the tasks, which `--help` does not need.
-    from matrixrl.config import load_config
-
-    return load_config(config, sets=sets or [], only=only or [])
-
-
 # --- plan -------------------------------------------------------------------------------
 
 
@@ -127,90 +117,64 @@ def plan(
 
         matrixrl plan --profile profiles/slurm     # also the resources each rule requests
     """
-    from matrixrl.snake.command import planned_jobs
-    from matrixrl.snake.profiles import rule_resources
+    from matrixrl.study import Study
 
-    cfg = _load(config, only, set_)
-    jobs = planned_jobs(cfg)
-    resources = rule_resources(_check_profile(profile), list(dict.fromkeys(j["rule"] for j in jobs))) if profile else None
-    if resources is not None:
-        for job in jobs:
-            job["resources"] = resources[job["rule"]]
+    found = Study.load(config, only=only or [], set=set_ or []).plan(profile=profile)
     if format is OutputFormat.json:
-        print(json.dumps(jobs, indent=1))
+        print(json.dumps(found.jobs, indent=1))
         return
     if format is not OutputFormat.table:
         import pandas as pd
 
         from matrixrl.report.formats import render
 
-        frame = pd.DataFrame(jobs)
+        frame = pd.DataFrame(found.jobs)
         if "step" in frame:  # whole numbers, blank where a job has none (not 10.0 and NaN)
             frame["step"] = frame["step"].astype("Int64")
         print(render(frame, format.value), end="")
         return
-    from matrixrl import grid as G
+    _print_plan(found, profile)
 
-    n_runs, n_cells = len(set(j["cell"] for j in jobs if j["cell"])), len(G.cells(cfg))
-    what = f"{n_cells} cells" if n_runs == n_cells else f"{n_runs} runs of {n_cells} cells"
-    by_rule = Table(title=f"{len(jobs)} jobs for {what} in {cfg.results_dir}")
+
+def _print_plan(found, profile: Path | None) -> None:
+    """``plan``'s tables: jobs per rule, then per cell, the disk, and what to run next."""
+    runs, cells = found.runs, found.cells
+    what = f"{cells} cells" if runs == cells else f"{runs} runs of {cells} cells"
+    by_rule = Table(title=f"{len(found.jobs)} jobs for {what} in {found.config.results_dir}")
     for col in ("rule", "jobs", "done", "pending"):
         by_rule.add_column(col, justify="left" if col == "rule" else "right")
-    if resources is not None:
+    if found.resources is not None:
         by_rule.add_column(f"resources ({profile})")
-    for rule in dict.fromkeys(j["rule"] for j in jobs):
-        these = [j for j in jobs if j["rule"] == rule]
-        done = sum(j["status"] == "done" for j in these)
-        row = [rule, str(len(these)), str(done), _pending(len(these) - done)]
-        if resources is not None:
-            row.append(", ".join(f"{k}={v}" for k, v in resources[rule].items()) or "—")
+    for rule in found.rules():
+        row = [rule["rule"], str(rule["jobs"]), str(rule["done"]), _pending(rule["pending"])]
+        if found.resources is not None:
+            row.append(", ".join(f"{k}={v}" for k, v in rule["resources"].items()) or "—")
         by_rule.add_row(*row)
     out.print(by_rule)
     per_cell = Table(title="per cell")
-    extra = list(cfg.grid.sweeps)  # each extra axis's value; — where it leaves the cell alone
-    with_memory = any(j["rule"] == "evaluate_memory" for j in jobs)
+    extra = list(found.config.grid.sweeps)  # each extra axis's value; — where it leaves the cell alone
+    rows = found.per_cell()
+    with_memory = any(row["memory"] for row in rows)
     for col in ("cell", *extra, "train", "evaluations done", *(["with memory"] if with_memory else [])):
         per_cell.add_column(col)
-    sweeps = {c.id: c.sweep_values() for c in G.runs(cfg)}
-    trains, evals, memory = {}, {}, {}
-    for j in jobs:
-        if j["rule"] == "train":
-            trains[j["cell"]] = j
-        elif j["rule"] in ("copy_base_eval", "evaluate"):
-            evals.setdefault(j["cell"], []).append(j)
-        elif j["rule"] in ("copy_base_memory_eval", "evaluate_memory"):
-            memory.setdefault(j["cell"], []).append(j)
 
     def done(these: list[dict]) -> str:
         return f"{sum(j['status'] == 'done' for j in these)}/{len(these)}"
 
-    for cell_id, train in trains.items():
-        values = [str(sweeps[cell_id][key]) if key in sweeps[cell_id] else "—" for key in extra]
-        memory_done = [done(memory.get(cell_id, []))] if with_memory else []
-        per_cell.add_row(cell_id, *values, _status(train), done(evals[cell_id]), *memory_done)
+    for row in rows:
+        values = [str(row["sweeps"][key]) if key in row["sweeps"] else "—" for key in extra]
+        memory_done = [done(row["memory"])] if with_memory else []
+        per_cell.add_row(row["cell"], *values, _status(row["train"]), done(row["evaluations"]), *memory_done)
     out.print(per_cell)
-    if n_runs != n_cells:
-        shared_runs = n_cells - n_runs
-        cells = "1 cell is" if shared_runs == 1 else f"{shared_runs} cells are"
+    if runs != cells:
+        shared_runs = cells - runs
+        shared = "1 cell is" if shared_runs == 1 else f"{shared_runs} cells are"
         out.print(
-            f"{cells} another cell's run (a one-role workflow is the same computation "
+            f"{shared} another cell's run (a one-role workflow is the same computation "
             "under isolated as under shared); the report shows them under both."
         )
-    out.print(_disk_line(cfg, profile), markup=False, soft_wrap=True)
-    n_pending = sum(j["status"] == "pending" for j in jobs)
-    jobs = "job" if n_pending == 1 else "jobs"
-    out.print("Nothing to run." if not n_pending else f"{n_pending} {jobs} pending: `matrixrl run` runs them.")
-
-
-def _disk_line(cfg: Config, profile: Path | None) -> str:
-    """The checkpoints' disk at the run's peak: as many cells unpruned as jobs can run at once
-    (a profile's ``jobs``, else this machine's cores, `run --cores`'s default)."""
-    from matrixrl.disk import disk_at_peak
-    from matrixrl.snake.profiles import profile_config
-
-    jobs = profile_config(profile).get("jobs") if profile else None
-    in_flight = jobs if isinstance(jobs, int) else os.cpu_count() or 1
-    return disk_at_peak(cfg, in_flight).line()
+    out.print(found.disk, markup=False, soft_wrap=True)
+    out.print(found.closing_line(), markup=False, soft_wrap=True)
 
 
 def _pending(n: int) -> str:
@@ -288,138 +252,42 @@ def run(
 
         matrixrl run --profile profiles/slurm      # every job through SLURM
     """
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from matrixrl import layout as L
-    from matrixrl.snake.command import snakemake_command, write_configfile
-    from matrixrl.snake.events import TimeLeft
-    from matrixrl.snake.process import live_runs, run_with_events
+    from matrixrl.study import Study
 
-    cfg = _load(config, only, set_)
-    extra = ["--keep-going"] if keep_going else []
-    if profile:
-        extra += ["--profile", str(_check_profile(profile).resolve())]
-    results = Path(cfg.results_dir)
-    if unlock and (going := live_runs(results)):  # its lock is not stale: leave it, and its config
-        raise _fail(_locked_by(results, going))
-    results.mkdir(parents=True, exist_ok=True)
-    if L.store_path(results).exists():
-        from matrixrl.store import engine_at
-
-        engine_at(L.store_path(results)).dispose()  # a damaged store is set aside and rebuilt now, with a note
-    configfile = write_configfile(cfg, results / L.CONFIG_FILE)
+    study = Study.load(config, only=only or [], set=set_ or [])
     if unlock:
-        extra.append("--unlock")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    log_path = results / L.SNAKEMAKE_LOGS / f"{stamp}.log"
-    from matrixrl.models.devices import gpu_count
-
-    from matrixrl.status import job_statuses, stale_outputs
-
-    # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally,
-    # Snakemake's gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
-    statuses = [] if unlock else job_statuses(cfg)
-    for job in statuses:
-        if job["reason"] == "rebuild":
-            err.print(
-                f"note: {job['output']} reruns: evaluations of checkpoints that train.keep_checkpoints deleted "
-                "must be recomputed, so the cell retrains to rebuild them",
-                markup=False, soft_wrap=True,
-            )  # fmt: skip
-    stale = stale_outputs(statuses)
-    command = snakemake_command(cfg, configfile, cores, extra, gpus=None if profile else gpu_count(), stale=stale)
-    pending: dict[str, int] = {}
-    for job in statuses:
-        if job["status"] == "pending":
-            pending[job["rule"]] = pending.get(job["rule"], 0) + 1
-    clock = TimeLeft(pending, cores)
-
-    failures: list = []
-    state = {"nothing": False, "locked": False}
-    began = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    ) as progress:
+        study.unlock()
+        out.print(f"Unlocked {study.results_dir}.")
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err) as progress:
         bar = progress.add_task("jobs", total=None)
 
-        def on_event(event):
-            now = time.perf_counter()
+        def on_event(event, state) -> None:
             if event.kind == "start" and event.rule != "all":
                 progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}".rstrip())
-                clock.started(event.jobid, event.rule, now)
-            elif event.kind in ("finished", "failed"):
-                clock.finished(event.jobid, now)
             if event.kind in ("start", "finished", "failed"):
-                progress.update(bar, description=clock.describe(now))
-            if event.kind == "progress":
-                # Snakemake counts its target rule `all` as a step; the bar counts the grid's jobs, as plan does.
-                jobs = max(event.total - 1, 1)
-                progress.update(bar, completed=min(event.done, jobs), total=jobs)
-            elif event.kind == "failed":
-                failures.append(event)
-            elif event.kind in ("nothing", "locked"):
-                state[event.kind] = True
+                progress.update(bar, description=state.describe(time.perf_counter()), completed=state.done, total=state.total)
 
-        code = run_with_events(command, log_path, on_event)
-    elapsed = time.perf_counter() - began
-    if unlock:
-        if code:
-            raise _fail(f"snakemake --unlock failed; see {log_path}")
-        out.print(f"Unlocked {results}.")
-        return
-    if state["locked"]:
-        if going := live_runs(results):
-            raise _fail(_locked_by(results, going))
-        err.print(
-            f"Error: {results} is locked by another run. If none is running (a run was killed), "
-            "run `matrixrl run --unlock` and try again."
+        outcome = study.run(
+            cores=cores, keep_going=keep_going, profile=profile, on_event=on_event,
+            on_note=lambda note: err.print(note, markup=False, soft_wrap=True),
         )
-        raise typer.Exit(1)
-    if code:
-        from rich.markup import escape
-
-        from matrixrl.jobs.logfile import failure_cause
-
-        for failure in failures:
+    if not outcome.ok:
+        for failure in outcome.failures:
             where = f" ({failure.wildcards})" if failure.wildcards else ""
-            # Under a cluster profile Snakemake lists the job's own log, then the scheduler's.
-            cause = failure_cause(results / failure.log.split(", ")[0]) if failure.log else None
-            because = f": {escape(cause)}" if cause else ""
-            log_file = f"; log: {results / failure.log}" if failure.log else ""
+            because = f": {escape(failure.cause)}" if failure.cause else ""
+            log_file = f"; log: {failure.log}" if failure.log else ""
             err.print(f"[red]✗[/] job {failure.rule}{where} failed{because}{log_file}")
-        err.print(f"Error: the run failed after {elapsed:.0f} s; Snakemake's log: {log_path}")
+        err.print(f"Error: the run failed after {outcome.seconds:.0f} s; Snakemake's log: {outcome.log_path}")
         raise typer.Exit(1)
-    if state["nothing"]:
+    if outcome.nothing:
         out.print("Nothing to run: every job is done.")
     else:
-        out.print(f"Done in {elapsed:.0f} s. `matrixrl report` prints the tables.")
-
-
-def _check_profile(profile: Path) -> Path:
-    from matrixrl.errors import ProfileError
-    from matrixrl.snake.profiles import profile_config
-
-    if not profile.is_dir():
-        raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
-    profile_config(profile)  # readable and a mapping
-    return profile
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"Error: {message}")
-    return typer.Exit(1)
-
-
-def _locked_by(results: Path, runs: list[dict]) -> str:
-    """The error of a results folder whose lock a live `matrixrl run` holds (``runs``: snake.process.live_runs)."""
-    pids = [str(r["pid"]) for r in runs]
-    which = f"pid {pids[0]}" if len(pids) == 1 else f"pids {', '.join(pids)}"
-    it = "it" if len(pids) == 1 else "them"
-    return f"{results} is locked by a run that is still going ({which}); stop {it} (kill {' '.join(pids)}) or wait for {it}, then run again"
+        out.print(f"Done in {outcome.seconds:.0f} s. `matrixrl report` prints the tables.")
 
 
 # --- report -----------------------------------------------------------------------------

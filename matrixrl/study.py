@@ -3,6 +3,8 @@
     import matrixrl
 
     study = matrixrl.Study.load("experiments.yaml", only=["scale=tiny-s"])
+    study.plan().pending            # the jobs `matrixrl run` would run, and why
+    study.run(cores=2)              # run them (Snakemake), as `matrixrl run` does
     study.table("summary")          # the rows of `matrixrl report --table summary --format json`
     study.curves()                  # accuracy at every evaluated checkpoint, one row per (cell, step)
     study.figure("curves", task="arith").savefig("arith.png")
@@ -19,7 +21,7 @@ Problems a user can fix raise :class:`matrixrl.errors.UserError` subclasses
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,9 @@ from matrixrl.errors import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+
+    from matrixrl.planning import Plan
+    from matrixrl.runner import RunOutcome
 
     from matrixrl.report.plots import Study as PlotData
 
@@ -68,14 +73,18 @@ class Study:
     Build one with :meth:`load`. ``config`` is the whole grid (with ``set`` applied),
     ``selected`` the grid narrowed by ``only`` (``config`` itself without it): the
     cells every method reports. Comparisons still take their controls from the
-    whole grid, as ``matrixrl report --only`` does. ``only`` holds the ``--only``
-    strings, ``path`` the experiments file.
+    whole grid, as ``matrixrl report --only`` does. ``only`` and ``sets`` hold the
+    ``--only`` and ``--set`` strings, ``path`` the experiments file.
     """
 
-    def __init__(self, config: Config, selected: Config | None = None, only: Sequence[str] = (), path: str | Path | None = None):
+    def __init__(
+        self, config: Config, selected: Config | None = None, only: Sequence[str] = (), path: str | Path | None = None,
+        sets: Sequence[str] = (),
+    ):
         self.config = config
         self.selected = selected if selected is not None else config
         self.only = tuple(only)
+        self.sets = tuple(sets)
         self.path = Path(path) if path is not None else None  # the experiments file, if loaded from one
 
     @classmethod
@@ -98,7 +107,7 @@ class Study:
         only_options, set_options = _only_options(only), _set_options(set)
         config = load_config(path, sets=set_options)
         selected = load_config(path, sets=set_options, only=only_options) if only_options else None
-        return cls(config, selected, only_options, path)
+        return cls(config, selected, only_options, path, set_options)
 
     def __repr__(self) -> str:
         narrowed = f", only={list(self.only)}" if self.only else ""
@@ -168,6 +177,44 @@ class Study:
                 "evaluated": sum(j["status"] == "done" for j in evals), "checkpoints": len(evals), "status": status,
             })
         return pd.DataFrame(rows, columns=["cell", "run", "trained", "evaluated", "checkpoints", "status"])
+
+    # --- running it -------------------------------------------------------------------
+
+    def plan(self, profile: str | Path | None = None) -> Plan:
+        """Every job of the selected grid, done or pending and why, without running anything
+        (``matrixrl plan``; matrixrl.planning). ``profile``: a Snakemake profile folder, whose
+        resources per rule the plan then lists. Reads the result files, no results' contents."""
+        from matrixrl.planning import make_plan, run_command
+
+        command = run_command(self.path, list(self.only), list(self.sets))
+        return make_plan(self.selected, Path(profile) if profile is not None else None, command)
+
+    def run(
+        self, cores: int | None = None, *, keep_going: bool = False, profile: str | Path | None = None,
+        on_event: Callable | None = None, on_note: Callable[[str], None] | None = None,
+    ) -> RunOutcome:
+        """Run the selected grid's pending jobs through Snakemake, as ``matrixrl run`` does
+        (matrixrl.runner.run_grid); returns how it ended (``outcome.ok``, ``outcome.failures``).
+
+        ``cores``: how many jobs at once (default: this machine's CPUs); ``profile``: a
+        Snakemake profile folder (a cluster); ``on_event(event, progress)``: each event of
+        Snakemake's log and the run's progress; ``on_note(text)``: what the run says before it
+        starts. Raises ``RunLockedError`` while another run holds the results folder.
+        """
+        import os
+
+        from matrixrl.runner import run_grid
+
+        return run_grid(
+            self.selected, cores=cores or os.cpu_count() or 1, keep_going=keep_going,
+            profile=Path(profile) if profile is not None else None, on_event=on_event, on_note=on_note,
+        )
+
+    def unlock(self) -> None:
+        """Remove the lock a killed run left on the results folder (refused while that run lives)."""
+        from matrixrl.runner import unlock
+
+        unlock(self.selected)
 
     # --- report tables ----------------------------------------------------------------
 

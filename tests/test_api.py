@@ -269,3 +269,42 @@ def test_the_example_script_prints_the_readme_table_and_writes_a_plot(study: Pat
     assert rows[0].endswith("| same run as shared (one role) | — |")
     png = out / "curves-arith.png"
     assert lines[-1] == str(png) and matplotlib.image.imread(png).std() > 0
+
+
+# --- plan and run ---------------------------------------------------------------------------
+
+
+def test_plan_lists_the_selected_grid_and_the_command_that_runs_it(experiment: Path):
+    """Study.plan() is `matrixrl plan`'s data: every job with its status, and a closing line
+    that repeats the options the plan was made with (a narrowed --set grid is only run by them)."""
+    study = matrixrl.Study.load(experiment, only=["scale=tiny-s", "seed=0"], set={"train.steps": 4, "train.eval_every": 2})
+    found = study.plan()
+    assert {job["status"] for job in found.jobs} == {"pending"} and len(found.pending) == len(found.jobs)
+    assert {job["scale"] for job in found.jobs if job["scale"]} == {"tiny-s"}
+    assert found.closing_line() == (
+        f"{len(found.jobs)} jobs pending: `matrixrl run -c {experiment} --only scale=tiny-s --only seed=0 "
+        "--set train.steps=4 --set train.eval_every=2` runs them."
+    )
+    result = run_cli("plan", "-c", str(experiment), "--only", "scale=tiny-s", "--set", "grid.train.lr=[1.0e-4, 5.0e-5]")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1].endswith(
+        f"pending: `matrixrl run -c {experiment} --only scale=tiny-s --set 'grid.train.lr=[1.0e-4, 5.0e-5]'` runs them."
+    )
+
+
+@pytest.mark.slow
+def test_a_study_runs_its_pending_jobs_and_then_has_none(tmp_path: Path):
+    """Study.run() runs what Study.plan() lists, reporting each job and the progress as plan
+    counts it; afterwards nothing is pending and a second run has nothing to do."""
+    from test_e2e import small_experiment
+
+    study = matrixrl.Study.load(small_experiment(tmp_path))
+    pending = len(study.plan().pending)
+    seen = []
+    outcome = study.run(cores=2, on_event=lambda event, progress: seen.append((event.kind, progress.done, progress.total)))
+    assert outcome.ok and not outcome.nothing and outcome.failures == []
+    finished = [done for kind, done, _ in seen if kind == "finished"]
+    assert finished[-1] == pending and {total for _, _, total in seen} == {pending}
+    assert study.plan().pending == []
+    again = study.run(cores=2)
+    assert again.ok and again.nothing

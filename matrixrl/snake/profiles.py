@@ -81,3 +81,10 @@ def _cluster_profile(profile: str | None) -> bool:
         return False
     return str(executor) not in _LOCAL_EXECUTORS
 
+
+def check_profile(profile: Path) -> Path:
+    """``profile`` if it is a folder with a readable ``config.yaml`` mapping; else a one-line ProfileError."""
+    if not Path(profile).is_dir():
+        raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
+    profile_config(Path(profile))
+    return Path(profile)

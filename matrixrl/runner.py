@@ -1,0 +1,199 @@
+"""Running a grid's pending jobs through Snakemake: what ``matrixrl run`` and ``Study.run()`` do.
+
+:func:`run_grid` hands Snakemake the resolved config, the outputs matrixrl.status
+finds stale (``--forcerun``) and, locally, the machine's GPU count; it follows the
+run's log as events (matrixrl.snake.events) and returns a :class:`RunOutcome`. The
+progress it reports counts the grid's pending jobs as ``plan`` does (the job graph,
+matrixrl.dag), not Snakemake's steps. Signals stop the run as matrixrl.snake.process
+says (its jobs end, their checkpoints stay, the lock is released).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matrixrl import layout as L
+from matrixrl.config import Config
+from matrixrl.errors import UserError
+from matrixrl.snake.events import RunEvent, TimeLeft
+
+
+class RunLockedError(UserError):
+    """The results folder is locked by another run (alive, or killed and never unlocked)."""
+
+    exit_code = 1
+
+
+@dataclass
+class Failure:
+    """A job that failed: its rule and wildcards, what its log says went wrong, the log."""
+
+    rule: str
+    wildcards: str
+    cause: str | None
+    log: Path | None
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended. ``code``: Snakemake's exit status; ``nothing``: every job was done."""
+
+    code: int
+    seconds: float
+    log_path: Path
+    failures: list[Failure] = field(default_factory=list)
+    nothing: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+class RunProgress:
+    """A run as its progress line shows it: the grid's pending jobs done so far (as plan
+    counts them), the jobs running, and the time left (:class:`TimeLeft`)."""
+
+    def __init__(self, pending: dict[str, int], cores: int):
+        self.total = sum(pending.values())
+        self.done = 0
+        self.clock = TimeLeft(pending, cores)
+
+    def update(self, event: RunEvent, now: float) -> None:
+        if event.kind == "start" and event.rule != "all":
+            self.clock.started(event.jobid, event.rule, now)
+        elif event.kind in ("finished", "failed"):
+            self.clock.finished(event.jobid, now)
+            if event.kind == "finished" and event.rule != "all":
+                self.done += 1
+                self.total = max(self.total, self.done)
+
+    def describe(self, now: float) -> str:
+        return self.clock.describe(now)
+
+
+def locked_by(results: Path, runs: list[dict]) -> str:
+    """The error of a results folder whose lock a live `matrixrl run` holds (``runs``: live_runs)."""
+    pids = [str(r["pid"]) for r in runs]
+    which = f"pid {pids[0]}" if len(pids) == 1 else f"pids {', '.join(pids)}"
+    it = "it" if len(pids) == 1 else "them"
+    return f"{results} is locked by a run that is still going ({which}); stop {it} (kill {' '.join(pids)}) or wait for {it}, then run again"
+
+
+def run_grid(
+    config: Config,
+    *,
+    cores: int,
+    keep_going: bool = False,
+    profile: Path | None = None,
+    on_event: Callable[[RunEvent, RunProgress], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> RunOutcome:
+    """Run ``config``'s pending jobs; ``on_event`` sees every event of Snakemake's log with the
+    run's progress, ``on_note`` what the run says before it starts (a cell that retrains to
+    rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
+    results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
+    from matrixrl.models.devices import gpu_count
+    from matrixrl.snake.command import snakemake_command
+    from matrixrl.snake.profiles import check_profile
+    from matrixrl.status import job_statuses, stale_outputs
+
+    extra = ["--keep-going"] if keep_going else []
+    if profile is not None:
+        extra += ["--profile", str(check_profile(profile).resolve())]
+    results = Path(config.results_dir)
+    configfile = _prepare(config)
+    # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally, Snakemake's
+    # gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
+    statuses = job_statuses(config)
+    for job in statuses:
+        if job["reason"] == "rebuild" and on_note is not None:
+            on_note(
+                f"note: {job['output']} reruns: evaluations of checkpoints that train.keep_checkpoints deleted "
+                "must be recomputed, so the cell retrains to rebuild them"
+            )
+    command = snakemake_command(
+        config, configfile, cores, extra, gpus=None if profile else gpu_count(), stale=stale_outputs(statuses)
+    )
+    pending: dict[str, int] = {}
+    for job in statuses:
+        if job["status"] == "pending":
+            pending[job["rule"]] = pending.get(job["rule"], 0) + 1
+    progress = RunProgress(pending, cores)
+    failed: list[RunEvent] = []
+    seen = {"nothing": False, "locked": False}
+
+    def follow(event: RunEvent) -> None:
+        progress.update(event, time.perf_counter())
+        if event.kind == "failed":
+            failed.append(event)
+        elif event.kind in seen:
+            seen[event.kind] = True
+        if on_event is not None:
+            on_event(event, progress)
+
+    outcome = _snakemake(command, results, follow)
+    if seen["locked"]:
+        _raise_locked(results)
+    outcome.nothing = seen["nothing"]
+    if not outcome.ok:
+        outcome.failures = [_failure(results, event) for event in failed]
+    return outcome
+
+
+def unlock(config: Config) -> RunOutcome:
+    """Remove the lock a killed run left on ``config``'s results folder (refused while that run lives)."""
+    from matrixrl.snake.command import snakemake_command
+    from matrixrl.snake.process import live_runs
+
+    results = Path(config.results_dir)
+    if going := live_runs(results):  # its lock is not stale: leave it, and its config
+        raise RunLockedError(locked_by(results, going))
+    configfile = _prepare(config)
+    outcome = _snakemake(snakemake_command(config, configfile, 1, ["--unlock"]), results, lambda event: None)
+    if not outcome.ok:
+        raise RunLockedError(f"snakemake --unlock failed; see {outcome.log_path}")
+    return outcome
+
+
+def _prepare(config: Config) -> Path:
+    """The results folder ready for Snakemake (its store repaired, if damaged); the configfile it reads."""
+    from matrixrl.snake.command import write_configfile
+
+    results = Path(config.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    if L.store_path(results).exists():
+        from matrixrl.store import engine_at
+
+        engine_at(L.store_path(results)).dispose()  # a damaged store is set aside and rebuilt now, with a note
+    return write_configfile(config, results / L.CONFIG_FILE)
+
+
+def _snakemake(command: list[str], results: Path, on_event: Callable[[RunEvent], None]) -> RunOutcome:
+    from matrixrl.snake.process import run_with_events
+
+    log_path = results / L.SNAKEMAKE_LOGS / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
+    began = time.perf_counter()
+    code = run_with_events(command, log_path, on_event)
+    return RunOutcome(code=code, seconds=time.perf_counter() - began, log_path=log_path)
+
+
+def _raise_locked(results: Path) -> None:
+    from matrixrl.snake.process import live_runs
+
+    if going := live_runs(results):
+        raise RunLockedError(locked_by(results, going))
+    raise RunLockedError(
+        f"{results} is locked by another run. If none is running (a run was killed), "
+        "run `matrixrl run --unlock` and try again."
+    )
+
+
+def _failure(results: Path, event: RunEvent) -> Failure:
+    from matrixrl.jobs.logfile import failure_cause
+
+    # Under a cluster profile Snakemake lists the job's own log, then the scheduler's.
+    log = results / event.log.split(", ")[0] if event.log else None
+    return Failure(event.rule or "", event.wildcards, failure_cause(log) if log else None, results / event.log if event.log else None)
