@@ -6,7 +6,7 @@ separate ``torch.autograd.grad`` per agent. This benchmark checks both claims on
 current code, timing only the update (rollout and scoring excluded) on one fixed
 batch of episodes:
 
-- ``trainer update``: ``matrixrl.train.trainer.update_policy`` as training runs it: per
+- ``trainer update``: ``matrixrl.train.update.update_policy`` as training runs it: per
   parameter set, one forward + backward per agent, ``.grad`` differencing, then
   ``gradient_diagnostics`` (norms, cosines, amplification), clipping, optimizer step.
 - ``per-agent, no diagnostics`` (the reference): the same update with
@@ -152,7 +152,8 @@ def main() -> None:
 
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy, load_causal_lm
-    from matrixrl.train.trainer import make_optimizers, update_policy
+    from matrixrl.train.trainer import make_optimizers
+    from matrixrl.train.update import update_policy
 
     torch.set_num_threads(1)
     cfg = train_config()

@@ -11,7 +11,7 @@ The model loads as a job loads its scale (``ModelSource``: bfloat16 on a GPU wit
   tokens, ``--new`` tokens each (no row stops early: the steady state of a full
   batch). Prefill and decoding are timed apart; the model FLOPs of a token are
   ≈ 2·N in either.
-- ``update``: one GRPO update as the trainer takes it (``trainer.update_policy``
+- ``update``: one GRPO update as the trainer takes it (``update.update_policy``
   over ``--batch`` turns of ``--prompt`` + ``--new`` tokens with nonzero advantages,
   optimizers from ``trainer.make_optimizers``): forward, backward, clipping, AdamW.
   Model FLOPs per token ≈ 6·N (full fine-tuning; 4·N under LoRA, whose frozen
@@ -127,7 +127,8 @@ def main() -> None:
     from matrixrl.models.hf import ModelSource, resolve_device, resolve_dtype
     from matrixrl.models.policies import build_policy
     from matrixrl.train.rollout import SampledChooser, decode
-    from matrixrl.train.trainer import make_optimizers, update_policy
+    from matrixrl.train.trainer import make_optimizers
+    from matrixrl.train.update import update_policy
     from matrixrl.workflows.base import Completion, Episode, Turn
 
     hf_logging.disable_progress_bar()

@@ -57,7 +57,8 @@ def main() -> None:
     from matrixrl.models.policies import FullPolicy, build_policy, load_causal_lm
     from matrixrl.train.interventions import Damper, needs_reference
     from matrixrl.train.rewards import assign_advantages
-    from matrixrl.train.trainer import make_optimizers, update_policy
+    from matrixrl.train.trainer import make_optimizers
+    from matrixrl.train.update import update_policy
 
     torch.set_num_threads(1)
     base_cfg = train_config()

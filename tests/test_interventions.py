@@ -17,7 +17,7 @@ from matrixrl.settings import science
 from matrixrl.tasks.base import Problem
 from matrixrl.train.interventions import Damper, kl_k3
 from matrixrl.train.rewards import assign_advantages
-from matrixrl.train.trainer import _damp, update_policy
+from matrixrl.train.update import _damp, update_policy
 from matrixrl.workflows.base import Completion, Episode, Turn
 from test_policies import MODES, ROLES, base, episodes_for, fresh_policy, snapshot  # noqa: F401 (base: a fixture)
 

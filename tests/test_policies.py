@@ -10,7 +10,7 @@ from matrixrl.models.hf import ModelSource
 from matrixrl.models.policies import build_policy, load_policy
 from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
 from matrixrl.tasks.base import Problem
-from matrixrl.train.trainer import update_policy
+from matrixrl.train.update import update_policy
 from matrixrl.workflows.base import Completion, Episode, Turn
 
 ROLES = ("generator", "aggregator")

@@ -25,7 +25,7 @@ from matrixrl.tasks.base import Problem
 from matrixrl.train import diagnostics as D
 from matrixrl.train.grpo import TurnBatch, completion_logps
 from matrixrl.train.interventions import kl_k3
-from matrixrl.train.trainer import micro_batches, update_policy
+from matrixrl.train.update import micro_batches, update_policy
 from matrixrl.workflows.base import Completion, Episode, Turn
 
 ROLES = ("generator", "aggregator")

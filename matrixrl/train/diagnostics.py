@@ -8,7 +8,7 @@ This module turns one update's per-agent gradient vectors into long-format rows;
 
 Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad``)
 ---------------------------------------------------------------------------------
-``trainer.update_policy`` already splits a step into sub-batches whose losses add up to
+``update.update_policy`` already splits a step into sub-batches whose losses add up to
 the step's loss (``clipped_loss`` divides by the step's total token count, so the
 loss is additive over turns). Each agent's turns get their own backward passes, and
 :class:`AgentGradients` takes a snapshot of the accumulated ``.grad`` after each

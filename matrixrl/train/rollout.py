@@ -33,7 +33,7 @@ shape picks the kernels, and their rounding can flip a close sample: there a
 non-default ``eval.batch_size`` is part of the evaluation's spec, grid.eval_science.)
 
 Training rollouts record each sampled token's log-probability (``SampledChooser``):
-the update compares its own with it (the log-probability gap, trainer.update_policy).
+the update compares its own with it (the log-probability gap, update.update_policy).
 A model computing in bfloat16 decodes inside one ``compute_context`` per call, so
 its float32 weights are cast once per call, not once per token.
 """
