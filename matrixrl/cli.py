@@ -94,10 +94,13 @@ EXPERIMENTS = Path("experiments.yaml")
 # --- plan -------------------------------------------------------------------------------
 
 
+CoresOpt = Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")]
+
+
 @command
 def plan(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
-    profile: ProfileOpt = None,
+    profile: ProfileOpt = None, cores: CoresOpt = os.cpu_count() or 1,
     format: Annotated[
         OutputFormat,
         typer.Option(
@@ -119,7 +122,7 @@ def plan(
     """
     from matrixrl.study import Study
 
-    found = Study.load(config, only=only or [], set=set_ or []).plan(profile=profile)
+    found = Study.load(config, only=only or [], set=set_ or []).plan(profile=profile, cores=cores)
     if format is OutputFormat.json:
         print(json.dumps(found.jobs, indent=1))
         return
@@ -174,6 +177,8 @@ def _print_plan(found, profile: Path | None) -> None:
             "under isolated as under shared); the report shows them under both."
         )
     out.print(found.disk, markup=False, soft_wrap=True)
+    if found.estimate is not None:
+        out.print(found.estimate.line(), markup=False, soft_wrap=True)
     out.print(found.closing_line(), markup=False, soft_wrap=True)
 
 
@@ -228,7 +233,7 @@ def stops_on_signals(command):
 @stops_on_signals
 def run(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
-    cores: Annotated[int, typer.Option("--cores", min=1, help="CPU cores Snakemake may use at once.")] = os.cpu_count() or 1,
+    cores: CoresOpt = os.cpu_count() or 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on with independent jobs when one fails.")] = False,
     unlock: Annotated[
         bool, typer.Option("--unlock", help="Remove a stale lock left by a killed run, then exit (refused while that run is alive).")

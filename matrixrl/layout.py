@@ -42,6 +42,8 @@ CONFIG_FILE = ".matrixrl/config.yaml"
 PLOTS_DIR = "plots"
 SNAKEMAKE_LOGS = "logs/snakemake"
 RUNS_DIR = ".matrixrl/runs"
+LAST_RUN_FILE = ".matrixrl/last-run.json"
+"""What the last `matrixrl run` took beyond its jobs (Snakemake's start, the job server's imports): plan's estimate adds it."""
 SNAKEMAKE_LOCKS = ".snakemake/locks"
 
 TRAIN_RESULTS = "cells/*/train.json"

@@ -35,6 +35,7 @@ class Plan:
     resources: dict[str, dict] | None = None  # rule → what it requests under the profile
     disk: str = ""  # the checkpoints' disk at the run's peak
     run_command: str = "matrixrl run"
+    estimate: Estimate | None = None  # what the pending jobs will take (None: nothing pending)
 
     @property
     def pending(self) -> list[dict]:
@@ -92,17 +93,22 @@ def run_command(path: Path | None, only: list[str], sets: list[str], default: Pa
     return " ".join(shlex.quote(word) for word in words)
 
 
-def make_plan(config: Config, profile: Path | None = None, command: str = "matrixrl run") -> Plan:
+def make_plan(config: Config, profile: Path | None = None, command: str = "matrixrl run", cores: int | None = None) -> Plan:
     """Every job of ``config``'s grid with its status (matrixrl.status), the resources each
-    rule requests under ``profile``, and the checkpoints' disk at the run's peak."""
+    rule requests under ``profile``, the checkpoints' disk at the run's peak, and what the
+    pending jobs will take on ``cores`` (default: this machine's) from the costs recorded."""
     from matrixrl import grid as G
+    from matrixrl.dag import Graph
     from matrixrl.disk import disk_at_peak
     from matrixrl.snake.profiles import check_profile, profile_config, rule_resources
     from matrixrl.status import job_statuses
 
     if profile is not None:
         check_profile(profile)
-    jobs = job_statuses(config)
+    graph = Graph(config)
+    costs: dict[str, dict] = {}
+    jobs = job_statuses(config, graph.jobs, costs)
+    cores = cores or os.cpu_count() or 1
     resources = None
     if profile is not None:
         resources = rule_resources(profile, list(dict.fromkeys(job["rule"] for job in jobs)))
@@ -119,4 +125,145 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         resources=resources,
         disk=disk_at_peak(config, in_flight).line(),
         run_command=command,
+        estimate=estimate(graph.jobs, jobs, costs, cores, last_overhead(config)) if any(
+            job["status"] == "pending" for job in jobs
+        ) else None,
     )
+
+
+def last_overhead(config: Config) -> float:
+    """What the last run of this results folder took beyond its jobs (0 if none is recorded)."""
+    import json
+
+    from matrixrl import layout as L
+
+    try:
+        return max(0.0, float(json.loads((Path(config.results_dir) / L.LAST_RUN_FILE).read_text())["overhead"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+# --- what the pending jobs will cost ---------------------------------------------------------
+
+
+@dataclass
+class Estimate:
+    """What the pending jobs of a plan will take, from the costs recorded by earlier jobs of
+    the same kind and scale (matrixrl.results.Cost).
+
+    ``wall_seconds``: the pending jobs scheduled on ``cores`` as Snakemake would (each when its
+    inputs exist, the higher priority first), plus the overhead of a run measured by the last
+    one (Snakemake's start, the job server's imports). ``gpu_hours``: the GPU jobs' time.
+    ``timed``: pending jobs whose kind and scale had history; ``untimed``: (kind, scale) of
+    those that had none, counted nowhere.
+    """
+
+    wall_seconds: float
+    gpu_hours: float
+    cores: int
+    timed: int
+    untimed: dict[tuple[str, str], int]
+    overhead: float
+
+    def line(self) -> str:
+        from matrixrl.snake.events import _duration
+
+        if not self.timed:
+            return (
+                "estimate: no recorded job of these kinds and scales yet; run a pilot (one seed, fewer steps: "
+                "--only seed=0 --set train.steps=10) and plan again"
+            )
+        gpu = f"; {self.gpu_hours:.1f} GPU-hours" if self.gpu_hours else ""
+        missing = ""
+        if self.untimed:
+            kinds = ", ".join(f"{n} {rule} ({scale})" for (rule, scale), n in self.untimed.items())
+            missing = f"; not counted, no history: {kinds}"
+        return f"estimate: about {_duration(self.wall_seconds)} on {self.cores} cores{gpu}, from recorded jobs{missing}"
+
+
+# Jobs that run in Snakemake's process take a moment (a copy, a few deletions), not worth timing.
+_UNTIMED_LOCAL = 0.0
+
+
+def _what(job) -> tuple[str | None, str | None]:
+    """A job's workflow and task, where its spec says them (jobs of a cell or its base evaluation)."""
+    spec = job.spec
+    cell = getattr(getattr(spec, "cell", None), "cell", None) or getattr(spec, "cell", None)
+    return getattr(cell, "workflow", None), getattr(cell, "task", None)
+
+
+def _history(jobs, costs: dict[str, dict]) -> dict[tuple, list[float]]:
+    """Recorded durations by (kind, scale, workflow, task) and coarser keys; a training's per step."""
+    found: dict[tuple, list[float]] = {}
+    for job in jobs:
+        cost = costs.get(job.output)
+        if cost is None:
+            continue
+        seconds = float(cost["seconds"])
+        if job.rule == "train":
+            if not cost.get("steps"):
+                continue  # a resumed training that ran no step tells nothing of one
+            seconds /= cost["steps"]
+        workflow, task = _what(job)
+        for key in ((job.rule, job.scale, workflow, task), (job.rule, job.scale, workflow), (job.rule, job.scale)):
+            found.setdefault(key, []).append(seconds)
+    return found
+
+
+def _duration_of(job, history: dict[tuple, list[float]]) -> float | None:
+    if not job.kind.forked:
+        return _UNTIMED_LOCAL
+    workflow, task = _what(job)
+    for key in ((job.rule, job.scale, workflow, task), (job.rule, job.scale, workflow), (job.rule, job.scale)):
+        if key in history:
+            mean = sum(history[key]) / len(history[key])
+            return mean * job.spec.train.steps if job.rule == "train" else mean
+    return None
+
+
+def makespan(jobs, durations: dict[str, float], cores: int) -> float:
+    """How long ``jobs`` (each after the jobs of ``jobs`` whose outputs it reads) take on
+    ``cores`` slots when each starts as soon as its inputs exist and a slot is free, the
+    higher priority first, then in the graph's order: Snakemake's way, roughly."""
+    import heapq
+
+    outputs = {job.output for job in jobs}
+    waiting = {job.output: {i for i in job.inputs if i in outputs} for job in jobs}
+    order = {job.output: n for n, job in enumerate(jobs)}
+    by_output = {job.output: job for job in jobs}
+    ready = [(-job.kind.priority, order[job.output], job.output) for job in jobs if not waiting[job.output]]
+    heapq.heapify(ready)
+    running: list[tuple[float, str]] = []  # (end, output)
+    now = 0.0
+    readers: dict[str, list[str]] = {}
+    for job in jobs:
+        for i in waiting[job.output]:
+            readers.setdefault(i, []).append(job.output)
+    while ready or running:
+        while ready and len(running) < cores:
+            _, _, output = heapq.heappop(ready)
+            heapq.heappush(running, (now + durations.get(output, 0.0), output))
+        now, done = heapq.heappop(running)
+        for reader in readers.get(done, []):
+            waiting[reader].discard(done)
+            if not waiting[reader]:
+                job = by_output[reader]
+                heapq.heappush(ready, (-job.kind.priority, order[reader], reader))
+    return now
+
+
+def estimate(jobs, rows: list[dict], costs: dict[str, dict], cores: int, overhead: float = 0.0) -> Estimate:
+    """The :class:`Estimate` of the pending jobs among ``jobs`` (their statuses ``rows``), from ``costs``."""
+    history = _history(jobs, costs)
+    pending = [job for job, row in zip(jobs, rows) if row["status"] == "pending"]
+    durations, untimed = {}, {}
+    for job in pending:
+        seconds = _duration_of(job, history)
+        if seconds is None:
+            untimed[(job.rule, job.scale)] = untimed.get((job.rule, job.scale), 0) + 1
+            continue
+        durations[job.output] = seconds
+    timed = sum(1 for job in pending if job.kind.forked and job.output in durations)
+    gpu_seconds = sum(durations[job.output] for job in pending if job.gpus and job.output in durations)
+    wall = makespan(pending, durations, cores) + (overhead if pending else 0.0)
+    return Estimate(wall, gpu_seconds / 3600, cores, timed, untimed, overhead)

@@ -44,6 +44,20 @@ class ResultModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class Cost(ResultModel):
+    """What the job that wrote a result cost (matrixrl.jobs.cost): plan's estimates and
+    ``report --table cost`` read it. Written near the top of its file, where ``plan``
+    reads a result's digests without parsing the rest."""
+
+    seconds: NonNegative  # the job process's wall time, loading included
+    scale: str  # the scale (model) it ran
+    device: str  # "cpu", or the name of the GPU it ran on
+    peak_rss_bytes: Count  # the process's peak resident memory (its server's preloaded modules included)
+    peak_gpu_bytes: Count | None = None  # torch.cuda.max_memory_allocated, on a GPU
+    tokens: Count = 0  # tokens generated (every role's completions)
+    steps: Count | None = None  # a training: the steps this job ran (a resumed one ran the last of them)
+
+
 class BaseResult(ResultModel):
     scale: str
     params: Count
@@ -51,6 +65,7 @@ class BaseResult(ResultModel):
     seconds: NonNegative
     model: str | None = None  # an hf scale's folder or hub id
     spec_digest: str | None = None  # BaseSpec.digest() of the spec it was prepared under
+    cost: Cost | None = None  # None in files written before costs were recorded
 
 
 class RoleMetric(ResultModel):
@@ -71,6 +86,7 @@ class EvalResult(ResultModel):
     n: Positive  # problems
     n_correct: Count  # correct completions, out of n * samples
     seconds: NonNegative
+    cost: Cost | None = None  # None for a copy of the base model's evaluation, and in files from before costs
     roles: list[RoleMetric] = []
     samples: Positive = 1  # completions per problem
     se: NonNegative | None = None  # std of per-problem accuracies / sqrt(n); None in files written before it
@@ -112,6 +128,7 @@ class TrajectoriesResult(ResultModel):
     task: str
     scale: str
     samples: Positive  # per problem: 1 greedy (or at memory.temperature), more sampled for self-contrast
+    cost: Cost | None = None
     trajectories: list[dict]  # matrixrl.memory.Trajectory.to_dict()
     accuracy: Fraction
     seconds: NonNegative
@@ -123,6 +140,7 @@ class LabelsResult(ResultModel):
 
     task: str
     labeller: str
+    cost: Cost | None = None
     labels: dict[str, dict]  # problem id -> matrixrl.memory.Label.to_dict()
     replies: dict[str, str]  # problem id -> the labeller's reply, as read
     seconds: NonNegative
@@ -148,6 +166,7 @@ class DistilledResult(ResultModel):
     memory: str  # own-SCALE, self_contrast-SCALE, memcollab
     mode: str  # own, self_contrast, memcollab (transfer reads another model's own)
     distiller: str  # the scale that distilled
+    cost: Cost | None = None
     pairs: Count
     entries: list[dict]  # {text, problem_id, question, models, distiller}: Entry less label and mode
     prompts: list[DistillPrompt]
@@ -196,6 +215,7 @@ class TrainResult(ResultModel):
     axes: dict[str, str | int]  # the five axes of its cell (matrixrl.store checks them: config is no import here)
     steps: Count
     spec_digest: str | None = None  # CellSpec.train_digest() of the spec it was trained under
+    cost: Cost | None = None  # None in files written before costs were recorded
     metrics: list[StepMetrics]
     diagnostics: list[DiagnosticRow] = []  # absent from files written before diagnostics existed
     roles: list[RoleMetric] = []

@@ -95,6 +95,7 @@ def run_grid(
     run's progress, ``on_note`` what the run says before it starts (a cell that retrains to
     rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
     results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
+    from matrixrl.dag import Graph
     from matrixrl.models.devices import gpu_count
     from matrixrl.snake.command import snakemake_command
     from matrixrl.snake.profiles import check_profile
@@ -107,7 +108,8 @@ def run_grid(
     configfile = _prepare(config)
     # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally, Snakemake's
     # gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
-    statuses = job_statuses(config)
+    graph = Graph(config)
+    statuses = job_statuses(config, graph.jobs)
     for job in statuses:
         if job["reason"] == "rebuild" and on_note is not None:
             on_note(
@@ -140,7 +142,27 @@ def run_grid(
     outcome.nothing = seen["nothing"]
     if not outcome.ok:
         outcome.failures = [_failure(results, event) for event in failed]
+    elif not outcome.nothing and profile is None:
+        _record_overhead(config, graph.jobs, statuses, cores, outcome.seconds)
     return outcome
+
+
+def _record_overhead(config: Config, jobs, before: list[dict], cores: int, seconds: float) -> None:
+    """Write what the run took beyond its jobs (its wall time less theirs, scheduled on its
+    cores as matrixrl.planning.makespan does): the next plan's estimate adds it."""
+    import json
+
+    from matrixrl import atomic
+    from matrixrl.planning import makespan
+    from matrixrl.status import job_statuses
+
+    costs: dict[str, dict] = {}
+    job_statuses(config, jobs, costs)
+    ran = [job for job, row in zip(jobs, before) if row["status"] == "pending"]
+    durations = {job.output: float(costs[job.output]["seconds"]) for job in ran if job.output in costs}
+    span = makespan(ran, durations, cores)
+    record = {"seconds": seconds, "makespan": span, "overhead": max(0.0, seconds - span), "cores": cores, "jobs": len(ran)}
+    atomic.write_text(Path(config.results_dir) / L.LAST_RUN_FILE, json.dumps(record, indent=1))
 
 
 def unlock(config: Config) -> RunOutcome:

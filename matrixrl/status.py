@@ -50,13 +50,17 @@ REASONS = ("missing", "incomplete", "unreadable", "changed", "rebuild", "upstrea
 _STALE = {"incomplete", "unreadable", "changed", "rebuild"}  # the output exists, yet must be recomputed: --forcerun
 
 
-def job_statuses(config: Config, jobs: list[Job] | None = None) -> list[dict]:
+def job_statuses(config: Config, jobs: list[Job] | None = None, costs: dict[str, dict] | None = None) -> list[dict]:
     """Every job of the grid (matrixrl.dag) as a row: rule, cell, scale, step, status (done
-    or pending), the reason it is pending (:data:`REASONS`) and its output."""
+    or pending), the reason it is pending (:data:`REASONS`) and its output.
+
+    ``costs``: filled with the ``cost`` each existing output records (matrixrl.results.Cost,
+    as a dict), by output, done or not: what plan's estimate learns from."""
     jobs = Graph(config).jobs if jobs is None else jobs
     results = Path(config.results_dir)
     incomplete = _incomplete_outputs(results)
-    own = {job.output: _own_reason(results, job, incomplete) for job in jobs}
+    costs = {} if costs is None else costs
+    own = {job.output: _own_reason(results, job, incomplete, costs) for job in jobs}
     rebuilds = _rebuilds(results, jobs, own)
     pending: set[str] = set()
     rows = []
@@ -98,11 +102,13 @@ def stale_outputs(rows: list[dict]) -> list[str]:
     return [row["output"] for row in rows if row["reason"] in _STALE]
 
 
-def _own_reason(results: Path, job: Job, incomplete: set[str]) -> str | None:
+def _own_reason(results: Path, job: Job, incomplete: set[str], costs: dict[str, dict]) -> str | None:
     try:
         recorded = _recorded(results / job.output)
     except FileNotFoundError:
         return "missing"
+    if isinstance(recorded, dict) and isinstance(recorded.get("cost"), dict):
+        costs[job.output] = recorded["cost"]
     if job.output in incomplete:
         return "incomplete"
     if job.rule == "analyse" and isinstance(recorded, list):
@@ -121,10 +127,12 @@ def _own_reason(results: Path, job: Job, incomplete: set[str]) -> str | None:
 # file come before its per-step metrics, and evaluations are small.
 _HEAD_BYTES = 1 << 16
 _FIELD = re.compile(rb'"(spec_digest|base_eval)": (null|"[^"]*")')
+_COST = re.compile(rb'"cost": (null|\{[^{}]*\})')  # matrixrl.results.Cost: flat, near the top
 
 
 def _recorded(path: Path) -> dict | list | None:
-    """The digests a result file records (``{}`` if none), or None where it is no result file.
+    """The digests a result file records (``{}`` if none) and its ``cost``, or None where it is
+    no result file.
 
     Every result file is written whole and renamed into place (matrixrl.atomic), so a
     file that ends as JSON does and names its digest is one; anything else is parsed."""
@@ -137,6 +145,8 @@ def _recorded(path: Path) -> dict | list | None:
             tail = head
     found = {name.decode(): json.loads(value) for name, value in _FIELD.findall(head)}
     if "spec_digest" in found and tail.rstrip().endswith(b"}"):
+        if cost := _COST.search(head):
+            found["cost"] = json.loads(cost.group(1))
         return found
     try:
         data = json.loads(path.read_bytes())
@@ -146,7 +156,7 @@ def _recorded(path: Path) -> dict | list | None:
         return data
     if not isinstance(data, dict):
         return None
-    return {name: data.get(name) for name in ("spec_digest", "base_eval") if name in data}
+    return {name: data.get(name) for name in ("spec_digest", "base_eval", "cost") if name in data}
 
 
 def _snakemake_key(subject: Path, output: str) -> Path:

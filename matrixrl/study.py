@@ -180,14 +180,15 @@ class Study:
 
     # --- running it -------------------------------------------------------------------
 
-    def plan(self, profile: str | Path | None = None) -> Plan:
+    def plan(self, profile: str | Path | None = None, cores: int | None = None) -> Plan:
         """Every job of the selected grid, done or pending and why, without running anything
         (``matrixrl plan``; matrixrl.planning). ``profile``: a Snakemake profile folder, whose
-        resources per rule the plan then lists. Reads the result files, no results' contents."""
+        resources per rule the plan then lists; ``cores``: the cores its time estimate
+        assumes (default: this machine's). Reads the result files' digests and costs only."""
         from matrixrl.planning import make_plan, run_command
 
         command = run_command(self.path, list(self.only), list(self.sets))
-        return make_plan(self.selected, Path(profile) if profile is not None else None, command)
+        return make_plan(self.selected, Path(profile) if profile is not None else None, command, cores)
 
     def run(
         self, cores: int | None = None, *, keep_going: bool = False, profile: str | Path | None = None,

@@ -454,7 +454,7 @@ def test_the_schema_version_changes_with_the_tables() -> None:
     from matrixrl.store.schema import SCHEMA_VERSION, _expected_columns
 
     tables = hashlib.sha256(json.dumps(_expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
-    assert (SCHEMA_VERSION, tables) == (7, "74ede0893623"), (
+    assert (SCHEMA_VERSION, tables) == (8, "4c4e74c03a3d"), (
         "the store's tables changed: bump matrixrl.store.SCHEMA_VERSION, then update this pair"
     )
 

@@ -38,6 +38,7 @@ from matrixrl import grid as G
 from matrixrl import layout as L
 from matrixrl.errors import UserError
 from matrixrl.grid import CellSpec, MemoryEvalSpec
+from matrixrl.jobs.cost import Meter
 from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import EvalResult, MemoryEvalResult, read_result, write_result
 from matrixrl.workflows.styles import PromptGuide
@@ -92,7 +93,7 @@ def copy_base_eval(spec: CellSpec, source: Path, output: Path, log=print) -> Eva
     """A cell's step 0: the shared evaluation of its base model (``evaluate_base``), under the cell's name."""
     base = read_result(Path(source), EvalResult)
     result = base.model_copy(
-        update={"cell": spec.cell.id, "seconds": 0.0, "spec_digest": spec.eval_digest(), "base_eval": base.spec_digest}
+        update={"cell": spec.cell.id, "seconds": 0.0, "cost": None, "spec_digest": spec.eval_digest(), "base_eval": base.spec_digest}
     )
     write_result(output, result)
     log(f"{spec.cell.id} step 0: accuracy {result.accuracy:.3f}, the base model's evaluation ({source})")
@@ -133,7 +134,7 @@ def copy_base_memory_eval(spec: MemoryEvalSpec, source: Path, output: Path, log=
     base = read_result(Path(source), MemoryEvalResult)
     # The base evaluation serves every mode that reads its bank (own of one scale, transfer of the
     # other, when both load one model): the copy names this cell's mode.
-    update = {"cell": spec.cell.cell.id, "memory": spec.mode, "seconds": 0.0, "spec_digest": spec.digest()}
+    update = {"cell": spec.cell.cell.id, "memory": spec.mode, "seconds": 0.0, "cost": None, "spec_digest": spec.digest()}
     result = base.model_copy(update={**update, "base_eval": base.spec_digest})
     write_result(output, result)
     log(f"{spec.cell.cell.id} step 0 with {spec.mode}: accuracy {result.accuracy:.3f}, the base model's ({source})")
@@ -154,7 +155,7 @@ def _evaluate(
     from matrixrl.train.rewards import score_episodes
 
     torch.set_num_threads(spec.eval.threads)
-    began = time.perf_counter()
+    meter = Meter(spec.cell.scale)
     cell = build_cell(spec, base_dir, device=device)
     task, workflow = cell.task, cell.workflow
     policy = cell.new_policy() if checkpoint is None else cell.load_policy(checkpoint)
@@ -186,7 +187,8 @@ def _evaluate(
         n_correct=int(correct.sum()),
         se=float(per_problem.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
         pass_at=pass_at(correct, k),
-        seconds=time.perf_counter() - began,
+        seconds=time.perf_counter() - meter.began,
+        cost=meter.cost(tokens=sum(len(t.completion.completion_ids) for e in episodes for t in e.turns)),
         roles=role_metrics(episodes, task, scores),
         spec_digest=digest or spec.eval_digest(),
         response_tokens=float(np.mean([sum(len(t.completion.completion_ids) for t in e.turns) for e in episodes])),

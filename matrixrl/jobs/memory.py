@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from matrixrl.errors import UserError
+from matrixrl.jobs.cost import Meter
 from matrixrl.memory import (
     Entry,
     Label,
@@ -86,10 +87,13 @@ class _Model:
     tokenizer: object
     style: object
     generate_with: object  # (max_new_tokens, temperature, seed) -> generate
+    tokens: int = 0  # generated so far: the job's cost
 
     def replies(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0, seed: int | None = None):
         generate = self.generate_with(max_new_tokens, temperature, seed)
-        return generate("generator", prompts)
+        completions = generate("generator", prompts)
+        self.tokens += sum(len(c.completion_ids) for c in completions)
+        return completions
 
 
 def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, threads: int) -> _Model:
@@ -143,7 +147,8 @@ def collect_seed(seed: int, scale: str) -> int:
 
 @_on_its_gpu
 def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> TrajectoriesResult:
-    began = time.perf_counter()
+    meter = Meter(spec.model.name)
+    began = meter.began
     task = _task(spec)
     problems = building_problems(task, spec.problems, spec.seed, spec.task_name)
     model = _load(spec.model, base_dir, task.family, spec.prompts, spec.batch_size, spec.threads)
@@ -162,6 +167,7 @@ def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> Traje
     result = TrajectoriesResult(
         task=spec.task_name, scale=spec.model.name, samples=k, trajectories=[t.to_dict() for t in trajectories],
         accuracy=float(np.mean(scores)), seconds=time.perf_counter() - began, spec_digest=spec.digest(),
+        cost=meter.cost(tokens=model.tokens),
     )
     write_result(output, result)
     log(
@@ -173,7 +179,8 @@ def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> Traje
 
 @_on_its_gpu
 def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsResult:
-    began = time.perf_counter()
+    meter = Meter(spec.model.name)
+    began = meter.began
     task = _task(spec)
     problems = building_problems(task, spec.problems, spec.seed, spec.task_name) + task.eval_problems()
     problems = list({p.id: p for p in problems}.values())
@@ -183,7 +190,7 @@ def label(spec: LabelSpec, base_dir: Path, output: Path, log=print) -> LabelsRes
     result = LabelsResult(
         task=spec.task_name, labeller=spec.model.name, labels={pid: lab.to_dict() for pid, lab in labels.items()},
         replies={p.id: reply for p, reply in zip(problems, replies)}, seconds=time.perf_counter() - began,
-        spec_digest=spec.digest(),
+        spec_digest=spec.digest(), cost=meter.cost(tokens=model.tokens),
     )
     write_result(output, result)
     distinct = len({str(lab) for lab in labels.values()})
@@ -199,7 +206,8 @@ def _label_replies(model: _Model, problems: list[Problem], family: str, max_new_
 
 @_on_its_gpu
 def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: Path, log=print) -> DistilledResult:
-    began = time.perf_counter()
+    meter = Meter(spec.model.name)
+    began = meter.began
     task = _task(spec)
     answers = {p.id: p for p in building_problems(task, spec.problems, spec.seed, spec.task_name)}
     trajectories = [
@@ -231,7 +239,7 @@ def distill(spec: DistillSpec, base_dir: Path, collections: list[Path], output: 
     result = DistilledResult(
         task=spec.task_name, memory=spec.bank, mode=spec.mode, distiller=spec.model.name, pairs=len(pairs),
         entries=entries, prompts=prompts, dropped=dropped, seconds=time.perf_counter() - began,
-        spec_digest=spec.digest(),
+        spec_digest=spec.digest(), cost=meter.cost(tokens=model.tokens),
     )
     write_result(output, result)
     log(

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from matrixrl.grid import BaseSpec
+from matrixrl.jobs.cost import Meter
 from matrixrl.results import BaseResult, write_result
 
 
@@ -22,7 +23,8 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
     from matrixrl.train.warmstart import warm_start
     from matrixrl.workflows import WORKFLOWS, build_workflow
 
-    began = time.perf_counter()
+    meter = Meter(spec.scale_name)
+    began = meter.began
     torch.set_num_threads(1)
     scale, ws = spec.scale, spec.scale.warmstart
     tokenizer = build_char_tokenizer()
@@ -60,7 +62,8 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     result = BaseResult(
-        scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began, spec_digest=spec.digest()
+        scale=spec.scale_name, params=n_params, warmstart_loss=loss, seconds=time.perf_counter() - began, spec_digest=spec.digest(),
+        cost=meter.cost(),
     )
     write_result(output, result)
     return result
@@ -77,7 +80,8 @@ def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
     from matrixrl.errors import ModelLoadError
     from matrixrl.models.hf import model_source
 
-    began = time.perf_counter()
+    meter = Meter(spec.scale_name)
+    began = meter.began
     source = model_source(spec.scale_name, spec.scale, Path(), device="cpu")
     tokenizer = source.load_tokenizer()
     if spec.scale.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
@@ -89,7 +93,7 @@ def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
     log(f"{spec.scale_name}: {spec.scale.path} loads ({n_params:,} parameters, {spec.scale.prompt_style} prompts)")
     result = BaseResult(
         scale=spec.scale_name, params=n_params, warmstart_loss=None, seconds=time.perf_counter() - began,
-        model=spec.scale.path, spec_digest=spec.digest(),
+        model=spec.scale.path, spec_digest=spec.digest(), cost=meter.cost(),
     )
     write_result(output, result)
     return result

@@ -20,14 +20,23 @@ def train(
     spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=print, memory: tuple[Path, Path] | None = None
 ) -> TrainResult:
     """``memory``: a cell trained with a memory's bank file and labeller folder."""
+    from matrixrl.jobs.cost import Meter
     from matrixrl.models.devices import claimed_gpu
+
+    meter = Meter(spec.cell.scale)
+    ran = {"steps": 0, "tokens": 0}  # what this job trained: a resumed training ran the last steps only
+
+    def count(row: dict) -> None:
+        ran["steps"] += 1
+        ran["tokens"] += row["completion_tokens"]
 
     labeller = [spec.memory.labeller.scale] if spec.memory is not None else []
     with claimed_gpu(spec.scale, *labeller, log=log):
         from matrixrl.train.trainer import train_cell
 
         guide = memory_guide(spec, memory, log) if spec.memory is not None and memory is not None else None
-        result = TrainResult.model_validate(train_cell(spec, base_dir, cell_dir, log=log, guide=guide))
+        trained = train_cell(spec, base_dir, cell_dir, log=log, guide=guide, on_step=count)
+        result = TrainResult.model_validate({**trained, "cost": meter.cost(tokens=ran["tokens"], steps=ran["steps"])})
     write_result(output, result)
     return result
 

@@ -104,6 +104,14 @@ TABLES: Registry = Registry(
                 ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"), per_cell=False,
                 needs="memory evaluations",
             ),
+            # Built from the store's job_costs and the base models' result files (tables._cost_frame);
+            # what running the study took, not what it found: not on the HTML page.
+            Table(
+                "cost", "cost: what the jobs took, per kind of job and scale",
+                "wall time, peak memory and tokens/s per kind of job and scale", f"{_TABLES}:_cost",
+                ("rule", "jobs", "seconds_total", "seconds_mean", "peak_rss_gb", "peak_gpu_gb", "tokens_per_s"), per_cell=False,
+                needs="job costs", page=False,
+            ),
         )
     },
 )

@@ -85,9 +85,13 @@ def _memory(per_cell: PerCell, confidence: float) -> pd.DataFrame:
     raise TypeError("the memory table is built from the store's memory evaluations: see _memory_frame")
 
 
+def _cost(per_cell: PerCell, confidence: float) -> pd.DataFrame:
+    raise TypeError("the cost table is built from the store's job costs: see _cost_frame")
+
+
 # The builders above are the built-in entries of the registry (matrixrl.report.TABLES),
-# which names them by path; every table but memory is built from the per-cell records.
-FROM_STORE = ("memory",)
+# which names them by path; every table but memory and cost is built from the per-cell records.
+FROM_STORE = ("memory", "cost")
 """The tables that read the store themselves rather than the per-cell records."""
 
 
@@ -423,9 +427,10 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         with Store(db_file) as store:
             records = cell_records(store, runs, config, current) if any(name not in FROM_STORE for name in names) else {}
             memory = _memory_rows(store, selected) if "memory" in names else None
-        return records, memory
+            costs = store.rows("job_costs", _cost_owners(config, runs)) if "cost" in names else None
+        return records, memory, costs
 
-    by_run, memory_rows = repairing(db_file, read)  # a damaged store is rebuilt, and read again
+    by_run, memory_rows, costs = repairing(db_file, read)  # a damaged store is rebuilt, and read again
     run_of = dict(zip(needed["cell"], needed["run"]))
     records = {cell: by_run[run] for cell, run in run_of.items() if run in by_run}
     per_cell = per_cell_rows(records, needed.drop(columns=["run", "run_policy"]))
@@ -450,6 +455,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = table[_selected(table, only)] if only else table
         elif name == "memory":
             table = _memory_frame(*memory_rows, config, selected, current)
+        elif name == "cost":
+            table = _cost_frame(costs, config)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if not TABLES[name].per_cell:  # a per-cell table keeps the order of its rows, sorted already
@@ -460,6 +467,35 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table.attrs["caption"] = same_run
         frames[name] = table
     return frames, per_selected
+
+
+def _cost_owners(config: Config, runs: pd.DataFrame) -> list[str]:
+    """The store's owners of the selected runs' results, and of the memory built for their tasks."""
+    from matrixrl.layout import MEMORY_OWNER
+
+    return [*runs["cell"], *(f"{MEMORY_OWNER}{task}" for task in config.grid.task)]
+
+
+def _cost_frame(costs: pd.DataFrame, config: Config) -> pd.DataFrame:
+    """The cost table: the stored results' job costs and the base models' jobs, whose result
+    files the store does not hold (read where the job graph puts them)."""
+    from matrixrl.analysis.cost import cost_table
+    from matrixrl.dag import RULES, Graph
+    from matrixrl.errors import ResultFileError
+    from matrixrl.results import BaseResult, EvalResult, read_result
+
+    base = []
+    kinds = {"prepare_base": BaseResult, "evaluate_base": EvalResult}
+    for job in Graph(config).jobs:
+        if job.rule in kinds and (Path(config.results_dir) / job.output).is_file():
+            try:
+                cost = read_result(Path(config.results_dir) / job.output, kinds[job.rule]).cost
+            except ResultFileError:
+                continue  # a damaged one is plan's and run's to name: it is recomputed
+            if cost is not None:
+                base.append({"rule": job.rule, **cost.model_dump()})
+    frame = pd.concat([pd.DataFrame(base), costs], ignore_index=True) if base else costs
+    return cost_table(frame, RULES)
 
 
 def memory_modes(config: Config) -> list[str]:

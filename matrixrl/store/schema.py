@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from sqlalchemy import Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, event
 
 from matrixrl.config import AXES
-from matrixrl.results import DiagnosticRow, EvalResult, MemoryEvalResult, RoleMetric, StepMetrics
+from matrixrl.results import Cost, DiagnosticRow, EvalResult, MemoryEvalResult, RoleMetric, StepMetrics
 
 
 METADATA = MetaData()
@@ -92,7 +92,19 @@ def _result_columns(model: type[BaseModel], keys: Sequence[str] = (), exclude: S
 
 
 EVALUATIONS = Table(
-    "evaluations", METADATA, *_result_columns(EvalResult, keys=("cell", "step"), exclude=("roles", "pass_at"))
+    "evaluations", METADATA, *_result_columns(EvalResult, keys=("cell", "step"), exclude=("roles", "pass_at", "cost"))
+)
+# What the job that wrote each stored result cost (its ``cost``), by the result's key as
+# ingested_files holds it (``cell``: a cell, or memory:TASK; ``part``: train, eval/step_N, ...)
+# and the job's kind. A copy of the base model's evaluation cost nothing and has no row; the base
+# models' own jobs (prepare_base, evaluate_base) are no results the store holds.
+JOB_COSTS = Table(
+    "job_costs",
+    METADATA,
+    Column("cell", String, primary_key=True),
+    Column("part", String, primary_key=True),
+    Column("rule", String, nullable=False),
+    *_result_columns(Cost),
 )
 TRAIN_STEPS = Table(
     "train_steps",
@@ -123,7 +135,7 @@ ROLE_METRICS = Table(
 MEMORY_EVALUATIONS = Table(
     "memory_evaluations",
     METADATA,
-    *_result_columns(MemoryEvalResult, keys=("cell", "memory", "step"), exclude=("roles", "pass_at", "retrievals")),
+    *_result_columns(MemoryEvalResult, keys=("cell", "memory", "step"), exclude=("roles", "pass_at", "retrievals", "cost")),
 )
 MEMORY_ROLE_METRICS = _table(
     "memory_role_metrics",
@@ -190,7 +202,7 @@ MEMORY_BUILDS = _table(
 MEMORY_INPUTS = _table("memory_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
 
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """SQLite's ``user_version`` of a store with these tables. A store of another version
 is an index of another layout: it is moved aside and rebuilt from the result files,
 which are the truth (like a damaged one)."""

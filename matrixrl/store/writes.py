@@ -33,6 +33,7 @@ from matrixrl.store.schema import (
     CELLS,
     DISTILL_PROMPTS,
     EVALUATIONS,
+    JOB_COSTS,
     MEMORY_BUILDS,
     MEMORY_ENTRIES,
     MEMORY_EVALUATIONS,
@@ -158,6 +159,7 @@ def _forget(session: Session, cell: str, part: str) -> None:
         conn.exec_driver_sql(sql, values)
     inputs = "cell_inputs" if _is_cell_part(cell, part) else "memory_inputs"
     conn.exec_driver_sql(f"DELETE FROM {inputs} WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
+    conn.exec_driver_sql("DELETE FROM job_costs WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
 
 
 def _eval_metric_rows(result: EvalResult) -> list[dict]:
@@ -187,7 +189,7 @@ def _write_result(session: Session, result: Result) -> tuple[str, str]:
     elif isinstance(result, MemoryEvalResult):
         _write_memory_evaluation(session, result)
     elif isinstance(result, EvalResult):
-        _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at"})])
+        _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "cost"})])
         _upsert(
             session,
             ROLE_METRICS,
@@ -197,12 +199,21 @@ def _write_result(session: Session, result: Result) -> tuple[str, str]:
         _write_memory_build(session, part, result)
     inputs = CELL_INPUTS if _is_cell_part(cell, part) else MEMORY_INPUTS
     _upsert(session, inputs, [{"cell": cell, "part": part, "digest": _digest(result), "spec_digest": result.spec_digest}])
+    cost = getattr(result, "cost", None)
+    if cost is not None:
+        _upsert(session, JOB_COSTS, [{"cell": cell, "part": part, "rule": _rule_of(part), **cost.model_dump()}])
     return cell, part
+
+
+def _rule_of(part: str) -> str:
+    """The kind of job that wrote the result stored as ``part`` (matrixrl.dag's rule)."""
+    kind = part.partition("/")[0]
+    return {"eval": "evaluate", "memory": "evaluate_memory", "trajectories": "collect", "labels": "label"}.get(kind, kind)
 
 
 def _write_memory_evaluation(session: Session, result: MemoryEvalResult) -> None:
     key = {"cell": result.cell, "memory": result.memory, "step": result.step}
-    _upsert(session, MEMORY_EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "retrievals"})])
+    _upsert(session, MEMORY_EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "retrievals", "cost"})])
     _upsert(session, MEMORY_ROLE_METRICS, [{**key, **row} for row in _eval_metric_rows(result)])
     rows = []
     for shown in result.retrievals:

@@ -158,9 +158,12 @@ def make_optimizers(policy, cfg: Train) -> dict[str, torch.optim.Optimizer]:
 
 def train_cell(
     spec: CellSpec, base_dir: Path, cell_dir: Path, log: Callable[[str], None] = print,
-    guide: Callable[[Task], PromptGuide] | None = None,
+    guide: Callable[[Task], PromptGuide] | None = None, on_step: Callable[[dict], None] | None = None,
 ) -> dict:
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any.
+
+    ``on_step``: called with each step's metrics row as it is trained (not the rows a
+    resumed run read from its checkpoint): what the job counts into its cost.
 
     ``guide``: for a cell whose prompts are guided (``spec.memory``: a memory's constraints),
     what makes its :class:`PromptGuide` (``jobs.train`` passes one); each step's problems go
@@ -236,6 +239,8 @@ def train_cell(
     for step in range(start, cfg.steps):
         row, step_roles, step_diagnostics = grpo_step(run, step)
         check_finite(spec.cell.id, row)
+        if on_step is not None:
+            on_step(row)
         roles.extend(step_roles)
         diagnostics.extend(step_diagnostics)
         metrics.append(row)
