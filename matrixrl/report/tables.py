@@ -50,7 +50,7 @@ from matrixrl.report import TABLES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
-RECORD_VERSION = "4"
+RECORD_VERSION = "5"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
