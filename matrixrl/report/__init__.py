@@ -46,10 +46,17 @@ class Table:
     """What must be stored for it to have rows (named in the error when it has none)."""
     page: bool = True
     """Whether ``report --html`` has a section for it."""
+    first: bool = False
+    """Whether ``report --html`` shows it first, above the matrix (the claims: the study's answer)."""
+    row_axes: tuple[str, ...] | None = None
+    """The axes it has a column for, where a row is neither a cell nor a group of seeds: ``()``
+    for a table about the study as a whole (the claims)."""
 
     @property
     def axes(self) -> tuple[str, ...]:
         """The axes the table has a column for (what ``--group-by`` may name), extra axes aside."""
+        if self.row_axes is not None:
+            return self.row_axes
         if self.per_cell:
             from matrixrl.config import AXES
 
@@ -103,6 +110,12 @@ TABLES: Registry = Registry(
                 "accuracy under each memory mode vs none", f"{_TABLES}:_memory",
                 ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"), per_cell=False,
                 needs="memory evaluations",
+            ),
+            # The answer: each finding of the study tested on these cells (first on the HTML page).
+            Table(
+                "claims", "claims: the findings tested", "each finding of the study: its test, evidence and verdict",
+                "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "n_cells", "n_seeds", "verdict"),
+                per_cell=False, first=True, row_axes=(),
             ),
         )
     },

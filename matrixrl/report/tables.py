@@ -53,6 +53,9 @@ from matrixrl.store import Store, ingest_for_report, repairing
 RECORD_VERSION = "5"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
+CLAIMS_CAPTION = "Each verdict by its rule, fixed in advance (docs/report.md, claims); why: the decisive figures."
+"""The line under the claims table."""
+
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 """The gradient-diagnostic kinds a record reads (the store holds more)."""
 
@@ -456,6 +459,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
+        elif name == "claims" and not table.empty:
+            table.attrs["caption"] = CLAIMS_CAPTION
         elif name == "summary" and same_run is not None:
             table.attrs["caption"] = same_run
         frames[name] = table
