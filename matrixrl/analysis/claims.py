@@ -173,6 +173,8 @@ def _pairs(rows: Sequence[dict], extra: Sequence[str]) -> list[list[tuple[dict, 
 
 def _no_pairs_why(rows: Sequence[dict]) -> str:
     modes = {row["policy"] for row in _multi_agent(rows)}
+    if not modes:
+        return "no multi-agent cell (a one-role workflow's two modes are one run)"
     if "isolated" not in modes:
         return "no isolated multi-agent cell"
     if "shared" not in modes:

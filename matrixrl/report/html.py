@@ -588,7 +588,7 @@ def build_report(
     # The tables the page shows: those of the registry that say so (the summary, diagnostics and
     # mechanism tables always: the matrix and the cards read them).
     names = [name for name, table in TABLES.items() if table.page or name in ("summary", "diagnostics", "mechanism")]
-    grouped_names = [name for name in names if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
+    grouped_names = [name for name in names if not axes or TABLES[name].axes and set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
     frames = build_tables(store_path(config.results_dir), config, grouped_names, axes or None, only=only) if grouped_names else {}
     rest = [name for name in names if name not in grouped_names]
     frames |= build_tables(store_path(config.results_dir), config, rest, only=only) if rest else {}

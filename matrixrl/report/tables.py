@@ -120,6 +120,8 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
         raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLES)}")
     axes = (*TABLES[name].axes, *extra)
     parsed = parse_group_by(group_by, extra)
+    if parsed and not TABLES[name].axes:
+        raise ConfigError(f"--group-by {','.join(parsed)}: the {name} table has no axis columns (a row is about the whole study); leave --group-by out")
     for axis in parsed:
         if axis not in axes:
             raise ConfigError(
