@@ -429,3 +429,34 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     result = run_cli("report", "-c", experiment, *sets, "--group-by", "train.lr", "--html", page)
     assert result.exit_code == 0, result.output
     assert '<section id="table-claims">' in page.read_text()
+
+
+# --- a real run ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # 8 tiny runs through Snakemake: about 2 minutes on 2 cores
+def test_a_real_small_run_gets_a_verdict_or_a_reason_for_every_claim(tmp_path: Path) -> None:
+    """voting and orch_workers × arith × both modes × two seeds, 4 steps each: every claim is tested
+    or says why not (4 updates are too few for the mechanism's baseline, so 6 and 7 cannot be)."""
+    from test_e2e import matrixrl, small_experiment
+
+    config = small_experiment(
+        tmp_path, **{"grid.workflow": ["voting", "orch_workers"], "grid.policy": ["shared", "isolated"], "grid.seed": [0, 1]}
+    )
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    rows = json.loads(matrixrl("report", "-c", str(config), "--table", "claims", "--format", "json").stdout)
+    assert [r["claim"] for r in rows] == list(range(1, 8))
+    for row in rows:
+        assert row["verdict"] in VERDICTS and row["why"], row
+        if row["verdict"] == "untestable":
+            assert row["evidence"] is None and row["estimate"] is None
+        else:
+            assert row["evidence"] and row["n_cells"] > 0
+    by_claim = {r["claim"]: r for r in rows}
+    assert by_claim[1]["n_cells"] == 8 and by_claim[1]["n_seeds"] == 2  # every cell is multi-agent
+    assert by_claim[2]["verdict"] != "untestable"  # two workflows, two modes: the ANOVA runs
+    assert by_claim[3]["n_cells"] == 8 and by_claim[3]["verdict"] != "untestable"  # 4 pairs in 2 configurations
+    for claim in (6, 7):
+        assert by_claim[claim]["verdict"] == "untestable" and "cliff with a testable" in by_claim[claim]["why"]
+    printed = matrixrl("report", "-c", str(config), "--table", "claims").stdout
+    assert "claims: the findings tested" in printed and "verdict" in printed
