@@ -267,7 +267,8 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
     hand = anova_by_hand(isolated, shared)
     assert two["verdict"] == expected
     assert two["estimate"] == approx(hand["omega2_context"] - hand["omega2_policy"], abs=1e-9)
-    assert two["evidence"] == f"ω² context {hand['omega2_context']:.2f}, policy {hand['omega2_policy']:.2f}"
+    shown = f"ω² context {hand['omega2_context']:.2f}, policy {hand['omega2_policy']:.2f}".replace("-0.00", "0.00")
+    assert two["evidence"] == shown  # a zero without a sign: "policy 0.00" for -0.0026 (context)
     assert two["why"].startswith(f"p context {hand['p_context']:.3g}, policy {hand['p_policy']:.3g}; ")
     assert (two["n_cells"], two["lo"], two["hi"]) == (8, None, None)
     if expected == "supported":

@@ -229,12 +229,13 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
         decided = "contradicted"
     else:
         decided = "inconclusive"
-    evidence = f"ω² context {omega_c:.2f}, policy {omega_p:.2f}"
+    evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
+    test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests, omega² of context vs policy"
     why = (
         f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}; η² main {anova['eta2_main']:.2f}, "
         f"interactions {anova['eta2_interactions']:.2f}, policy {anova['eta2_policy']:.2f}"
     )
-    return _result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided)
+    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
 
 
 def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
@@ -354,3 +355,8 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
 
 def _a(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _fixed(value: float) -> str:
+    """``value`` to 2 decimals, without a sign on a zero (-0.001 is 0.00, not -0.00)."""
+    return f"{value:.2f}".replace("-0.00", "0.00")

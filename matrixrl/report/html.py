@@ -51,6 +51,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1r
 h1 { font-size: 1.4rem; margin: 0; }
 h2 { font-size: 1.25rem; margin-top: 2.5rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
 h3 { font-size: 1.05rem; margin: 0.2rem 0 0.4rem; }
+#table-claims h2 { margin: 0.8rem 0 0.2rem; }
+#table-claims td, #table-claims th { padding: 0.08rem 0.6rem; }
 p.meta, p.caption, p.empty, p.legend { color: #555; margin: 0.3rem 0; }
 p.meta { font-size: 0.9rem; }
 nav { font-size: 0.9rem; margin: 0.3rem 0 0.6rem; }
