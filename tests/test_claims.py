@@ -101,13 +101,13 @@ def test_the_studys_story_supports_claims_1_3_4_and_5(experiment: Path) -> None:
     claims = story(experiment, "isolated")
     assert verdicts(claims) == {1: "supported", 2: "inconclusive", 3: "supported", 4: "supported", 5: "supported",
                                 6: "untestable", 7: "untestable"}  # fmt: skip
-    # 1: all 12 configurations end above base: 12/12, Clopper-Pearson [0.025^(1/12), 1].
+    # 1: all 6 workflow-task-scales (each one base evaluation) end above base: 6/6, [0.025^(1/6), 1].
     one = claims[1]
-    assert (one["estimate"], one["lo"], one["hi"], one["null"]) == (1.0, approx(0.025 ** (1 / 12)), 1.0, 0.5)
-    assert (one["n_cells"], one["n_seeds"], one["evidence"]) == (12, 1, "12/12: 1.00 [0.74, 1.00]")
+    assert (one["estimate"], one["lo"], one["hi"], one["null"]) == (1.0, approx(0.025 ** (1 / 6)), 1.0, 0.5)
+    assert (one["n_cells"], one["n_seeds"], one["evidence"]) == (12, 1, "6/6: 1.00 [0.54, 1.00]")
     # gain_z: isolated 0.05 / sqrt((.35·.65 + .3·.7)/1000), shared 0.03 / sqrt((.33·.67 + .3·.7)/1000).
     z = (0.05 / math.sqrt((0.35 * 0.65 + 0.21) / 1000) + 0.03 / math.sqrt((0.33 * 0.67 + 0.21) / 1000)) / 2
-    assert one["why"].startswith(f"12 of 12 configurations gain; mean gain {z:+.1f} SE")
+    assert one["why"].startswith(f"6 of 6 workflow-task-scales gain; mean gain {z:+.1f} SE")
     # 2: every gain is 0.05 or 0.03 by policy alone: the model fits exactly, nothing to test against.
     assert claims[2]["why"].startswith("no residual degrees of freedom")
     # 3: peak differences 0.34, 0.32, 0.36, 0.34, 0.30, 0.38: mean 0.34, s = sqrt(0.0008), t(5).
@@ -143,7 +143,7 @@ def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
     interval); each mode fails as cliffs and otherwise, in proportions 6 failures cannot tell apart."""
     config = config_for(experiment, "[voting, eval_opt, orch_workers]")
     collapse, flat = [0.3, 0.6, 0.7, 0.35], [0.3, 0.31, 0.29]  # a cliff; a loss of 0.01 (no gain)
-    decline = [0.3, 0.28, 0.25]  # a loss of 0.05: 2.5 SEs below its peak (the base), short of a cliff's 0.1
+    decline = [0.3, 0.28, 0.24]  # a loss of 0.06: 3 SEs below its peak (the base), short of a cliff's 0.1
     curves = {
         # (workflow, task): (isolated, shared)
         ("voting", "arith"): (collapse, decline),
@@ -158,8 +158,9 @@ def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
         results += [*evaluations(cell(workflow, "isolated", task), isolated), *evaluations(cell(workflow, "shared", task), shared)]
     claims = claims_of(config, results)
     assert [verdicts(claims)[n] for n in (1, 3, 4, 5)] == ["inconclusive"] * 4
-    # 1: gains isolated +0.05 (4), -0.01 (2); shared -0.05, +0.1, -0.05, -0.01, +0.52, -0.01: 6 of 12 gain.
-    assert (claims[1]["estimate"], claims[1]["evidence"]) == (0.5, "6/12: 0.50 [0.21, 0.79]")
+    # 1: mean gains of the modes: voting arith (+0.05 - 0.06) / 2 < 0, voting pyfunc > 0, eval_opt arith < 0,
+    # eval_opt pyfunc -0.01, orch_workers arith > 0, orch_workers pyfunc -0.01: 2 of 6 gain.
+    assert (claims[1]["estimate"], claims[1]["evidence"]) == (approx(1 / 3), "2/6: 0.33 [0.04, 0.78]")
     # 3: peaks 0.7-0.3, 0.65-0.8, 0.7-0.3, 0.31-0.31, 0.72-0.9, 0.31-0.31.
     diffs = [0.4, -0.15, 0.4, 0.0, -0.18, 0.0]
     mean, s = np.mean(diffs), np.std(diffs, ddof=1)
@@ -179,7 +180,7 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
     losses = [e for workflow, task, policy in itertools.product(MULTI, TASKS, ("shared", "isolated"))
               for e in evaluations(cell(workflow, policy, task), [0.3, 0.28, 0.25])]  # fmt: skip
     claims = claims_of(config, losses)
-    assert (claims[1]["verdict"], claims[1]["estimate"], claims[1]["hi"]) == ("contradicted", 0.0, approx(1 - 0.025 ** (1 / 12)))
+    assert (claims[1]["verdict"], claims[1]["estimate"], claims[1]["hi"]) == ("contradicted", 0.0, approx(1 - 0.025 ** (1 / 6)))
     assert (claims[4]["verdict"], claims[5]["verdict"]) == ("untestable", "untestable")
     assert claims[4]["why"] == "no terminal cliff in the 12 paired cells"
     assert claims[5]["why"] == "no paired cell cliffs; cliff/decline/no gain/gain: shared 0/6/0/0, isolated 0/6/0/0"
@@ -239,9 +240,13 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     full, total = ssr(True, True), float(((y - y.mean()) ** 2).sum())
     mse = full / 3  # 8 cells - 5 parameters
     ss_context, ss_policy = ssr(False, True) - full, ssr(True, False) - full
+    # The two cells of a context share its base evaluation (0.3 of 1000 problems): its variance
+    # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error.
+    error = mse + 2 * 0.3 * 0.7 / 1000
+    df_error = 3 * (error / mse) ** 2
     return {
-        "p_context": f.sf(ss_context / 3 / mse, 3, 3), "p_policy": f.sf(ss_policy / mse, 1, 3),
-        "omega2_context": (ss_context - 3 * mse) / (total + mse), "omega2_policy": (ss_policy - mse) / (total + mse),
+        "p_context": f.sf(ss_context / 3 / error, 3, df_error), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "omega2_context": (ss_context - 3 * error) / (total + mse), "omega2_policy": (ss_policy - mse) / (total + mse),
     }  # fmt: skip
 
 
@@ -272,7 +277,7 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
     assert two["why"].startswith(f"p context {hand['p_context']:.3g}, policy {hand['p_policy']:.3g}; ")
     assert (two["n_cells"], two["lo"], two["hi"]) == (8, None, None)
     if expected == "supported":
-        assert hand["p_context"] < 0.05 and hand["omega2_context"] == approx(0.0992 / (0.1008 + 0.0008 / 3))
+        assert hand["p_context"] < 0.05 and hand["omega2_context"] == approx((0.1 - 3 * (0.0008 / 3 + 0.00042)) / (0.1008 + 0.0008 / 3))
         assert two["why"].endswith("η² main 0.99, interactions 0.00, policy 0.00")  # 0.1 of 0.1008: the main effects
     elif expected == "contradicted":
         assert hand["p_policy"] < 0.05 and hand["omega2_policy"] == approx((0.08 - 0.0008 / 3) / (0.0808 + 0.0008 / 3))

@@ -56,7 +56,7 @@ FINDINGS = {
 """Each claim's finding: ``(in a few words, in full)``."""
 
 TESTS = {
-    1: "sign test over multi-agent configurations: share with mean gain > 0 (Clopper-Pearson)",
+    1: "sign test over multi-agent workflow×task×scale: share with mean gain > 0 (Clopper-Pearson)",
     2: "OLS gain ~ workflow*task*scale + policy; nested F-tests, omega² of context vs policy",
     3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
     4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
@@ -75,7 +75,7 @@ def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> 
         return _frame([])
     extra = extra_axes(per_cell.columns)
     tests: list[Callable[[], dict]] = [
-        lambda: claim_gain(rows, extra, confidence),
+        lambda: claim_gain(rows, confidence),
         lambda: claim_context(rows, confidence),
         lambda: claim_peaks(rows, extra, confidence),
         lambda: claim_cliffs(rows, extra, confidence),
@@ -151,10 +151,6 @@ def _multi_agent(rows: Sequence[dict]) -> list[dict]:
     return [row for row in rows if row["workflow"] != CONTROL]
 
 
-def _configurations(rows: Sequence[dict], extra: Sequence[str]) -> list[list[dict]]:
-    return [group for _, group in grouped_rows(rows, ["workflow", "task", "scale", "policy", *extra])]
-
-
 def _pairs(rows: Sequence[dict], extra: Sequence[str]) -> list[list[tuple[dict, dict]]]:
     """Per configuration with both modes as runs of their own, its ``(isolated, shared)`` cells
     paired by seed (the seeds both have); configurations without a pair are left out."""
@@ -185,12 +181,15 @@ def _no_pairs_why(rows: Sequence[dict]) -> str:
 # --- the claims -----------------------------------------------------------------------------
 
 
-def claim_gain(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
-    """1. Multi-agent RL usually improves over the base model: a sign test over configurations."""
+def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
+    """1. Multi-agent RL usually improves over the base model: a sign test over the (workflow, task,
+    scale) groups of cells, each of which shares one base evaluation."""
     cells = _multi_agent(rows)
     if not cells:
         return _untestable("no multi-agent cell evaluated")
-    gains = [sum(row["gain"] for row in group) / len(group) for group in _configurations(cells, extra)]
+    # Units: the cells that share one base evaluation (both modes, every seed), so that no two
+    # units share its sampling error.
+    gains = [sum(row["gain"] for row in group) / len(group) for _, group in grouped_rows(cells, ["workflow", "task", "scale"])]
     k, m = sum(g > 0 for g in gains), sum(g != 0 for g in gains)
     z = [float(row["gain_z"]) for row in cells if math.isfinite(row["gain_z"])]
     peak_z = [float(row["peak_gain_z"]) for row in cells if math.isfinite(row["peak_gain_z"])]
@@ -198,7 +197,7 @@ def claim_gain(rows: Sequence[dict], extra: Sequence[str], confidence: float) ->
     if m == 0:
         return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"no configuration's gain differs from 0; {described}")
     lo, hi = clopper_pearson(k, m, confidence)
-    why = f"{k} of {m} configurations gain; {described}"
+    why = f"{k} of {m} workflow-task-scales gain; {described}"
     return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
 
 
@@ -216,6 +215,7 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
         return _untestable("one workflow, task and scale: no context to vary", cells)
     frame = pd.DataFrame({axis: [str(row[axis]) for row in cells] for axis in [*context, "policy"]})
     frame["gain"] = [float(row["gain"]) for row in cells]
+    frame["base_var"] = [0.0 if missing(row.get("base_se")) else float(row["base_se"]) ** 2 for row in cells]
     terms = "*".join(f"C({axis})" for axis in context)
     anova = context_anova(frame, terms)
     if anova is None:
@@ -239,11 +239,22 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
 
 
 def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
-    """The nested F-tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``):
-    ``p_context``, ``p_policy``, ``omega2_context``, ``omega2_policy``, and the η² of the
-    context's main effects, its interactions and policy (Type II sums of squares). None
-    without residual degrees of freedom or variance."""
+    """The nested F-tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
+    ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
+    ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
+    interactions and policy (Type II sums of squares). None without residual degrees of
+    freedom or variance.
+
+    The cells of one context share one base evaluation, whose sampling error moves all
+    their gains alike: it is between-context variance that no residual holds. So the
+    context's F-test takes as its error MSE + n̄·s̄² (n̄ cells a context, s̄² the mean
+    squared base SE: what the context mean square is expected to be with no context
+    effect), its degrees of freedom by Satterthwaite with the base's variance as known;
+    ω² of the context subtracts the same. Policy is compared within contexts, where the
+    base cancels: its test is statsmodels' F-test as it is.
+    """
     import statsmodels.formula.api as smf
+    from scipy.special import fdtrc
     from statsmodels.stats.anova import anova_lm
 
     full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
@@ -253,12 +264,16 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     policy_only = smf.ols("gain ~ C(policy)", frame).fit()
     context_only = smf.ols(f"gain ~ {terms}", frame).fit()
     mse = full.ssr / full.df_resid
-    out = {}
-    for name, reduced in (("context", policy_only), ("policy", context_only)):
-        _, p, df = full.compare_f_test(reduced)
-        ss = reduced.ssr - full.ssr
-        out[f"p_{name}"] = float(p)
-        out[f"omega2_{name}"] = (ss - df * mse) / (total + mse)
+    _, p, df = full.compare_f_test(context_only)
+    out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + mse)}
+    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
+    by_context = frame.groupby(contexts)["base_var"]
+    base = float(by_context.size().mean()) * float(by_context.mean().mean())
+    error = mse + base
+    df_error = full.df_resid * (error / mse) ** 2
+    ss, df = max(policy_only.ssr - full.ssr, 0.0), full.df_model - policy_only.df_model  # ≥ 0 but for rounding
+    out["p_context"] = float(fdtrc(df, df_error, ss / df / error))
+    out["omega2_context"] = (ss - df * error) / (total + mse)
     table = anova_lm(full, typ=2)
     effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
     main = [term for term in effects if ":" not in term]

@@ -24,7 +24,8 @@ problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
   final unbroken run below the threshold, and after ``peak_step``), else None;
   ``pre_onset`` the checkpoint before it (the cliff happened between the two).
-- ``drop_z``: peak - final in standard errors of the difference (condition 2's figure).
+- ``drop_z``: peak - final in standard errors of the difference (condition 2's figure);
+  ``base_se``: the base evaluation's standard error.
 - ``signature``: how the run ended, for comparing failure patterns (docs/report.md,
   claims): ``cliff``; else ``decline`` (``drop_z > noise_se``: the final is below
   the run's own peak beyond noise); else ``no gain`` (``gain_z <= noise_se``, losses
@@ -67,6 +68,7 @@ class CurveSummary:
     drop_z: float
     pre_onset: int | None
     signature: str
+    base_se: float
 
 
 def _as_int(value: object, what: str) -> int:
@@ -170,6 +172,7 @@ def summarize_curve(
         drop_z=drop_z,
         pre_onset=step_list[onset_i - 1] if cliff else None,
         signature=signature,
+        base_se=error(0),
     )
 
 
@@ -190,6 +193,7 @@ _DTYPES = {
     "drop_z": "float64",
     "pre_onset": "Int64",
     "signature": "object",
+    "base_se": "float64",
 }
 
 

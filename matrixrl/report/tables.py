@@ -50,7 +50,7 @@ from matrixrl.report import TABLES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
-RECORD_VERSION = "5"
+RECORD_VERSION = "6"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 CLAIMS_CAPTION = "Each verdict by its rule, fixed in advance (docs/report.md, claims); why: the decisive figures."
