@@ -350,6 +350,10 @@ def report(
     per workflow, task, scale, policy and memory mode (grid.memory), accuracy at
     base and at its peak, the difference from no memory paired by seed with its
     interval, constraints shown per problem and response tokens (docs/memory.md).
+    `--table claims`: each finding of the study (multi-agent RL helps; gains depend
+    on workflow × task × scale; isolated peaks higher and cliffs more; shared fails
+    otherwise; the mechanism precedes cliffs) tested on these cells: its test,
+    evidence, n and verdict by a rule fixed in docs/report.md.
 
     Columns: `table`, `markdown` and `latex` show the columns that answer each
     table's question (summary: base, peak@step, final, gain, cliff@onset);
@@ -362,8 +366,8 @@ def report(
     during a run too; per-cell summaries are cached in the store and recomputed
     only for cells with new results. Thresholds come from the `analysis:` section.
 
-    `--html FILE` writes one HTML page instead. It opens with the study as a
-    matrix (workflow by task × scale, shared beside isolated, one per value of an
+    `--html FILE` writes one HTML page instead. It opens with the claims, then the
+    study as a matrix (workflow by task × scale, shared beside isolated, one per value of an
     extra axis), each square coloured by its peak and final gain and marked where
     it collapses, linking to its cell's curve and numbers; then the learning
     curves, and every table (the numbers of `--format json`, sortable), with the
@@ -387,6 +391,8 @@ def report(
         matrixrl report --table compare --against train.lr=1.0e-4
 
         matrixrl report --table mechanism --format json > mechanism.json
+
+        matrixrl report --table claims --wide
 
         matrixrl report --html report.html
     """

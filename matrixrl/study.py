@@ -222,9 +222,11 @@ class Study:
     def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:
         """One report table: the rows of ``matrixrl report --table NAME --format json``.
 
-        ``name``: summary, seeds, compare, diagnostics, mechanism or memory (docs/report.md
-        has their columns; memory: accuracy under each memory mode and its difference
-        from none, per workflow, task, scale, policy and mode). ``group_by`` (``"workflow,policy"`` or a list) sorts rows
+        ``name``: summary, seeds, compare, diagnostics, mechanism, memory or claims
+        (docs/report.md has their columns; memory: accuracy under each memory mode and
+        its difference from none, per workflow, task, scale, policy and mode; claims:
+        each finding of the study tested on these cells, a row per claim with its test,
+        evidence, n and verdict, by the rules docs/report.md fixes). ``group_by`` (``"workflow,policy"`` or a list) sorts rows
         by those axes first; ``against`` (``"train.lr=1.0e-4"``) makes ``compare`` each
         value of that axis against the control value, as ``--against``.
 

@@ -36,6 +36,26 @@ def test_peak_then_collapse_is_a_cliff_with_exact_onset() -> None:
     assert s.cliff is True and s.cliff_onset == 30
 
 
+def test_failure_signature_drop_z_and_the_checkpoint_before_the_onset() -> None:
+    """Each way a run can end, with SEs given: 0.02 at every checkpoint, so a difference has SE 0.02·√2."""
+    se = [0.02] * 4
+    noise = 0.02 * math.sqrt(2)
+    cliff = summarize_curve([0, 10, 20, 30], [0.3, 0.7, 0.5, 0.4], 1000, RULE, se)
+    assert (cliff.signature, cliff.cliff_onset, cliff.pre_onset) == ("cliff", 20, 10)
+    assert cliff.drop_z == approx(0.3 / noise)
+    # 0.08 below its peak (under cliff_delta), 0.08 / 0.0283 = 2.8 SEs: a decline, though above base.
+    decline = summarize_curve([0, 10, 20, 30], [0.3, 0.5, 0.45, 0.42], 1000, RULE, se)
+    assert (decline.signature, decline.cliff, decline.pre_onset) == ("decline", False, None)
+    assert decline.drop_z == approx(0.08 / noise) and decline.gain_z == approx(0.12 / noise)
+    # Up 0.05 (1.8 SEs) and level: no gain beyond noise; up 0.06 (2.1 SEs): a gain.
+    assert summarize_curve([0, 10], [0.3, 0.35], 1000, RULE, se[:2]).signature == "no gain"
+    assert summarize_curve([0, 10], [0.3, 0.36], 1000, RULE, se[:2]).signature == "gain"
+    # A loss from the start, short of a cliff: the peak is the base, the final below it beyond noise.
+    loss = summarize_curve([0, 10], [0.3, 0.22], 1000, RULE, se[:2])
+    assert (loss.signature, loss.drop_z) == ("decline", approx(0.08 / noise))
+    assert summarize_curve([0, 10], [0.3, 0.27], 1000, RULE, se[:2]).signature == "no gain"
+
+
 def test_drop_then_recovery_above_threshold_is_not_a_cliff() -> None:
     s = summarize_curve([0, 1, 2, 3], [0.3, 0.7, 0.4, 0.65], 1000, RULE)
     assert s.peak_step == 1

@@ -68,14 +68,14 @@ def test_report_html_in_a_headless_browser(study, tmp_path: Path) -> None:
             assert name in seen.empty_tables, (name, printed.output)
             continue
         # single's isolated rows repeat its shared runs: the page leaves them out (and says so)
-        records = [r for r in json.loads(printed.stdout) if (r["workflow"], r["policy"]) != ("single", "isolated")]
+        records = [r for r in json.loads(printed.stdout) if (r.get("workflow"), r.get("policy")) != ("single", "isolated")]
         table = seen.tables[name]
         assert table["columns"] == table["headers"] == list(records[0]), name
         assert len(table["rows"]) == len(records), name
         for row, record in zip(table["rows"], records):
             assert [json.loads(c["value"]) for c in row] == list(record.values()), name
             assert [c["text"] for c in row] == [value_text(v, c) for c, v in record.items()], name
-    assert {"summary", "seeds", "compare", "diagnostics", "mechanism"} <= set(seen.tables)  # this study fills them all
+    assert {"summary", "seeds", "compare", "diagnostics", "mechanism", "claims"} <= set(seen.tables)  # this study fills them all
 
 
 # The default grid's study, one run (voting, arith, tiny-s, shared) collapsing at step 30.
@@ -98,7 +98,10 @@ def test_the_page_opens_with_the_matrix_on_a_laptop_screen(experiment: Path, tmp
 
     with opened(page_file, executable) as (page, errors):
         page.screenshot(path=tmp_path / "first-screen.png")
+        # The claims first, then the matrix: both on the first screen.
+        claims = page.locator("#table-claims").bounding_box()
         box = page.locator("#matrix").bounding_box()
+        assert claims["y"] + claims["height"] <= box["y"]
         assert box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= 1366 and box["y"] + box["height"] <= 768, box
         squares = page.eval_on_selector_all("td.square[data-square]", """(tds) => tds.map((td) => ({
             anchor: td.dataset.square, classes: td.className, href: td.querySelector("a").getAttribute("href"),

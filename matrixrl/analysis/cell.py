@@ -42,14 +42,14 @@ TRAINING_METRICS = (*INTERVENTION_METRICS, *LOGP_GAP_METRICS)
 """Every training-time role metric a record reads."""
 
 _DTYPES = {
-    **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z"], "float64"),
+    **dict.fromkeys(["base", "peak", "final", "final_tail", "gain", "peak_gain", "gain_z", "peak_gain_z", "drop_z", "base_se"], "float64"),
     **dict.fromkeys(["dominant_share", "amplification_mean", "amplification_max", "baseline", "change"], "float64"),
     **dict.fromkeys([f"{metric}_mean" for metric in INTERVENTION_METRICS], "float64"),
     **dict.fromkeys(LOGP_GAP_METRICS, "float64"),
-    **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "rise_step", "lead"], "Int64"),
+    **dict.fromkeys(["peak_step", "n_checkpoints", "cliff_onset", "pre_onset", "rise_step", "lead"], "Int64"),
     **dict.fromkeys(["cliff", "rose"], "boolean"),
     "has_diagnostics": "bool",
-    **dict.fromkeys(["dominant_role", "amplified_role", "signal", "signal_role", "verdict"], "object"),
+    **dict.fromkeys(["dominant_role", "amplified_role", "signal", "signal_role", "verdict", "signature"], "object"),
 }
 
 

@@ -22,7 +22,14 @@ problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
     3. some checkpoint after the peak starts a run of checkpoints, lasting to
        the end, that are all <= peak - delta.
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
-  final unbroken run below the threshold, and after ``peak_step``), else None.
+  final unbroken run below the threshold, and after ``peak_step``), else None;
+  ``pre_onset`` the checkpoint before it (the cliff happened between the two).
+- ``drop_z``: peak - final in standard errors of the difference (condition 2's figure);
+  ``base_se``: the base evaluation's standard error.
+- ``signature``: how the run ended, for comparing failure patterns (docs/report.md,
+  claims): ``cliff``; else ``decline`` (``drop_z > noise_se``: the final is below
+  the run's own peak beyond noise); else ``no gain`` (``gain_z <= noise_se``, losses
+  included); else ``gain``.
 """
 
 from __future__ import annotations
@@ -58,6 +65,10 @@ class CurveSummary:
     cliff: bool
     cliff_onset: int | None
     n_checkpoints: int
+    drop_z: float
+    pre_onset: int | None
+    signature: str
+    base_se: float
 
 
 def _as_int(value: object, what: str) -> int:
@@ -140,6 +151,10 @@ def summarize_curve(
     drop = peak - final
     se_drop = math.hypot(error(peak_i), error(last))
     cliff = below[last] and drop > analysis.cliff_noise_se * se_drop and onset_i <= last
+    drop_z = _z(drop, se_drop)
+    gain_z = _z(final - base, math.hypot(error(last), error(0)))
+    noise = analysis.cliff_noise_se
+    signature = "cliff" if cliff else "decline" if drop_z > noise else "gain" if gain_z > noise else "no gain"
 
     return CurveSummary(
         base=base,
@@ -149,11 +164,15 @@ def summarize_curve(
         final_tail=final_tail,
         gain=final - base,
         peak_gain=peak - base,
-        gain_z=_z(final - base, math.hypot(error(last), error(0))),
+        gain_z=gain_z,
         peak_gain_z=_z(peak - base, math.hypot(error(peak_i), error(0))),
         cliff=bool(cliff),
         cliff_onset=step_list[onset_i] if cliff else None,
         n_checkpoints=len(acc),
+        drop_z=drop_z,
+        pre_onset=step_list[onset_i - 1] if cliff else None,
+        signature=signature,
+        base_se=error(0),
     )
 
 
@@ -171,6 +190,10 @@ _DTYPES = {
     "cliff": "bool",
     "cliff_onset": "Int64",
     "n_checkpoints": "int64",
+    "drop_z": "float64",
+    "pre_onset": "Int64",
+    "signature": "object",
+    "base_se": "float64",
 }
 
 

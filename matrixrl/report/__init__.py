@@ -46,10 +46,17 @@ class Table:
     """What must be stored for it to have rows (named in the error when it has none)."""
     page: bool = True
     """Whether ``report --html`` has a section for it."""
+    first: bool = False
+    """Whether ``report --html`` shows it first, above the matrix (the claims: the study's answer)."""
+    row_axes: tuple[str, ...] | None = None
+    """The axes it has a column for, where a row is neither a cell nor a group of seeds: ``()``
+    for a table about the study as a whole (the claims)."""
 
     @property
     def axes(self) -> tuple[str, ...]:
         """The axes the table has a column for (what ``--group-by`` may name), extra axes aside."""
+        if self.row_axes is not None:
+            return self.row_axes
         if self.per_cell:
             from matrixrl.config import AXES
 
@@ -104,13 +111,19 @@ TABLES: Registry = Registry(
                 ("base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"), per_cell=False,
                 needs="memory evaluations",
             ),
+            # The answer: each finding of the study tested on these cells (first on the HTML page).
+            Table(
+                "claims", "claims: the findings tested", "each finding of the study: its test, evidence and verdict",
+                "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "n_cells", "n_seeds", "verdict"),
+                per_cell=False, first=True, row_axes=(),
+            ),
             # Built from the store's job_costs and the base models' result files (tables._cost_frame);
             # what running the study took, not what it found: not on the HTML page.
             Table(
                 "cost", "cost: what the jobs took, per kind of job and scale",
                 "wall time, peak memory and tokens/s per kind of job and scale", f"{_TABLES}:_cost",
                 ("rule", "jobs", "seconds_total", "seconds_mean", "peak_rss_gb", "peak_gpu_gb", "tokens_per_s"), per_cell=False,
-                needs="job costs", page=False,
+                needs="job costs", page=False, row_axes=("scale",),
             ),
         )
     },

@@ -43,7 +43,7 @@ MISSING = "—"
 LATEX_MISSING = "--"
 
 
-ROW_KEYS = ("comparison", "memory")
+ROW_KEYS = ("comparison", "memory", "claim")
 """Columns besides the axes that say what a row is (repeated in each stacked section)."""
 
 

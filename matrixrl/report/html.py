@@ -1,8 +1,9 @@
 """One self-contained HTML page of the study (``matrixrl report --html``): the answer first.
 
-The page opens with the study as a matrix: a row per workflow, a column per task ×
-scale with shared beside isolated, one matrix per combination of the extra axes'
-values. Each square is coloured by the cell's gain at its peak and at its final
+The page opens with the study's findings tested on it (the claims table: each
+finding's evidence and verdict), then the study as a matrix: a row per workflow, a
+column per task × scale with shared beside isolated, one matrix per combination of
+the extra axes' values. Each square is coloured by the cell's gain at its peak and at its final
 checkpoint (mean over seeds), marks a terminal cliff, and links to the cell's card
 further down: its learning curve (inline SVG), its numbers and, for a cell with a
 cliff, its gradient diagnostics. Then the learning-curve figures, the cards, and
@@ -50,6 +51,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1r
 h1 { font-size: 1.4rem; margin: 0; }
 h2 { font-size: 1.25rem; margin-top: 2.5rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
 h3 { font-size: 1.05rem; margin: 0.2rem 0 0.4rem; }
+#table-claims h2 { margin: 0.8rem 0 0.2rem; }
+#table-claims td, #table-claims th { padding: 0.08rem 0.6rem; }
 p.meta, p.caption, p.empty, p.legend { color: #555; margin: 0.3rem 0; }
 p.meta { font-size: 0.9rem; }
 nav { font-size: 0.9rem; margin: 0.3rem 0 0.6rem; }
@@ -130,6 +133,8 @@ POSITIVE, NEGATIVE = (27, 120, 55), (118, 42, 131)  # green and purple: apart fr
 POLICY_COLOURS = {"shared": "#0072B2", "isolated": "#D55E00"}  # as the plots draw them
 SIGNED = {"gain", "gain_z", "peak_gain_z", "change"}
 """Columns whose sign is the point (colored): these, ``gain_*``, and every figure of ``compare``."""
+VERDICT_SIGNS = {"supported": {"pos": True}, "contradicted": {"neg": True}}
+"""A claim's verdict, coloured as a gain (supported) or a loss (contradicted)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,8 @@ class TableSection:
     empty: str = "no rows"
     brief: Sequence[str] | None = None
     omitted: str | None = None
+    first: bool = False
+    """Shown first, above the matrix (``TABLES``' ``first``: the claims, the study's answer)."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,8 @@ def table_html(section: TableSection) -> str:
     rows = []
     for values, record in zip(frame.itertuples(index=False, name=None), records):
         cells = "".join(
-            f'<td data-value="{_attr(json.dumps(record[c]))}"{_classes(num=n, more=m, **_sign(v) if s else {})}>'
+            f'<td data-value="{_attr(json.dumps(record[c]))}"'
+            f'{_classes(num=n, more=m, **_sign(v) if s else VERDICT_SIGNS.get(v, {}) if c == "verdict" else {})}>'
             f"{_text(value_text(v, c))}</td>"
             for (c, n, s, m), v in zip(columns, values)
         )
@@ -217,14 +225,19 @@ def report_page(
     matrix: str = "",
     cards: str = "",
 ) -> str:
-    """The whole page as text: ``matrix`` (the answer), the figures, the ``cards`` of the
-    cells, then the tables. ``matrix`` and ``cards`` are HTML (:func:`matrix_html`, :func:`cards_html`)."""
-    toc = [("matrix", "Matrix")] if matrix else []
+    """The whole page as text: the tables marked ``first`` (the claims: the answer), ``matrix``,
+    the figures, the ``cards`` of the cells, then the other tables. ``matrix`` and ``cards``
+    are HTML (:func:`matrix_html`, :func:`cards_html`)."""
+    leading = [t for t in tables if t.first]
+    tables = [t for t in tables if not t.first]
+    toc = [(f"table-{t.name}", t.name) for t in leading]
+    toc += [("matrix", "Matrix")] if matrix else []
     toc += [(f"figures-{i}", f.title) for i, f in enumerate(figures)]
     toc += [("cells", "Cells")] if cards else []
     toc += [(f"table-{t.name}", t.name) for t in tables]
     nav = " ".join(f'<a href="#{_attr(anchor)}">{_text(name)}</a>' for anchor, name in toc)
     body = [f"<h1>{_text(title)}</h1>", f'<p class="meta">{_text(meta)}</p>', f"<nav>{nav}</nav>"]
+    body.extend(_table_section(t) for t in leading)
     if matrix:
         body.append(matrix)
     for i, f in enumerate(figures):
@@ -235,11 +248,7 @@ def report_page(
         body.append("</section>")
     if cards:
         body.append(cards)
-    for t in tables:
-        body.append(f'<section id="table-{_attr(t.name)}"><h2>{_text(t.title)}</h2>')
-        if t.caption and not t.omitted:
-            body.extend(f'<p class="caption">{_text(line)}</p>' for line in t.caption.split("\n"))
-        body.append(table_html(t) + "</section>")
+    body.extend(_table_section(t) for t in tables)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_attr(CSP)}">'
@@ -248,6 +257,11 @@ def report_page(
         + "\n".join(body)
         + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
+
+
+def _table_section(t: TableSection) -> str:
+    caption = "".join(f'<p class="caption">{_text(line)}</p>' for line in t.caption.split("\n")) if t.caption and not t.omitted else ""
+    return f'<section id="table-{_attr(t.name)}"><h2>{_text(t.title)}</h2>{caption}{table_html(t)}</section>'
 
 
 # --- the matrix and the cells' cards --------------------------------------------------------
@@ -576,7 +590,7 @@ def build_report(
     # The tables the page shows: those of the registry that say so (the summary, diagnostics and
     # mechanism tables always: the matrix and the cards read them).
     names = [name for name, table in TABLES.items() if table.page or name in ("summary", "diagnostics", "mechanism")]
-    grouped_names = [name for name in names if set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
+    grouped_names = [name for name in names if not axes or TABLES[name].axes and set(axes) <= {*TABLES[name].axes, *config.grid.sweeps}]
     frames = build_tables(store_path(config.results_dir), config, grouped_names, axes or None, only=only) if grouped_names else {}
     rest = [name for name in names if name not in grouped_names]
     frames |= build_tables(store_path(config.results_dir), config, rest, only=only) if rest else {}
@@ -706,7 +720,8 @@ def _section(name: str, frame: pd.DataFrame, spec, repeats: set[str], n_seeds: i
     nothing for this study (one seed: no interval across seeds)."""
     caption = frame.attrs.get("caption")
     omitted = None
-    repeated = frame["workflow"].isin(repeats) & (frame["policy"] == "isolated") if name != "compare" else None
+    per_mode = name != "compare" and {"workflow", "policy"} <= set(frame.columns)
+    repeated = frame["workflow"].isin(repeats) & (frame["policy"] == "isolated") if per_mode else None
     if repeated is not None and repeated.any():
         frame = frame[~repeated]
         note = (
@@ -730,6 +745,7 @@ def _section(name: str, frame: pd.DataFrame, spec, repeats: set[str], n_seeds: i
         empty=f"No rows: this table needs {spec.needs} of the matching cells.",
         brief=brief,
         omitted=omitted,
+        first=spec.first,
     )
 
 

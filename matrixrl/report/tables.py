@@ -50,8 +50,11 @@ from matrixrl.report import TABLES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
 
-RECORD_VERSION = "4"
+RECORD_VERSION = "6"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
+
+CLAIMS_CAPTION = "Each verdict by its rule, fixed in advance (docs/report.md, claims); why: the decisive figures."
+"""The line under the claims table."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
 """The gradient-diagnostic kinds a record reads (the store holds more)."""
@@ -121,6 +124,8 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
         raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLES)}")
     axes = (*TABLES[name].axes, *extra)
     parsed = parse_group_by(group_by, extra)
+    if parsed and not TABLES[name].axes:
+        raise ConfigError(f"--group-by {','.join(parsed)}: the {name} table has no axis columns (a row is about the whole study); leave --group-by out")
     for axis in parsed:
         if axis not in axes:
             raise ConfigError(
@@ -463,6 +468,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = sort_rows(table, config, axes)
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
+        elif name == "claims" and not table.empty:
+            table.attrs["caption"] = CLAIMS_CAPTION
         elif name == "summary" and same_run is not None:
             table.attrs["caption"] = same_run
         frames[name] = table

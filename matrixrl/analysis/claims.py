@@ -1,0 +1,377 @@
+"""The study's findings, each tested on a loaded study (``report --table claims``).
+
+Pure functions of the per-cell records (``analysis.cell``: base, peak, final, gain,
+gain_z, cliff, the failure ``signature``, the mechanism's signal and rise per cell).
+The rules, and why each test is the one it is, are in docs/report.md ("claims"),
+written before this code; in short:
+
+- every test but claim 2's gives an interval of an estimate the finding predicts above
+  ``null``: wholly above is ``supported``, wholly below ``contradicted``, else
+  ``inconclusive``; a study that lacks what a test needs makes it ``untestable``;
+- a share k/m has the Clopper–Pearson interval (the sign test's); a difference of two
+  independent shares the square-and-add (MOVER) interval of the two Clopper–Pearson
+  intervals, with at least :data:`MIN_GROUP` cells a group; a mean difference the
+  Student-t interval (``analysis.seeds.t_interval``);
+- claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
+  the policy main effect, by nested F-tests and ω².
+
+Units: multi-agent cells are those of every workflow but ``single``; a configuration
+is a (workflow, task, scale, policy, extra-axis values) over its seeds; pairs are an
+isolated and a shared cell of one configuration and seed, as ``compare`` pairs them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from statistics import median
+
+import pandas as pd
+
+from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
+from matrixrl.analysis.compare import CONTROL
+from matrixrl.analysis.seeds import t_interval
+
+VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
+CLAIMS_COLUMNS = [
+    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "why",
+]  # fmt: skip
+"""The default columns first, in the order they are read; then what was computed, as numbers, and why."""
+MIN_GROUP = 3
+"""The fewest cells a group of a difference of shares needs for a verdict (docs/report.md)."""
+OTHER_FAILURES = ("decline", "no gain")
+"""The failure signatures that are not a cliff (``analysis.curves``)."""
+
+FINDINGS = {
+    1: ("MARL improves over base", "Multi-agent RL usually improves over the base model."),
+    2: ("gain: wf×task×scale > policy", "Gains depend jointly on workflow, task and scale, not on policy sharing alone."),
+    3: ("isolated: higher peaks", "Isolated policies reach higher peaks."),
+    4: ("isolated: more cliffs", "Isolated policies fall off terminal cliffs more often."),
+    5: ("shared: failure elsewhere", "Shared policies redistribute failure into other patterns."),
+    6: ("isolated: amplify, then cliff",
+        "Under isolated policies, parallel same-role agents amplify per-role gradients before a cliff (Voting, Orch-Workers)."),
+    7: ("shared: capture, then cliff",
+        "Under shared policies, the dominant role's share of the step's gradient mass rises before a decline (capture)."),
+}  # fmt: skip
+"""Each claim's finding: ``(in a few words, in full)``."""
+
+TESTS = {
+    1: "sign test over multi-agent workflow×task×scale: share with mean gain > 0 (Clopper-Pearson)",
+    2: "OLS gain ~ workflow*task*scale + policy; nested F-tests, omega² of context vs policy",
+    3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
+    4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
+    5: "share of failures not cliffs, shared - isolated (square-and-add of Clopper-Pearson)",
+    6: "isolated amplification: precedes among cliffs - rose by the same step without a cliff",
+    7: "shared dominant share: precedes among cliffs - rose by the same step without a cliff",
+}
+
+
+def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """A row per claim (``CLAIMS_COLUMNS``) tested on the cells of ``per_cell`` (the per-cell
+    records; cells without a base evaluation are left out). Empty when no cell has one."""
+    per_cell = PerCell.of(per_cell)
+    rows = [row for row in per_cell.rows if not missing(row.get("base"))]
+    if not rows:
+        return _frame([])
+    extra = extra_axes(per_cell.columns)
+    tests: list[Callable[[], dict]] = [
+        lambda: claim_gain(rows, confidence),
+        lambda: claim_context(rows, confidence),
+        lambda: claim_peaks(rows, extra, confidence),
+        lambda: claim_cliffs(rows, extra, confidence),
+        lambda: claim_failures(rows, extra, confidence),
+        lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence),
+        lambda: claim_mechanism(7, rows, "shared", "share", confidence),
+    ]
+    return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **test()} for i, test in enumerate(tests, 1)])
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=CLAIMS_COLUMNS)
+    dtypes = {"claim": "int64", "n_cells": "int64", "n_seeds": "int64", **dict.fromkeys(["estimate", "lo", "hi", "null"], "float64")}
+    return frame.astype(dtypes)
+
+
+# --- intervals and the verdict -------------------------------------------------------------
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact interval of the share ``k / n`` (NaN for n = 0)."""
+    from scipy.special import betaincinv  # the beta quantiles, without importing scipy.stats
+
+    if n == 0:
+        return math.nan, math.nan
+    alpha = 1 - confidence
+    lo = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, alpha / 2))
+    hi = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1 - alpha / 2))
+    return lo, hi
+
+
+def share_difference(k1: int, n1: int, k0: int, n0: int, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(k1/n1 − k0/n0, lo, hi)``: the square-and-add (MOVER, Newcombe's construction) interval
+    of the difference built from the two Clopper–Pearson intervals."""
+    p1, p0 = k1 / n1, k0 / n0
+    (l1, u1), (l0, u0) = clopper_pearson(k1, n1, confidence), clopper_pearson(k0, n0, confidence)
+    d = p1 - p0
+    return d, max(-1.0, d - math.hypot(p1 - l1, u0 - p0)), min(1.0, d + math.hypot(u1 - p1, p0 - l0))
+
+
+def verdict(lo: float, hi: float, null: float) -> str:
+    """``supported`` when the interval lies wholly above ``null``, ``contradicted`` wholly below,
+    else ``inconclusive`` (also without an interval)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "inconclusive"
+    return "supported" if lo > null else "contradicted" if hi < null else "inconclusive"
+
+
+def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None) -> dict:
+    return {
+        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null,
+        "n_cells": len(cells), "n_seeds": len({row["seed"] for row in cells}),
+        "verdict": decided if decided is not None else verdict(lo, hi, null), "why": why,
+    }  # fmt: skip
+
+
+def _untestable(why: str, cells: Sequence[dict] = ()) -> dict:
+    return _result(math.nan, math.nan, math.nan, math.nan, cells, None, why, "untestable")
+
+
+def _share_text(k: int, m: int, lo: float, hi: float) -> str:
+    return f"{k}/{m}: {k / m:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _diff_text(d: float, lo: float, hi: float, digits: int = 2) -> str:
+    return f"{d:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+# --- the cells each test reads ------------------------------------------------------------
+
+
+def _multi_agent(rows: Sequence[dict]) -> list[dict]:
+    return [row for row in rows if row["workflow"] != CONTROL]
+
+
+def _pairs(rows: Sequence[dict], extra: Sequence[str]) -> list[list[tuple[dict, dict]]]:
+    """Per configuration with both modes as runs of their own, its ``(isolated, shared)`` cells
+    paired by seed (the seeds both have); configurations without a pair are left out."""
+    out = []
+    for _, group in grouped_rows(rows, ["workflow", "task", "scale", *extra]):
+        isolated = {row["seed"]: row for row in group if row["policy"] == "isolated"}
+        shared = {row["seed"]: row for row in group if row["policy"] == "shared"}
+        runs = [{row.get("run", row["cell"]) for row in side.values()} for side in (isolated, shared)]
+        if not isolated or not shared or runs[0] == runs[1]:
+            continue  # one mode only, or a one-role workflow whose isolated cells are its shared runs
+        pairs = [(isolated[seed], shared[seed]) for seed in isolated if seed in shared]
+        if pairs:
+            out.append(pairs)
+    return out
+
+
+def _no_pairs_why(rows: Sequence[dict]) -> str:
+    modes = {row["policy"] for row in _multi_agent(rows)}
+    if not modes:
+        return "no multi-agent cell (a one-role workflow's two modes are one run)"
+    if "isolated" not in modes:
+        return "no isolated multi-agent cell"
+    if "shared" not in modes:
+        return "no shared multi-agent cell"
+    return "no isolated and shared cells of one configuration and seed"
+
+
+# --- the claims -----------------------------------------------------------------------------
+
+
+def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
+    """1. Multi-agent RL usually improves over the base model: a sign test over the (workflow, task,
+    scale) groups of cells, each of which shares one base evaluation."""
+    cells = _multi_agent(rows)
+    if not cells:
+        return _untestable("no multi-agent cell evaluated")
+    # Units: the cells that share one base evaluation (both modes, every seed), so that no two
+    # units share its sampling error.
+    gains = [sum(row["gain"] for row in group) / len(group) for _, group in grouped_rows(cells, ["workflow", "task", "scale"])]
+    k, m = sum(g > 0 for g in gains), sum(g != 0 for g in gains)
+    z = [float(row["gain_z"]) for row in cells if math.isfinite(row["gain_z"])]
+    peak_z = [float(row["peak_gain_z"]) for row in cells if math.isfinite(row["peak_gain_z"])]
+    described = f"mean gain {_mean(z):+.1f} SE, peak {_mean(peak_z):+.1f} SE over {len(cells)} cells"
+    if m == 0:
+        return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"no configuration's gain differs from 0; {described}")
+    lo, hi = clopper_pearson(k, m, confidence)
+    why = f"{k} of {m} workflow-task-scales gain; {described}"
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def claim_context(rows: Sequence[dict], confidence: float) -> dict:
+    """2. Gains depend jointly on workflow, task and scale, not on policy alone: an ANOVA."""
+    cells = [row for row in _multi_agent(rows) if math.isfinite(row["gain"])]
+    if len({row["policy"] for row in cells}) < 2:
+        return _untestable("one policy mode: no policy effect to set against the context", cells)
+    context = [axis for axis in ("workflow", "task", "scale") if len({row[axis] for row in cells}) > 1]
+    if not context:
+        return _untestable("one workflow, task and scale: no context to vary", cells)
+    frame = pd.DataFrame({axis: [str(row[axis]) for row in cells] for axis in [*context, "policy"]})
+    frame["gain"] = [float(row["gain"]) for row in cells]
+    frame["base_var"] = [0.0 if missing(row.get("base_se")) else float(row["base_se"]) ** 2 for row in cells]
+    terms = "*".join(f"C({axis})" for axis in context)
+    anova = context_anova(frame, terms)
+    if anova is None:
+        return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
+                       "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
+    alpha = 1 - confidence
+    omega_c, omega_p = anova["omega2_context"], anova["omega2_policy"]
+    if anova["p_context"] < alpha and omega_c > omega_p:
+        decided = "supported"
+    elif anova["p_policy"] < alpha and omega_p > omega_c:
+        decided = "contradicted"
+    else:
+        decided = "inconclusive"
+    evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
+    test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests, omega² of context vs policy"
+    why = (
+        f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}; η² main {anova['eta2_main']:.2f}, "
+        f"interactions {anova['eta2_interactions']:.2f}, policy {anova['eta2_policy']:.2f}"
+    )
+    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
+
+
+def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
+    """The nested F-tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
+    ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
+    ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
+    interactions and policy (Type II sums of squares). None without residual degrees of
+    freedom or variance.
+
+    The cells of one context share one base evaluation, whose sampling error moves all
+    their gains alike: it is between-context variance that no residual holds. So the
+    context's F-test takes as its error MSE + n̄·s̄² (n̄ cells a context, s̄² the mean
+    squared base SE: what the context mean square is expected to be with no context
+    effect), its degrees of freedom by Satterthwaite with the base's variance as known;
+    ω² of the context subtracts the same. Policy is compared within contexts, where the
+    base cancels: its test is statsmodels' F-test as it is.
+    """
+    import statsmodels.formula.api as smf
+    from scipy.special import fdtrc
+    from statsmodels.stats.anova import anova_lm
+
+    full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
+    total = float(((frame["gain"] - frame["gain"].mean()) ** 2).sum())
+    if full.df_resid < 1 or total <= 0 or full.ssr <= total * 1e-12:
+        return None
+    policy_only = smf.ols("gain ~ C(policy)", frame).fit()
+    context_only = smf.ols(f"gain ~ {terms}", frame).fit()
+    mse = full.ssr / full.df_resid
+    _, p, df = full.compare_f_test(context_only)
+    out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + mse)}
+    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
+    by_context = frame.groupby(contexts)["base_var"]
+    base = float(by_context.size().mean()) * float(by_context.mean().mean())
+    error = mse + base
+    df_error = full.df_resid * (error / mse) ** 2
+    ss, df = max(policy_only.ssr - full.ssr, 0.0), full.df_model - policy_only.df_model  # ≥ 0 but for rounding
+    out["p_context"] = float(fdtrc(df, df_error, ss / df / error))
+    out["omega2_context"] = (ss - df * error) / (total + mse)
+    table = anova_lm(full, typ=2)
+    effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
+    main = [term for term in effects if ":" not in term]
+    out["eta2_main"] = float(table.loc[main, "sum_sq"].sum()) / total
+    out["eta2_interactions"] = float(table.loc[[t for t in effects if t not in main], "sum_sq"].sum()) / total
+    out["eta2_policy"] = float(table.loc["C(policy)", "sum_sq"]) / total
+    return out
+
+
+def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
+    """3. Isolated policies reach higher peaks: the mean paired difference over configurations."""
+    pairs = _pairs(rows, extra)
+    if not pairs:
+        return _untestable(_no_pairs_why(rows))
+    cells = [cell for group in pairs for pair in group for cell in pair]
+    if len(pairs) > 1:
+        units = [sum(i["peak"] - s["peak"] for i, s in group) / len(group) for group in pairs]
+        unit = "configurations"
+    else:
+        units = [i["peak"] - s["peak"] for i, s in pairs[0]]
+        unit = "seeds of one configuration"
+    mean, lo, hi = t_interval(units, confidence)
+    higher = sum(u > 0 for u in units)
+    if len(units) < 2:
+        return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval")
+    why = f"isolated higher in {higher} of {len(units)} {unit}"
+    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why)
+
+
+def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
+    """4. Isolated policies fall off terminal cliffs more often: a sign test over configurations."""
+    pairs = _pairs(rows, extra)
+    if not pairs:
+        return _untestable(_no_pairs_why(rows))
+    cells = [cell for group in pairs for pair in group for cell in pair]
+    if not any(bool(cell["cliff"]) for cell in cells):
+        return _untestable(f"no terminal cliff in the {len(cells)} paired cells", cells)
+    diffs = [sum(bool(i["cliff"]) - bool(s["cliff"]) for i, s in group) / len(group) for group in pairs]
+    rates = [sum(bool(pair[side]["cliff"]) for group in pairs for pair in group) / (len(cells) / 2) for side in (0, 1)]
+    described = f"cliff rates {rates[0]:.2f} isolated, {rates[1]:.2f} shared (Δ {_mean(diffs):+.2f})"
+    k, m = sum(d > 0 for d in diffs), sum(d != 0 for d in diffs)
+    if m == 0:
+        return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"equal in every configuration; {described}")
+    lo, hi = clopper_pearson(k, m, confidence)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), f"isolated's higher in {k} of {m}; {described}")
+
+
+def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
+    """5. Shared policies redistribute failure into other patterns: the non-cliff share of each mode's failures."""
+    pairs = _pairs(rows, extra)
+    if not pairs:
+        return _untestable(_no_pairs_why(rows))
+    cells = [cell for group in pairs for pair in group for cell in pair]
+    signatures = ("cliff", *OTHER_FAILURES, "gain")
+    counts = {
+        mode: [sum(pair[side]["signature"] == s for group in pairs for pair in group) for s in signatures]
+        for side, mode in enumerate(("isolated", "shared"))
+    }
+    described = "cliff/decline/no gain/gain: " + ", ".join(f"{mode} " + "/".join(map(str, counts[mode])) for mode in ("shared", "isolated"))
+    if not counts["isolated"][0] and not counts["shared"][0]:
+        return _untestable(f"no paired cell cliffs; {described}", cells)
+    failed = {mode: sum(c[:3]) for mode, c in counts.items()}
+    other = {mode: sum(c[1:3]) for mode, c in counts.items()}
+    if not failed["shared"] or not failed["isolated"]:
+        return _untestable(f"no failure under {'shared' if not failed['shared'] else 'isolated'}; {described}", cells)
+    d, lo, hi = share_difference(other["shared"], failed["shared"], other["isolated"], failed["isolated"], confidence)
+    if min(failed.values()) < MIN_GROUP:
+        return _result(d, lo, hi, 0.0, cells, _diff_text(d, lo, hi),
+                       f"under {MIN_GROUP} failures a mode; {described}", "inconclusive")  # fmt: skip
+    return _result(d, lo, hi, 0.0, cells, _diff_text(d, lo, hi), described)
+
+
+def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float) -> dict:
+    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one."""
+    cells = [row for row in rows if row["policy"] == policy and row.get("signal") == signal]
+    if not cells:
+        return _untestable(f"no {policy} cell with {_a(signal)} signal (gradient diagnostics)")
+    cliffs = [row for row in cells if bool(row["cliff"]) and row.get("verdict") in ("precedes", "coincides", "absent")]
+    calm = [row for row in cells if not bool(row["cliff"]) and row.get("verdict") == "no cliff"]
+    if not cliffs:
+        return _untestable(f"no {policy} cliff with a testable {signal} signal: nothing to precede", calm)
+    if not calm:
+        return _untestable(f"every {policy} cell with {_a(signal)} signal ends in a cliff: no control", cliffs)
+    window = median(int(row["pre_onset"]) for row in cliffs)
+    k1 = sum(row["verdict"] == "precedes" for row in cliffs)
+    k0 = sum(not missing(row.get("rise_step")) and int(row["rise_step"]) <= window for row in calm)
+    d, lo, hi = share_difference(k1, len(cliffs), k0, len(calm), confidence)
+    why = f"precedes {k1} of {len(cliffs)} cliffs; rose by step {window:g} in {k0} of {len(calm)} without one"
+    if min(len(cliffs), len(calm)) < MIN_GROUP:
+        return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi),
+                       f"{why}: under {MIN_GROUP} a group", "inconclusive")  # fmt: skip
+    return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why)
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _fixed(value: float) -> str:
+    """``value`` to 2 decimals, without a sign on a zero (-0.001 is 0.00, not -0.00)."""
+    return f"{value:.2f}".replace("-0.00", "0.00")

@@ -1,0 +1,468 @@
+"""`report --table claims`: each finding of the study tested on constructed stores whose
+verdicts are worked out by hand, under the rules of docs/report.md ("claims").
+
+Every store is filled through the store's own API with curves (and, for claims 6 and 7,
+gradient diagnostics) chosen so that each figure below follows on paper: evaluations of
+1000 problems without stored SEs, so a checkpoint's SE is the binomial sqrt(a(1-a)/1000).
+Each claim is seen supported, contradicted, inconclusive and untestable at least once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_report_tables import MECHANISM, NO_CLIFF, CLIFF_AT_40, amplification, evaluations, fill, jump, shares, training
+
+from conftest import run_cli
+from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson, share_difference
+from matrixrl.config import load_config
+from matrixrl.grid import Cell
+from matrixrl.report import TABLES
+from matrixrl.report.tables import build_tables
+
+approx = pytest.approx
+T5 = 2.5706  # Student-t 97.5% quantile, 5 degrees of freedom
+MULTI = ("voting", "eval_opt", "orch_workers")
+TASKS = ("arith", "pyfunc")
+
+
+def config_for(experiment: Path, workflow: str, task: str = "[arith, pyfunc]", policy: str = "[shared, isolated]", seed: str = "[0]", extra=()):
+    sets = [f"grid.workflow={workflow}", f"grid.task={task}", "grid.scale=[tiny-s]", f"grid.policy={policy}", f"grid.seed={seed}", *MECHANISM, *extra]
+    return load_config(experiment, sets=sets)
+
+
+def cell(workflow: str, policy: str, task: str = "arith", seed: int = 0) -> Cell:
+    return Cell(workflow=workflow, task=task, scale="tiny-s", policy=policy, seed=seed)
+
+
+def claims_of(config, results: list) -> dict[int, dict]:
+    """The claims table of a store holding ``results``, as ``--format json`` has it, by claim."""
+    path = fill(config, results)
+    frame = build_tables(path, config, ["claims"])["claims"]
+    assert list(frame.columns) == CLAIMS_COLUMNS
+    rows = json.loads(frame.to_json(orient="records"))
+    assert [r["claim"] for r in rows] == list(range(1, 8))
+    assert all(r["verdict"] in VERDICTS and r["why"] for r in rows)
+    return {r["claim"]: r for r in rows}
+
+
+def verdicts(claims: dict[int, dict]) -> dict[int, str]:
+    return {n: r["verdict"] for n, r in claims.items()}
+
+
+# --- the intervals -------------------------------------------------------------------------
+
+
+def test_clopper_pearson_and_the_square_and_add_difference_by_hand() -> None:
+    # k = n: the lower bound solves p^n = 0.025, so n all one way excludes 0.5 from n = 6 on.
+    for n in (4, 5, 6, 12):
+        assert clopper_pearson(n, n) == (approx(0.025 ** (1 / n)), 1.0)
+    assert clopper_pearson(5, 5)[0] < 0.5 < clopper_pearson(6, 6)[0]
+    assert clopper_pearson(0, 6) == (0.0, approx(1 - 0.025 ** (1 / 6)))
+    # 1 of 2: the beta quantiles have closed forms, sqrt(0.025)·... : lo = 1 - sqrt(0.975), hi = sqrt(0.975).
+    assert clopper_pearson(1, 2) == (approx(1 - math.sqrt(0.975)), approx(math.sqrt(0.975)))
+    assert all(math.isnan(v) for v in clopper_pearson(0, 0))
+    # 4 of 4 against 0 of 4: d = 1, lo = 1 - sqrt((1 - l)² + u²) with l = 0.025^(1/4), u = 1 - l.
+    low = 0.025 ** 0.25
+    assert share_difference(4, 4, 0, 4) == (1.0, approx(1 - math.sqrt(2) * (1 - low)), 1.0)
+    assert share_difference(3, 3, 0, 3)[1] < 0 < share_difference(3, 3, 0, 4)[1]  # docs/report.md's smallest unanimous case
+    d, lo, hi = share_difference(0, 4, 4, 4)
+    assert (d, lo, hi) == (-1.0, -1.0, approx(-(1 - math.sqrt(2) * (1 - low))))
+
+
+# --- claims 1, 3, 4, 5: the study's story, its mirror, and a study that says little -------
+
+# Isolated peaks high and collapses (a cliff at 30, still above base); shared creeps up 0.03 (1.4 SEs:
+# no gain beyond noise) and stays there. Isolated's peak differs by configuration.
+ISOLATED_PEAKS = {("voting", "arith"): 0.70, ("voting", "pyfunc"): 0.68, ("eval_opt", "arith"): 0.72,
+                  ("eval_opt", "pyfunc"): 0.70, ("orch_workers", "arith"): 0.66, ("orch_workers", "pyfunc"): 0.74}  # fmt: skip
+CLIFF = lambda peak: [0.3, 0.6, peak, 0.35]  # noqa: E731  peak @ 20, onset 30: gain +0.05
+CREEP = [0.3, 0.34, 0.36, 0.33]  # peak 0.36, drop 0.03 (1.4 SEs), gain 0.03 (1.4 SEs): "no gain"
+
+
+def story(experiment: Path, collapsing: str) -> dict[int, dict]:
+    """The 12 multi-agent configurations (3 workflows × 2 tasks × 2 modes, one seed): the mode
+    ``collapsing`` peaks high and falls off a cliff, the other creeps up within noise."""
+    config = config_for(experiment, "[voting, eval_opt, orch_workers]")
+    other = "shared" if collapsing == "isolated" else "isolated"
+    results = []
+    for (workflow, task), peak in ISOLATED_PEAKS.items():
+        results += evaluations(cell(workflow, collapsing, task), CLIFF(peak))
+        results += evaluations(cell(workflow, other, task), CREEP)
+    return claims_of(config, results)
+
+
+def test_the_studys_story_supports_claims_1_3_4_and_5(experiment: Path) -> None:
+    claims = story(experiment, "isolated")
+    assert verdicts(claims) == {1: "supported", 2: "inconclusive", 3: "supported", 4: "supported", 5: "supported",
+                                6: "untestable", 7: "untestable"}  # fmt: skip
+    # 1: all 6 workflow-task-scales (each one base evaluation) end above base: 6/6, [0.025^(1/6), 1].
+    one = claims[1]
+    assert (one["estimate"], one["lo"], one["hi"], one["null"]) == (1.0, approx(0.025 ** (1 / 6)), 1.0, 0.5)
+    assert (one["n_cells"], one["n_seeds"], one["evidence"]) == (12, 1, "6/6: 1.00 [0.54, 1.00]")
+    # gain_z: isolated 0.05 / sqrt((.35·.65 + .3·.7)/1000), shared 0.03 / sqrt((.33·.67 + .3·.7)/1000).
+    z = (0.05 / math.sqrt((0.35 * 0.65 + 0.21) / 1000) + 0.03 / math.sqrt((0.33 * 0.67 + 0.21) / 1000)) / 2
+    assert one["why"].startswith(f"6 of 6 workflow-task-scales gain; mean gain {z:+.1f} SE")
+    # 2: every gain is 0.05 or 0.03 by policy alone: the model fits exactly, nothing to test against.
+    assert claims[2]["why"].startswith("no residual degrees of freedom")
+    # 3: peak differences 0.34, 0.32, 0.36, 0.34, 0.30, 0.38: mean 0.34, s = sqrt(0.0008), t(5).
+    three = claims[3]
+    half = T5 * math.sqrt(0.0008) / math.sqrt(6)
+    assert (three["estimate"], three["lo"], three["hi"]) == (approx(0.34), approx(0.34 - half, rel=1e-4), approx(0.34 + half, rel=1e-4))
+    assert three["why"] == "isolated higher in 6 of 6 configurations" and three["n_cells"] == 12
+    # 4: isolated cliffs in all 6 configurations, shared in none: 6 of 6, [0.025^(1/6), 1].
+    four = claims[4]
+    assert (four["estimate"], four["lo"]) == (1.0, approx(0.025 ** (1 / 6)))
+    assert four["why"] == "isolated's higher in 6 of 6; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00)"
+    # 5: the 6 shared failures are all "no gain", the 6 isolated ones all cliffs: 6/6 - 0/6.
+    five = claims[5]
+    u = 1 - 0.025 ** (1 / 6)
+    assert (five["estimate"], five["lo"], five["hi"]) == (1.0, approx(1 - math.sqrt(2) * u), 1.0)
+    assert five["why"] == "cliff/decline/no gain/gain: shared 0/0/6/0, isolated 6/0/0/0"
+    assert claims[6]["why"] == "no isolated cell with an amplification signal (gradient diagnostics)"
+
+
+def test_the_mirror_story_contradicts_claims_3_4_and_5(experiment: Path) -> None:
+    claims = story(experiment, "shared")
+    assert verdicts(claims) == {1: "supported", 2: "inconclusive", 3: "contradicted", 4: "contradicted", 5: "contradicted",
+                                6: "untestable", 7: "untestable"}  # fmt: skip
+    assert claims[3]["estimate"] == approx(-0.34) and claims[3]["hi"] < 0
+    assert (claims[4]["estimate"], claims[4]["hi"]) == (0.0, approx(1 - 0.025 ** (1 / 6)))
+    assert claims[4]["evidence"] == "0/6: 0.00 [0.00, 0.46]"
+    assert claims[5]["estimate"] == -1.0 and claims[5]["why"] == "cliff/decline/no gain/gain: shared 6/0/0/0, isolated 0/0/6/0"
+
+
+def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
+    """Half the configurations gain; isolated's peaks are higher in some, lower in others; 3
+    configurations differ in cliffs, all the isolated way (3 of 3 is not enough for the exact
+    interval); each mode fails as cliffs and otherwise, in proportions 6 failures cannot tell apart."""
+    config = config_for(experiment, "[voting, eval_opt, orch_workers]")
+    collapse, flat = [0.3, 0.6, 0.7, 0.35], [0.3, 0.31, 0.29]  # a cliff; a loss of 0.01 (no gain)
+    decline = [0.3, 0.28, 0.24]  # a loss of 0.06: 3 SEs below its peak (the base), short of a cliff's 0.1
+    curves = {
+        # (workflow, task): (isolated, shared)
+        ("voting", "arith"): (collapse, decline),
+        ("voting", "pyfunc"): ([0.3, 0.5, 0.65, 0.35], [0.3, 0.5, 0.8, 0.4]),  # both cliffs (isolated's peak lower)
+        ("eval_opt", "arith"): (collapse, decline),
+        ("eval_opt", "pyfunc"): (flat, flat),
+        ("orch_workers", "arith"): ([0.3, 0.6, 0.72, 0.35], [0.3, 0.9, 0.85, 0.82]),  # cliff vs decline (0.9 → 0.82)
+        ("orch_workers", "pyfunc"): (flat, flat),
+    }
+    results = []
+    for (workflow, task), (isolated, shared) in curves.items():
+        results += [*evaluations(cell(workflow, "isolated", task), isolated), *evaluations(cell(workflow, "shared", task), shared)]
+    claims = claims_of(config, results)
+    assert [verdicts(claims)[n] for n in (1, 3, 4, 5)] == ["inconclusive"] * 4
+    # 1: mean gains of the modes: voting arith (+0.05 - 0.06) / 2 < 0, voting pyfunc > 0, eval_opt arith < 0,
+    # eval_opt pyfunc -0.01, orch_workers arith > 0, orch_workers pyfunc -0.01: 2 of 6 gain.
+    assert (claims[1]["estimate"], claims[1]["evidence"]) == (approx(1 / 3), "2/6: 0.33 [0.04, 0.78]")
+    # 3: peaks 0.7-0.3, 0.65-0.8, 0.7-0.3, 0.31-0.31, 0.72-0.9, 0.31-0.31.
+    diffs = [0.4, -0.15, 0.4, 0.0, -0.18, 0.0]
+    mean, s = np.mean(diffs), np.std(diffs, ddof=1)
+    assert claims[3]["estimate"] == approx(mean) and claims[3]["lo"] == approx(mean - T5 * s / math.sqrt(6), rel=1e-4)
+    assert claims[3]["why"] == "isolated higher in 2 of 6 configurations"
+    # 4: isolated cliffs in 4, shared in 1 (voting pyfunc, with isolated's): 3 configurations differ.
+    assert (claims[4]["estimate"], claims[4]["lo"]) == (1.0, approx(0.025 ** (1 / 3)))
+    assert claims[4]["why"] == "isolated's higher in 3 of 3; cliff rates 0.67 isolated, 0.17 shared (Δ +0.50)"
+    # 5: not cliffs: 5 of shared's 6 failures, 2 of isolated's 6.
+    assert claims[5]["why"] == "cliff/decline/no gain/gain: shared 1/3/2/0, isolated 4/0/2/0"
+    d, lo, hi = share_difference(5, 6, 2, 6)
+    assert (claims[5]["estimate"], claims[5]["lo"], claims[5]["hi"]) == (approx(0.5), approx(lo), approx(hi)) and lo < 0
+
+
+def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(experiment: Path) -> None:
+    config = config_for(experiment, "[voting, eval_opt, orch_workers]")
+    losses = [e for workflow, task, policy in itertools.product(MULTI, TASKS, ("shared", "isolated"))
+              for e in evaluations(cell(workflow, policy, task), [0.3, 0.28, 0.25])]  # fmt: skip
+    claims = claims_of(config, losses)
+    assert (claims[1]["verdict"], claims[1]["estimate"], claims[1]["hi"]) == ("contradicted", 0.0, approx(1 - 0.025 ** (1 / 6)))
+    assert (claims[4]["verdict"], claims[5]["verdict"]) == ("untestable", "untestable")
+    assert claims[4]["why"] == "no terminal cliff in the 12 paired cells"
+    assert claims[5]["why"] == "no paired cell cliffs; cliff/decline/no gain/gain: shared 0/6/0/0, isolated 0/6/0/0"
+
+    # One configuration, three seeds: its seeds' pairs are the units. Peaks isolated - shared: 0.1, 0.12, 0.08.
+    config = config_for(experiment, "[voting]", task="[arith]", seed="[0, 1, 2]")
+    results = []
+    for seed, (isolated, shared) in enumerate([(0.5, 0.4), (0.52, 0.4), (0.48, 0.4)]):
+        results += [*evaluations(cell("voting", "isolated", seed=seed), [0.3, isolated]),
+                    *evaluations(cell("voting", "shared", seed=seed), [0.3, shared])]  # fmt: skip
+    claims = claims_of(config, results)
+    three = claims[3]
+    half = 4.3027 * 0.02 / math.sqrt(3)  # t(2), s = 0.02
+    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-4))
+    assert three["why"] == "isolated higher in 3 of 3 seeds of one configuration" and three["n_seeds"] == 3
+    assert claims[2]["why"] == "one workflow, task and scale: no context to vary"
+    # With one seed of that one configuration: one pair, no interval.
+    one = claims_of(config_for(experiment, "[voting]", task="[arith]"), results[:4])
+    assert (one[3]["verdict"], one[3]["evidence"], one[3]["why"]) == ("inconclusive", "+0.100", "one pair: no interval")
+
+
+def test_grids_that_lack_what_a_claim_needs_say_why(experiment: Path) -> None:
+    # Only the control workflow: no multi-agent cell, and its two modes are one run.
+    single = config_for(experiment, "[single]", task="[arith]")
+    claims = claims_of(single, evaluations(cell("single", "shared"), [0.3, 0.4]))
+    assert set(verdicts(claims).values()) == {"untestable"}
+    assert claims[1]["why"] == "no multi-agent cell evaluated"
+    assert claims[3]["why"] == claims[4]["why"] == "no multi-agent cell (a one-role workflow's two modes are one run)"
+    # Shared cells only: no pairs, no policy effect to test, no isolated signal.
+    shared = config_for(experiment, "[voting, orch_workers]", policy="[shared]")
+    results = [e for w, t in itertools.product(("voting", "orch_workers"), TASKS) for e in evaluations(cell(w, "shared", t), [0.3, 0.4])]
+    claims = claims_of(shared, results)
+    assert claims[1]["verdict"] == "inconclusive"  # 4 of 4: the exact interval needs 6
+    assert claims[2]["why"] == "one policy mode: no policy effect to set against the context"
+    assert claims[3]["why"] == "no isolated multi-agent cell"
+    assert [claims[n]["verdict"] for n in (2, 3, 4, 5, 6, 7)] == ["untestable"] * 6
+
+
+# --- claim 2: the ANOVA ----------------------------------------------------------------------
+
+
+def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float]:
+    """Claim 2's figures for gains on voting/orch_workers × arith/pyfunc (in that order), one seed,
+    by least squares on dummy columns (numpy, not statsmodels)."""
+    from scipy.stats import f
+
+    rows = [(w, t, p, g) for p, gains in ((1, isolated), (0, shared)) for (w, t), g in zip(itertools.product((0, 1), (0, 1)), gains)]
+    r = np.array(rows, dtype=float)
+    y = r[:, 3]
+
+    def ssr(context: bool, policy: bool) -> float:
+        columns = [np.ones(len(y)), *([r[:, 0], r[:, 1], r[:, 0] * r[:, 1]] if context else []), *([r[:, 2]] if policy else [])]
+        x = np.column_stack(columns)
+        e = y - x @ np.linalg.lstsq(x, y, rcond=None)[0]
+        return float(e @ e)
+
+    full, total = ssr(True, True), float(((y - y.mean()) ** 2).sum())
+    mse = full / 3  # 8 cells - 5 parameters
+    ss_context, ss_policy = ssr(False, True) - full, ssr(True, False) - full
+    # The two cells of a context share its base evaluation (0.3 of 1000 problems): its variance
+    # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error.
+    error = mse + 2 * 0.3 * 0.7 / 1000
+    df_error = 3 * (error / mse) ** 2
+    return {
+        "p_context": f.sf(ss_context / 3 / error, 3, df_error), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "omega2_context": (ss_context - 3 * error) / (total + mse), "omega2_policy": (ss_policy - mse) / (total + mse),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "isolated, shared, expected",
+    [
+        # The context sets the gain (0.05 to 0.35), policy adds ±0.01 crosswise: no policy main effect.
+        ([0.06, 0.14, 0.24, 0.36], [0.04, 0.16, 0.26, 0.34], "supported"),
+        # Isolated gains 0.2, shared 0, ±0.01 crosswise: every context's mean is the same.
+        ([0.21, 0.19, 0.19, 0.21], [-0.01, 0.01, 0.01, -0.01], "contradicted"),
+        # Noise of a few points: neither explains anything.
+        ([0.05, 0.02, 0.04, 0.01], [0.03, 0.04, 0.01, 0.02], "inconclusive"),
+    ],
+    ids=["context", "policy", "noise"],
+)
+def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isolated, shared, expected) -> None:
+    config = config_for(experiment, "[voting, orch_workers]")
+    results = []
+    for policy, gains in (("isolated", isolated), ("shared", shared)):
+        for (workflow, task), gain in zip(itertools.product(("voting", "orch_workers"), TASKS), gains):
+            results += evaluations(cell(workflow, policy, task), [0.3, 0.3 + gain])
+    two = claims_of(config, results)[2]
+    hand = anova_by_hand(isolated, shared)
+    assert two["verdict"] == expected
+    assert two["estimate"] == approx(hand["omega2_context"] - hand["omega2_policy"], abs=1e-9)
+    shown = f"ω² context {hand['omega2_context']:.2f}, policy {hand['omega2_policy']:.2f}".replace("-0.00", "0.00")
+    assert two["evidence"] == shown  # a zero without a sign: "policy 0.00" for -0.0026 (context)
+    assert two["why"].startswith(f"p context {hand['p_context']:.3g}, policy {hand['p_policy']:.3g}; ")
+    assert (two["n_cells"], two["lo"], two["hi"]) == (8, None, None)
+    if expected == "supported":
+        assert hand["p_context"] < 0.05 and hand["omega2_context"] == approx((0.1 - 3 * (0.0008 / 3 + 0.00042)) / (0.1008 + 0.0008 / 3))
+        assert two["why"].endswith("η² main 0.99, interactions 0.00, policy 0.00")  # 0.1 of 0.1008: the main effects
+    elif expected == "contradicted":
+        assert hand["p_policy"] < 0.05 and hand["omega2_policy"] == approx((0.08 - 0.0008 / 3) / (0.0808 + 0.0008 / 3))
+    else:
+        assert hand["p_context"] > 0.05 and hand["p_policy"] > 0.05
+
+
+# --- claims 6 and 7: the mechanism, against its control --------------------------------------
+
+FLAT = {s: 1.7 for s in range(1, 51)}
+
+
+def share_rows(role: str, others: tuple[str, ...], rises_at: int | None) -> list:
+    """The dominant ``role``'s share: 0.55 (0.8 from ``rises_at``), the rest split among ``others``."""
+    per_step = {}
+    for s in range(1, 51):
+        g = 0.8 if rises_at is not None and s >= rises_at else 0.55
+        per_step[s] = {role: g, **{other: (1 - g) / len(others) for other in others}}
+    return shares(per_step)
+
+
+ROLES = {"voting": ("generator", ("aggregator",)), "orch_workers": ("worker", ("orchestrator", "synthesizer"))}
+
+
+def mechanism_study(experiment: Path, cells: dict) -> dict[int, dict]:
+    """``cells``: ``{(workflow, policy, seed): (curve, signal rises at: a step or None)}``; the signal is
+    amplification (its role jumping 1.7 → 2.6) under isolated and the dominant share under shared."""
+    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
+    results = []
+    for (workflow, policy, seed), (curve, at) in cells.items():
+        role, others = ROLES[workflow]
+        c = cell(workflow, policy, seed=seed)
+        if policy == "isolated":
+            rows = amplification(jump(at) if at is not None else FLAT, role)
+        else:
+            rows = share_rows(role, others, at)
+        results += [training(c, rows), *evaluations(c, curve)]
+    return claims_of(config, results)
+
+
+def four(workflow: str, policy: str, curve, at) -> dict:
+    return {(workflow, policy, seed): (curve, at) for seed in range(4)}
+
+
+def test_the_signal_precedes_cliffs_and_not_calm_runs_or_the_other_way(experiment: Path) -> None:
+    """Voting's runs collapse at 40 (the interval before it starts at 30, so W = 30), orch_workers'
+    do not. Under isolated, voting's amplification jumps at 21 (rises at 22: precedes) and
+    orch_workers' never; under shared, voting's share stays flat and orch_workers' rises at 16."""
+    claims = mechanism_study(experiment, {
+        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, None),
+        **four("voting", "shared", CLIFF_AT_40, None), **four("orch_workers", "shared", NO_CLIFF, 15),
+    })  # fmt: skip
+    low = 0.025 ** 0.25
+    six, seven = claims[6], claims[7]
+    assert (six["verdict"], six["estimate"], six["lo"], six["n_cells"]) == ("supported", 1.0, approx(1 - math.sqrt(2) * (1 - low)), 8)
+    assert six["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
+    assert (seven["verdict"], seven["estimate"]) == ("contradicted", -1.0)
+    assert seven["why"] == "precedes 0 of 4 cliffs; rose by step 30 in 4 of 4 without one"
+    # Claims 1-5 on the same cells: voting ends 0.1 below base in both modes, orch_workers 0.3 above;
+    # the modes are alike in every configuration.
+    assert verdicts(claims) == {1: "inconclusive", 2: "inconclusive", 3: "inconclusive", 4: "inconclusive",
+                                5: "inconclusive", 6: "supported", 7: "contradicted"}  # fmt: skip
+    assert claims[4]["why"].startswith("equal in every configuration")
+
+
+def test_the_skeptics_control_and_its_matched_window(experiment: Path) -> None:
+    # The signal rises in every run, collapsing or not, by step 30: it tells nothing apart.
+    everywhere = mechanism_study(experiment, {
+        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 21),
+        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 15),
+    })  # fmt: skip
+    assert (everywhere[6]["verdict"], everywhere[6]["estimate"], everywhere[7]["verdict"]) == ("inconclusive", 0.0, "inconclusive")
+    assert everywhere[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 4 of 4 without one"
+    # The calm runs' signal rises too, but only at 42, after the window in which it preceded the
+    # cliffs: the mechanism table's `rose` says yes for them; the matched window does not count it.
+    late = mechanism_study(experiment, {
+        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 41),
+        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 41),
+    })  # fmt: skip
+    assert (late[6]["verdict"], late[7]["verdict"]) == ("supported", "supported")
+    assert late[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
+    # Two cliffs against six calm runs: under the minimum of 3 a group.
+    few = mechanism_study(experiment, {
+        **{("voting", "isolated", s): (CLIFF_AT_40 if s < 2 else NO_CLIFF, 21 if s < 2 else None) for s in range(4)},
+        **four("orch_workers", "isolated", NO_CLIFF, None),
+        **four("voting", "shared", NO_CLIFF, None), **four("orch_workers", "shared", NO_CLIFF, None),
+    })  # fmt: skip
+    assert few[6]["verdict"] == "inconclusive" and few[6]["estimate"] == 1.0
+    assert few[6]["why"] == "precedes 2 of 2 cliffs; rose by step 30 in 0 of 6 without one: under 3 a group"
+    # No shared cliff: nothing for the share to precede.
+    assert few[7]["verdict"] == "untestable"
+    assert few[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
+
+
+def test_every_cell_collapsing_leaves_no_control(experiment: Path) -> None:
+    claims = mechanism_study(experiment, {
+        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", CLIFF_AT_40, 21),
+        **four("voting", "shared", NO_CLIFF, None), **four("orch_workers", "shared", NO_CLIFF, None),
+    })  # fmt: skip
+    assert claims[6]["verdict"] == "untestable"
+    assert claims[6]["why"] == "every isolated cell with an amplification signal ends in a cliff: no control"
+
+
+# --- the table in the report ---------------------------------------------------------------
+
+
+def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path, tmp_path: Path) -> None:
+    config = config_for(experiment, "[voting, eval_opt, orch_workers]")
+    results = []
+    for (workflow, task), peak in ISOLATED_PEAKS.items():
+        results += [*evaluations(cell(workflow, "isolated", task), CLIFF(peak)), *evaluations(cell(workflow, "shared", task), CREEP)]
+    fill(config, results)
+    sets = [a for s in ["grid.workflow=[voting, eval_opt, orch_workers]", "grid.task=[arith, pyfunc]", "grid.scale=[tiny-s]",
+                        "grid.seed=[0]", *MECHANISM] for a in ("--set", s)]  # fmt: skip
+    rows = json.loads(run_cli("report", "-c", experiment, *sets, "--table", "claims", "--format", "json").stdout)
+    assert [r["verdict"] for r in rows] == ["supported", "inconclusive", "supported", "supported", "supported", "untestable", "untestable"]
+    assert [r["finding"] for r in rows] == [FINDINGS[n][0] for n in range(1, 8)]
+    printed = run_cli("report", "-c", experiment, *sets, "--table", "claims")
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "n_seeds", "verdict"]
+    assert "Each verdict by its rule, fixed in advance (docs/report.md, claims)" in printed.stdout
+    error = run_cli("report", "-c", experiment, *sets, "--table", "claims", "--group-by", "workflow")
+    assert error.exit_code == 2 and "the claims table has no axis columns (a row is about the whole study)" in error.stderr
+
+    page = tmp_path / "report.html"
+    assert run_cli("report", "-c", experiment, *sets, "--html", page).exit_code == 0
+    text = page.read_text()
+    assert text.index('<section id="table-claims">') < text.index('<section id="matrix">') < text.index('<section id="table-summary">')
+    nav = text[text.index("<nav>") : text.index("</nav>")]
+    assert nav.index("#table-claims") < nav.index("#matrix")
+    assert '<td data-value="&quot;supported&quot;" class="pos">supported</td>' in text
+
+
+def test_the_registry_entry() -> None:
+    table = TABLES["claims"]
+    assert table.axes == () and table.first and table.page and not table.per_cell
+    assert claims_table(__import__("pandas").DataFrame(columns=["cell", "workflow", "seed", "base"])).empty
+
+
+def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_path: Path) -> None:
+    """train.lr [1e-4, 5e-5]: voting's isolated and shared cells pair within each lr, two configurations;
+    --group-by train.lr sorts the tables that have that column and leaves the claims alone."""
+    from matrixrl import grid as G
+
+    lr = "grid.train.lr=[1.0e-4, 5.0e-5]"
+    config = config_for(experiment, "[voting]", task="[arith]", extra=[lr])
+    peaks = {("isolated", 1e-4): 0.5, ("shared", 1e-4): 0.4, ("isolated", 5e-5): 0.52, ("shared", 5e-5): 0.4}
+    results = [e for c in G.cells(config) for e in evaluations(c, [0.3, peaks[(c.policy, c.sweep_values()["train.lr"])]])]
+    three = claims_of(config, results)[3]
+    half = 12.7062 * 0.02 / math.sqrt(2) / math.sqrt(2)  # t(1); differences 0.1 and 0.12, s = 0.02/√2
+    assert (three["verdict"], three["estimate"], three["hi"]) == ("inconclusive", approx(0.11), approx(0.11 + half, rel=1e-4))
+    assert three["why"] == "isolated higher in 2 of 2 configurations"
+    sets = [a for s in ["grid.workflow=[voting]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0]", lr, *MECHANISM] for a in ("--set", s)]
+    page = tmp_path / "report.html"
+    result = run_cli("report", "-c", experiment, *sets, "--group-by", "train.lr", "--html", page)
+    assert result.exit_code == 0, result.output
+    assert '<section id="table-claims">' in page.read_text()
+
+
+# --- a real run ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # 8 tiny runs through Snakemake: about 2 minutes on 2 cores
+def test_a_real_small_run_gets_a_verdict_or_a_reason_for_every_claim(tmp_path: Path) -> None:
+    """voting and orch_workers × arith × both modes × two seeds, 4 steps each: every claim is tested
+    or says why not (4 updates are too few for the mechanism's baseline, so 6 and 7 cannot be)."""
+    from test_e2e import matrixrl, small_experiment
+
+    config = small_experiment(
+        tmp_path, **{"grid.workflow": ["voting", "orch_workers"], "grid.policy": ["shared", "isolated"], "grid.seed": [0, 1]}
+    )
+    matrixrl("run", "-c", str(config), "--cores", "2")
+    rows = json.loads(matrixrl("report", "-c", str(config), "--table", "claims", "--format", "json").stdout)
+    assert [r["claim"] for r in rows] == list(range(1, 8))
+    for row in rows:
+        assert row["verdict"] in VERDICTS and row["why"], row
+        if row["verdict"] == "untestable":
+            assert row["evidence"] is None and row["estimate"] is None
+        else:
+            assert row["evidence"] and row["n_cells"] > 0
+    by_claim = {r["claim"]: r for r in rows}
+    assert by_claim[1]["n_cells"] == 8 and by_claim[1]["n_seeds"] == 2  # every cell is multi-agent
+    assert by_claim[2]["verdict"] != "untestable"  # two workflows, two modes: the ANOVA runs
+    assert by_claim[3]["n_cells"] == 8 and by_claim[3]["verdict"] != "untestable"  # 4 pairs in 2 configurations
+    for claim in (6, 7):
+        assert by_claim[claim]["verdict"] == "untestable" and "cliff with a testable" in by_claim[claim]["why"]
+    printed = matrixrl("report", "-c", str(config), "--table", "claims").stdout
+    assert "claims: the findings tested" in printed and "verdict" in printed
