@@ -85,19 +85,20 @@ def _edit(experiment: Path, old: str, new: str) -> None:
 # (how to break the file, extra arguments, the message after "Error: <file>: " or None for an option error)
 CASES = {
     "yaml-syntax": (lambda e: _edit(e, "  seed: [0]\n", "  seed: [0\n"), (), None),
-    "unknown-key": (lambda e: _edit(e, "  steps: 40\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
+    "unknown-key": (lambda e: _edit(e, "  steps: 40\n", "  stpes: 100\n"), (), "train.stpes: unknown key; did you mean steps?"),
+    "unknown-key-far": (lambda e: _edit(e, "  steps: 40\n", "  colour: 100\n"), (), f"train.colour: unknown key; valid keys here: {TRAIN_KEYS}"),
     "wrong-type": (lambda e: _edit(e, "  steps: 40\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
     "out-of-range": (lambda e: _edit(e, "  steps: 40\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
     "unknown-scale": (
         lambda e: _edit(e, "  scale: [tiny-s, tiny-m]\n", "  scale: [tiny-s, tiny-xl]\n"),
         (),
-        "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'",
+        "grid.scale: unknown scale 'tiny-xl'; did you mean tiny-s? (or define it under 'scales:')",
     ),
     "not-a-mapping": (lambda e: e.write_text("- grid\n"), (), "expected a mapping of sections (grid:, scales:, ...) at the top level"),
     "set-unknown-key": (
         lambda e: None,
         ("--set", "train.stepz=4"),
-        f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}",
+        "train.stepz: unknown key; did you mean steps?",
     ),
     "set-wrong-type": (lambda e: None, ("--set", "grid.seed=[a]"), "grid.seed[0]: expected an integer (got 'a')"),
     "set-section": (lambda e: None, ("--set", "train={steps: 0}"), "train.steps: must be greater than or equal to 1 (got 0)"),
@@ -427,3 +428,18 @@ def test_html_refuses_a_device_and_the_plots_folder_and_writes_through_a_link(st
     link.symlink_to(target)
     assert run_cli("report", "-c", stored, *ONE_CELL, "--html", str(link)).exit_code == 0
     assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+
+
+# --- mistyped names and option values ----------------------------------------------------------
+
+
+def test_a_name_near_a_valid_one_gets_it_and_one_near_none_gets_them_all() -> None:
+    from matrixrl.errors import did_you_mean
+
+    assert did_you_mean("stpes", ["steps", "eval_every"]) == "did you mean steps?"
+    assert did_you_mean("SEEDS", ["summary", "seeds"]) == "did you mean seeds?"  # case aside
+    assert did_you_mean("xml", ["table", "csv"]) == "use one of: table, csv"
+    assert did_you_mean("colour", ["steps", "lr"], "valid keys here") == "valid keys here: steps, lr"
+    define = "define it under 'scales:'"
+    assert did_you_mean("tiny-xl", ["tiny-s", "big"], otherwise=define) == "did you mean tiny-s? (or define it under 'scales:')"
+    assert did_you_mean("huge", ["tiny-s", "big"], otherwise=define) == "use one of: tiny-s, big or define it under 'scales:'"
