@@ -107,6 +107,11 @@ def test_unknown_nested_key_suggests_the_nearest_or_lists_valid_keys(raw: dict) 
     assert error_of(raw) == f"E.yaml: train.colour: unknown key; valid keys here: {TRAIN_KEYS}"
 
 
+def test_an_unknown_workflow_under_workflows_suggests_the_nearest(raw: dict) -> None:
+    raw["workflows"] = {"votng": {"n_votes": 3}}
+    assert error_of(raw) == "E.yaml: workflows.votng: unknown key; did you mean voting?"
+
+
 def test_unknown_key_in_a_grid(raw: dict) -> None:
     raw["grid"]["seeds"] = [0]
     assert error_of(raw) == "E.yaml: grid.seeds: unknown key; did you mean seed?"
