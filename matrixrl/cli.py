@@ -21,9 +21,8 @@ from matrixrl.report import FORMATS, TABLE_NAMES, TABLES
 if TYPE_CHECKING:
     from matrixrl.config import Config
 
-# OneLineErrors: a mistyped option or value is one `Error:` line too, as user errors are (user_errors).
 app = typer.Typer(
-    cls=OneLineErrors,
+    cls=OneLineErrors,  # a mistyped option or value is one `Error:` line too, as user errors are
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
     no_args_is_help=True,
     add_completion=False,
