@@ -14,10 +14,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from matrixrl.cli_errors import OneLineErrors
 from matrixrl.errors import ConfigError, UserError, disk_error_message, os_error_line, output_named
 from matrixrl.report import FORMATS, TABLE_NAMES, TABLES
 
 app = typer.Typer(
+    cls=OneLineErrors,  # a mistyped option or value is one `Error:` line too, as user errors are
     help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
     no_args_is_help=True,
     add_completion=False,
@@ -552,7 +554,7 @@ def export(
 
 # --- models -----------------------------------------------------------------------------
 
-models_app = typer.Typer(help="Prepare real models for `kind: hf` scales.", no_args_is_help=True)
+models_app = typer.Typer(cls=OneLineErrors, help="Prepare real models for `kind: hf` scales.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
 

@@ -8,10 +8,12 @@ other exception is a bug in matrixrl and keeps its traceback.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import re
 import shutil
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -20,6 +22,28 @@ class UserError(Exception):
 
     exit_code = 2
     """The CLI's exit status: 2, a usage problem (click's convention), unless a subclass says else."""
+
+
+def closest(name: object, valid: Iterable[object]) -> str | None:
+    """The name of ``valid`` nearest to ``name`` when one is near enough to be what was meant
+    (``difflib``'s ratio at least 0.6, case aside), else None."""
+    by_lower: dict[str, str] = {}
+    for v in valid:
+        by_lower.setdefault(str(v).lower(), str(v))
+    found = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[found[0]] if found else None
+
+
+def did_you_mean(name: object, valid: Iterable[object], listed: str = "use one of", otherwise: str = "") -> str:
+    """The fix for an unknown ``name``, the same wherever a user names something: ``did you mean
+    X?`` with the nearest of ``valid``, or, when none is near, every valid name (``use one of:
+    A, B, C``; ``listed`` words the list's lead, e.g. ``valid keys here``). ``otherwise``, a fix
+    for a name that is new rather than misspelt (``define it under 'scales:'``), follows either."""
+    valid = [str(v) for v in valid]
+    match = closest(name, valid)
+    if match is not None:
+        return f"did you mean {match}? (or {otherwise})" if otherwise else f"did you mean {match}?"
+    return f"{listed}: {', '.join(valid)}" + (f" or {otherwise}" if otherwise else "")
 
 
 class ConfigError(UserError):

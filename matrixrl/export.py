@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matrixrl import atomic
-from matrixrl.errors import UserError
+from matrixrl.errors import UserError, did_you_mean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -281,7 +281,7 @@ def export_study(
     export folder, ConfigError when the study has no results yet.
     """
     if tracker not in TRACKERS:
-        raise ExportError(f"unknown tracker {tracker!r}; use one of: {', '.join(TRACKERS)}")
+        raise ExportError(f"unknown tracker {tracker!r}; {did_you_mean(tracker, TRACKERS)}")
     out = Path(out) if out is not None else study.results_dir / DEFAULT_DIRS[tracker]
     state = read_state(out, tracker)
     writer_class = TensorBoardRuns if tracker == "tensorboard" else WandbRuns

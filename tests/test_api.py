@@ -126,6 +126,8 @@ def test_bad_options_are_the_cli_errors(study: Path) -> None:
         matrixrl.Study.load(study, set={"train.stepz": 4})
     with pytest.raises(ConfigError, match="unknown table 'nope'"):
         matrixrl.Study.load(study).table("nope")
+    with pytest.raises(ConfigError, match=r"^unknown table 'seed'; did you mean seeds\?$"):
+        matrixrl.Study.load(study).table("seed")
     with pytest.raises(ConfigError, match="no such file"):
         matrixrl.Study.load(study.parent / "missing.yaml")
 

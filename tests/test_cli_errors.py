@@ -85,19 +85,20 @@ def _edit(experiment: Path, old: str, new: str) -> None:
 # (how to break the file, extra arguments, the message after "Error: <file>: " or None for an option error)
 CASES = {
     "yaml-syntax": (lambda e: _edit(e, "  seed: [0]\n", "  seed: [0\n"), (), None),
-    "unknown-key": (lambda e: _edit(e, "  steps: 40\n", "  stepz: 100\n"), (), f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"),
+    "unknown-key": (lambda e: _edit(e, "  steps: 40\n", "  stpes: 100\n"), (), "train.stpes: unknown key; did you mean steps?"),
+    "unknown-key-far": (lambda e: _edit(e, "  steps: 40\n", "  colour: 100\n"), (), f"train.colour: unknown key; valid keys here: {TRAIN_KEYS}"),
     "wrong-type": (lambda e: _edit(e, "  steps: 40\n", "  steps: abc\n"), (), "train.steps: expected an integer (got 'abc')"),
     "out-of-range": (lambda e: _edit(e, "  steps: 40\n", "  steps: 0\n"), (), "train.steps: must be greater than or equal to 1 (got 0)"),
     "unknown-scale": (
         lambda e: _edit(e, "  scale: [tiny-s, tiny-m]\n", "  scale: [tiny-s, tiny-xl]\n"),
         (),
-        "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'",
+        "grid.scale: unknown scale 'tiny-xl'; did you mean tiny-s? (or define it under 'scales:')",
     ),
     "not-a-mapping": (lambda e: e.write_text("- grid\n"), (), "expected a mapping of sections (grid:, scales:, ...) at the top level"),
     "set-unknown-key": (
         lambda e: None,
         ("--set", "train.stepz=4"),
-        f"train.stepz: unknown key; valid keys here: {TRAIN_KEYS}",
+        "train.stepz: unknown key; did you mean steps?",
     ),
     "set-wrong-type": (lambda e: None, ("--set", "grid.seed=[a]"), "grid.seed[0]: expected an integer (got 'a')"),
     "set-section": (lambda e: None, ("--set", "train={steps: 0}"), "train.steps: must be greater than or equal to 1 (got 0)"),
@@ -427,3 +428,73 @@ def test_html_refuses_a_device_and_the_plots_folder_and_writes_through_a_link(st
     link.symlink_to(target)
     assert run_cli("report", "-c", stored, *ONE_CELL, "--html", str(link)).exit_code == 0
     assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+
+
+# --- mistyped names and option values ----------------------------------------------------------
+
+
+def test_a_name_near_a_valid_one_gets_it_and_one_near_none_gets_them_all() -> None:
+    from matrixrl.errors import did_you_mean
+
+    assert did_you_mean("stpes", ["steps", "eval_every"]) == "did you mean steps?"
+    assert did_you_mean("SEEDS", ["summary", "seeds"]) == "did you mean seeds?"  # case aside
+    assert did_you_mean("xml", ["table", "csv"]) == "use one of: table, csv"
+    assert did_you_mean("colour", ["steps", "lr"], "valid keys here") == "valid keys here: steps, lr"
+    define = "define it under 'scales:'"
+    assert did_you_mean("tiny-xl", ["tiny-s", "big"], otherwise=define) == "did you mean tiny-s? (or define it under 'scales:')"
+    assert did_you_mean("huge", ["tiny-s", "big"], otherwise=define) == "use one of: tiny-s, big or define it under 'scales:'"
+
+
+# A mistyped command line: (arguments, the line after "Error: "). Click's usage block and boxed
+# message in its own words (`Invalid value for '--cores': Input should be a valid integer, unable
+# to parse string as an integer`) are one line in matrixrl's style, exit status 2.
+USAGE_CASES = {
+    "table-near": (("report", "--table", "seed"), "--table seed: unknown table; did you mean seeds?"),
+    "table-far": (
+        ("report", "--table", "xyz"),
+        "--table xyz: unknown table; use one of: summary, seeds, compare, diagnostics, mechanism, memory, claims, cost",
+    ),
+    "format-far": (("report", "--format", "xml"), "--format xml: unknown format; use one of: table, csv, markdown, latex, json"),
+    "format-near": (("plan", "--format", "jsn"), "--format jsn: unknown format; did you mean json?"),
+    "cores-word": (("run", "--cores", "two"), "--cores two: expected a whole number, e.g. --cores 2"),
+    "cores-spaced": (("run", "--cores", "two cores"), "--cores 'two cores': expected a whole number, e.g. --cores 2"),
+    "cores-zero": (("run", "--cores", "0"), "--cores 0: must be at least 1"),
+    "tracker-near": (("export", "tensorbord"), "export tensorbord: unknown tracker; did you mean tensorboard?"),
+    "tracker-missing": (("export",), "export: missing TRACKER; use one of: tensorboard, wandb"),
+    "option-near": (("report", "--tabel", "seeds"), "--tabel: no such option; did you mean --table?"),
+    "option-far": (("report", "--bogus"), "--bogus: no such option; see matrixrl report --help"),
+    "option-no-value": (("report", "-c"), "-c: needs a value; see matrixrl report --help"),
+    "flag-with-value": (("report", "--wide=1"), "--wide: does not take a value; see matrixrl report --help"),
+    "command-near": (("reprot",), "reprot: no such command; did you mean report?"),
+    "command-far": (("models", "fetch"), "models fetch: no such command; use one of: convert-smollm2"),
+    "extra-argument": (("report", "summary"), "report summary: unexpected argument; see matrixrl report --help"),
+}
+
+
+@pytest.mark.parametrize("case", list(USAGE_CASES))
+def test_a_mistyped_command_line_is_one_line_exit_2(case: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be written, here or anywhere
+    args, message = USAGE_CASES[case]
+    assert_user_error(run_cli(*args), message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_column_suggests_the_nearest(stored: Path) -> None:
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--columns", "peak@stpe"),
+        "--columns peak@stpe: the summary table has no such column; did you mean peak@step?",
+    )
+
+
+def test_a_mistyped_value_in_a_terminal_is_one_line_too(experiment: Path) -> None:
+    """The real entry point: no usage block, no box, only the line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "matrixrl", "report", "-c", str(experiment), "--table", "seed"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "Error: --table seed: unknown table; did you mean seeds?\n")
+
+
+def test_a_bare_group_still_prints_its_help() -> None:
+    result = run_cli("models")
+    assert "convert-smollm2" in result.output and "Error" not in result.output

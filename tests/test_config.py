@@ -90,38 +90,58 @@ def test_experiment_fixture_points_results_into_tmp(experiment: Path, tmp_path: 
 
 def test_unknown_top_level_key(raw: dict) -> None:
     raw["resutls_dir"] = "x"
+    assert error_of(raw) == "E.yaml: resutls_dir: unknown key; did you mean results_dir?"
+    del raw["resutls_dir"]
+    raw["colour"] = "x"  # near no key: every valid one is listed
     assert error_of(raw) == (
-        "E.yaml: resutls_dir: unknown key; valid keys here: "
+        "E.yaml: colour: unknown key; valid keys here: "
         "results_dir, grid, scales, tasks, workflows, policies, prompts, train, eval, analysis, memory"
     )
 
 
-def test_unknown_nested_key_lists_valid_keys(raw: dict) -> None:
-    raw["train"]["stepz"] = 4
-    assert error_of(raw) == f"E.yaml: train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
+def test_unknown_nested_key_suggests_the_nearest_or_lists_valid_keys(raw: dict) -> None:
+    raw["train"]["stpes"] = 4
+    assert error_of(raw) == "E.yaml: train.stpes: unknown key; did you mean steps?"
+    del raw["train"]["stpes"]
+    raw["train"]["colour"] = 4
+    assert error_of(raw) == f"E.yaml: train.colour: unknown key; valid keys here: {TRAIN_KEYS}"
+
+
+def test_an_unknown_workflow_under_workflows_suggests_the_nearest(raw: dict) -> None:
+    raw["workflows"] = {"votng": {"n_votes": 3}}
+    assert error_of(raw) == "E.yaml: workflows.votng: unknown key; did you mean voting?"
 
 
 def test_unknown_key_in_a_grid(raw: dict) -> None:
     raw["grid"]["seeds"] = [0]
+    assert error_of(raw) == "E.yaml: grid.seeds: unknown key; did you mean seed?"
+    del raw["grid"]["seeds"]
+    raw["grid"]["colour"] = [0]
     assert error_of(raw) == (
-        "E.yaml: grid.seeds: unknown key; valid keys here: workflow, task, scale, policy, seed, memory, "
+        "E.yaml: grid.colour: unknown key; valid keys here: workflow, task, scale, policy, seed, memory, "
         "or a setting's dotted key as an extra axis (e.g. train.lr)"
     )
 
 
 def test_unknown_key_in_a_named_scale_keeps_its_name(raw: dict) -> None:
     raw["scales"]["tiny-s"]["hiden_size"] = 64
+    assert error_of(raw) == "E.yaml: scales.tiny-s.hiden_size: unknown key; did you mean hidden_size?"
+    del raw["scales"]["tiny-s"]["hiden_size"]
+    raw["scales"]["tiny-s"]["colour"] = 64
     assert error_of(raw) == (
-        "E.yaml: scales.tiny-s.hiden_size: unknown key; valid keys here: kind, hidden_size, "
+        "E.yaml: scales.tiny-s.colour: unknown key; valid keys here: kind, hidden_size, "
         "num_layers, num_heads, num_kv_heads, intermediate_size, max_length, warmstart, prompt_style, train"
     )
 
 
 def test_unknown_key_in_a_task_named_like_its_kind(raw: dict) -> None:
-    # The task is named "arith" and is of kind "arith": the path keeps the name.
+    # The task is named "arith" and is of kind "arith": the path keeps the name, the keys are the kind's.
     raw["tasks"]["arith"]["digitz"] = 2
+    assert error_of(raw) == "E.yaml: tasks.arith.digitz: unknown key; did you mean digits?"
+    del raw["tasks"]["arith"]["digitz"]
+    raw["tasks"]["arith"]["colour"] = 2
     assert error_of(raw) == (
-        "E.yaml: tasks.arith.digitz: unknown key; valid keys here: kind, digits, terms, "
+        "E.yaml: tasks.arith.colour: unknown key; valid keys here: kind, digits, terms, "
         "warmstart_terms, warmstart_digits, warmstart_hard_fraction, n_eval, seed"
     )
 
@@ -129,8 +149,11 @@ def test_unknown_key_in_a_task_named_like_its_kind(raw: dict) -> None:
 def test_unknown_key_in_a_scale_named_like_its_kind(raw: dict) -> None:
     raw["scales"]["tiny"] = copy.deepcopy(raw["scales"]["tiny-s"])
     raw["scales"]["tiny"]["warmstart"]["stepz"] = 1
+    assert error_of(raw) == "E.yaml: scales.tiny.warmstart.stepz: unknown key; did you mean steps?"
+    del raw["scales"]["tiny"]["warmstart"]["stepz"]
+    raw["scales"]["tiny"]["warmstart"]["colour"] = 1
     assert error_of(raw) == (
-        "E.yaml: scales.tiny.warmstart.stepz: unknown key; valid keys here: steps, batch_size, lr, seed"
+        "E.yaml: scales.tiny.warmstart.colour: unknown key; valid keys here: steps, batch_size, lr, seed"
     )
 
 
@@ -198,6 +221,8 @@ def test_missing_axis(raw: dict) -> None:
 def test_unknown_kind(raw: dict) -> None:
     raw["scales"]["tiny-s"]["kind"] = "huge"
     assert error_of(raw) == "E.yaml: scales.tiny-s.kind: unknown kind 'huge'; use one of: tiny, hf"
+    raw["scales"]["tiny-s"]["kind"] = "tiyn"
+    assert error_of(raw) == "E.yaml: scales.tiny-s.kind: unknown kind 'tiyn'; did you mean tiny?"
 
 
 def test_missing_kind(raw: dict) -> None:
@@ -219,9 +244,13 @@ def test_cross_field_check(raw: dict) -> None:
 @pytest.mark.parametrize(
     "axis, value, message",
     [
-        ("scale", "tiny-xl", "grid.scale: unknown scale 'tiny-xl'; use one of: tiny-s, tiny-m or define it under 'scales:'"),
+        ("scale", "tiny-xl", "grid.scale: unknown scale 'tiny-xl'; did you mean tiny-s? (or define it under 'scales:')"),
+        ("scale", "large", "grid.scale: unknown scale 'large'; use one of: tiny-s, tiny-m or define it under 'scales:'"),
+        ("task", "arithm", "grid.task: unknown task 'arithm'; did you mean arith? (or define it under 'tasks:')"),
         ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith, pyfunc or define it under 'tasks:'"),
+        ("workflow", "votng", "grid.workflow: unknown workflow 'votng'; did you mean voting?"),
         ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single, voting, eval_opt, orch_workers"),
+        ("policy", "Isolated", "grid.policy: unknown policy 'Isolated'; did you mean isolated?"),
         ("policy", "separate", "grid.policy: unknown policy 'separate'; use one of: shared, isolated"),
     ],
 )
@@ -339,7 +368,13 @@ def test_set_below_a_scalar(raw: dict) -> None:
 
 def test_set_of_an_unknown_key_is_reported_by_validation(experiment: Path) -> None:
     assert load_error(experiment, sets=["train.stepz=4"]) == (
-        f"{experiment} with --set 'train.stepz=4': train.stepz: unknown key; valid keys here: {TRAIN_KEYS}"
+        f"{experiment} with --set 'train.stepz=4': train.stepz: unknown key; did you mean steps?"
+    )
+    assert load_error(experiment, sets=["trian.steps=4"]) == (
+        f"{experiment} with --set 'trian.steps=4': trian: unknown key; did you mean train?"
+    )
+    assert load_error(experiment, sets=["train.colour=4"]) == (
+        f"{experiment} with --set 'train.colour=4': train.colour: unknown key; valid keys here: {TRAIN_KEYS}"
     )
 
 
@@ -387,6 +422,9 @@ def test_only_unknown_axis() -> None:
         "--only 'color=red': unknown axis 'color'; use one of: workflow, task, scale, policy, seed, "
         "e.g. --only seed=0,1"
     )
+    with pytest.raises(ConfigError) as info:
+        parse_only("seeds=0")
+    assert str(info.value) == "--only 'seeds=0': unknown axis 'seeds'; did you mean seed?"
 
 
 @pytest.mark.parametrize("bad", ["seed", "seed=", "seed=,", "=0,1"])
@@ -412,9 +450,22 @@ def test_only_value_not_in_grid(raw: dict) -> None:
 
 
 def test_only_value_not_in_grid_through_load_config(experiment: Path) -> None:
-    assert load_error(experiment, only=["scale=tiny-xl,tiny-s"]) == (
-        "--only 'scale=tiny-xl,tiny-s': tiny-xl not in grid.scale [tiny-s, tiny-m]; "
+    assert load_error(experiment, only=["scale=large,tiny-s"]) == (
+        "--only 'scale=large,tiny-s': large not in grid.scale [tiny-s, tiny-m]; "
         "--only narrows the grid, use --set grid.scale=[...] to change it"
+    )
+
+
+def test_only_value_near_a_grid_value_suggests_it(experiment: Path) -> None:
+    assert load_error(experiment, only=["scale=tiny-x"]) == (
+        "--only 'scale=tiny-x': tiny-x not in grid.scale; did you mean tiny-s? (or --set grid.scale=[...] to change the grid)"
+    )
+    # not a value already given, and never a number: seed 10 is another seed, not a slip of 0 or 1
+    assert load_error(experiment, only=["scale=tiny-s,tiny-mm"]).startswith(
+        "--only 'scale=tiny-s,tiny-mm': tiny-mm not in grid.scale; did you mean tiny-m?"
+    )
+    assert load_error(experiment, sets=["grid.seed=[0, 1]"], only=["seed=10"]) == (
+        "--only 'seed=10': 10 not in grid.seed [0, 1]; --only narrows the grid, use --set grid.seed=[...] to change it"
     )
 
 

@@ -61,11 +61,11 @@ def test_report_html_in_a_headless_browser(study, tmp_path: Path) -> None:
     for png in embedded_pngs(page):
         Image.open(io.BytesIO(png)).load()
 
-    assert sorted([*seen.tables, *seen.empty_tables]) == sorted(name for name in TABLE_NAMES if TABLES[name].page)
+    assert seen.empty_tables == []  # a table without rows is left out, not an empty section
     for name in (name for name in TABLE_NAMES if TABLES[name].page):
         printed = run_cli("report", "-c", experiment, *ONLY, "--table", name, "--format", "json")
-        if printed.exit_code != 0:  # a table without rows for this grid: the page says so instead
-            assert name in seen.empty_tables, (name, printed.output)
+        if printed.exit_code != 0:  # a table without rows for this grid (memory: no memory axis): left out
+            assert name not in seen.tables, (name, printed.output)
             continue
         # single's isolated rows repeat its shared runs: the page leaves them out (and says so)
         records = [r for r in json.loads(printed.stdout) if (r.get("workflow"), r.get("policy")) != ("single", "isolated")]
@@ -211,6 +211,46 @@ def test_an_empty_table_is_a_note_and_the_page_loads_nothing_from_elsewhere() ->
     assert "<table" not in page
     assert f'<meta http-equiv="Content-Security-Policy" content="{CSP.replace(chr(39), "&#x27;")}">' in page
     assert not re.search(r'(src|href)="(?!#|data:)', page)  # only in-page anchors and data: URIs
+
+
+def page_links(page: str) -> tuple[list[str], list[str], set[str]]:
+    """(the navigation's links, the sections' ids, every in-page link of the page)."""
+    nav = re.findall(r'href="#([^"]*)"', re.search(r"<nav>(.*?)</nav>", page).group(1))
+    return nav, re.findall(r'<section id="([^"]*)"', page), set(re.findall(r'href="#([^"]*)"', page))
+
+
+def test_a_table_without_rows_is_left_out_with_its_links(study, tmp_path: Path) -> None:
+    """No memory axis: no memory section and no link to one; every link of the page lands."""
+    _, experiment = study
+    result = run_cli("report", "-c", experiment, *ONLY, "--html", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text()
+    nav, sections, links = page_links(page)
+    tables = ["summary", "seeds", "compare", "diagnostics", "mechanism"]
+    # The claims answer first, above the matrix.
+    assert nav == sections == ["table-claims", "matrix", "figures-0", "cells", *(f"table-{t}" for t in tables)]
+    assert 'data-table="memory"' not in page and "No rows" not in page
+    anchors = set(re.findall(r'id="([^"]*)"', page))
+    assert links <= anchors, links - anchors
+
+
+def test_a_study_without_diagnostics_links_no_diagnostics(experiment: Path, tmp_path: Path) -> None:
+    """One cell, evaluations only: no compare (nothing to pair), diagnostics or memory section; the
+    cell's card links to its curves, the summary and the mechanism table only."""
+    from test_cli_errors import ONE_CELL, results_of, write_cell
+
+    write_cell(results_of(experiment), steps=(0, 10))
+    result = run_cli("report", "-c", experiment, *ONE_CELL, "--html", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text()
+    nav, sections, links = page_links(page)
+    assert nav == sections == ["table-claims", "matrix", "figures-0", "cells", "table-summary", "table-seeds", "table-mechanism"]
+    card = re.search(r'<article class="card" id="cell-single-arith-tiny-s-shared">.*?</article>', page).group(0)
+    assert re.findall(r'<p class="caption">(<a .*?)</p>', card) == [
+        '<a href="#plot-curves-arith">all arith curves</a> · <a href="#table-summary">summary</a> · '
+        '<a href="#table-mechanism">mechanism</a>'
+    ]
+    assert links <= set(re.findall(r'id="([^"]*)"', page))
 
 
 # --- user errors -----------------------------------------------------------------------------

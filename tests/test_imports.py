@@ -138,7 +138,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "what to run (plan), running it with Snakemake, disk use"),
     ("study", ("matrixrl.study",), "the Python API's Study"),
     ("export", ("matrixrl.export",), "a study exported as files"),
-    ("cli", ("matrixrl.cli", "matrixrl.__main__", "matrixrl.docs_tree", "matrixrl"),
+    ("cli", ("matrixrl.cli", "matrixrl.cli_errors", "matrixrl.__main__", "matrixrl.docs_tree", "matrixrl"),
      "the command line, the docs it generates, and the package's lazy API"),
 )
 """matrixrl's layers, bottom to top: ``(name, module prefixes, what it holds)``. This is the one

@@ -279,8 +279,7 @@ def test_switched_on_the_training_differs_and_off_it_is_the_default(study, tmp_p
     [
         (
             "train.kl_beta_roles={genrator: 0.1}",
-            "train.kl_beta_roles: unknown role 'genrator'; use one of: aggregator, evaluator, generator, "
-            "orchestrator, synthesizer, worker",
+            "train.kl_beta_roles: unknown role 'genrator'; did you mean generator?",
         ),
         (
             "scales.tiny-s.train.damper_roles={x: 0.1}",

@@ -70,7 +70,9 @@ def config_error(path: Path, *sets: str) -> str:
     "sets, message",
     [
         (["grid.memory=[none, recall]"], "grid.memory: unknown memory mode 'recall'; use one of: none, own, transfer, self_contrast, memcollab"),
+        (["grid.memory=[none, memcolab]"], "grid.memory: unknown memory mode 'memcolab'; did you mean memcollab?"),
         (["memory.weak=big"], "memory.weak: unknown scale 'big'; use one of: weak, strong, tiny or define it under 'scales:'"),
+        (["memory.weak=wek"], "memory.weak: unknown scale 'wek'; did you mean weak? (or define it under 'scales:')"),
         (["memory.distiller=tiny"], "memory.distiller: scale 'tiny' plays compact prompts; memory is read as natural-language guidance, so it needs a chat-style scale (kind: hf, prompt_style: chat)"),
         (["grid.scale=[weak, tiny]"], "grid.memory: own, transfer, self_contrast, memcollab on scale 'tiny', which plays compact prompts; memory needs chat-style scales (kind: hf, prompt_style: chat); use grid.memory: [none] for compact scales"),
         (["memory.strong=weak"], "grid.memory: transfer needs two different models, but memory.weak and memory.strong are both 'weak'; name two scales (they may load the same model)"),

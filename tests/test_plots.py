@@ -237,7 +237,20 @@ def test_plot_user_errors(study, tmp_path: Path) -> None:
     example = cells(config)[0].id
     assert_user_error(
         run_cli("plot", "-c", experiment, *ONLY, "--out", out, "--cell", "voting-arith-tiny-xl-shared-s0"),
-        f"--cell voting-arith-tiny-xl-shared-s0: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {example})",
+        "--cell voting-arith-tiny-xl-shared-s0: not a cell of this grid; did you mean voting-arith-tiny-s-shared-s0?",
+    )
+    assert_user_error(
+        run_cli("plot", "-c", experiment, *ONLY, "--out", out, "--cell", "nope"),
+        f"--cell nope: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {example})",
+    )
+    assert_user_error(
+        run_cli("plot", "-c", experiment, *ONLY, "--out", out, "--lines", "polcy"),
+        "--lines polcy: not an axis the curves can draw one line per value of; did you mean policy?",
+    )
+    assert_user_error(
+        run_cli("plot", "-c", experiment, *ONLY, "--out", out, "--lines", "workflow"),
+        "--lines workflow: not an axis the curves can draw one line per value of; use one of: policy "
+        "(workflow, task and scale have panels of their own, seeds make the band)",
     )
     a_file = tmp_path / "a-file"
     a_file.write_text("")

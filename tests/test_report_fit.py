@@ -289,3 +289,7 @@ def test_columns_user_errors(one_seed) -> None:
     line = assert_user_error(run_cli("report", "-c", experiment, "--table", "seeds", "--columns", "gain_mean,nope_*"))
     assert line.startswith("Error: --columns nope_*: the seeds table has no such column; use any of: default, all, base_mean, base_lo,")
     assert line.endswith(", n_seeds, base±ci, peak±ci, final±ci, gain±ci")
+    assert_user_error(
+        run_cli("report", "-c", experiment, "--table", "seeds", "--columns", "gain_maen"),
+        "--columns gain_maen: the seeds table has no such column; did you mean gain_mean?",
+    )

@@ -612,6 +612,9 @@ def test_cli_user_errors_for_group_by_and_empty_comparisons(experiment: Path) ->
     assert _error(run_cli("report", "-c", experiment, *sets, "--group-by", "colour")) == (
         "Error: --group-by 'colour': unknown axis 'colour'; use one of: workflow, task, scale, policy, seed"
     )
+    assert _error(run_cli("report", "-c", experiment, *sets, "--group-by", "polcy")) == (
+        "Error: --group-by 'polcy': unknown axis 'polcy'; did you mean policy?"
+    )
     assert _error(run_cli("report", "-c", experiment, *sets, "--table", "seeds", "--group-by", "policy,seed")) == (
         "Error: --group-by seed: the seeds table has no seed column (it aggregates over seeds); "
         "use one of: workflow, task, scale, policy"

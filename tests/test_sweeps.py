@@ -54,11 +54,17 @@ BAD = [
         "grid.train.lr=[1.0e-4, 0.0001]",
         "grid.train.lr: 0.0001 is listed more than once (as another spelling, maybe); list each value once",
     ),
+    ("grid.train.stepz=[1, 2]", "grid.train.stepz: unknown key; did you mean steps?"),
     (
-        "grid.train.stepz=[1, 2]",
-        "grid.train.stepz: unknown key; valid keys here: steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, "
+        "grid.train.colour=[1, 2]",
+        "grid.train.colour: unknown key; valid keys here: steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, "
         "group_size, lr, ppo_epochs, temperature, max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, "
         "max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, damper, damper_roles, damper_window, advantage_group",
+    ),
+    ("grid.trian.lr=[1.0e-4, 5.0e-5]", "grid.trian.lr: unknown section 'trian'; did you mean train?"),
+    (
+        "grid.colour.lr=[1.0e-4, 5.0e-5]",
+        "grid.colour.lr: unknown section 'colour'; use one of: train, eval, policies, workflows, tasks, scales, prompts, memory",
     ),
     (
         "grid.train.threads=[1, 2]",
@@ -235,7 +241,7 @@ def test_group_by_and_only_on_the_axis(study) -> None:
     assert [(r["train.lr"], r["seed"]) for r in only] == [(5e-5, 0), (5e-5, 1)]
     assert_user_error(
         run_cli("report", "-c", experiment, *args, "--group-by", "train.lrr"),
-        "--group-by 'train.lrr': unknown axis 'train.lrr'; use one of: workflow, task, scale, policy, seed, train.lr",
+        "--group-by 'train.lrr': unknown axis 'train.lrr'; did you mean train.lr?",
     )
 
 
@@ -259,6 +265,8 @@ def test_compare_against_a_control_value_is_paired_by_seed(study) -> None:
     "against, message",
     [
         ("train.lr=3e-4", "--against 'train.lr=3e-4': 3e-4 is not a value of grid.train.lr [0.0001, 5e-05]; use one of them"),
+        ("policy=sharde", "--against 'policy=sharde': sharde is not a value of grid.policy; did you mean shared?"),
+        ("trian.lr=1e-4", "--against 'trian.lr=1e-4': unknown axis 'trian.lr'; did you mean train.lr?"),
         ("seed=0", "--against 'seed=0': cells are paired by seed, so seed cannot be the control; use another axis"),
         ("lr=1e-4", "--against 'lr=1e-4': unknown axis 'lr'; use one of: workflow, task, scale, policy, train.lr"),
         ("train.lr", "--against 'train.lr': expected AXIS=VALUE, e.g. --against policy=shared"),

@@ -268,6 +268,7 @@ def test_train_split_needs_a_folder(tmp_path: Path) -> None:
             "tasks.m.digits: unknown key; valid keys here: path, hub, hub_config, split, train_split, n_eval, "
             "eval_pick, seed, kind, verify_timeout_s",
         ),
+        ({"kind": "gms8k"}, "tasks.m.kind: unknown kind 'gms8k'; did you mean gsm8k?"),
         (
             {"kind": "sorting"},
             "tasks.m.kind: unknown kind 'sorting'; use one of: arith, pyfunc, gsm8k, math, math_generic, humaneval, code_generic",

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
 from matrixrl.config.sweeps import check_sweeps, spelled
-from matrixrl.errors import ConfigError, DataError
+from matrixrl.errors import ConfigError, DataError, closest, did_you_mean
 from matrixrl.tasks.files import locate
 
 
@@ -78,9 +78,9 @@ def parse_only(assignment: str) -> tuple[str, list[str]]:
     axis = axis.strip()
     wanted = [v.strip() for v in raw.split(",") if v.strip()]
     if sep and axis and axis not in AXES and "." not in axis:
-        raise ConfigError(
-            f"--only {assignment!r}: unknown axis {axis!r}; use one of: {', '.join(AXES)}, e.g. --only seed=0,1"
-        )
+        fix = did_you_mean(axis, AXES)
+        example = "" if closest(axis, AXES) else ", e.g. --only seed=0,1"
+        raise ConfigError(f"--only {assignment!r}: unknown axis {axis!r}; {fix}{example}")
     if not sep or not axis or not wanted:
         raise ConfigError(
             f"--only {assignment!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(AXES)}, "
@@ -113,6 +113,13 @@ def apply_only(raw: dict, assignment: str, earlier: str | None = None) -> None:
             f"grid.{axis} first (repeated --only options intersect); give the values in one: --only {axis}=V1,V2"
         )
     if missing:
+        # A name may be misspelt (tiny-x for tiny-s); a number is another value, not a slip.
+        names = [text for text, value in by_text.items() if isinstance(value, str) and text not in wanted]
+        if len(missing) == 1 and (near := closest(missing[0], names)) is not None:
+            raise ConfigError(
+                f"--only {assignment!r}: {missing[0]} not in grid.{axis}; did you mean {near}? "
+                f"(or --set grid.{axis}=[...] to change the grid)"
+            )
         raise ConfigError(
             f"--only {assignment!r}: {', '.join(missing)} not in grid.{axis} "
             f"[{', '.join(map(str, values))}]; --only narrows the grid, "

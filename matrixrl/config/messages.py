@@ -7,7 +7,7 @@ from typing import Any, get_origin
 from pydantic import BaseModel, ValidationError
 
 from matrixrl.config.schema import Config, Grid
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, closest, did_you_mean
 from matrixrl.settings import kind_values, models_in
 
 
@@ -85,18 +85,20 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     got = first.get("input")
     if kind == "extra_forbidden":
         owner = _describe(Config, loc, tag)
-        allowed = f"; valid keys here: {', '.join(owner.model_fields)}" if owner else "; remove it"
-        if owner is Grid:
-            axes = ", ".join(name for name in owner.model_fields if name != "sweeps")
-            allowed = f"; valid keys here: {axes}, or a setting's dotted key as an extra axis (e.g. train.lr)"
-        return f"{source}: {path}: unknown key{allowed}"
+        if owner is None:
+            return f"{source}: {path}: unknown key; remove it"
+        keys = [name for name in owner.model_fields if not (owner is Grid and name == "sweeps")]
+        fix = did_you_mean(loc[-1], keys, "valid keys here")
+        if owner is Grid and closest(loc[-1], keys) is None:
+            fix += ", or a setting's dotted key as an extra axis (e.g. train.lr)"
+        return f"{source}: {path}: unknown key; {fix}"
     if kind == "missing":
         return f"{source}: {path}: required key is missing; add it"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        valid = ", ".join(kinds(loc[0])) if loc and loc[0] in ("scales", "tasks") else ""
+        valid = kinds(loc[0]) if loc and loc[0] in ("scales", "tasks") else ()
         if kind == "union_tag_not_found":
-            return f"{source}: {path}.kind: required key is missing; add it (one of: {valid})"
-        return f"{source}: {path}.kind: unknown kind {ctx.get('tag')!r}; use one of: {valid}"
+            return f"{source}: {path}.kind: required key is missing; add it (one of: {', '.join(valid)})"
+        return f"{source}: {path}.kind: unknown kind {ctx.get('tag')!r}; {did_you_mean(ctx.get('tag'), valid)}"
     if isinstance(ctx.get("error"), ConfigError):
         return f"{source}: {ctx['error']}"
     if kind == "too_short" and ctx.get("min_length") == 1:

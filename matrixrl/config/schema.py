@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, ConfigDict, Field, create_model, field_validator, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, did_you_mean
 from matrixrl.settings import ADDED, RUNTIME, Strict
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
 from matrixrl.workflows import WORKFLOWS
@@ -74,7 +74,7 @@ def _known_roles(by_role: dict[str, float] | None) -> dict[str, float] | None:
     known = sorted({role for workflow in WORKFLOWS.values() for role in workflow.roles})
     for role in by_role or {}:
         if role not in known:
-            raise ValueError(f"unknown role {role!r}; use one of: {', '.join(known)}")
+            raise ValueError(f"unknown role {role!r}; {did_you_mean(role, known)}")
     return by_role
 
 
@@ -527,14 +527,12 @@ class Config(Strict):
             "scale": tuple(self.scales),
             "task": tuple(self.tasks),
         }
-        where = {"scale": " or define it under 'scales:'", "task": " or define it under 'tasks:'"}
+        where = {"scale": "define it under 'scales:'", "task": "define it under 'tasks:'"}
         for axis, allowed in known.items():
             for value in getattr(self.grid, axis):
                 if value not in allowed:
-                    raise ConfigError(
-                        f"grid.{axis}: unknown {axis} {value!r}; use one of: "
-                        f"{', '.join(allowed)}{where.get(axis, '')}"
-                    )
+                    fix = did_you_mean(value, allowed, otherwise=where.get(axis, ""))
+                    raise ConfigError(f"grid.{axis}: unknown {axis} {value!r}; {fix}")
         for axis in (*AXES, "memory"):
             values = getattr(self.grid, axis)
             if len(set(values)) != len(values):
@@ -546,7 +544,7 @@ class Config(Strict):
         modes = self.grid.memory
         for mode in modes:
             if mode not in MEMORY_MODES:
-                raise ConfigError(f"grid.memory: unknown memory mode {mode!r}; use one of: {', '.join(MEMORY_MODES)}")
+                raise ConfigError(f"grid.memory: unknown memory mode {mode!r}; {did_you_mean(mode, MEMORY_MODES)}")
         memory = self.memory
         where = "grid.memory"
         if memory is not None and memory.train is not None:
@@ -564,10 +562,8 @@ class Config(Strict):
             if name is None:
                 continue
             if name not in self.scales:
-                raise ConfigError(
-                    f"memory.{field}: unknown scale {name!r}; use one of: {', '.join(self.scales)} "
-                    "or define it under 'scales:'"
-                )
+                fix = did_you_mean(name, self.scales, otherwise="define it under 'scales:'")
+                raise ConfigError(f"memory.{field}: unknown scale {name!r}; {fix}")
             if self.scales[name].prompt_style != "chat":
                 raise ConfigError(
                     f"memory.{field}: scale {name!r} plays compact prompts; memory is read as natural-language "

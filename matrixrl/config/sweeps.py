@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import Config
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, did_you_mean
 from matrixrl.settings import is_runtime
 
 SWEEPABLE = ("train", "eval", "policies", "workflows", "tasks", "scales", "prompts", "memory")
@@ -48,6 +48,8 @@ def check_sweeps(config: Config) -> Config:
     for key, values in config.grid.sweeps.items():
         where = f"grid.{key}"
         parts = key.split(".")
+        if parts[0] not in Config.model_fields:  # a slip, as train.lr for trian.lr
+            raise ConfigError(f"{where}: unknown section {parts[0]!r}; {did_you_mean(parts[0], SWEEPABLE)}")
         if parts[0] not in SWEEPABLE:
             raise ConfigError(
                 f"{where}: {parts[0]} settings are not part of what a cell computes, so they cannot be an axis; "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, closest
 from matrixrl.report import TABLES
 from matrixrl.report.formats import MISSING, cell_text, is_missing, row_keys
 
@@ -111,8 +111,10 @@ def parse_columns(spec: str, table: str, columns: Sequence[str]) -> list[str]:
         else:
             found = [c for c in [*columns, *joined] if fnmatch.fnmatchcase(c, item)]
         if not found:
-            offered = ", ".join([*SETS, *(c for c in columns if c not in keys), *joined])
-            raise ConfigError(f"--columns {item}: the {table} table has no such column; use any of: {offered}")
+            offered = [*SETS, *(c for c in columns if c not in keys), *joined]
+            near = None if any(ch in item for ch in "*?[") else closest(item, offered)  # a pattern is no slip of a name
+            fix = f"did you mean {near}?" if near else f"use any of: {', '.join(offered)}"
+            raise ConfigError(f"--columns {item}: the {table} table has no such column; {fix}")
         chosen += [c for c in found if c not in chosen and c not in keys]
     return chosen
 

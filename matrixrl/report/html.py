@@ -8,9 +8,10 @@ checkpoint (mean over seeds), marks a terminal cliff, and links to the cell's ca
 further down: its learning curve (inline SVG), its numbers and, for a cell with a
 cliff, its gradient diagnostics. Then the learning-curve figures, the cards, and
 every table whose registry entry says so (``matrixrl.report.TABLES``: ``page``), sortable by any column (a small inline script) with signed numbers
-coloured by sign; a table that says nothing for this study (the across-seeds
-table with one seed) is left out with a line saying why, and so are the rows of a
-one-role workflow's isolated cells, which repeat its shared runs.
+coloured by sign; a table without rows (memory without a memory axis) is left out
+with its links, one that says nothing for this study (the across-seeds table with one
+seed) with a line saying why, and so are the rows of a one-role workflow's isolated
+cells, which repeat its shared runs.
 
 The page makes no request of its own: CSS and the script are inline, every plot is
 a PNG in a ``data:`` URI, and a Content-Security-Policy forbids anything else (the
@@ -508,11 +509,15 @@ def _role_and(row, role: str, figure: str) -> str:
 
 
 def cards_html(
-    squares: Mapping[tuple, Square], evals: pd.DataFrame, diagnostics: pd.DataFrame, mechanism: pd.DataFrame
+    squares: Mapping[tuple, Square],
+    evals: pd.DataFrame,
+    diagnostics: pd.DataFrame,
+    mechanism: pd.DataFrame,
+    on_page: Sequence[str] = ("summary", "diagnostics", "mechanism"),
 ) -> str:
     """A card per square (``id`` its anchor): its curve beside its seeds' numbers (summary,
-    diagnostics, mechanism), links to its task's curves and the tables, and the gradient
-    diagnostics plot of each of its cells that ends in a terminal cliff."""
+    diagnostics, mechanism), links to its task's curves and to those of the tables that are
+    ``on_page``, and the gradient diagnostics plot of each of its cells that ends in a terminal cliff."""
     low, high = (float(evals["accuracy"].min()), float(evals["accuracy"].max())) if not evals.empty else (0.0, 1.0)
     # One accuracy scale for every card, so that their curves compare; 0.05 steps around the study's range.
     y_range = (max(0.0, math.floor(low / 0.05) * 0.05 - 0.05), math.ceil(high / 0.05) * 0.05 + 0.05)
@@ -535,11 +540,11 @@ def cards_html(
             for name, texts in card_rows(square, diagnostics, mechanism)
         )
         task = square.axes["task"]
-        links = (
-            f'<p class="caption"><a href="#plot-curves-{_attr(task)}">all {_text(task)} curves</a> · '
-            '<a href="#table-summary">summary</a> · <a href="#table-diagnostics">diagnostics</a> · '
-            '<a href="#table-mechanism">mechanism</a></p>'
+        links = " · ".join(
+            [f'<a href="#plot-curves-{_attr(task)}">all {_text(task)} curves</a>']
+            + [f'<a href="#table-{name}">{name}</a>' for name in ("summary", "diagnostics", "mechanism") if name in on_page]
         )
+        links = f'<p class="caption">{links}</p>'
         figures = "".join(image_html(name, png) for name, png in square.images.items())
         cards.append(
             f'<article class="{classes}" id="{_attr(square.anchor)}">{head}<div class="beside">'
@@ -601,6 +606,9 @@ def build_report(
     repeats = {cell.workflow for cell in G.cells(selected or config) if runs[cell.id] != cell.id}
     n_seeds = len((selected or config).grid.seed)
     tables = [_section(name, frames[name], TABLES[name], repeats, n_seeds, shown) for name in names if TABLES[name].page]
+    # A table with no rows for this study (memory without a memory axis, diagnostics before any
+    # are stored) is left out, with its links: an empty section says only what the study is not.
+    tables = [table for table in tables if not table.frame.empty]
 
     # Cells whose curve ends in a terminal cliff and that have diagnostics, in grid order.
     with_cliff = set(frames["summary"].loc[frames["summary"]["cliff"], "cell"]) & set(frames["diagnostics"]["cell"])
@@ -632,7 +640,7 @@ def build_report(
         tables,
         sections,
         matrix=matrix_html(cells, squares, n_seeds),
-        cards=cards_html(squares, evals, frames["diagnostics"], frames["mechanism"]),
+        cards=cards_html(squares, evals, frames["diagnostics"], frames["mechanism"], [t.name for t in tables]),
     )
     return page, pngs
 

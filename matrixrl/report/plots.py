@@ -33,7 +33,7 @@ from matrixrl.analysis.curves import summarize_cells
 from matrixrl.analysis.diagnostics import share_table
 from matrixrl.config import Analysis, Config
 from matrixrl.config.sweeps import spelled
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, closest, did_you_mean
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -134,9 +134,9 @@ def check_line_by(study: Study, line_by: str, option: str = "--lines") -> None:
     """ConfigError unless the curves can draw one line per value of ``line_by``."""
     choices = ["policy", *extra_axes(study.cells.columns)]
     if line_by not in choices:
+        why = "" if closest(line_by, choices) else " (workflow, task and scale have panels of their own, seeds make the band)"
         raise ConfigError(
-            f"{option} {line_by}: not an axis the curves can draw one line per value of; use one of: {', '.join(choices)} "
-            "(workflow, task and scale have panels of their own, seeds make the band)"
+            f"{option} {line_by}: not an axis the curves can draw one line per value of; {did_you_mean(line_by, choices)}{why}"
         )
 
 
@@ -145,7 +145,9 @@ def check_diagnostics_cells(study: Study, cells: Sequence[str], option: str = "-
     known = list(study.cells["cell"])
     for cell in cells:
         if cell not in known:
-            raise ConfigError(f"{option} {cell}: not a cell of this grid; `matrixrl plan` lists the cell ids (e.g. {known[0]})")
+            near = closest(cell, known)
+            fix = f"did you mean {near}?" if near else f"`matrixrl plan` lists the cell ids (e.g. {known[0]})"
+            raise ConfigError(f"{option} {cell}: not a cell of this grid; {fix}")
         if not (study.diagnostics["cell"] == cell).any():
             raise ConfigError(f"{option} {cell}: no gradient diagnostics stored yet; run `matrixrl run` first")
 

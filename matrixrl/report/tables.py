@@ -45,7 +45,7 @@ from matrixrl.analysis.seeds import seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
 from matrixrl.config.sweeps import spelled as _shown
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, closest, did_you_mean
 from matrixrl.report import TABLES
 from matrixrl.layout import store_path
 from matrixrl.store import Store, ingest_for_report, repairing
@@ -110,7 +110,7 @@ def parse_group_by(group_by: str | Sequence[str] | None, extra: Sequence[str] = 
         raise ConfigError(f"--group-by {text!r}: expected AXIS[,AXIS] with AXIS one of {', '.join(known)}")
     for axis in axes:
         if axis not in known:
-            raise ConfigError(f"--group-by {text!r}: unknown axis {axis!r}; use one of: {', '.join(known)}")
+            raise ConfigError(f"--group-by {text!r}: unknown axis {axis!r}; {did_you_mean(axis, known)}")
     repeated = sorted({a for a in axes if axes.count(a) > 1}, key=axes.index)
     if repeated:
         raise ConfigError(f"--group-by {text!r}: {', '.join(repeated)} given more than once; list each axis once")
@@ -121,7 +121,7 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     """The checked ``group_by`` axes for table ``name``; ConfigError if the table has no such column.
     Every table has a column per extra axis (``extra``)."""
     if name not in TABLES:
-        raise ConfigError(f"unknown table {name!r}; use one of: {', '.join(TABLES)}")
+        raise ConfigError(f"unknown table {name!r}; {did_you_mean(name, TABLES)}")
     axes = (*TABLES[name].axes, *extra)
     parsed = parse_group_by(group_by, extra)
     if parsed and not TABLES[name].axes:
@@ -645,11 +645,14 @@ def parse_against(text: str, config: Config, table: str = "compare") -> tuple[st
     if axis == "seed":
         raise ConfigError(f"--against {text!r}: cells are paired by seed, so seed cannot be the control; use another axis")
     if axis not in axes:
-        raise ConfigError(f"--against {text!r}: unknown axis {axis!r}; use one of: {', '.join(axes)}")
+        raise ConfigError(f"--against {text!r}: unknown axis {axis!r}; {did_you_mean(axis, axes)}")
     values = config.grid.sweeps[axis] if axis in config.grid.sweeps else getattr(config.grid, axis)
     for value in values:
         if _shown(value) == raw or _same(value, raw):
             return axis, value
+    names = [value for value in values if isinstance(value, str)]  # a number is another value, not a slip
+    if (near := closest(raw, names)) is not None:
+        raise ConfigError(f"--against {text!r}: {raw} is not a value of grid.{axis}; did you mean {near}?")
     raise ConfigError(
         f"--against {text!r}: {raw} is not a value of grid.{axis} [{', '.join(map(_shown, values))}]; use one of them"
     )
