@@ -1,0 +1,158 @@
+"""The GPU memory estimate (matrixrl.gpu_memory): its parts against what torch holds, the
+budget a job gets, and the lines that refuse a job that would not fit."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+QWEN3 = json.loads((REPO / "tests" / "fixtures" / "qwen3_configs.json").read_text())
+GIB = 1 << 30
+
+
+def test_qwen3_shapes_are_the_published_sizes():
+    from matrixrl.disk import decoder_shape
+
+    counts = {name: decoder_shape(fields).parameters for name, fields in QWEN3.items() if not name.startswith("_")}
+    assert counts == {"qwen3-0.6b": 596_049_920, "qwen3-1.7b": 1_720_574_976, "qwen3-4b": 4_022_468_096}
+
+
+def test_constants_follow_the_code():
+    from matrixrl import gpu_memory
+    from matrixrl.train import diagnostics, grpo
+
+    assert gpu_memory.PROMPT_LOGITS_LEFT_OUT_FROM == grpo.PROMPT_LOGITS_LEFT_OUT_FROM
+    assert gpu_memory.DIAGNOSTIC_CHUNK == diagnostics.CHUNK
+
+
+def test_estimating_imports_no_torch():
+    code = (
+        "import sys, json; from matrixrl.config import load_config; from matrixrl import grid as G;"
+        "from matrixrl.gpu_memory import estimate;"
+        f"fields = json.load(open({str(REPO / 'tests/fixtures/qwen3_configs.json')!r}))['qwen3-4b'];"
+        f"config = load_config({str(REPO / 'examples/paper.yaml')!r});"
+        "spec = G.cell_spec(config, G.runs(config)[0]);"
+        "assert estimate(spec, 'training', config=fields).total > 0;"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- the activations' formula against autograd's saved tensors -------------------------------------
+
+
+def _saved_bytes_per_token(arch: str, dtype: str, adapter: str, targets: list[str], layers: int) -> float:
+    """Bytes autograd saves per token in a forward pass of a small ``arch`` model (parameters aside)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from matrixrl.models.hf import with_compute_dtype
+
+    torch.manual_seed(0)
+    fields = dict(
+        vocab_size=104, hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(Qwen3Config(**fields)) if arch == "qwen3" else LlamaForCausalLM(LlamaConfig(**fields))
+    model.config._attn_implementation = "sdpa"
+    if adapter == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model.to(getattr(torch, dtype))  # a frozen base is stored in the compute dtype
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
+    with_compute_dtype(model, dtype)
+    model.train()
+    rows, length = 4, 64
+    mask = torch.ones(rows, length, dtype=torch.long)
+    mask[0, :16] = 0  # padded, as an update's micro-batch is
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=torch.randint(0, 104, (rows, length)), attention_mask=mask,
+              position_ids=(mask.cumsum(-1) - 1).clamp(min=0))  # fmt: skip
+    return sum(seen.values()) / (rows * length)
+
+
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+EVERY = [*ATTENTION, "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,adapter,targets",
+    [
+        ("qwen3", "float32", "full", ATTENTION),
+        ("qwen3", "bfloat16", "full", ATTENTION),
+        ("qwen3", "bfloat16", "lora", ATTENTION),
+        ("qwen3", "bfloat16", "lora", EVERY),
+        ("qwen3", "float32", "lora", EVERY),
+        ("llama", "float32", "full", ATTENTION),
+        ("llama", "bfloat16", "full", ATTENTION),
+        ("llama", "bfloat16", "lora", EVERY),
+    ],
+)
+def test_a_layers_activations_are_what_autograd_saves(arch, dtype, adapter, targets):
+    """One more decoder layer adds what ``JobModel.layer_bytes`` counts (within 2%: the
+    small tensors it leaves out), plus, in bfloat16, that layer's 16-bit copies of its
+    trained weights (the autocast copies, a part of their own)."""
+    from matrixrl.disk import decoder_shape
+    from matrixrl.gpu_memory import JobModel
+
+    config = {
+        "model_type": arch, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 104,
+    }  # fmt: skip
+    model = JobModel(
+        shape=decoder_shape(config), compute=4 if dtype == "float32" else 2, adapter=adapter, rank=8,
+        targets=frozenset(targets), sets=1, device="cpu",
+    )  # fmt: skip
+    measured = _saved_bytes_per_token(arch, dtype, adapter, targets, 3) - _saved_bytes_per_token(arch, dtype, adapter, targets, 2)
+    if dtype != "float32":  # the layer's 16-bit copies of its trained weights
+        copied = sum(i * o for i, o in model.shape.linears.values()) if adapter == "full" else model.adapter_parameters // 2
+        measured -= 2 * copied / (4 * 64)
+    assert model.layer_bytes(64) == pytest.approx(measured, rel=0.02)
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
+    """A full fine-tune's float32 norms and rotary tables promote its keys to float32 under
+    autocast (values stay 16-bit); a LoRA base stored in 16-bit keeps both 16-bit: what
+    ``JobModel.kv_per_token`` counts."""
+    import torch
+    from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+    from matrixrl.disk import decoder_shape
+    from matrixrl.gpu_memory import JobModel
+    from matrixrl.models.hf import compute_context, with_compute_dtype
+
+    fields = dict(vocab_size=104, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)  # fmt: skip
+    model = Qwen3ForCausalLM(Qwen3Config(**fields))
+    if adapter == "lora":
+        model.to(torch.bfloat16)
+    with_compute_dtype(model, "bfloat16")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad(), compute_context(model):
+        model(input_ids=torch.randint(0, 104, (2, 5)), cache=cache, use_cache=True, logits_to_keep=1)
+    layer = cache.layers[0]
+    shape = decoder_shape({**fields, "model_type": "qwen3"})
+    expected = JobModel(shape, compute=2, adapter=adapter, rank=8, targets=frozenset(), sets=1, device="cuda").kv_per_token()
+    held = sum(layer.keys.element_size() + layer.values.element_size() for layer in cache.layers) * 2 * 16
+    assert (layer.keys.dtype, layer.values.dtype) == (torch.float32 if adapter == "full" else torch.bfloat16, torch.bfloat16)
+    assert held == expected
