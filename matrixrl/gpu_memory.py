@@ -612,3 +612,261 @@ def estimate(
         return evaluation_estimate(spec, model, prompt)
     raise ValueError(f"job is training or evaluation, not {job!r}")
 
+
+# --- the GPU a job gets, and what does not fit it -------------------------------------------------
+
+PROFILE_RESOURCE = "gpu_memory_gib"
+"""The resource a Snakemake profile declares, per rule, for the memory of the GPUs its jobs get
+(``set-resources: {train: {gpu_memory_gib: 80}, evaluate: {...}}``); matrixrl reads it, SLURM ignores it."""
+
+BUDGET_RULES = {"training": ("train",), "evaluation": ("evaluate", "evaluate_base")}
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """The memory (bytes) of the GPU a training and an evaluation job will get; None where unknown."""
+
+    training: int | None
+    evaluation: int | None
+    source: str  # where the numbers come from, or why they are unknown
+
+    def of(self, job: str) -> int | None:
+        return self.training if job == "training" else self.evaluation
+
+    @property
+    def known(self) -> bool:
+        return self.training is not None or self.evaluation is not None
+
+
+def local_gpu_memory() -> tuple[int | None, str]:
+    """The memory of the smallest GPU jobs started here can use (bytes), from ``nvidia-smi``
+    (CUDA is not started), and where that comes from; None without a GPU or a driver."""
+    from matrixrl.models.devices import visible_gpus
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None, "no nvidia-smi on this machine"
+    visible = visible_gpus()
+    if not visible:
+        return None, "no GPU visible (CUDA_VISIBLE_DEVICES or nvidia-smi)"
+    try:
+        proc = subprocess.run(
+            [smi, "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None, "nvidia-smi did not answer"
+    sizes = {}
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[2].isdigit():
+            sizes[fields[0]] = sizes[fields[1]] = int(fields[2]) * 2**20  # MiB
+    found = [sizes[gpu] for gpu in visible if gpu in sizes]
+    if len(found) != len(visible):
+        return None, f"nvidia-smi does not list the memory of every visible GPU ({', '.join(visible)})"
+    what = "the GPU" if len(found) == 1 else f"the smallest of {len(found)} visible GPUs"
+    return min(found), f"nvidia-smi: {what}"
+
+
+def profile_gpu_memory(profile: Path) -> GpuBudget:
+    """The GPU memory a profile declares for the training and evaluation rules (``PROFILE_RESOURCE``, GiB)."""
+    from matrixrl.errors import ProfileError
+    from matrixrl.snake import rule_resources
+
+    rules = [rule for names in BUDGET_RULES.values() for rule in names]
+    table = rule_resources(profile, rules)
+    found: dict[str, int | None] = {}
+    for job, names in BUDGET_RULES.items():
+        declared = []
+        for rule in names:
+            value = table[rule].get(PROFILE_RESOURCE)
+            if value is None:
+                continue
+            try:
+                declared.append(float(value))
+            except (TypeError, ValueError):
+                raise ProfileError(
+                    f"{profile / 'config.yaml'}: set-resources.{rule}.{PROFILE_RESOURCE} is {value!r}; "
+                    "give the GPU's memory in GiB, e.g. 80"
+                ) from None
+        found[job] = int(min(declared) * GIB) if declared else None
+    if not any(v is not None for v in found.values()):
+        return GpuBudget(None, None, f"profile {profile} declares no {PROFILE_RESOURCE} for train or evaluate")
+    return GpuBudget(found["training"], found["evaluation"], f"profile {profile}: {PROFILE_RESOURCE}")
+
+
+def gpu_budget(profile: Path | None = None) -> GpuBudget:
+    """The memory of the GPU each job will get: under a Snakemake ``profile`` what it declares
+    (``PROFILE_RESOURCE`` per rule), locally the smallest visible GPU; None where unknown."""
+    if profile is not None:
+        return profile_gpu_memory(Path(profile))
+    memory, source = local_gpu_memory()
+    return GpuBudget(memory, memory, source)
+
+
+_CACHE: dict = {}
+
+
+def _estimate_cached(spec, job: str) -> Estimate | None:
+    """``estimate`` of a cell, shared by cells that differ in their seed alone (the same memory)."""
+    cell = spec.cell
+    key = (cell.workflow, cell.task, cell.scale, cell.policy, job, spec.model_dump_json(exclude={"cell"}))
+    if key not in _CACHE:
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        _CACHE[key] = estimate(spec, job)
+    found = _CACHE[key]
+    return None if found is None else replace(found, cell=cell.id)
+
+
+def _variants(spec, job: str, found: Estimate) -> Iterable[tuple[str, object]]:
+    """(setting as a user writes it, the spec with it) for each change that can lower ``found``."""
+    if spec.policies.adapter == "full":
+        policies = spec.policies.model_copy(update={"adapter": "lora"})
+        yield "policies.adapter: lora", spec.model_copy(update={"policies": policies})
+    if spec.cell.policy != "shared":
+        yield "policy: shared", spec.model_copy(update={"cell": replace(spec.cell, policy="shared")})
+    if job == "training":
+        cfg = spec.train
+        tokens = cfg.micro_batch_tokens or 1 << 20
+        for value in _halvings(tokens, 128):
+            yield f"train.micro_batch_tokens: {value}", spec.model_copy(
+                update={"train": cfg.model_copy(update={"micro_batch_tokens": value})}
+            )
+        rows = cfg.rollout_batch_size or cfg.problems_per_step * cfg.group_size * 8
+        for value in _halvings(rows, 1):
+            yield f"train.rollout_batch_size: {value}", spec.model_copy(
+                update={"train": cfg.model_copy(update={"rollout_batch_size": value})}
+            )
+        if spec.scale.kind == "hf" and not spec.scale.gradient_checkpointing:
+            scale = spec.scale.model_copy(update={"gradient_checkpointing": True})
+            yield f"scales.{spec.cell.scale}.gradient_checkpointing: true", spec.model_copy(update={"scale": scale})
+    else:
+        for value in _halvings(spec.eval.batch_size, 1):
+            yield f"eval.batch_size: {value}", spec.model_copy(
+                update={"eval": spec.eval.model_copy(update={"batch_size": value})}
+            )
+
+
+def _halvings(value: int, floor: int) -> list[int]:
+    """``value`` halved again and again, down to ``floor``."""
+    found = []
+    while value // 2 >= floor:
+        value //= 2
+        found.append(value)
+    return found
+
+
+def fixes(spec, job: str, found: Estimate, budget: int, *, config: dict | None = None) -> list[str]:
+    """The settings that lower ``spec``'s ``job`` estimate, most saving first, each with its
+    estimate: ``policies.adapter: lora (about 41.0 GiB)``. A batch setting is given at the
+    largest value that fits ``budget`` (else at its smallest)."""
+    best: dict[str, tuple[int, str]] = {}
+    for setting, changed in _variants(spec, job, found):
+        after = estimate(changed, job, config=config, device=found.device)
+        if after is None or after.total >= found.total:
+            continue
+        name = setting.split(":")[0]
+        held = best.get(name)
+        fits, held_fits = after.total <= budget, held is not None and held[0] <= budget
+        # A batch setting: its largest value that fits (the first one, halving), else its smallest estimate.
+        if held is None or (fits and not held_fits) or (not fits and not held_fits and after.total < held[0]):
+            best[name] = (after.total, setting)
+    return [f"{setting} (about {gib(total)} GiB)" for total, setting in sorted(best.values())]
+
+
+def refusal(spec, job: str, found: Estimate, budget: int) -> str:
+    """The line that refuses ``spec``'s ``job``: the cell, the estimate, the GPU, the fixes."""
+    line = f"{spec.cell.id}: {job} needs about {gib(found.total)} GiB, more than the {gib(budget)} GiB GPU"
+    found_fixes = fixes(spec, job, found, budget)
+    if not found_fixes:
+        return f"{line}; no setting lowers it: use a GPU with more memory"
+    return f"{line}; use {', or '.join(found_fixes)}"
+
+
+def _gpu_jobs(config, jobs: Iterable[dict] | None) -> Iterable[tuple[object, str]]:
+    """(spec, job) of every training and evaluation of a GPU scale; ``jobs``: only those
+    pending among these rows (``matrixrl.status.job_statuses``)."""
+    from matrixrl import grid as G
+    from matrixrl.models.hf import needs_gpu
+
+    wanted = None
+    if jobs is not None:
+        kinds = {"train": "training", "evaluate": "evaluation"}
+        wanted = {(j["cell"], kinds[j["rule"]]) for j in jobs if j["status"] == "pending" and j["rule"] in kinds}
+    for cell in G.runs(config):
+        if not needs_gpu(config.scales[cell.scale]):
+            continue
+        spec = None
+        for job in ("training", "evaluation"):
+            if wanted is not None and (cell.id, job) not in wanted:
+                continue
+            spec = spec or G.cell_spec(config, cell)
+            yield spec, job
+
+
+def refusals(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[str]:
+    """One line per training or evaluation job of a GPU scale whose estimate exceeds the GPU it
+    will get (``budget``: a ``GpuBudget``, or bytes for every job; None: nothing is refused).
+    ``jobs``: the rows of ``matrixrl.status.job_statuses``, to refuse only pending jobs."""
+    if budget is None:
+        return []
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    lines = []
+    for spec, job in _gpu_jobs(config, jobs):
+        limit = budget.of(job)
+        if limit is None:
+            continue
+        found = _estimate_cached(spec, job)
+        if found is not None and found.total > limit:
+            lines.append(refusal(spec, job, found, limit))
+    return lines
+
+
+def memory_lines(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[str]:
+    """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
+    evaluation job and the GPU, then the refusals (``refusals``). Nothing for a grid of CPU scales."""
+    from matrixrl.models.hf import needs_gpu
+
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    largest: dict[str, dict[str, Estimate]] = {}
+    unknown: dict[str, str] = {}
+    for spec, job in _gpu_jobs(config, None):
+        found = _estimate_cached(spec, job)
+        scale = spec.cell.scale
+        if found is None:
+            unknown[scale] = spec.scale.path
+            continue
+        held = largest.setdefault(scale, {})
+        if job not in held or found.total > held[job].total:
+            held[job] = found
+    lines = []
+    for scale in config.grid.scale:
+        if not needs_gpu(config.scales[scale]):
+            continue
+        if scale in unknown and scale not in largest:
+            lines.append(
+                f"GPU memory of {scale}: unknown: no config.json of {unknown[scale]} on this machine "
+                f"(`hf download {unknown[scale]} config.json` fetches it)"
+            )
+            continue
+        shown = [
+            f"{job} up to about {gib(found.total)} GiB ({found.cell}: {found.at})"
+            for job, found in sorted(largest.get(scale, {}).items(), key=lambda item: item[0] != "training")
+        ]
+        lines.append(f"GPU memory of {scale}: {'; '.join(shown)}")
+    if not lines:
+        return []
+    if budget is None or not budget.known:
+        why = budget.source if budget is not None else "not asked"
+        lines.append(f"GPU memory available: unknown ({why}); no job is refused")
+        return lines
+    sizes = {job: budget.of(job) for job in ("training", "evaluation")}
+    if sizes["training"] == sizes["evaluation"]:
+        lines.append(f"GPU memory available: {gib(sizes['training'])} GiB per job ({budget.source})")
+    else:
+        shown = ", ".join(f"{job} {gib(size) + ' GiB' if size is not None else 'unknown'}" for job, size in sizes.items())
+        lines.append(f"GPU memory available: {shown} ({budget.source})")
+    return lines + refusals(config, budget, jobs)

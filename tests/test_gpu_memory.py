@@ -129,6 +129,115 @@ def test_a_layers_activations_are_what_autograd_saves(arch, dtype, adapter, targ
     assert model.layer_bytes(64) == pytest.approx(measured, rel=0.02)
 
 
+# --- the budget and the refusals -------------------------------------------------------------------
+
+
+def _qwen3_config(tmp_path: Path, *sets: str, only=("workflow=voting", "task=gsm8k", "scale=qwen3-4b", "policy=isolated")):
+    """examples/paper.yaml with Qwen3-4B's config.json in a folder of its own (no weights)."""
+    from matrixrl.config import load_config
+
+    folder = tmp_path / "qwen3-4b"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    return load_config(REPO / "examples" / "paper.yaml", sets=[f"scales.qwen3-4b.path={folder}", *sets], only=list(only))
+
+
+H100 = 81_559 * 2**20  # nvidia-smi's memory.total of an H100 80GB, in MiB
+
+
+def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
+    from matrixrl.gpu_memory import GpuBudget, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    lines = refusals(config, GpuBudget(H100, H100, "test"))
+    assert lines == [
+        "voting-gsm8k-qwen3-4b-isolated-s0: training needs about 209.5 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
+        "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)",
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 84.0 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 38.6 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+    ]
+
+
+def test_refusals_need_a_budget_and_a_gpu_scale(tmp_path, experiment):
+    from matrixrl.config import load_config
+    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    assert refusals(config, None) == []
+    assert refusals(config, GpuBudget(None, None, "unknown")) == []
+    assert refusals(config, GpuBudget(None, 10 * GIB, "evaluation only"))[0].startswith(
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about"
+    )
+    pending = [{"rule": "train", "cell": "voting-gsm8k-qwen3-4b-isolated-s0", "status": "done"}]
+    assert refusals(config, H100, jobs=pending) == []  # done jobs are never refused
+    tiny = load_config(experiment)
+    assert refusals(tiny, 1) == [] and memory_lines(tiny, 1) == []  # CPU scales: nothing to say
+
+
+def test_plan_lines_name_the_largest_jobs_and_the_gpu(tmp_path):
+    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+
+    config = _qwen3_config(tmp_path, only=("scale=qwen3-4b", "task=gsm8k"))
+    budget = GpuBudget(H100, H100, "nvidia-smi: the GPU")
+    lines = memory_lines(config, budget)
+    assert lines[0].startswith("GPU memory of qwen3-4b: training up to about ")
+    assert "; evaluation up to about " in lines[0]
+    assert lines[1] == "GPU memory available: 79.6 GiB per job (nvidia-smi: the GPU)"
+    assert lines[2:] == refusals(config, budget)
+    unknown = memory_lines(config, GpuBudget(None, None, "no nvidia-smi on this machine"))
+    assert unknown[-1] == "GPU memory available: unknown (no nvidia-smi on this machine); no job is refused"
+    missing = _qwen3_config(tmp_path, "scales.qwen3-4b.path=Qwen/Qwen3-4B-not-cached", only=("scale=qwen3-4b", "task=gsm8k"))
+    assert memory_lines(missing, None)[0] == (
+        "GPU memory of qwen3-4b: unknown: no config.json of Qwen/Qwen3-4B-not-cached on this machine "
+        "(`hf download Qwen/Qwen3-4B-not-cached config.json` fetches it)"
+    )
+
+
+def test_a_profile_declares_the_gpu_memory_per_rule(tmp_path):
+    from matrixrl.errors import ProfileError
+    from matrixrl.gpu_memory import gpu_budget
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        "executor: slurm\nset-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 40\n"
+    )
+    budget = gpu_budget(profile)
+    assert (budget.training, budget.evaluation) == (80 * GIB, 40 * GIB)
+    (profile / "config.yaml").write_text("executor: slurm\ndefault-resources:\n  - gpu_memory_gib=141\n")
+    assert (gpu_budget(profile).training, gpu_budget(profile).evaluation) == (141 * GIB, 141 * GIB)
+    (profile / "config.yaml").write_text("executor: slurm\n")
+    budget = gpu_budget(profile)
+    assert (budget.training, budget.evaluation) == (None, None)
+    assert budget.source == f"profile {profile} declares no gpu_memory_gib for train or evaluate"
+    (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: lots\n")
+    with pytest.raises(ProfileError, match="gpu_memory_gib is 'lots'; give the GPU's memory in GiB"):
+        gpu_budget(profile)
+
+
+def test_locally_the_budget_is_the_smallest_visible_gpu(tmp_path, monkeypatch):
+    from matrixrl.gpu_memory import gpu_budget
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\ncase \"$*\" in\n  *memory.total*) printf '0, GPU-aaa, 81559\\n1, GPU-bbb, 40960\\n' ;;\n"
+        "  *) printf '0\\n1\\n' ;;\nesac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    budget = gpu_budget()
+    assert (budget.training, budget.source) == (40960 * 2**20, "nvidia-smi: the smallest of 2 visible GPUs")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa")
+    assert (gpu_budget().evaluation, gpu_budget().source) == (81559 * 2**20, "nvidia-smi: the GPU")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert gpu_budget().training is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_budget() == type(budget)(None, None, "no nvidia-smi on this machine")
+
+
 @pytest.mark.parametrize("adapter", ["full", "lora"])
 def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
     """A full fine-tune's float32 norms and rotary tables promote its keys to float32 under
