@@ -824,6 +824,16 @@ def refusals(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None
     return lines
 
 
+def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> None:
+    """Raise ``GpuMemoryError`` (one line per job, ``refusals``) when a job would not fit its GPU:
+    what ``run`` calls before it starts anything."""
+    from matrixrl.errors import GpuMemoryError
+
+    lines = refusals(config, budget, jobs)
+    if lines:
+        raise GpuMemoryError("\n".join(lines))
+
+
 def memory_lines(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[str]:
     """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
     evaluation job and the GPU, then the refusals (``refusals``). Nothing for a grid of CPU scales."""

@@ -159,6 +159,17 @@ def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
     ]
 
 
+def test_check_fits_raises_the_refusals_as_one_user_error(tmp_path):
+    from matrixrl.errors import GpuMemoryError, UserError
+    from matrixrl.gpu_memory import check_fits, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    with pytest.raises(GpuMemoryError) as raised:
+        check_fits(config, H100)
+    assert isinstance(raised.value, UserError) and str(raised.value).splitlines() == refusals(config, H100)
+    check_fits(_qwen3_config(tmp_path), 1 << 50)  # LoRA on a large enough GPU: nothing to say
+
+
 def test_refusals_need_a_budget_and_a_gpu_scale(tmp_path, experiment):
     from matrixrl.config import load_config
     from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
