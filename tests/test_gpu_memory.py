@@ -129,6 +129,70 @@ def test_a_layers_activations_are_what_autograd_saves(arch, dtype, adapter, targ
     assert model.layer_bytes(64) == pytest.approx(measured, rel=0.02)
 
 
+# --- the estimate against measured peaks (bench/gpu_memory.py) --------------------------------------
+
+
+def _bench() -> dict:
+    return runpy.run_path(str(REPO / "bench" / "gpu_memory.py"), run_name="bench")
+
+
+def _measured_ratio(bench: dict, name: str, smollm2: Path | None, tmp_path: Path) -> tuple[float, float]:
+    """(estimate / measured, estimate with the run's prompt lengths / measured) of one bench case."""
+    from matrixrl import grid as G
+    from matrixrl.gpu_memory import estimate
+
+    case = next(c for c in bench["CASES"] if c.name == name)
+    base = bench["tiny_base"](tmp_path / "tiny")
+    config = bench["case_config"](case, smollm2, tmp_path)
+    spec = G.cell_spec(config, G.runs(config)[0])
+    measured, longest = bench["measure"](case, spec, base)
+    assumed = estimate(spec, case.job, device="cpu").tensors
+    known = estimate(spec, case.job, device="cpu", prompt=longest).tensors
+    return assumed / measured, known / measured
+
+
+TINY_CASES = [  # the quick suite measures one case of each kind (a few seconds each); the rest are slow
+    "tiny single shared full",
+    pytest.param("tiny voting shared full", marks=pytest.mark.slow),
+    "tiny voting isolated full",
+    pytest.param("tiny eval_opt isolated lora", marks=pytest.mark.slow),
+    pytest.param("tiny orch_workers shared lora mb512", marks=pytest.mark.slow),
+    pytest.param("tiny voting shared lora rollout", marks=pytest.mark.slow),  # its peak: a rollout's KV cache
+    "tiny voting isolated full eval",
+    "tiny eval_opt shared lora eval",
+]
+
+
+@pytest.mark.parametrize("name", TINY_CASES)
+def test_tiny_estimate_is_within_a_quarter_of_the_measured_peak(name, tmp_path):
+    ratio, with_prompts = _measured_ratio(_bench(), name, None, tmp_path)
+    assert 0.75 <= ratio <= 1.25, ratio
+    assert 0.75 <= with_prompts <= 1.25, with_prompts
+
+
+SMOLLM2_CASES = [
+    "single shared lora", "single shared full", "single shared full fp32", "voting isolated lora",
+    "voting shared full eval", "single shared lora eval",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SMOLLM2_CASES)
+def test_smollm2_estimate_is_within_a_quarter_of_the_measured_peak(name, smollm2, tmp_path):
+    ratio, with_prompts = _measured_ratio(_bench(), f"smollm2 {name}", smollm2, tmp_path)
+    assert 0.75 <= ratio <= 1.25, ratio
+    assert 0.75 <= with_prompts <= 1.25, with_prompts
+
+
+def test_the_paper_table_is_the_documented_one():
+    """docs/real-models.md holds the tables ``bench/gpu_memory.py --paper`` prints."""
+    bench = _bench()
+    rows = bench["paper_rows"]()
+    docs = (REPO / "docs" / "real-models.md").read_text()
+    assert bench["paper_table"](rows) in docs
+    assert bench["paper_workflow_table"](rows) in docs
+
+
 # --- the budget and the refusals -------------------------------------------------------------------
 
 
