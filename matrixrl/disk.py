@@ -34,11 +34,17 @@ _MASTER_BYTES = 4  # trained weights stay float32 whatever the compute dtype (ma
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A decoder's parameter count and its per-layer linear modules (name → (in, out) features)."""
+    """A decoder's parameter count and its per-layer linear modules (name → (in, out) features),
+    with the widths the GPU memory estimate needs (matrixrl.gpu_memory)."""
 
     parameters: int
     layers: int
     linears: dict[str, tuple[int, int]]
+    hidden: int = 0
+    heads: int = 0
+    vocab: int = 0
+    tied: bool = True  # the output layer is the embedding (one matrix)
+    qk_norm: bool = False  # Qwen3's RMSNorms on each head's queries and keys
 
     def lora_parameters(self, rank: int, targets: Iterable[str]) -> int:
         """Parameters of one LoRA adapter on ``targets``: rank × (in + out) per module and layer."""
@@ -76,7 +82,7 @@ def decoder_shape(config: dict) -> ModelShape | None:
         per_layer += 2 * head_dim  # q_norm, k_norm
     tied = config.get("tie_word_embeddings", True)
     parameters = vocab * h * (1 if tied else 2) + layers * per_layer + h
-    return ModelShape(parameters, layers, linears)
+    return ModelShape(parameters, layers, linears, hidden=h, heads=heads, vocab=vocab, tied=bool(tied), qk_norm=kind == "qwen3")
 
 
 def tiny_config(scale) -> dict:

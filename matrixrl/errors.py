@@ -83,6 +83,11 @@ class ModelLoadError(UserError):
     """A scale's model cannot be loaded; the message names the scale and the fix."""
 
 
+class GpuMemoryError(UserError):
+    """Jobs whose estimated GPU memory exceeds the GPU they would get (matrixrl.gpu_memory):
+    one line per job, with the fixes."""
+
+
 class GpuClaimError(UserError):
     """No GPU could be claimed for a job."""
 

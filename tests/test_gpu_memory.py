@@ -1,0 +1,342 @@
+"""The GPU memory estimate (matrixrl.gpu_memory): its parts against what torch holds, the
+budget a job gets, and the lines that refuse a job that would not fit."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+QWEN3 = json.loads((REPO / "tests" / "fixtures" / "qwen3_configs.json").read_text())
+GIB = 1 << 30
+
+
+def test_qwen3_shapes_are_the_published_sizes():
+    from matrixrl.disk import decoder_shape
+
+    counts = {name: decoder_shape(fields).parameters for name, fields in QWEN3.items() if not name.startswith("_")}
+    assert counts == {"qwen3-0.6b": 596_049_920, "qwen3-1.7b": 1_720_574_976, "qwen3-4b": 4_022_468_096}
+
+
+def test_constants_follow_the_code():
+    from matrixrl import gpu_memory
+    from matrixrl.train import diagnostics, grpo
+
+    assert gpu_memory.PROMPT_LOGITS_LEFT_OUT_FROM == grpo.PROMPT_LOGITS_LEFT_OUT_FROM
+    assert gpu_memory.DIAGNOSTIC_CHUNK == diagnostics.CHUNK
+
+
+def test_estimating_imports_no_torch():
+    code = (
+        "import sys, json; from matrixrl.config import load_config; from matrixrl import grid as G;"
+        "from matrixrl.gpu_memory import estimate;"
+        f"fields = json.load(open({str(REPO / 'tests/fixtures/qwen3_configs.json')!r}))['qwen3-4b'];"
+        f"config = load_config({str(REPO / 'examples/paper.yaml')!r});"
+        "spec = G.cell_spec(config, G.runs(config)[0]);"
+        "assert estimate(spec, 'training', config=fields).total > 0;"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- the activations' formula against autograd's saved tensors -------------------------------------
+
+
+def _saved_bytes_per_token(arch: str, dtype: str, adapter: str, targets: list[str], layers: int) -> float:
+    """Bytes autograd saves per token in a forward pass of a small ``arch`` model (parameters aside)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from matrixrl.models.hf import with_compute_dtype
+
+    torch.manual_seed(0)
+    fields = dict(
+        vocab_size=104, hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(Qwen3Config(**fields)) if arch == "qwen3" else LlamaForCausalLM(LlamaConfig(**fields))
+    model.config._attn_implementation = "sdpa"
+    if adapter == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model.to(getattr(torch, dtype))  # a frozen base is stored in the compute dtype
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
+    with_compute_dtype(model, dtype)
+    model.train()
+    rows, length = 4, 64
+    mask = torch.ones(rows, length, dtype=torch.long)
+    mask[0, :16] = 0  # padded, as an update's micro-batch is
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=torch.randint(0, 104, (rows, length)), attention_mask=mask,
+              position_ids=(mask.cumsum(-1) - 1).clamp(min=0))  # fmt: skip
+    return sum(seen.values()) / (rows * length)
+
+
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+EVERY = [*ATTENTION, "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,adapter,targets",
+    [
+        ("qwen3", "float32", "full", ATTENTION),
+        ("qwen3", "bfloat16", "full", ATTENTION),
+        ("qwen3", "bfloat16", "lora", ATTENTION),
+        ("qwen3", "bfloat16", "lora", EVERY),
+        ("qwen3", "float32", "lora", EVERY),
+        ("llama", "float32", "full", ATTENTION),
+        ("llama", "bfloat16", "full", ATTENTION),
+        ("llama", "bfloat16", "lora", EVERY),
+    ],
+)
+def test_a_layers_activations_are_what_autograd_saves(arch, dtype, adapter, targets):
+    """One more decoder layer adds what ``JobModel.layer_bytes`` counts (within 2%: the
+    small tensors it leaves out), plus, in bfloat16, that layer's 16-bit copies of its
+    trained weights (the autocast copies, a part of their own)."""
+    from matrixrl.disk import decoder_shape
+    from matrixrl.gpu_memory import JobModel
+
+    config = {
+        "model_type": arch, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 104,
+    }  # fmt: skip
+    model = JobModel(
+        shape=decoder_shape(config), compute=4 if dtype == "float32" else 2, adapter=adapter, rank=8,
+        targets=frozenset(targets), sets=1, device="cpu",
+    )  # fmt: skip
+    measured = _saved_bytes_per_token(arch, dtype, adapter, targets, 3) - _saved_bytes_per_token(arch, dtype, adapter, targets, 2)
+    if dtype != "float32":  # the layer's 16-bit copies of its trained weights
+        copied = sum(i * o for i, o in model.shape.linears.values()) if adapter == "full" else model.adapter_parameters // 2
+        measured -= 2 * copied / (4 * 64)
+    assert model.layer_bytes(64) == pytest.approx(measured, rel=0.02)
+
+
+# --- the estimate against measured peaks (bench/gpu_memory.py) --------------------------------------
+
+
+def _bench() -> dict:
+    return runpy.run_path(str(REPO / "bench" / "gpu_memory.py"), run_name="bench")
+
+
+def _measured_ratio(bench: dict, name: str, smollm2: Path | None, tmp_path: Path) -> tuple[float, float]:
+    """(estimate / measured, estimate with the run's prompt lengths / measured) of one bench case."""
+    from matrixrl import grid as G
+    from matrixrl.gpu_memory import estimate
+
+    case = next(c for c in bench["CASES"] if c.name == name)
+    base = bench["tiny_base"](tmp_path / "tiny")
+    config = bench["case_config"](case, smollm2, tmp_path)
+    spec = G.cell_spec(config, G.runs(config)[0])
+    measured, longest = bench["measure"](case, spec, base)
+    assumed = estimate(spec, case.job, device="cpu").tensors
+    known = estimate(spec, case.job, device="cpu", prompt=longest).tensors
+    return assumed / measured, known / measured
+
+
+TINY_CASES = [  # the quick suite measures one case of each kind (a few seconds each); the rest are slow
+    "tiny single shared full",
+    pytest.param("tiny voting shared full", marks=pytest.mark.slow),
+    "tiny voting isolated full",
+    pytest.param("tiny eval_opt isolated lora", marks=pytest.mark.slow),
+    pytest.param("tiny orch_workers shared lora mb512", marks=pytest.mark.slow),
+    pytest.param("tiny voting shared lora rollout", marks=pytest.mark.slow),  # its peak: a rollout's KV cache
+    "tiny voting isolated full eval",
+    "tiny eval_opt shared lora eval",
+]
+
+
+@pytest.mark.parametrize("name", TINY_CASES)
+def test_tiny_estimate_is_within_a_quarter_of_the_measured_peak(name, tmp_path):
+    ratio, with_prompts = _measured_ratio(_bench(), name, None, tmp_path)
+    assert 0.75 <= ratio <= 1.25, ratio
+    assert 0.75 <= with_prompts <= 1.25, with_prompts
+
+
+SMOLLM2_CASES = [
+    "single shared lora", "single shared full", "single shared full fp32", "voting isolated lora",
+    "voting shared full eval", "single shared lora eval",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SMOLLM2_CASES)
+def test_smollm2_estimate_is_within_a_quarter_of_the_measured_peak(name, smollm2, tmp_path):
+    ratio, with_prompts = _measured_ratio(_bench(), f"smollm2 {name}", smollm2, tmp_path)
+    assert 0.75 <= ratio <= 1.25, ratio
+    assert 0.75 <= with_prompts <= 1.25, with_prompts
+
+
+def test_the_paper_table_is_the_documented_one():
+    """docs/real-models.md holds the tables ``bench/gpu_memory.py --paper`` prints."""
+    bench = _bench()
+    rows = bench["paper_rows"]()
+    docs = (REPO / "docs" / "real-models.md").read_text()
+    assert bench["paper_table"](rows) in docs
+    assert bench["paper_workflow_table"](rows) in docs
+
+
+# --- the budget and the refusals -------------------------------------------------------------------
+
+
+def _qwen3_config(tmp_path: Path, *sets: str, only=("workflow=voting", "task=gsm8k", "scale=qwen3-4b", "policy=isolated")):
+    """examples/paper.yaml with Qwen3-4B's config.json in a folder of its own (no weights)."""
+    from matrixrl.config import load_config
+
+    folder = tmp_path / "qwen3-4b"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    return load_config(REPO / "examples" / "paper.yaml", sets=[f"scales.qwen3-4b.path={folder}", *sets], only=list(only))
+
+
+H100 = 81_559 * 2**20  # nvidia-smi's memory.total of an H100 80GB, in MiB
+
+
+def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
+    from matrixrl.gpu_memory import GpuBudget, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    lines = refusals(config, GpuBudget(H100, H100, "test"))
+    assert lines == [
+        "voting-gsm8k-qwen3-4b-isolated-s0: training needs about 209.5 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
+        "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)",
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 84.0 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 38.6 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+    ]
+
+
+def test_check_fits_raises_the_refusals_as_one_user_error(tmp_path):
+    from matrixrl.errors import GpuMemoryError, UserError
+    from matrixrl.gpu_memory import check_fits, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    with pytest.raises(GpuMemoryError) as raised:
+        check_fits(config, H100)
+    assert isinstance(raised.value, UserError) and str(raised.value).splitlines() == refusals(config, H100)
+    check_fits(_qwen3_config(tmp_path), 1 << 50)  # LoRA on a large enough GPU: nothing to say
+
+
+def test_refusals_need_a_budget_and_a_gpu_scale(tmp_path, experiment):
+    from matrixrl.config import load_config
+    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    assert refusals(config, None) == []
+    assert refusals(config, GpuBudget(None, None, "unknown")) == []
+    assert refusals(config, GpuBudget(None, 10 * GIB, "evaluation only"))[0].startswith(
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about"
+    )
+    pending = [{"rule": "train", "cell": "voting-gsm8k-qwen3-4b-isolated-s0", "status": "done"}]
+    assert refusals(config, H100, jobs=pending) == []  # done jobs are never refused
+    tiny = load_config(experiment)
+    assert refusals(tiny, 1) == [] and memory_lines(tiny, 1) == []  # CPU scales: nothing to say
+
+
+def test_plan_lines_name_the_largest_jobs_and_the_gpu(tmp_path):
+    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+
+    config = _qwen3_config(tmp_path, only=("scale=qwen3-4b", "task=gsm8k"))
+    budget = GpuBudget(H100, H100, "nvidia-smi: the GPU")
+    lines = memory_lines(config, budget)
+    assert lines[0].startswith("GPU memory of qwen3-4b: training up to about ")
+    assert "; evaluation up to about " in lines[0]
+    assert lines[1] == "GPU memory available: 79.6 GiB per job (nvidia-smi: the GPU)"
+    assert lines[2:] == refusals(config, budget)
+    unknown = memory_lines(config, GpuBudget(None, None, "no nvidia-smi on this machine"))
+    assert unknown[-1] == "GPU memory available: unknown (no nvidia-smi on this machine); no job is refused"
+    missing = _qwen3_config(tmp_path, "scales.qwen3-4b.path=Qwen/Qwen3-4B-not-cached", only=("scale=qwen3-4b", "task=gsm8k"))
+    assert memory_lines(missing, None)[0] == (
+        "GPU memory of qwen3-4b: unknown: no config.json of Qwen/Qwen3-4B-not-cached on this machine "
+        "(`hf download Qwen/Qwen3-4B-not-cached config.json` fetches it)"
+    )
+
+
+def test_a_profile_declares_the_gpu_memory_per_rule(tmp_path):
+    from matrixrl.errors import ProfileError
+    from matrixrl.gpu_memory import gpu_budget
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        "executor: slurm\nset-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 40\n"
+    )
+    budget = gpu_budget(profile)
+    assert (budget.training, budget.evaluation) == (80 * GIB, 40 * GIB)
+    (profile / "config.yaml").write_text("executor: slurm\ndefault-resources:\n  - gpu_memory_gib=141\n")
+    assert (gpu_budget(profile).training, gpu_budget(profile).evaluation) == (141 * GIB, 141 * GIB)
+    (profile / "config.yaml").write_text("executor: slurm\n")
+    budget = gpu_budget(profile)
+    assert (budget.training, budget.evaluation) == (None, None)
+    assert budget.source == f"profile {profile} declares no gpu_memory_gib for train or evaluate"
+    (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: lots\n")
+    with pytest.raises(ProfileError, match="gpu_memory_gib is 'lots'; give the GPU's memory in GiB"):
+        gpu_budget(profile)
+
+
+def test_locally_the_budget_is_the_smallest_visible_gpu(tmp_path, monkeypatch):
+    from matrixrl.gpu_memory import gpu_budget
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\ncase \"$*\" in\n  *memory.total*) printf '0, GPU-aaa, 81559\\n1, GPU-bbb, 40960\\n' ;;\n"
+        "  *) printf '0\\n1\\n' ;;\nesac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    budget = gpu_budget()
+    assert (budget.training, budget.source) == (40960 * 2**20, "nvidia-smi: the smallest of 2 visible GPUs")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa")
+    assert (gpu_budget().evaluation, gpu_budget().source) == (81559 * 2**20, "nvidia-smi: the GPU")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert gpu_budget().training is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_budget() == type(budget)(None, None, "no nvidia-smi on this machine")
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
+    """A full fine-tune's float32 norms and rotary tables promote its keys to float32 under
+    autocast (values stay 16-bit); a LoRA base stored in 16-bit keeps both 16-bit: what
+    ``JobModel.kv_per_token`` counts."""
+    import torch
+    from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+    from matrixrl.disk import decoder_shape
+    from matrixrl.gpu_memory import JobModel
+    from matrixrl.models.hf import compute_context, with_compute_dtype
+
+    fields = dict(vocab_size=104, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)  # fmt: skip
+    model = Qwen3ForCausalLM(Qwen3Config(**fields))
+    if adapter == "lora":
+        model.to(torch.bfloat16)
+    with_compute_dtype(model, "bfloat16")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad(), compute_context(model):
+        model(input_ids=torch.randint(0, 104, (2, 5)), cache=cache, use_cache=True, logits_to_keep=1)
+    layer = cache.layers[0]
+    shape = decoder_shape({**fields, "model_type": "qwen3"})
+    expected = JobModel(shape, compute=2, adapter=adapter, rank=8, targets=frozenset(), sets=1, device="cuda").kv_per_token()
+    held = sum(layer.keys.element_size() + layer.values.element_size() for layer in cache.layers) * 2 * 16
+    assert (layer.keys.dtype, layer.values.dtype) == (torch.float32 if adapter == "full" else torch.bfloat16, torch.bfloat16)
+    assert held == expected
