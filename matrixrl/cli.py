@@ -67,7 +67,8 @@ def user_errors(command):
         try:
             return command(*args, **kwargs)
         except UserError as exc:
-            err.print(f"Error: {exc}", markup=False, soft_wrap=True)
+            for line in str(exc).splitlines() or [""]:  # several problems (GpuMemoryError): a line each
+                err.print(f"Error: {line}", markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code)
         except OSError as exc:
             # A full disk or a permission problem, with its fix; else any OS error about a path.
@@ -139,6 +140,10 @@ def plan(
         print(render(frame, format.value), end="")
         return
     _print_plan(found, profile)
+    if found.refused:  # a job that would not fit its GPU: `run` refuses it too
+        for line in found.refused:
+            err.print(f"Error: {line}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _print_plan(found, profile: Path | None) -> None:
@@ -179,6 +184,8 @@ def _print_plan(found, profile: Path | None) -> None:
             "under isolated as under shared); the report shows them under both."
         )
     out.print(found.disk, markup=False, soft_wrap=True)
+    for line in found.memory:
+        out.print(line, markup=False, soft_wrap=True)
     if found.estimate is not None:
         out.print(found.estimate.line(), markup=False, soft_wrap=True)
     out.print(found.closing_line(), markup=False, soft_wrap=True)

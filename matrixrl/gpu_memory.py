@@ -671,7 +671,7 @@ def local_gpu_memory() -> tuple[int | None, str]:
 def profile_gpu_memory(profile: Path) -> GpuBudget:
     """The GPU memory a profile declares for the training and evaluation rules (``PROFILE_RESOURCE``, GiB)."""
     from matrixrl.errors import ProfileError
-    from matrixrl.snake import rule_resources
+    from matrixrl.snake.profiles import rule_resources
 
     rules = [rule for names in BUDGET_RULES.values() for rule in names]
     table = rule_resources(profile, rules)
@@ -834,9 +834,12 @@ def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | No
         raise GpuMemoryError("\n".join(lines))
 
 
-def memory_lines(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[str]:
+def memory_lines(
+    config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None, with_refusals: bool = True
+) -> list[str]:
     """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
-    evaluation job and the GPU, then the refusals (``refusals``). Nothing for a grid of CPU scales."""
+    evaluation job and the GPU, then (``with_refusals``) the refusals (``refusals``). Nothing for
+    a grid of CPU scales."""
     from matrixrl.models.hf import needs_gpu
 
     if isinstance(budget, int):
@@ -879,4 +882,4 @@ def memory_lines(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | 
     else:
         shown = ", ".join(f"{job} {gib(size) + ' GiB' if size is not None else 'unknown'}" for job, size in sizes.items())
         lines.append(f"GPU memory available: {shown} ({budget.source})")
-    return lines + refusals(config, budget, jobs)
+    return lines + (refusals(config, budget, jobs) if with_refusals else [])

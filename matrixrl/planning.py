@@ -36,6 +36,8 @@ class Plan:
     disk: str = ""  # the checkpoints' disk at the run's peak
     run_command: str = "matrixrl run"
     estimate: Estimate | None = None  # what the pending jobs will take (None: nothing pending)
+    memory: list[str] = field(default_factory=list)  # GPU memory per GPU scale, and the GPU's (gpu_memory)
+    refused: list[str] = field(default_factory=list)  # a pending job that would not fit its GPU, one line each
 
     @property
     def pending(self) -> list[dict]:
@@ -103,12 +105,15 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
     from matrixrl.snake.profiles import check_profile, profile_config, rule_resources
     from matrixrl.status import job_statuses
 
+    from matrixrl.gpu_memory import gpu_budget, memory_lines, refusals
+
     if profile is not None:
         check_profile(profile)
     graph = Graph(config)
     costs: dict[str, dict] = {}
     jobs = job_statuses(config, graph.jobs, costs)
     cores = cores or os.cpu_count() or 1
+    budget = gpu_budget(profile)
     resources = None
     if profile is not None:
         resources = rule_resources(profile, list(dict.fromkeys(job["rule"] for job in jobs)))
@@ -128,6 +133,8 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         estimate=estimate(graph.jobs, jobs, costs, cores, last_overhead(config)) if any(
             job["status"] == "pending" for job in jobs
         ) else None,
+        memory=memory_lines(config, budget, jobs, with_refusals=False),
+        refused=refusals(config, budget, jobs),
     )
 
 

@@ -96,6 +96,7 @@ def run_grid(
     rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
     results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
     from matrixrl.dag import Graph
+    from matrixrl.gpu_memory import check_fits, gpu_budget
     from matrixrl.models.devices import gpu_count
     from matrixrl.snake.command import snakemake_command
     from matrixrl.snake.profiles import check_profile
@@ -105,11 +106,12 @@ def run_grid(
     if profile is not None:
         extra += ["--profile", str(check_profile(profile).resolve())]
     results = Path(config.results_dir)
-    configfile = _prepare(config)
     # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally, Snakemake's
     # gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
     graph = Graph(config)
     statuses = job_statuses(config, graph.jobs)
+    check_fits(config, gpu_budget(profile), statuses)  # a job its GPU cannot hold: refused before anything runs
+    configfile = _prepare(config)
     for job in statuses:
         if job["reason"] == "rebuild" and on_note is not None:
             on_note(

@@ -340,3 +340,31 @@ def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
     held = sum(layer.keys.element_size() + layer.values.element_size() for layer in cache.layers) * 2 * 16
     assert (layer.keys.dtype, layer.values.dtype) == (torch.float32 if adapter == "full" else torch.bfloat16, torch.bfloat16)
     assert held == expected
+
+
+def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
+    """Under a profile that declares 80 GiB GPUs, Qwen3-4B's isolated full fine-tune is refused:
+    plan lists it and exits 2; run stops before it starts anything (no results folder)."""
+    from conftest import run_cli
+    from matrixrl.gpu_memory import refusals
+
+    folder = tmp_path / "qwen3-4b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
+    options = [
+        "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
+        "--set", f"results_dir={tmp_path / 'results'}", "--only", "workflow=voting", "--only", "task=gsm8k",
+        "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
+    ]  # fmt: skip
+    config = _qwen3_config(tmp_path, "policies.adapter=full")
+    expected = [f"Error: {line}" for line in refusals(config, 80 * GIB)]
+    assert len(expected) == 2 and "training needs about" in expected[0]
+    plan = run_cli("plan", *options)
+    assert plan.exit_code == 2 and plan.stderr.splitlines() == expected
+    assert "GPU memory available: 80.0 GiB per job (profile" in plan.stdout
+    ran = run_cli("run", *options)
+    assert ran.exit_code == 2 and ran.stderr.splitlines()[-2:] == expected
+    assert not (tmp_path / "results").exists()
