@@ -156,7 +156,8 @@ class Graph:
 
         self.config = config
         self.runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
-        self.specs = {cell.id: G.cell_spec(config, cell) for cell in self.runs}
+        base_digests = {scale: G.base_digest(config, scale) for scale in config.grid.scale}
+        self.specs = {cell.id: G.cell_spec(config, cell, base=base_digests[cell.scale]) for cell in self.runs}
         self.memory = plan_memory(config, training_needs(self.specs.values()))
         self.memory_evals = memory_evals(config, self.specs, self.memory) if self.memory.modes else {}
         self.base_of = {scale: G.base_scale(config, scale) for scale in config.grid.scale}
@@ -174,9 +175,12 @@ class Graph:
         for cell in self.runs:
             evaluations += self._evaluations(cell, trains[cell.id])
         memory_evaluations = self._memory_evaluations()
-        evaluated = [*evaluations, *(job for job in memory_evaluations if job.cell is not None)]
+        evaluated: dict[str, list[str]] = {}
+        for job in [*evaluations, *memory_evaluations]:
+            if job.cell is not None:
+                evaluated.setdefault(job.cell, []).append(job.output)
         for cell in self.runs:
-            self._retain(cell, [e.output for e in evaluated if e.cell == cell.id])
+            self._retain(cell, evaluated.get(cell.id, []))
         self._analyse()
 
     # --- lookups -------------------------------------------------------------------------
@@ -303,7 +307,7 @@ class Graph:
         ))]  # fmt: skip
         params = json.dumps(spec.science, sort_keys=True)
         for step in G.checkpoint_steps(spec.train)[1:]:  # step 0 is the base model's: shared above
-            checkpoint = str(L.checkpoint_dir(cell_dir, step))
+            checkpoint = L.checkpoint_of(cell.id, step)
             evaluations.append(self._add(Job(
                 "evaluate", L.eval_result(cell.id, step), inputs=(train.output,), digest=eval_digest, params=params,
                 cell=cell.id, scale=cell.scale, step=step, wildcards={"cell": cell.id, "step": str(step)}, spec=spec,
@@ -345,7 +349,7 @@ class Graph:
             base_dir = L.base_model_dir(self.base_of[cell.scale])
             for step in G.checkpoint_steps(spec.cell.train)[1:]:
                 output = L.memory_eval_result(cell_id, mode, step)
-                checkpoint = str(L.checkpoint_dir(L.cell_dir(cell_id), step))
+                checkpoint = L.checkpoint_of(cell_id, step)
                 jobs.append(self._add(Job(
                     "evaluate_memory", output, inputs=(L.train_result(cell_id), bank, labels), digest=digest, cell=cell_id, scale=cell.scale, step=step,
                     wildcards={"cell": cell_id, "mode": mode, "step": str(step)}, spec=spec,

@@ -462,9 +462,19 @@ def base_spec(config: Config, scale: str) -> BaseSpec:
 
 def base_digest(config: Config, scale: str) -> str:
     """Digest of what ``scale``'s base model is computed from (not the scale's name: the
-    warm-start does not depend on it)."""
-    spec = science(base_spec(config, base_scale(config, scale)))
-    return settings_digest({k: v for k, v in spec.items() if k != "scale_name"})
+    warm-start does not depend on it). Computed once per config and scale: a validated config
+    never changes, and a plan of thousands of cells asks for it per cell."""
+    key = (id(config), scale)
+    held = _BASE_DIGESTS.get(key)
+    if held is None or held[0] is not config:  # the config is held here, so its id is not reused meanwhile
+        if len(_BASE_DIGESTS) > 256:
+            _BASE_DIGESTS.clear()
+        spec = science(base_spec(config, base_scale(config, scale)))
+        held = _BASE_DIGESTS[key] = (config, settings_digest({k: v for k, v in spec.items() if k != "scale_name"}))
+    return held[1]
+
+
+_BASE_DIGESTS: dict[tuple[int, str], tuple[Config, str]] = {}
 
 
 def base_scale(config: Config, scale: str) -> str:

@@ -206,6 +206,12 @@ def checkpoints_dir(cell_dir: str | Path) -> Path:
     return Path(cell_dir) / "checkpoints"
 
 
+def checkpoint_of(cell_id: str, step: int | str) -> str:
+    """A cell's checkpoint folder, relative to the results folder, as a string (what a job is
+    handed; the same folder as :func:`checkpoint_dir` of the cell's folder, without a Path)."""
+    return f"cells/{cell_id}/checkpoints/step_{step}"
+
+
 def checkpoint_dir(cell_dir: str | Path, step: int | str) -> Path:
     return checkpoints_dir(cell_dir) / f"step_{step}"
 

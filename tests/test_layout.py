@@ -100,3 +100,7 @@ def test_the_store_reads_every_result_file_by_the_key_of_its_path() -> None:
         result, path = results[kind]
         assert Path(path).match(glob), (path, glob)
         assert _key(result) == result_key(path)
+
+
+def test_a_checkpoint_folder_as_a_job_is_handed_it_is_the_cells_checkpoint_folder():
+    assert L.checkpoint_of("c-s0", 40) == str(L.checkpoint_dir(L.cell_dir("c-s0"), 40)) == "cells/c-s0/checkpoints/step_40"
