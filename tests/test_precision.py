@@ -377,3 +377,51 @@ def test_streamed_diagnostics_match_whole_float64_vectors_without_making_one(mod
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
     assert size > 100 * 256 and sizes.largest <= 3 * 256
+
+
+# --- resuming in bfloat16 --------------------------------------------------------------------------
+
+
+def hf_spec(model_dir, folder, steps: int, adapter: str):
+    """A one-cell spec of ``model_dir`` as a bfloat16 hf scale on CPU (single, arith, chat prompts)."""
+    import yaml
+
+    from matrixrl.config import load_config
+    from matrixrl.grid import cell_spec, runs
+
+    raw = {
+        "grid": {"workflow": ["single"], "task": ["arith"], "scale": ["chat"], "policy": ["shared"], "seed": [0]},
+        "scales": {"chat": {"kind": "hf", "path": str(model_dir), "dtype": "bfloat16", "device": "cpu"}},
+        "tasks": {"arith": {"kind": "arith", "digits": 1, "terms": 2, "n_eval": 4}},
+        "policies": {"adapter": adapter},
+        "train": {"steps": steps, "eval_every": 2, "problems_per_step": 2, "group_size": 2, "max_new_tokens": 4,
+                  "lr": 1e-5, "keep_checkpoints": "all"},
+    }  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "experiments.yaml").write_text(yaml.safe_dump(raw))
+    config = load_config(folder / "experiments.yaml")
+    (cell,) = runs(config)
+    return cell_spec(config, cell)
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_a_resumed_bfloat16_training_matches_an_uninterrupted_one(model_dir, tmp_path, adapter):
+    """Checkpoints hold the float32 master weights and AdamW's state: a bfloat16 training
+    stopped after 2 steps and extended to 4 ends with the weights and metrics of one run to 4."""
+    from safetensors.torch import load_file
+
+    from matrixrl.train.trainer import train_cell
+
+    whole = train_cell(hf_spec(model_dir, tmp_path / "a", 4, adapter), tmp_path, tmp_path / "a" / "cell", log=lambda m: None)
+    train_cell(hf_spec(model_dir, tmp_path / "b", 2, adapter), tmp_path, tmp_path / "b" / "cell", log=lambda m: None)
+    lines: list[str] = []
+    resumed = train_cell(hf_spec(model_dir, tmp_path / "b", 4, adapter), tmp_path, tmp_path / "b" / "cell", log=lines.append)
+    assert any("resuming" in line for line in lines)
+    strip = lambda rows: [{k: v for k, v in row.items() if k != "seconds"} for row in rows]  # noqa: E731
+    assert strip(resumed["metrics"]) == strip(whole["metrics"])
+    files = [sorted((tmp_path / run / "cell").rglob("step_4/**/*.safetensors")) for run in ("a", "b")]
+    assert len(files[0]) == len(files[1]) >= 1
+    for a, b in zip(*files):
+        for name, tensor in load_file(a).items():
+            assert tensor.dtype == torch.float32, name  # master weights, and float32 adapters
+            assert torch.equal(tensor, load_file(b)[name]), name
