@@ -425,3 +425,26 @@ def test_a_resumed_bfloat16_training_matches_an_uninterrupted_one(model_dir, tmp
         for name, tensor in load_file(a).items():
             assert tensor.dtype == torch.float32, name  # master weights, and float32 adapters
             assert torch.equal(tensor, load_file(b)[name]), name
+
+
+def test_training_rollouts_decode_at_most_rollout_batch_size_rows_per_call(model_dir, tmp_path, monkeypatch):
+    """train.rollout_batch_size caps the rows of every generate call of a training rollout (a
+    stage of voting decodes 3 generators × its episodes at once otherwise)."""
+    from matrixrl.train import rollout
+    from matrixrl.train.trainer import train_cell
+
+    seen: list[int] = []
+    real = rollout.decode
+
+    def decode(model, input_ids, *args, **kwargs):
+        seen.append(input_ids.shape[0])
+        return real(model, input_ids, *args, **kwargs)
+
+    spec = hf_spec(model_dir, tmp_path, 1, "lora")
+    capped = spec.model_copy(update={"train": spec.train.model_copy(update={"rollout_batch_size": 3})})
+    monkeypatch.setattr(rollout, "decode", decode)
+    train_cell(spec, tmp_path, tmp_path / "whole", log=lambda m: None)
+    whole, seen[:] = list(seen), []
+    train_cell(capped, tmp_path, tmp_path / "capped", log=lambda m: None)
+    assert max(whole) == 4  # 2 problems × group 2 in one call
+    assert max(seen) <= 3 and sum(seen) == sum(whole)
