@@ -17,13 +17,15 @@ included), and its last checkpoint is evaluated by the evaluation job's ``_evalu
   only the adapters train, and every base weight is bit-for-bit what it was;
 - **log-prob gap**: the update's ``role_logp_gap`` (|Δ log p| between the rollout's sampled
   log-probabilities and the update's) is reported for every role, finite, and its mean
-  under ``GAP_LIMIT`` (bfloat16's rounding gives about 1e-2; far more means the rollout
-  and the update compute different policies);
+  under ``GAP_LIMIT`` (bfloat16's rounding gave means of 3e-3 to 7e-3 in
+  tests/test_precision.py; far more means the rollout and the update compute different
+  policies);
 - **memory** (CUDA only): the training and the evaluation's peak, ``torch.cuda.max_memory_allocated``
   after ``reset_peak_memory_stats`` less what was allocated before, against
   ``matrixrl.gpu_memory.estimate`` for the device: over the estimate's total (tensors and
   CUDA runtime) fails, as a refusal would then have come too late; the ratio to the
-  estimate's tensors (what ``max_memory_allocated`` counts) is printed. On CPU the peak is
+  estimate's tensors (what ``max_memory_allocated`` counts) is printed (with the random tiny
+  model, cuBLAS's workspaces, part of the estimate's CUDA runtime, dominate it). On CPU the peak is
   skipped (not measured with the profiler: bench/gpu_memory.py does that, case by case) and
   the estimate alone is printed;
 - **evaluation**: a result with every evaluation problem and an accuracy in [0, 1];
@@ -73,7 +75,7 @@ from gpu_memory import alternating_rewards  # noqa: E402
 POLICIES = ("shared", "isolated")
 ADAPTERS = ("full", "lora")
 GAP_LIMIT = 0.5
-"""The largest mean |Δ log p| per role that passes (nats per token): bfloat16's rounding gives about 1e-2."""
+"""The largest mean |Δ log p| per role that passes (nats per token), far above bfloat16's rounding."""
 MIB = 1 << 20
 
 
