@@ -88,9 +88,24 @@ def median_seconds(run, device, repeats: int) -> float:
     return statistics.median(times)
 
 
+def generate_flops(n: int, tokens: int) -> float:
+    """Model FLOPs of ``tokens`` prefilled or decoded by a model of ``n`` matmul parameters: 2·N each."""
+    return 2 * n * tokens
+
+
+def update_flops(n: int, tokens: int, adapter: str) -> float:
+    """Model FLOPs of an update over ``tokens``: 6·N each (forward, backward), 4·N under LoRA (no weight gradient)."""
+    return (6 if adapter == "full" else 4) * n * tokens
+
+
+def mfu(flops: float, seconds: float, peak: float | None) -> float | None:
+    """The fraction of ``peak`` TFLOP/s that ``flops`` in ``seconds`` achieve; None without a peak."""
+    return flops / seconds / 1e12 / peak if peak else None
+
+
 def utilisation(flops: float, seconds: float, peak: float | None) -> str:
-    achieved = flops / seconds / 1e12
-    return f"{achieved:.3g} TFLOP/s, MFU {achieved / peak:.1%}" if peak else f"{achieved:.3g} TFLOP/s, MFU n/a"
+    achieved, fraction = flops / seconds / 1e12, mfu(flops, seconds, peak)
+    return f"{achieved:.3g} TFLOP/s, MFU {fraction:.1%}" if fraction is not None else f"{achieved:.3g} TFLOP/s, MFU n/a"
 
 
 def tiny_folder(tmp: Path) -> str:
@@ -168,8 +183,8 @@ def main() -> None:
             total_s = median_seconds(generate, on, args.repeats)
         decode_s = max(total_s - prefill_s, 1e-9)  # the first new token comes with the prefill
         print(f"generate: batch {b}, prompt {p}, new {t}: prefill {b * p / prefill_s:,.0f} tok/s "
-              f"({utilisation(2 * n * b * p, prefill_s, peak)}); decode {b * (t - 1) / decode_s:,.0f} tok/s "
-              f"({utilisation(2 * n * b * (t - 1), decode_s, peak)}); {total_s:.3f} s per call")
+              f"({utilisation(generate_flops(n, b * p), prefill_s, peak)}); decode {b * (t - 1) / decode_s:,.0f} tok/s "
+              f"({utilisation(generate_flops(n, b * (t - 1)), decode_s, peak)}); {total_s:.3f} s per call")
 
         if args.compare_hf:
             for cache in (None, "static"):
@@ -191,7 +206,7 @@ def main() -> None:
             Episode(problem=None, group=i // 2, turns=[Turn("generator", "generator0", 0, "", Completion("", prompt_ids[i], completion_ids[i]), advantage=1.0 if i % 2 else -1.0)])
             for i in range(b)
         ]
-        flops = (6 if args.adapter == "full" else 4) * n * b * (p + t)
+        flops = update_flops(n, b * (p + t), args.adapter)
         for diagnostics in (True, False):
             def update(diagnostics=diagnostics):
                 policy.train(True)
