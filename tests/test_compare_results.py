@@ -42,3 +42,12 @@ def test_equal_results_but_for_their_timings_are_equal_and_a_difference_is_named
     ]
     code, lines = compare(a, b, "--rtol", "1e-6")
     assert "cells/c/eval/step_10.json: .roles[0].value: 0.5 vs 0.5000001" not in lines
+
+
+def test_a_folder_can_be_left_out(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "summary.json", {"cells": []})
+    write(b, "summary.json", {"cells": []})
+    write(b, "long-study/summary.json", {"cells": [1]})  # another study's results inside this one's folder
+    assert compare(a, b)[0] == 1
+    assert compare(a, b, "--exclude", "long-study") == (0, ["1 files compared (0 checkpoint weight files): all equal"])

@@ -1,6 +1,6 @@
 """Compare two results folders file by file: do two runs of a grid hold the same results?
 
-    python tools/compare_results.py RESULTS_A RESULTS_B [--rtol R] [--ignore KIND ...]
+    python tools/compare_results.py RESULTS_A RESULTS_B [--rtol R] [--ignore FIELD ...] [--exclude FOLDER ...]
 
 Every result file (a base model's summary and evaluations, each cell's training,
 evaluations, memory evaluations and retention record, the memory jobs' files and
@@ -8,7 +8,8 @@ the summary) is read as JSON and compared field by field, without the fields tha
 time a job (``seconds``). The weights of every checkpoint both folders kept are
 compared byte for byte (``*.safetensors``). Numbers must be equal, or, with
 ``--rtol``, within that relative tolerance; ``--ignore diagnostics`` leaves out
-whole fields of that name (e.g. when a change is known to reround them).
+whole fields of that name (e.g. when a change is known to reround them); ``--exclude``
+leaves out a folder of either (another study's results kept inside this one's).
 
 Prints one line per file that differs (its first differences), then a count, and
 exits 1 if any file differs or is present in one folder only. Used to show that a
@@ -27,13 +28,16 @@ from pathlib import Path
 VOLATILE = {"seconds"}  # wall-clock time of a job or step: never the same twice
 
 
-def result_files(root: Path) -> list[str]:
-    """The result files under ``root``: JSON outside model and checkpoint folders, and checkpoint weights."""
+def result_files(root: Path, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The result files under ``root`` (but its ``exclude`` folders): JSON outside model and
+    checkpoint folders, and checkpoint weights."""
     found = []
     for path in root.rglob("*"):
         if not path.is_file():
             continue
         parts = path.relative_to(root).parts
+        if parts[0] in exclude:
+            continue
         if parts[0] in (".matrixrl", ".snakemake", "logs") or path.name == "matrixrl.sqlite":
             continue
         inside_model = "model" in parts[:-1] or "checkpoints" in parts[:-1]
@@ -71,9 +75,11 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def compare(first: Path, second: Path, rtol: float = 0.0, ignore: set[str] = frozenset()) -> tuple[int, list[str]]:
+def compare(
+    first: Path, second: Path, rtol: float = 0.0, ignore: set[str] = frozenset(), exclude: tuple[str, ...] = ()
+) -> tuple[int, list[str]]:
     """``(files compared, lines saying what differs)``."""
-    a, b = set(result_files(first)), set(result_files(second))
+    a, b = set(result_files(first, exclude)), set(result_files(second, exclude))
     lines = [f"{name}: only in {label}" for label, names in (("A", a - b), ("B", b - a)) for name in sorted(names)]
     both = sorted(a & b)
     for name in both:
@@ -94,14 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("second", type=Path)
     parser.add_argument("--rtol", type=float, default=0.0, help="relative tolerance of numbers (default: equal)")
     parser.add_argument("--ignore", action="append", default=[], help="a field name to leave out wherever it is")
+    parser.add_argument("--exclude", action="append", default=[], help="a folder of the results folders to leave out")
     args = parser.parse_args(argv)
     for folder in (args.first, args.second):
         if not folder.is_dir():
             parser.error(f"{folder} is not a folder")
-    compared, lines = compare(args.first, args.second, args.rtol, set(args.ignore))
+    compared, lines = compare(args.first, args.second, args.rtol, set(args.ignore), tuple(args.exclude))
     for line in lines:
         print(line)
-    weights = sum(1 for name in result_files(args.first) if name.endswith(".safetensors"))
+    weights = sum(1 for name in result_files(args.first, tuple(args.exclude)) if name.endswith(".safetensors"))
     print(f"{compared} files compared ({weights} checkpoint weight files): "
           f"{'all equal' if not lines else f'{len(lines)} differ or are in one folder only'}")  # fmt: skip
     return 1 if lines else 0
