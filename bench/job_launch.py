@@ -13,6 +13,7 @@ server's own start (its one import) is counted in the forked total.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -38,13 +39,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = tmp / "base"
-        prepare = ["prepare_base", G.base_spec(config, "tiny-s").model_dump_json(), str(base / "model"), str(base / "base.json")]
+        prepare = ["prepare_base", G.base_spec(config, "tiny-s").model_dump_json(), json.dumps([str(base / "model"), str(base / "base.json")])]
         subprocess.run([sys.executable, "-m", "matrixrl.jobs", *prepare], check=True, capture_output=True)
 
         def train_argv(i: int) -> list[str]:
             cell_dir = tmp / f"cell{i}"
             shutil.rmtree(cell_dir, ignore_errors=True)
-            return ["train", spec, str(base / "model"), str(cell_dir), str(cell_dir / "train.json")]
+            return ["train", spec, json.dumps([str(base / "model"), str(cell_dir), str(cell_dir / "train.json"), None])]
 
         began = time.perf_counter()
         for i in range(args.jobs):

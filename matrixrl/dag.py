@@ -8,12 +8,13 @@ and the digests its output must record to be done. Everything else reads them:
 
 - ``matrixrl.status``: which jobs are done (``plan``, and what ``run`` forces);
 - the Snakefile: one rule per kind, each job looked up by its output;
-- ``python -m matrixrl.jobs KIND SPEC PATHS...`` (the job processes), which calls
-  the function its kind names (matrixrl.jobs.execute);
+- ``python -m matrixrl.jobs KIND SPEC ARGS`` (the job processes), which calls the
+  function its kind names (matrixrl.jobs.execute);
 - ``matrixrl run``'s progress line: the pending jobs per kind.
 
-A job's function is ``function(spec, paths, log)``: ``spec`` its spec as JSON,
-``paths`` the files it reads and writes, in order. Forked kinds run in a child of
+A job's function is ``function(spec, *args, log=...)``: its spec (a pydantic model,
+sent to a job process as JSON) and its arguments (the files it reads and writes, a
+checkpoint's step), as the job's record holds them. Forked kinds run in a child of
 the job server (matrixrl/jobs/forked.py); the others run in Snakemake's process
 (a copy of one small file, a few deletions, the store's analysis: local rules,
 never a cluster job).
@@ -44,7 +45,8 @@ class Kind:
 
     name: str
     output: str  # the output's pattern, relative to the results folder, over the job's wildcards
-    entry: str  # "module:function", called as function(spec JSON, paths, log)
+    entry: str  # "module:function", the job: function(spec, *args, log=...)
+    spec: str  # "module:Model", the pydantic model of its spec (sent as JSON)
     forked: bool = True  # a child of the job server (else in Snakemake's process, a local rule)
     priority: int = 0  # Snakemake's: higher runs first among ready jobs
     append_log: bool = False  # a training resumed after a kill continues its log
@@ -59,30 +61,39 @@ class Kind:
     def log(self) -> str:
         return L.job_log(self.name)
 
-    def function(self) -> Callable[[str, list[str], Callable[[str], None]], Any]:
-        module, name = self.entry.split(":")
-        return getattr(importlib.import_module(module), name)
+    def function(self) -> Callable[..., Any]:
+        return _named(self.entry)
+
+    def spec_model(self) -> type:
+        return _named(self.spec)
+
+
+def _named(path: str):
+    """The object ``module:name`` names (imported then: the registry stays light)."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 _STEP = (("step", r"[1-9]\d*"),)  # step 0 is the base model's evaluation, copied
+_J, _G, _M = "matrixrl.jobs", "matrixrl.grid", "matrixrl.memory.specs"
 
 KINDS: tuple[Kind, ...] = (
-    Kind("prepare_base", L.base_result("{scale}"), "matrixrl.jobs.prepare_base:run"),
-    Kind("evaluate_base", L.base_eval_result("{scale}", "{name}"), "matrixrl.jobs.evaluate:run_base"),
-    Kind("train", L.train_result("{cell}"), "matrixrl.jobs.train:run", append_log=True),
-    Kind("copy_base_eval", L.eval_result("{cell}", 0), "matrixrl.jobs.evaluate:run_copy_base", forked=False),
+    Kind("prepare_base", L.base_result("{scale}"), f"{_J}.prepare_base:prepare_base", f"{_G}:BaseSpec"),
+    Kind("evaluate_base", L.base_eval_result("{scale}", "{name}"), f"{_J}.evaluate:evaluate_base", f"{_G}:CellSpec"),
+    Kind("train", L.train_result("{cell}"), f"{_J}.train:train", f"{_G}:CellSpec", append_log=True),
+    Kind("copy_base_eval", L.eval_result("{cell}", 0), f"{_J}.evaluate:copy_base_eval", f"{_G}:CellSpec", forked=False),
     # Evaluations go before another training starts: a cell's checkpoints are pruned once all are evaluated.
-    Kind("evaluate", L.eval_result("{cell}", "{step}"), "matrixrl.jobs.evaluate:run", priority=1, constraints=_STEP),
-    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), "matrixrl.jobs.memory:run_collect"),
-    Kind("label", L.labels_result("{task}"), "matrixrl.jobs.memory:run_label"),
-    Kind("distill", L.distilled_result("{task}", "{bank}"), "matrixrl.jobs.memory:run_distill"),
-    Kind("bank", L.bank_result("{task}", "{bank}"), "matrixrl.jobs.memory:run_bank", forked=False),
-    Kind("evaluate_base_memory", L.base_memory_eval_result("{scale}", "{bank}", "{name}"), "matrixrl.jobs.evaluate:run_base_memory"),
-    Kind("copy_base_memory_eval", L.memory_eval_result("{cell}", "{mode}", 0), "matrixrl.jobs.evaluate:run_copy_base_memory", forked=False),
-    Kind("evaluate_memory", L.memory_eval_result("{cell}", "{mode}", "{step}"), "matrixrl.jobs.evaluate:run_memory", priority=1, constraints=_STEP),
+    Kind("evaluate", L.eval_result("{cell}", "{step}"), f"{_J}.evaluate:evaluate", f"{_G}:CellSpec", priority=1, constraints=_STEP),
+    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), f"{_J}.memory:collect", f"{_M}:CollectSpec"),
+    Kind("label", L.labels_result("{task}"), f"{_J}.memory:label", f"{_M}:LabelSpec"),
+    Kind("distill", L.distilled_result("{task}", "{bank}"), f"{_J}.memory:distill", f"{_M}:DistillSpec"),
+    Kind("bank", L.bank_result("{task}", "{bank}"), f"{_J}.memory:bank", f"{_M}:BankSpec", forked=False),
+    Kind("evaluate_base_memory", L.base_memory_eval_result("{scale}", "{bank}", "{name}"), f"{_J}.evaluate:evaluate_base_memory", f"{_G}:MemoryEvalSpec"),
+    Kind("copy_base_memory_eval", L.memory_eval_result("{cell}", "{mode}", 0), f"{_J}.evaluate:copy_base_memory_eval", f"{_G}:MemoryEvalSpec", forked=False),
+    Kind("evaluate_memory", L.memory_eval_result("{cell}", "{mode}", "{step}"), f"{_J}.evaluate:evaluate_memory", f"{_G}:MemoryEvalSpec", priority=1, constraints=_STEP),
     # Once all of a cell's evaluations exist, the checkpoints it no longer needs go (matrixrl.retention).
-    Kind("retain", L.retention_record("{cell}"), "matrixrl.jobs.retain:run", forked=False, priority=2),
-    Kind("analyse", L.SUMMARY_FILE, "matrixrl.jobs.analyse:run", forked=False),
+    Kind("retain", L.retention_record("{cell}"), f"{_J}.retain:retain_job", f"{_G}:RetainSpec", forked=False, priority=2),
+    Kind("analyse", L.SUMMARY_FILE, f"{_J}.analyse:analyse", f"{_G}:AnalyseSpec", forked=False),
 )  # fmt: skip
 """Every kind of job, in the order ``plan`` lists them."""
 
@@ -116,7 +127,7 @@ class Job:
     step: int | None = None
     wildcards: dict = field(default_factory=dict)
     spec: Any = None  # what the job's function computes from (a pydantic model), sent as JSON
-    paths: tuple[str, ...] = ()  # the function's paths after the spec: what it reads and writes
+    args: tuple = ()  # the function's arguments after the spec: paths (as str), steps, lists of paths
     gpus: int = 0  # Snakemake's ``gpu`` resource: 1 for a job of a GPU scale
     title: str = ""  # the job's process title and log name: its cell, scale or task
 
@@ -131,8 +142,8 @@ class Job:
         return KIND_OF[self.rule]
 
     def argv(self) -> list[str]:
-        """``python -m matrixrl.jobs`` 's arguments: the kind, the spec as JSON, the paths."""
-        return [self.rule, self.spec.model_dump_json() if self.spec is not None else "{}", *self.paths]
+        """``python -m matrixrl.jobs`` 's arguments: the kind, the spec as JSON, the arguments as JSON."""
+        return [self.rule, self.spec.model_dump_json(), json.dumps(list(self.args))]
 
 
 def science_json(payload) -> str:
@@ -213,7 +224,7 @@ class Graph:
         spec = G.base_spec(self.config, scale)
         self.bases[scale] = self._add(Job(
             "prepare_base", L.base_result(scale), digest=spec.digest(), params=science_json(spec), scale=scale,
-            wildcards={"scale": scale}, spec=spec, paths=(L.base_model_dir(scale), L.base_result(scale)), title=scale,
+            wildcards={"scale": scale}, spec=spec, args=(L.base_model_dir(scale), L.base_result(scale)), title=scale,
         ))  # fmt: skip
         return self.bases[scale]
 
@@ -233,7 +244,7 @@ class Graph:
                 "collect", output, inputs=(base.output,), digest=spec.digest(),
                 scale=spec.model.name,
                 wildcards={"task": spec.task_name, "scale": spec.model.name, "samples": str(spec.samples)},
-                spec=spec, paths=(L.base_model_dir(spec.model.base_scale), output),
+                spec=spec, args=(L.base_model_dir(spec.model.base_scale), output),
                 gpus=G.job_gpus(spec.model.scale), title=f"{spec.model.name} on {spec.task_name}",
             ))  # fmt: skip
         for output, spec in plan.labels.items():
@@ -241,21 +252,21 @@ class Graph:
             self._add(Job(
                 "label", output, inputs=(base.output,), digest=spec.digest(),
                 scale=spec.model.name, wildcards={"task": spec.task_name}, spec=spec,
-                paths=(L.base_model_dir(spec.model.base_scale), output), gpus=G.job_gpus(spec.model.scale),
+                args=(L.base_model_dir(spec.model.base_scale), output), gpus=G.job_gpus(spec.model.scale),
                 title=spec.task_name,
             ))  # fmt: skip
         for output, spec in plan.distills.items():
             base = self.bases[spec.model.base_scale]
             self._add(Job(
                 "distill", output, inputs=(base.output, *spec.collections), digest=spec.digest(), scale=spec.model.name, wildcards={"task": spec.task_name, "bank": spec.bank},
-                spec=spec, paths=(L.base_model_dir(spec.model.base_scale), output, *spec.collections),
+                spec=spec, args=(L.base_model_dir(spec.model.base_scale), list(spec.collections), output),
                 gpus=G.job_gpus(spec.model.scale), title=f"{spec.bank} on {spec.task_name}",
             ))  # fmt: skip
         for output, spec in plan.banks.items():
             reads = (L.distilled_result(spec.task_name, spec.bank), L.labels_result(spec.task_name))
             self._add(Job(
                 "bank", output, inputs=reads, digest=spec.digest(),
-                wildcards={"task": spec.task_name, "bank": spec.bank}, spec=spec, paths=(*reads, output),
+                wildcards={"task": spec.task_name, "bank": spec.bank}, spec=spec, args=(*reads, output),
             ))  # fmt: skip
 
     def _evaluate_base(self, cell) -> None:
@@ -269,7 +280,7 @@ class Graph:
         output = L.base_eval_result(base, name)
         self.base_evals[key] = self._add(Job(
             "evaluate_base", output, inputs=(self.bases[base].output,), digest=G.base_eval_digest(spec), scale=base, step=0,
-            wildcards={"scale": base, "name": name}, spec=spec, paths=(L.base_model_dir(base), output),
+            wildcards={"scale": base, "name": name}, spec=spec, args=(L.base_model_dir(base), output),
             gpus=G.job_gpus(spec.scale), title=f"{base} {name}",
         ))  # fmt: skip
 
@@ -279,16 +290,16 @@ class Graph:
         spec = self.specs[cell.id]
         base = self.base_of[cell.scale]
         reads = (self.bases[base].output,)
-        memory: tuple[str, ...] = ()
+        memory: list[str] = []
         if spec.memory is not None:  # trained with a memory: its bank, and the labeller's base model
             labeller = spec.memory.labeller.base_scale
             reads += (L.bank_result(cell.task, spec.memory.bank.bank), L.base_result(labeller))
-            memory = (L.bank_result(cell.task, spec.memory.bank.bank), L.base_model_dir(labeller))
+            memory = [L.bank_result(cell.task, spec.memory.bank.bank), L.base_model_dir(labeller)]
         return self._add(Job(
             "train", L.train_result(cell.id), inputs=reads, digest=spec.train_digest(),
             params=science_json(spec.training()), cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
             resume=spec.resume_digest(), spec=spec,
-            paths=(L.base_model_dir(base), L.cell_dir(cell.id), L.train_result(cell.id), *memory),
+            args=(L.base_model_dir(base), L.cell_dir(cell.id), L.train_result(cell.id), memory or None),
             gpus=G.job_gpus(spec.scale), title=cell.id,
         ))  # fmt: skip
 
@@ -303,7 +314,7 @@ class Graph:
         evaluations = [self._add(Job(
             "copy_base_eval", L.eval_result(cell.id, 0), inputs=(shared.output,), digest=eval_digest,
             base_eval=shared.digest, cell=cell.id, scale=cell.scale, step=0, wildcards={"cell": cell.id},
-            spec=spec, paths=(shared.output, L.eval_result(cell.id, 0)),
+            spec=spec, args=(shared.output, L.eval_result(cell.id, 0)),
         ))]  # fmt: skip
         params = json.dumps(spec.science, sort_keys=True)
         for step in G.checkpoint_steps(spec.train)[1:]:  # step 0 is the base model's: shared above
@@ -311,7 +322,7 @@ class Graph:
             evaluations.append(self._add(Job(
                 "evaluate", L.eval_result(cell.id, step), inputs=(train.output,), digest=eval_digest, params=params,
                 cell=cell.id, scale=cell.scale, step=step, wildcards={"cell": cell.id, "step": str(step)}, spec=spec,
-                paths=(str(step), checkpoint, L.base_model_dir(base), L.eval_result(cell.id, step)), gpus=train.gpus,
+                args=(step, checkpoint, L.base_model_dir(base), L.eval_result(cell.id, step)), gpus=train.gpus,
                 title=f"{cell.id} step {step}",
             )))  # fmt: skip
         return evaluations
@@ -335,7 +346,7 @@ class Graph:
                     "evaluate_base_memory", source, inputs=(self.base_evals[key].inputs[0], bank, labels),
                     digest=spec.base_digest(), scale=base, step=0,
                     wildcards={"scale": base, "bank": spec.bank.bank, "name": name}, spec=spec,
-                    paths=(L.base_model_dir(base), bank, labels, source), gpus=gpus,
+                    args=(L.base_model_dir(base), bank, labels, source), gpus=gpus,
                     title=f"{base} {name} with {spec.bank.bank}",
                 ))  # fmt: skip
                 jobs.append(shared[source])
@@ -344,7 +355,7 @@ class Graph:
             jobs.append(self._add(Job(
                 "copy_base_memory_eval", output, inputs=(source,), digest=digest, base_eval=shared[source].digest,
                 cell=cell_id, scale=cell.scale, step=0, wildcards={"cell": cell_id, "mode": mode}, spec=spec,
-                paths=(source, output),
+                args=(source, output),
             )))  # fmt: skip
             base_dir = L.base_model_dir(self.base_of[cell.scale])
             for step in G.checkpoint_steps(spec.cell.train)[1:]:
@@ -353,7 +364,7 @@ class Graph:
                 jobs.append(self._add(Job(
                     "evaluate_memory", output, inputs=(L.train_result(cell_id), bank, labels), digest=digest, cell=cell_id, scale=cell.scale, step=step,
                     wildcards={"cell": cell_id, "mode": mode, "step": str(step)}, spec=spec,
-                    paths=(str(step), checkpoint, base_dir, bank, labels, output), gpus=gpus,
+                    args=(step, checkpoint, base_dir, bank, labels, output), gpus=gpus,
                     title=f"{cell_id} step {step} with {mode}",
                 )))  # fmt: skip
         return jobs
@@ -369,7 +380,7 @@ class Graph:
         self._add(Job(
             "retain", L.retention_record(cell.id), inputs=(L.train_result(cell.id), *evaluated),
             digest=retention_digest(keep), params=keep, cell=cell.id, scale=cell.scale, wildcards={"cell": cell.id},
-            spec=retain, paths=(L.cell_dir(cell.id), *evals),
+            spec=retain, args=(L.cell_dir(cell.id), evals),
         ))  # fmt: skip
 
     def _steps(self, cell_id: str) -> list[int]:
@@ -387,7 +398,7 @@ class Graph:
             eval_digests={run.id: self.specs[run.id].eval_digest() for run in self.runs},
             digest=analyse_digest(self.config, self.runs, self.specs, inputs),
         )
-        self._add(Job("analyse", L.SUMMARY_FILE, inputs=inputs, digest=spec.digest, spec=spec, paths=(L.SUMMARY_FILE,)))
+        self._add(Job("analyse", L.SUMMARY_FILE, inputs=inputs, digest=spec.digest, spec=spec, args=(L.SUMMARY_FILE,)))
 
 
 def analyse_digest(config: Config, runs, specs, inputs) -> str:
@@ -399,3 +410,24 @@ def analyse_digest(config: Config, runs, specs, inputs) -> str:
         "analysis": science(config.analysis),
         "inputs": list(inputs),
     })
+
+
+def call(argv: list[str], log: Callable[[str], None]) -> Any:
+    """Run ``KIND SPEC ARGS`` (a job's ``argv``): the kind's function with its spec validated
+    from JSON and its arguments read from JSON, each text a path."""
+    rule, spec, args = argv
+    if rule not in KIND_OF:
+        raise SystemExit(f"unknown job kind {rule!r}; the kinds are: {', '.join(RULES)}")
+    kind = KIND_OF[rule]
+    return kind.function()(kind.spec_model().model_validate_json(spec), *map(_as_path, json.loads(args)), log=log)
+
+
+def _as_path(value):
+    """A job argument as its function takes it: a text is a path; a list, of paths; a step, as it is."""
+    from pathlib import Path
+
+    if isinstance(value, str):
+        return Path(value)
+    if isinstance(value, list):
+        return [_as_path(item) for item in value]
+    return value

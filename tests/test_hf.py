@@ -161,7 +161,8 @@ def test_an_uncached_hub_id_offline_fails_with_one_line_naming_the_scale(tmp_pat
     spec = G.base_spec(cfg, "qwen3-0.6b")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
     proc = subprocess.run(
-        [sys.executable, "-m", "matrixrl.jobs", "prepare_base", spec.model_dump_json(), str(tmp_path / "model"), str(tmp_path / "base.json")],
+        [sys.executable, "-m", "matrixrl.jobs", "prepare_base", spec.model_dump_json(),
+         json.dumps([str(tmp_path / "model"), str(tmp_path / "base.json")])],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )
     expected = (

@@ -1,4 +1,4 @@
-"""``python -m matrixrl.jobs KIND SPEC PATHS...``: a job's process entry.
+"""``python -m matrixrl.jobs KIND SPEC ARGS``: a job's process entry.
 
 The Snakefile runs these jobs in children of a pre-imported fork server
 (matrixrl/jobs/forked.py), which call ``run`` with the same arguments (a job's
@@ -15,13 +15,10 @@ def log(message: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``KIND SPEC PATHS...``: the function of the job's kind (matrixrl.dag), called with its spec and paths."""
-    from matrixrl.dag import KIND_OF, RULES
+    """``KIND SPEC ARGS``: the function of the job's kind, with its spec and arguments (matrixrl.dag.call)."""
+    from matrixrl.dag import call
 
-    rule, spec, *paths = argv
-    if rule not in KIND_OF:
-        raise SystemExit(f"unknown job kind {rule!r}; the kinds are: {', '.join(RULES)}")
-    KIND_OF[rule].function()(spec, paths, log)
+    call(argv, log)
 
 
 def run(argv: list[str]) -> None:

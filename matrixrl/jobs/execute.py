@@ -1,8 +1,9 @@
 """Running one job of the graph (matrixrl.dag): forked from the job server, or in this process.
 
 The Snakefile's rules call :func:`execute`; a forked job's process runs
-``python -m matrixrl.jobs KIND SPEC PATHS...`` (matrixrl.jobs.__main__). Either
-way the function its kind names does the work, as ``function(spec JSON, paths, log)``.
+``python -m matrixrl.jobs KIND SPEC ARGS`` (matrixrl.jobs.__main__). Either way the
+function its kind names does the work, as ``function(spec, *args, log=...)``
+(matrixrl.dag.call).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ def execute(job: Job, log_path: str) -> None:
 
         run_job(job.argv(), job.title or kind.name, log_path, append=kind.append_log)
         return
+    from matrixrl.dag import call
     from matrixrl.jobs.logfile import file_logger, logged_failures
 
     log = file_logger(log_path)
     with logged_failures(log):
-        _, spec, *paths = job.argv()
-        kind.function()(spec, paths, log)
+        call(job.argv(), log)

@@ -345,30 +345,3 @@ class TrainingGuide:
             replies = _label_replies(self.labeller, new, self.family, self.spec.label_max_new_tokens)
             self.labels.update({p.id: parse_label(reply, self.family) for p, reply in zip(new, replies)})
         return self.guide.apply(style, problems)
-
-
-# --- the jobs (matrixrl.dag): each function(spec JSON, paths, log) ------------------------
-
-
-def run_collect(spec: str, paths: list[str], log=print) -> None:
-    """``collect``: ``paths`` are the model's base folder and the output."""
-    base_dir, output = map(Path, paths)
-    collect(CollectSpec.model_validate_json(spec), base_dir, output, log=log)
-
-
-def run_label(spec: str, paths: list[str], log=print) -> None:
-    """``label``: ``paths`` are the labeller's base folder and the output."""
-    base_dir, output = map(Path, paths)
-    label(LabelSpec.model_validate_json(spec), base_dir, output, log=log)
-
-
-def run_distill(spec: str, paths: list[str], log=print) -> None:
-    """``distill``: the distiller's base folder, the output, then the trajectories it contrasts."""
-    base_dir, output, *collections = map(Path, paths)
-    distill(DistillSpec.model_validate_json(spec), base_dir, collections, output, log=log)
-
-
-def run_bank(spec: str, paths: list[str], log=print) -> None:
-    """``bank``: the distilled memory, the labels, the output."""
-    distilled, labels, output = map(Path, paths)
-    bank(BankSpec.model_validate_json(spec), distilled, labels, output, log=log)

@@ -97,9 +97,3 @@ def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
     )
     write_result(output, result)
     return result
-
-
-def run(spec: str, paths: list[str], log=print) -> None:
-    """The ``prepare_base`` job (matrixrl.dag): ``paths`` are the model folder and the output."""
-    model_dir, output = map(Path, paths)
-    prepare_base(BaseSpec.model_validate_json(spec), model_dir, output, log=log)

@@ -17,7 +17,7 @@ from matrixrl.results import TrainResult, write_result
 
 
 def train(
-    spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, log=print, memory: tuple[Path, Path] | None = None
+    spec: CellSpec, base_dir: Path, cell_dir: Path, output: Path, memory: list[Path] | None = None, log=print
 ) -> TrainResult:
     """``memory``: a cell trained with a memory's bank file and labeller folder."""
     from matrixrl.jobs.cost import Meter
@@ -53,10 +53,3 @@ def memory_guide(spec: CellSpec, memory: tuple[Path, Path], log=print):
         return guide
 
     return make
-
-
-def run(spec: str, paths: list[str], log=print) -> None:
-    """The ``train`` job (matrixrl.dag): ``paths`` are the base model's folder, the cell's
-    folder, the output, and for a cell trained with a memory its bank and labeller's folder."""
-    base_dir, cell_dir, output, *memory = map(Path, paths)
-    train(CellSpec.model_validate_json(spec), base_dir, cell_dir, output, log=log, memory=tuple(memory) or None)
