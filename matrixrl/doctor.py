@@ -88,6 +88,10 @@ def _scales(names: list[str]) -> str:
     return f"scale{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
+def _run_on_gpu(names: list[str]) -> str:
+    return f"{_scales(names)} run{'' if len(names) > 1 else 's'} on a GPU"
+
+
 def _on_cpu(names: list[str]) -> str:
     """The other way out of a GPU fix: run those scales on CPU."""
     if len(names) == 1:
@@ -125,9 +129,9 @@ def _torch_sees_gpu(torch) -> bool:
 
 
 def check_torch(config: Config, profile: Path | None) -> list[Check]:
-    """torch's version and CUDA build: a CPU build passes a grid of CPU scales only; a CUDA
-    build must be one the driver runs (its CUDA major version at most the driver's) and, where
-    nvidia-smi lists GPUs here, must see them."""
+    """torch's version and CUDA build: any build passes a grid of CPU scales; for a GPU scale it
+    must be a CUDA build the driver runs (its CUDA major version at most the driver's, from
+    nvidia-smi) that, where nvidia-smi lists GPUs here, sees them."""
     import torch
 
     from matrixrl.models.devices import visible_gpus
@@ -135,11 +139,12 @@ def check_torch(config: Config, profile: Path | None) -> list[Check]:
     version, cuda = torch.__version__, torch.version.cuda
     release = version.split("+")[0]
     gpu = gpu_scales(config)
+    if not gpu:
+        build = "a CPU build" if cuda is None else f"a CUDA {cuda} build"
+        return [passed("torch", f"{version}, {build}: every scale of the grid runs on CPU")]
     if cuda is None:
-        if not gpu:
-            return [passed("torch", f"{version}, a CPU build: every scale of the grid runs on CPU")]
         return [failed(
-            "torch", f"{version} has no CUDA build, and {_scales(gpu)} run on a GPU",
+            "torch", f"{version} has no CUDA build, and {_run_on_gpu(gpu)}",
             f"pip install torch=={release} --index-url {CUDA_INDEX} (a CUDA build), or {_on_cpu(gpu)}",
         )]  # fmt: skip
     driver = driver_cuda()
@@ -173,13 +178,13 @@ def check_gpus(config: Config, profile: Path | None) -> list[Check]:
             "GPU memory below is what it declares",
         )]  # fmt: skip
     memory, source = local_gpu_memory()
-    here = f"{gib(memory)} GiB per job ({source})" if memory is not None else f"none here ({source})"
+    here = f"{gib(memory)} GiB per job ({source})" if memory is not None else source
     gpu = gpu_scales(config)
     if not gpu:
-        return [passed("GPUs", f"none needed: the grid has no GPU scale; {here}")]
+        return [passed("GPUs", f"none needed: the grid has no GPU scale; here: {here}")]
     if memory is None:
         return [failed(
-            "GPUs", f"{here}, but {_scales(gpu)} run on a GPU",
+            "GPUs", f"none here: {here}, but {_run_on_gpu(gpu)}",
             f"run on a machine whose GPUs nvidia-smi lists (and CUDA_VISIBLE_DEVICES does not hide), or {_on_cpu(gpu)}",
         )]  # fmt: skip
     return [passed("GPUs", here)]
@@ -233,6 +238,14 @@ def check_model(name: str, scale) -> Check:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except Exception as exc:  # noqa: BLE001
         return failed(what, f"{where}: its tokenizer does not load ({_first_line(exc)})", again)
+    fields = model_config.to_dict()
+    fields = fields.get("text_config", fields)  # a multimodal config nests the language model's
+    vocab = fields.get("vocab_size")
+    if isinstance(vocab, int) and len(tokenizer) < vocab // 2:  # transformers makes an empty one from no files
+        return failed(
+            what, f"{where}: its tokenizer has {len(tokenizer)} tokens for the model's {vocab}: its files are missing",
+            again,
+        )
     if scale.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
         return failed(
             what, f"{where}: prompt_style chat needs a chat template, and its tokenizer has none",
@@ -240,16 +253,15 @@ def check_model(name: str, scale) -> Check:
         )
     size, missing = weight_files(folder)
     if size is None or missing:
-        lacking = f"{len(missing)} weight files its index names are missing ({missing[0]})" if missing else (
+        lacking = f"{len(missing)} of the weight files its index names missing ({', '.join(missing)})" if missing else (
             f"no weights ({' or '.join(WEIGHTS)}, whole or sharded)"
         )
         return failed(what, f"{where}: {lacking}", download if hub else f"put the model's weights in {folder}")
     from matrixrl.disk import decoder_shape
     from matrixrl.retention import format_bytes
 
-    fields = model_config.to_dict()
-    shape = decoder_shape(fields.get("text_config", fields))
-    parameters = f", {shape.parameters / 1e9:.2f}B parameters" if shape is not None else ""
+    shape = decoder_shape(fields)
+    parameters = f", {_count(shape.parameters)} parameters" if shape is not None else ""
     chat = " with a chat template" if getattr(tokenizer, "chat_template", None) else ""
     return passed(what, f"{where}: {model_config.model_type}{parameters}, tokenizer{chat}, weights {format_bytes(size)}")
 
@@ -262,13 +274,18 @@ def weight_files(folder: Path) -> tuple[int | None, list[str]]:
         if index.is_file():
             try:
                 shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError, AttributeError):
-                return None, [index.name]
+            except (OSError, ValueError, KeyError, AttributeError):  # a broken index loads nothing
+                return None, []
             present = [folder / s for s in shards if (folder / s).is_file()]
             return sum(p.stat().st_size for p in present), [s for s in shards if not (folder / s).is_file()]
         if (folder / name).is_file():  # a hub cache's link to its blob: is_file follows it
             return (folder / name).stat().st_size, []
     return None, []
+
+
+def _count(n: int) -> str:
+    """A parameter count as people write it: 4.02B, 135.1M, 0.3M."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -491,8 +508,6 @@ def check_results_folder(config: Config, profile: Path | None) -> list[Check]:
     results = Path(config.results_dir)
     where = existing_parent(results)
     fix = f"make {where} writable for this user, or point results_dir at a folder that is (--set results_dir=PATH)"
-    if where == results and not results.is_dir():
-        return [failed(name, f"{results} is a file, not a folder", "move it away, or point results_dir elsewhere")]
     try:
         handle, path = tempfile.mkstemp(prefix=".matrixrl-doctor-", dir=where)
     except OSError as exc:
