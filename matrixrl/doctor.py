@@ -226,18 +226,22 @@ def check_model(name: str, scale) -> Check:
         folder = Path(cached).parent
     where = f"{scale.path} (Hugging Face cache)" if hub else str(folder)
     again = download if hub else f"restore the model's files in {folder}"
-    try:
-        from transformers import AutoConfig, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()  # a missing-file warning would land between the lines
-        model_config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001: any failure to load is the finding
-        return failed(what, f"{where}: its config does not load ({_first_line(exc)})", again)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # a missing-file warning would land between the lines
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001
-        return failed(what, f"{where}: its tokenizer does not load ({_first_line(exc)})", again)
+        try:
+            model_config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        except Exception as exc:  # noqa: BLE001: any failure to load is the finding
+            return failed(what, f"{where}: its config does not load ({_first_line(exc)})", again)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as exc:  # noqa: BLE001
+            return failed(what, f"{where}: its tokenizer does not load ({_first_line(exc)})", again)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     fields = model_config.to_dict()
     fields = fields.get("text_config", fields)  # a multimodal config nests the language model's
     vocab = fields.get("vocab_size")

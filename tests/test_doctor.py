@@ -351,6 +351,9 @@ def test_a_folder_without_weights_tokenizer_or_chat_template_fails(tmp_path):
         "instruct model, or set scales.plain.prompt_style: compact"
     )
     assert check_model("plain", hf_scale(plain, prompt_style="compact")).ok
+    (plain / "config.json").write_text("{")
+    broken = check_model("plain", hf_scale(plain, prompt_style="compact"))
+    assert not broken.ok and broken.found.startswith(f"{plain}: its config does not load ("), broken.found
     config_only = qwen3_grid(tmp_path).scales["qwen3-4b"]  # config.json alone
     found = check_model("qwen3-4b", config_only)
     assert not found.ok and found.found == (
