@@ -1,4 +1,4 @@
-"""The ``matrixrl`` commands (plan, run, report, plot, export, models): options, output, errors."""
+"""The ``matrixrl`` commands (doctor, plan, run, report, plot, export, models): output and errors."""
 
 from __future__ import annotations
 
@@ -92,6 +92,42 @@ def command(function):
 
 
 EXPERIMENTS = Path("experiments.yaml")
+
+
+# --- doctor -----------------------------------------------------------------------------
+
+
+@command
+def doctor(config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None, profile: ProfileOpt = None):
+    """Check what a run of the grid needs, one line each: ✓, or ✗ with the fix.
+
+    torch and its CUDA build; the GPUs and their memory; every hf scale's model, on this
+    machine and loadable offline (config, tokenizer, weight files; no weights are loaded);
+    the largest job's GPU memory estimate against the GPU; the code sandbox's isolation (a
+    test program runs in it); SLURM, when `--profile` names a SLURM profile; the disk free
+    against the checkpoints' peak; the results folder writable. Exits 0 when every check
+    passes, 1 when one fails. docs/real-models.md, "Before a GPU run", has each check and
+    its fixes. Then `matrixrl plan`, then `matrixrl run`.
+
+    Examples:
+
+        matrixrl doctor
+
+        matrixrl doctor -c examples/paper.yaml --only scale=qwen3-4b
+
+        matrixrl doctor -c examples/paper.yaml --profile profiles/slurm
+    """
+    from matrixrl.doctor import diagnose, summary
+    from matrixrl.study import Study
+
+    study = Study.load(config, only=only or [], set=set_ or [])
+    checks = []
+    for check in diagnose(study.selected, profile):  # each line as soon as its check ends
+        out.print(check.line(), markup=False, soft_wrap=True)
+        checks.append(check)
+    out.print(summary(checks), markup=False, soft_wrap=True)
+    if not all(check.ok for check in checks):
+        raise typer.Exit(1)
 
 
 # --- plan -------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def disk_errors_named(path: Path, what: str = ""):
     except UserError:
         raise
     except Exception as exc:
-        cause = _disk_cause(exc, _existing_parent(path))
+        cause = _disk_cause(exc, existing_parent(path))
         if cause is None:
             raise
         raise DiskError(f"{prefix}: {cause[1]}", cause[1]) from exc
@@ -174,13 +174,14 @@ _PATH_REASONS = {
 }
 
 
-def _why(exc: OSError) -> str:
+def os_error_reason(exc: OSError) -> str:
+    """Why an OS error about a path happened, in words (``permission denied``)."""
     return _PATH_REASONS.get(exc.errno, (exc.strerror or str(exc)).lower())
 
 
 def os_error_line(exc: OSError) -> str | None:
     """One line for an OS error about a path (``PATH: why``), or None when it names no path."""
-    return None if exc.filename is None else f"{exc.filename}: {_why(exc)}"
+    return None if exc.filename is None else f"{exc.filename}: {os_error_reason(exc)}"
 
 
 @contextlib.contextmanager
@@ -200,7 +201,7 @@ def output_named(option: str, path: Path | None):
             cause = cause.__cause__ or cause.__context__
         if cause is None:  # a DiskError without an OS error behind it: its own words
             raise
-        why = _why(cause)
+        why = os_error_reason(cause)
         # A file in the way on the path is worth naming; a temporary file beside it is not.
         blocked = cause.filename and Path(cause.filename) in Path(path).parents
         where = f" ({cause.filename})" if blocked else ""
@@ -217,7 +218,8 @@ def disk_error_in_text(text: str) -> DiskError | None:
     return DiskError(f"writing {found[2]}: {fix}", fix)
 
 
-def _existing_parent(path: Path) -> Path:
+def existing_parent(path: Path) -> Path:
+    """``path`` if it exists, else its nearest parent that does (what a write there would meet)."""
     while not path.exists() and path.parent != path:
         path = path.parent
     return path

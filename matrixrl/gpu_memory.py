@@ -777,11 +777,16 @@ def fixes(spec, job: str, found: Estimate, budget: int, *, config: dict | None =
 
 def refusal(spec, job: str, found: Estimate, budget: int) -> str:
     """The line that refuses ``spec``'s ``job``: the cell, the estimate, the GPU, the fixes."""
-    line = f"{spec.cell.id}: {job} needs about {gib(found.total)} GiB, more than the {gib(budget)} GiB GPU"
+    return "; ".join(refusal_parts(spec, job, found, budget))
+
+
+def refusal_parts(spec, job: str, found: Estimate, budget: int) -> tuple[str, str]:
+    """:func:`refusal` as (what does not fit, the fix): ``matrixrl doctor`` prints them apart."""
+    problem = f"{spec.cell.id}: {job} needs about {gib(found.total)} GiB, more than the {gib(budget)} GiB GPU"
     found_fixes = fixes(spec, job, found, budget)
     if not found_fixes:
-        return f"{line}; no setting lowers it: use a GPU with more memory"
-    return f"{line}; use {', or '.join(found_fixes)}"
+        return problem, "no setting lowers it: use a GPU with more memory"
+    return problem, f"use {', or '.join(found_fixes)}"
 
 
 def _gpu_jobs(config, jobs: Iterable[dict] | None) -> Iterable[tuple[object, str]]:
@@ -809,19 +814,24 @@ def refusals(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None
     """One line per training or evaluation job of a GPU scale whose estimate exceeds the GPU it
     will get (``budget``: a ``GpuBudget``, or bytes for every job; None: nothing is refused).
     ``jobs``: the rows of ``matrixrl.status.job_statuses``, to refuse only pending jobs."""
+    return ["; ".join(parts) for parts in refused_jobs(config, budget, jobs)]
+
+
+def refused_jobs(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[tuple[str, str]]:
+    """:func:`refusals` as (what does not fit, the fix) pairs (:func:`refusal_parts`)."""
     if budget is None:
         return []
     if isinstance(budget, int):
         budget = GpuBudget(budget, budget, "given")
-    lines = []
+    found_pairs = []
     for spec, job in _gpu_jobs(config, jobs):
         limit = budget.of(job)
         if limit is None:
             continue
         found = _estimate_cached(spec, job)
         if found is not None and found.total > limit:
-            lines.append(refusal(spec, job, found, limit))
-    return lines
+            found_pairs.append(refusal_parts(spec, job, found, limit))
+    return found_pairs
 
 
 def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> None:
@@ -834,16 +844,10 @@ def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | No
         raise GpuMemoryError("\n".join(lines))
 
 
-def memory_lines(
-    config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None, with_refusals: bool = True
-) -> list[str]:
-    """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
-    evaluation job and the GPU, then (``with_refusals``) the refusals (``refusals``). Nothing for
-    a grid of CPU scales."""
-    from matrixrl.models.hf import needs_gpu
-
-    if isinstance(budget, int):
-        budget = GpuBudget(budget, budget, "given")
+def largest_jobs(config) -> tuple[dict[str, dict[str, Estimate]], dict[str, str]]:
+    """Per GPU scale of the grid, the estimate of its largest training and evaluation job
+    (scale → job → Estimate); and the GPU scales whose config.json is not on this machine
+    (scale → its path), which have no estimate."""
     largest: dict[str, dict[str, Estimate]] = {}
     unknown: dict[str, str] = {}
     for spec, job in _gpu_jobs(config, None):
@@ -855,6 +859,20 @@ def memory_lines(
         held = largest.setdefault(scale, {})
         if job not in held or found.total > held[job].total:
             held[job] = found
+    return largest, unknown
+
+
+def memory_lines(
+    config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None, with_refusals: bool = True
+) -> list[str]:
+    """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
+    evaluation job and the GPU, then (``with_refusals``) the refusals (``refusals``). Nothing for
+    a grid of CPU scales."""
+    from matrixrl.models.hf import needs_gpu
+
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    largest, unknown = largest_jobs(config)
     lines = []
     for scale in config.grid.scale:
         if not needs_gpu(config.scales[scale]):

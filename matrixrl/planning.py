@@ -102,7 +102,7 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
     from matrixrl import grid as G
     from matrixrl.dag import Graph
     from matrixrl.disk import disk_at_peak
-    from matrixrl.snake.profiles import check_profile, profile_config, rule_resources
+    from matrixrl.snake.profiles import check_profile, rule_resources
     from matrixrl.status import job_statuses
 
     from matrixrl.gpu_memory import gpu_budget, memory_lines, refusals
@@ -119,16 +119,13 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         resources = rule_resources(profile, list(dict.fromkeys(job["rule"] for job in jobs)))
         for job in jobs:
             job["resources"] = resources[job["rule"]]
-    # As many cells unpruned as jobs can run at once: a profile's ``jobs``, else this machine's cores.
-    in_flight = profile_config(profile).get("jobs") if profile is not None else None
-    in_flight = in_flight if isinstance(in_flight, int) else os.cpu_count() or 1
     return Plan(
         config=config,
         jobs=jobs,
         cells=len(G.cells(config)),
         sweeps={cell.id: cell.sweep_values() for cell in G.runs(config)},
         resources=resources,
-        disk=disk_at_peak(config, in_flight).line(),
+        disk=disk_at_peak(config, jobs_at_once(profile)).line(),
         run_command=command,
         estimate=estimate(graph.jobs, jobs, costs, cores, last_overhead(config)) if any(
             job["status"] == "pending" for job in jobs
@@ -136,6 +133,15 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         memory=memory_lines(config, budget, jobs, with_refusals=False),
         refused=refusals(config, budget, jobs),
     )
+
+
+def jobs_at_once(profile: Path | None) -> int:
+    """How many jobs may run at once, so how many cells may hold their whole set of checkpoints
+    unpruned (``disk_at_peak``'s ``in_flight``): a profile's ``jobs``, else this machine's cores."""
+    from matrixrl.snake.profiles import profile_config
+
+    jobs = profile_config(profile).get("jobs") if profile is not None else None
+    return jobs if isinstance(jobs, int) else os.cpu_count() or 1
 
 
 def last_overhead(config: Config) -> float:

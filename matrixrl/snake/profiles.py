@@ -71,15 +71,39 @@ def rule_resources(profile: Path, rules: list[str]) -> dict[str, dict]:
     return table
 
 
+def cluster_executor(profile: str | Path | None) -> str | None:
+    """The executor of a profile that sends jobs to a cluster (``slurm``); None without a
+    profile or for a local one. Raises ProfileError for a profile that cannot be read."""
+    if profile is None:
+        return None
+    executor = str(profile_config(Path(profile)).get("executor", "local"))
+    return None if executor in _LOCAL_EXECUTORS else executor
+
+
 def _cluster_profile(profile: str | None) -> bool:
     """Whether a profile sends jobs to a cluster executor (they are no processes of this machine)."""
-    if profile is None:
-        return False
     try:
-        executor = profile_config(Path(profile)).get("executor", "local")
+        return cluster_executor(profile) is not None
     except ProfileError:
         return False
-    return str(executor) not in _LOCAL_EXECUTORS
+
+
+def partitions(profile: Path) -> dict[str, list[str]]:
+    """The SLURM partitions a profile sends jobs to (``slurm_partition``), each with the rules
+    that name it: ``default`` for ``default-resources``, then each rule of ``set-resources``
+    that names another."""
+    raw = profile_config(profile)
+    default = _as_mapping(raw.get("default-resources"), f"{profile / 'config.yaml'}: default-resources")
+    per_rule = raw.get("set-resources") or {}
+    rules = list(per_rule) if isinstance(per_rule, dict) else [str(item).partition(":")[0] for item in per_rule]
+    found: dict[str, list[str]] = {}
+    if default.get("slurm_partition") is not None:
+        found[str(default["slurm_partition"])] = ["default"]
+    for rule, resources in rule_resources(profile, list(dict.fromkeys(rules))).items():
+        partition = resources.get("slurm_partition")
+        if partition is not None and partition != default.get("slurm_partition"):
+            found.setdefault(str(partition), []).append(rule)
+    return found
 
 
 def check_profile(profile: Path) -> Path:
