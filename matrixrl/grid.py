@@ -269,7 +269,7 @@ def eval_science(spec: CellSpec) -> dict:
     """The evaluation settings ``spec``'s evaluations compute from: ``eval``'s science, and on a
     GPU scale its ``batch_size`` too, unless it is the default.
 
-    On CPU, keyed samples do not depend on the batch size (train.rollout). On a GPU the
+    On CPU, keyed samples do not depend on the batch size (train.samplers). On a GPU the
     batch's shape picks the kernels, and so the bf16 rounding of the logits: another
     batch size can change an accuracy, so there it reruns the evaluations. At its
     default it stays out, as an ``ADDED`` setting does, so the results of tiny and CPU

@@ -1,7 +1,8 @@
 """The peak memory of a training or evaluation job: each phase's parts in bytes, and the largest.
 
 What a job holds (the code of matrixrl.models.hf, .models.policies, .train.trainer,
-.train.grpo, .train.rollout, .train.diagnostics and .jobs.evaluate, which this follows):
+.train.grpo, .train.rollout, .train.prompt_cache, .train.samplers, .train.diagnostics and
+.jobs.evaluate, which this follows):
 
 - **weights**: trained weights are float32 whatever the compute dtype: a full fine-tune
   holds one float32 model (shared) or one per role (isolated); LoRA holds one frozen base
