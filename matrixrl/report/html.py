@@ -578,8 +578,8 @@ def build_report(
     from matrixrl import grid as G
     from matrixrl.layout import store_path
     from matrixrl.report.columns import shown
-    from matrixrl.report.rows import grid_cells, stored_rows
-    from matrixrl.report.tables import TABLES, build_tables, current_specs, parse_group_by, selection
+    from matrixrl.report.rows import current_specs, grid_cells, stored_rows
+    from matrixrl.report.tables import TABLES, build_tables, parse_group_by, selection
     from matrixrl.store import ingest_for_report
 
     axes = parse_group_by(group_by, list(config.grid.sweeps))
@@ -656,7 +656,7 @@ def report_pngs(
     versions of matplotlib and Pillow) and drawn again only when that changes: drawing
     is most of the time of a page, and after a new evaluation only its task's curves
     change. ``cells`` (grid order) and ``evals`` as in ``plots.Study``; ``current``:
-    ``tables.current_specs`` of ``config``.
+    ``rows.current_specs`` of ``config``.
     """
     from matrixrl import grid as G
     from matrixrl.layout import store_path
@@ -703,7 +703,7 @@ def _draw(
     from matrixrl.analysis.cell import rows_of_cells
     from matrixrl.layout import store_path
     from matrixrl.report.plots import diagnostics_figure, diagnostics_name, learning_curve_figures, png_bytes
-    from matrixrl.report.tables import current_trainings
+    from matrixrl.report.rows import current_trainings
     from matrixrl.store import Store, repairing
 
     figures = learning_curve_figures(cells, evals, config.analysis, tasks=tasks) if tasks else {}
