@@ -1,8 +1,8 @@
 """The memory and cost tables: built from the store's own rows, not from the per-cell records.
 
 The memory table reads the store's memory evaluations and, for ``none``, its ordinary
-evaluations; the cost table the stored results' job costs and the base models' result
-files. Both keep only what was computed under the current specs.
+evaluations, those computed under the current specs; the cost table the stored results'
+job costs and the base models' result files.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from matrixrl.analysis.memory import memory_table
 from matrixrl.config import Config
 from matrixrl.report.rows import current_evaluations
 from matrixrl.store import Store
+
 
 def _cost_owners(config: Config, runs: pd.DataFrame) -> list[str]:
     """The store's owners of the selected runs' results, and of the memory built for their tasks."""
