@@ -7,7 +7,7 @@ the episodes the judge sent back, and so on; within a call, rows that ended leav
 batch. Continuous batching, built here on the same plays, decodes every episode's
 turns in one running batch instead: a turn that ends hands its episode's next request
 to a queue, and queued prompts join the batch (a forward pass encodes them, all but
-their last token, sharing prefixes as ``rollout.prefilled_cache`` does) once they are
+their last token, sharing prefixes as ``prompt_cache.prefilled_cache`` does) once they are
 at least as many as the rows still decoding, or when nothing is. After that a pass
 feeds every row one token, whatever turn of whatever episode it is at. Rows of roles
 with different parameters (isolated policies) cannot share a pass: each parameter set
@@ -46,7 +46,8 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 from trl.trainer.utils import entropy_from_logits  # noqa: E402
 
-from matrixrl.train.rollout import COMPACT_SHARE, _encode, prefilled_cache, tokenize_prompts  # noqa: E402
+from matrixrl.train.prompt_cache import _encode, prefilled_cache, tokenize_prompts  # noqa: E402
+from matrixrl.train.rollout import COMPACT_SHARE  # noqa: E402
 from matrixrl.workflows.base import Completion, Episode, Play  # noqa: E402
 
 
@@ -103,7 +104,7 @@ def join(old: Rows, new: Rows) -> Rows:
 
 def choose(scores: torch.Tensor, rows: Rows, temperature: float | None) -> torch.Tensor:
     """Each computed row's next token: greedy (``temperature`` None), or sampled from torch's
-    generator, as ``rollout.SampledChooser`` samples, adding each live row's entropy."""
+    generator, as ``samplers.SampledChooser`` samples, adding each live row's entropy."""
     if temperature is None:
         return scores.argmax(dim=-1)
     scaled = scores / temperature

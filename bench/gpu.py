@@ -141,7 +141,8 @@ def main() -> None:
     from matrixrl.config import Policies, Train
     from matrixrl.models.hf import ModelSource, resolve_device, resolve_dtype
     from matrixrl.models.policies import build_policy
-    from matrixrl.train.rollout import SampledChooser, decode
+    from matrixrl.train.rollout import decode
+    from matrixrl.train.samplers import SampledChooser
     from matrixrl.train.trainer import make_optimizers
     from matrixrl.train.update import update_policy
     from matrixrl.workflows.base import Completion, Episode, Turn

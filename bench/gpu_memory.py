@@ -278,7 +278,7 @@ def measure(case: Case, spec, base: Path) -> tuple[int, dict]:
 def validate(names: str, smollm2: Path | None) -> list[dict]:
     """Measure and estimate every case whose model is in ``names`` ("tiny", "smollm2" or "all")."""
     from matrixrl import grid as G
-    from matrixrl.gpu_memory import estimate
+    from matrixrl.gpu_memory.peak import estimate
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -324,7 +324,8 @@ def paper_rows() -> list[dict]:
     largest, and the fix a refusal would give on each GPU."""
     from matrixrl import grid as G
     from matrixrl.config import load_config
-    from matrixrl.gpu_memory import estimate, fixes
+    from matrixrl.gpu_memory.fits import fixes
+    from matrixrl.gpu_memory.peak import estimate
 
     configs = json.loads(QWEN3_CONFIGS.read_text())
     base = load_config(PAPER)
@@ -361,7 +362,7 @@ def paper_table(rows: list[dict]) -> str:
     """The markdown table of docs/real-models.md, "Memory of one job": each job's largest
     estimate (GiB) and its cell, and per GPU whether every job fits, else the fix a refusal
     names first (what saves most) for each job that does not."""
-    from matrixrl.gpu_memory import gib
+    from matrixrl.gpu_memory.peak import gib
 
     def verdict(row, gpu: str) -> str:
         refused = []
@@ -386,7 +387,7 @@ def paper_table(rows: list[dict]) -> str:
 
 def paper_workflow_table(rows: list[dict]) -> str:
     """Each workflow's largest estimate (GiB, over examples/paper.yaml's tasks), training then evaluation."""
-    from matrixrl.gpu_memory import gib
+    from matrixrl.gpu_memory.peak import gib
 
     workflows = list(dict.fromkeys(w for r in rows for w, _ in r["by workflow"]))
     head = " | ".join(f"{job[:5]}. {w}" for job in ("training", "evaluation") for w in workflows)

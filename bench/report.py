@@ -196,7 +196,7 @@ def main() -> None:
         tables = phase("tables", lambda: build_tables(path, config), path, pristine, held_back[0], cells[0].id, args.repeats)
         print(f"tables: {', '.join(f'{name} {len(frame)} rows' for name, frame in tables.items())}")
         if args.html:
-            from matrixrl.report.html import build_report
+            from matrixrl.report.html.build import build_report
 
             page, pngs = phase("html", lambda: build_report(config), path, pristine, held_back[0], cells[0].id, args.repeats)
             print(f"html: {len(page) / 1e6:.1f} MB page, {len(pngs)} plots ({sum(n.startswith('curves-') for n in pngs)} curves)")

@@ -6,7 +6,7 @@ This measures, in one run, the completion tokens per second of one rollout step 
 each workflow, decoded two ways:
 
 - ``new``: matrixrl's ``decode`` (finished rows leave the batch), with prompts that
-  repeat within a call encoded once (``rollout.prefilled_cache``);
+  repeat within a call encoded once (``prompt_cache.prefilled_cache``);
 - ``old``: transformers' ``generate`` (``make_generate(use_hf_generate=True)``), with
   the same shared prompt cache: the rollout as it was before ``decode``;
 
@@ -198,14 +198,14 @@ def main() -> None:
     from matrixrl.models.policies import build_policy
     from matrixrl.tasks.arith import ArithTask
     from matrixrl.tasks.arith import Settings as ArithSettings
-    from matrixrl.train import rollout
+    from matrixrl.train import prompt_cache
     from matrixrl.train.rollout import make_generate
     from matrixrl.workflows import build_workflow
     from matrixrl.workflows.styles import build_style
 
     torch.set_num_threads(1)
     task = ArithTask("arith", ArithSettings(kind="arith", digits=1, terms=3, n_eval=16))
-    shared_cache = rollout.prefilled_cache
+    shared_cache = prompt_cache.prefilled_cache
     with tempfile.TemporaryDirectory() as tmp:
         source, label = load_source(args, Path(tmp))
         tokenizer = source.load_tokenizer()
@@ -271,12 +271,12 @@ def main() -> None:
                 measured["plain"] = timed(lambda: old("generator", prompts[:n_completions]))
                 torch.manual_seed(repeat)
                 measured["same"] = timed(lambda: new("generator", [p for call in calls for p in call]))  # one policy for every role
-                rollout.prefilled_cache = lambda *args: None  # every row's prompt encoded for itself
+                prompt_cache.prefilled_cache = lambda *args: None  # every row's prompt encoded for itself
                 try:
                     torch.manual_seed(repeat)
                     measured["unshared"] = timed(lambda: workflow.run(batch, groups, new))
                 finally:
-                    rollout.prefilled_cache = shared_cache
+                    prompt_cache.prefilled_cache = shared_cache
                 if [c.completion_ids for c in measured["new"][1]] != [c.completion_ids for c in measured["old"][1]]:
                     differ.append(name)
                 if repeat:

@@ -168,7 +168,8 @@ def check_torch(config: Config, profile: Path | None) -> list[Check]:
 def check_gpus(config: Config, profile: Path | None) -> list[Check]:
     """The GPUs jobs started here get (nvidia-smi, the smallest visible one's memory): needed
     when the grid has a GPU scale and its jobs run on this machine."""
-    from matrixrl.gpu_memory import gib, local_gpu_memory
+    from matrixrl.gpu_memory import gib
+    from matrixrl.gpu_memory.budget import local_gpu_memory
     from matrixrl.snake.profiles import cluster_executor
 
     executor = cluster_executor(profile)
@@ -305,7 +306,9 @@ def check_gpu_memory(config: Config, profile: Path | None) -> list[Check]:
     each will get: the smallest visible one, or under a profile its ``gpu_memory_gib``. A job that
     does not fit fails with the fixes ``plan`` names; so does a GPU whose memory is unknown (then
     ``run`` could refuse nothing, and a job would run out of memory hours in)."""
-    from matrixrl.gpu_memory import PROFILE_RESOURCE, gib, gpu_budget, largest_jobs, refused_jobs
+    from matrixrl.gpu_memory import gib, gpu_budget
+    from matrixrl.gpu_memory.budget import PROFILE_RESOURCE
+    from matrixrl.gpu_memory.fits import largest_jobs, refused_jobs
     from matrixrl.models.hf import needs_gpu
 
     name = "GPU memory"
@@ -354,7 +357,7 @@ def check_sandbox(config: Config, profile: Path | None) -> list[Check]:
     assert what that isolation promises: an unprivileged uid, and a PID namespace whose process 1
     is its worker. Passes with namespaces and, as root, the uid drop (docs/sandbox.md)."""
     from matrixrl import sandbox
-    from matrixrl.gpu_memory import CODE_KINDS
+    from matrixrl.gpu_memory.workload import CODE_KINDS
     from matrixrl.snake.profiles import cluster_executor
 
     name = "sandbox"

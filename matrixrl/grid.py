@@ -1,5 +1,9 @@
 """The grid: cells, their ids, the runs that compute them, their specs and digests.
 
+Over 500 lines on purpose: cells and specs define each other (an extra axis multiplies only
+the cells whose spec it changes, so :func:`cells` asks :func:`cell_spec`), and the package
+reads them all as one vocabulary, ``grid as G``.
+
 Where a cell's files live is ``matrixrl.layout``'s business. The memory jobs' specs are
 ``matrixrl.memory.specs``'s; the grid uses them (a cell trained with a memory, the memory
 plan with the grid's model digests: :func:`plan_memory`, a cell's evaluation under a memory:
@@ -269,7 +273,7 @@ def eval_science(spec: CellSpec) -> dict:
     """The evaluation settings ``spec``'s evaluations compute from: ``eval``'s science, and on a
     GPU scale its ``batch_size`` too, unless it is the default.
 
-    On CPU, keyed samples do not depend on the batch size (train.rollout). On a GPU the
+    On CPU, keyed samples do not depend on the batch size (train.samplers). On a GPU the
     batch's shape picks the kernels, and so the bf16 rounding of the logits: another
     batch size can change an accuracy, so there it reruns the evaluations. At its
     default it stays out, as an ``ADDED`` setting does, so the results of tiny and CPU

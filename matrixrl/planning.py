@@ -105,7 +105,8 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
     from matrixrl.snake.profiles import check_profile, rule_resources
     from matrixrl.status import job_statuses
 
-    from matrixrl.gpu_memory import gpu_budget, memory_lines, refusals
+    from matrixrl.gpu_memory.budget import gpu_budget
+    from matrixrl.gpu_memory.fits import memory_lines, refusals
 
     if profile is not None:
         check_profile(profile)

@@ -96,7 +96,8 @@ def run_grid(
     rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
     results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
     from matrixrl.dag import Graph
-    from matrixrl.gpu_memory import check_fits, gpu_budget
+    from matrixrl.gpu_memory.budget import gpu_budget
+    from matrixrl.gpu_memory.fits import check_fits
     from matrixrl.models.devices import gpu_count
     from matrixrl.snake.command import snakemake_command
     from matrixrl.snake.profiles import check_profile

@@ -1,5 +1,9 @@
 """Run an untrusted Python program against its tests in an isolated child process.
 
+Over 500 lines on purpose: this is the one place to audit how hostile code is kept from the
+host (isolation, worker pool and unforgeable verdict are one protocol, read together); the
+child's and the worker's sides of it are ``_sandbox_child.py`` and ``_sandbox_worker.py``.
+
 ``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Verdict`:
 ``passed`` is true only when the tests ran to their end without an exception.
 ``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):

@@ -365,7 +365,7 @@ class Study:
     def _current_specs(self) -> dict[str, tuple[str, str]]:
         """Each selected run's spec digests: what its results must have been computed under (fixed for the study)."""
         if not hasattr(self, "_specs"):
-            from matrixrl.report.tables import current_specs
+            from matrixrl.report.rows import current_specs
 
             self._specs = current_specs(self.selected)
         return self._specs

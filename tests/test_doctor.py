@@ -46,7 +46,8 @@ def test_the_default_grid_passes_every_check_on_cpu(experiment):
 
     from matrixrl.config import load_config
     from matrixrl.disk import disk_at_peak
-    from matrixrl.gpu_memory import gib, local_gpu_memory
+    from matrixrl.gpu_memory import gib
+    from matrixrl.gpu_memory.budget import local_gpu_memory
     from matrixrl.planning import jobs_at_once
     from matrixrl.retention import format_bytes
 

@@ -26,17 +26,17 @@ def test_qwen3_shapes_are_the_published_sizes():
 
 
 def test_constants_follow_the_code():
-    from matrixrl import gpu_memory
+    from matrixrl.gpu_memory import peak
     from matrixrl.train import diagnostics, grpo
 
-    assert gpu_memory.PROMPT_LOGITS_LEFT_OUT_FROM == grpo.PROMPT_LOGITS_LEFT_OUT_FROM
-    assert gpu_memory.DIAGNOSTIC_CHUNK == diagnostics.CHUNK
+    assert peak.PROMPT_LOGITS_LEFT_OUT_FROM == grpo.PROMPT_LOGITS_LEFT_OUT_FROM
+    assert peak.DIAGNOSTIC_CHUNK == diagnostics.CHUNK
 
 
 def test_estimating_imports_no_torch():
     code = (
         "import sys, json; from matrixrl.config import load_config; from matrixrl import grid as G;"
-        "from matrixrl.gpu_memory import estimate;"
+        "from matrixrl.gpu_memory.peak import estimate;"
         f"fields = json.load(open({str(REPO / 'tests/fixtures/qwen3_configs.json')!r}))['qwen3-4b'];"
         f"config = load_config({str(REPO / 'examples/paper.yaml')!r});"
         "spec = G.cell_spec(config, G.runs(config)[0]);"
@@ -112,7 +112,7 @@ def test_a_layers_activations_are_what_autograd_saves(arch, dtype, adapter, targ
     small tensors it leaves out), plus, in bfloat16, that layer's 16-bit copies of its
     trained weights (the autocast copies, a part of their own)."""
     from matrixrl.disk import decoder_shape
-    from matrixrl.gpu_memory import JobModel
+    from matrixrl.gpu_memory.model import JobModel
 
     config = {
         "model_type": arch, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
@@ -139,7 +139,7 @@ def _bench() -> dict:
 def _measured_ratio(bench: dict, name: str, smollm2: Path | None, tmp_path: Path) -> tuple[float, float]:
     """(estimate / measured, estimate with the run's prompt lengths / measured) of one bench case."""
     from matrixrl import grid as G
-    from matrixrl.gpu_memory import estimate
+    from matrixrl.gpu_memory.peak import estimate
 
     case = next(c for c in bench["CASES"] if c.name == name)
     base = bench["tiny_base"](tmp_path / "tiny")
@@ -210,7 +210,8 @@ H100 = 81_559 * 2**20  # nvidia-smi's memory.total of an H100 80GB, in MiB
 
 
 def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
-    from matrixrl.gpu_memory import GpuBudget, refusals
+    from matrixrl.gpu_memory.budget import GpuBudget
+    from matrixrl.gpu_memory.fits import refusals
 
     config = _qwen3_config(tmp_path, "policies.adapter=full")
     lines = refusals(config, GpuBudget(H100, H100, "test"))
@@ -225,7 +226,7 @@ def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
 
 def test_check_fits_raises_the_refusals_as_one_user_error(tmp_path):
     from matrixrl.errors import GpuMemoryError, UserError
-    from matrixrl.gpu_memory import check_fits, refusals
+    from matrixrl.gpu_memory.fits import check_fits, refusals
 
     config = _qwen3_config(tmp_path, "policies.adapter=full")
     with pytest.raises(GpuMemoryError) as raised:
@@ -236,7 +237,8 @@ def test_check_fits_raises_the_refusals_as_one_user_error(tmp_path):
 
 def test_refusals_need_a_budget_and_a_gpu_scale(tmp_path, experiment):
     from matrixrl.config import load_config
-    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+    from matrixrl.gpu_memory.budget import GpuBudget
+    from matrixrl.gpu_memory.fits import memory_lines, refusals
 
     config = _qwen3_config(tmp_path, "policies.adapter=full")
     assert refusals(config, None) == []
@@ -251,7 +253,8 @@ def test_refusals_need_a_budget_and_a_gpu_scale(tmp_path, experiment):
 
 
 def test_plan_lines_name_the_largest_jobs_and_the_gpu(tmp_path):
-    from matrixrl.gpu_memory import GpuBudget, memory_lines, refusals
+    from matrixrl.gpu_memory.budget import GpuBudget
+    from matrixrl.gpu_memory.fits import memory_lines, refusals
 
     config = _qwen3_config(tmp_path, only=("scale=qwen3-4b", "task=gsm8k"))
     budget = GpuBudget(H100, H100, "nvidia-smi: the GPU")
@@ -271,7 +274,7 @@ def test_plan_lines_name_the_largest_jobs_and_the_gpu(tmp_path):
 
 def test_a_profile_declares_the_gpu_memory_per_rule(tmp_path):
     from matrixrl.errors import ProfileError
-    from matrixrl.gpu_memory import gpu_budget
+    from matrixrl.gpu_memory.budget import gpu_budget
 
     profile = tmp_path / "profile"
     profile.mkdir()
@@ -292,7 +295,7 @@ def test_a_profile_declares_the_gpu_memory_per_rule(tmp_path):
 
 
 def test_locally_the_budget_is_the_smallest_visible_gpu(tmp_path, monkeypatch):
-    from matrixrl.gpu_memory import gpu_budget
+    from matrixrl.gpu_memory.budget import gpu_budget
 
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
@@ -322,7 +325,7 @@ def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
     from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
     from matrixrl.disk import decoder_shape
-    from matrixrl.gpu_memory import JobModel
+    from matrixrl.gpu_memory.model import JobModel
     from matrixrl.models.hf import compute_context, with_compute_dtype
 
     fields = dict(vocab_size=104, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -346,7 +349,7 @@ def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
     """Under a profile that declares 80 GiB GPUs, Qwen3-4B's isolated full fine-tune is refused:
     plan lists it and exits 2; run stops before it starts anything (no results folder)."""
     from conftest import run_cli
-    from matrixrl.gpu_memory import refusals
+    from matrixrl.gpu_memory.fits import refusals
 
     folder = tmp_path / "qwen3-4b"
     folder.mkdir()

@@ -401,7 +401,7 @@ def test_chat_prompts_tokenized_once_are_the_tokenizers_padded_batch(smollm2):
     from matrixrl.models.hf import ModelSource
     from matrixrl.tasks.arith import ArithTask
     from matrixrl.tasks.arith import Settings as ArithSettings
-    from matrixrl.train.rollout import tokenize_prompts
+    from matrixrl.train.prompt_cache import tokenize_prompts
     from matrixrl.workflows.styles import build_style
 
     tokenizer = ModelSource("smollm2", str(smollm2), pretrained=True).load_tokenizer()

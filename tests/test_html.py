@@ -25,7 +25,8 @@ from test_plots import CLIFF_CELL, ONLY, png_size, study  # noqa: F401  (study i
 from conftest import run_cli
 from matrixrl.report import TABLE_NAMES, TABLES
 from matrixrl.report.formats import to_json, value_text
-from matrixrl.report.html import CSP, TableSection, report_page, table_html
+from matrixrl.report.html.assets import CSP
+from matrixrl.report.html.page import TableSection, report_page, table_html
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
@@ -276,7 +277,7 @@ def test_report_html_before_any_run(experiment: Path, tmp_path: Path) -> None:
 
 def test_group_by_sorts_the_tables_that_have_those_axes(study) -> None:
     """--group-by seed: per-cell tables list seed 0 before seed 1; the seeds table (no seed column) is still there."""
-    from matrixrl.report.html import build_report
+    from matrixrl.report.html.build import build_report
     from matrixrl.report.tables import build_tables
     from matrixrl.store import store_path
 
@@ -294,7 +295,7 @@ def test_group_by_sorts_the_tables_that_have_those_axes(study) -> None:
 def test_one_matrix_per_value_of_an_extra_axis_with_the_cells_it_leaves_alone_in_each() -> None:
     """workflows.voting.n_votes [3, 5] changes voting's cells only: two matrices, single's squares in both."""
     from matrixrl.analysis.axes import cells_frame
-    from matrixrl.report.html import matrix_html, squares_of
+    from matrixrl.report.html.matrix import matrix_html, squares_of
 
     axis = "workflows.voting.n_votes"
     rows, summary = [], []

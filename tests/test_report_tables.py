@@ -648,7 +648,7 @@ def test_a_new_evaluation_reuses_its_cells_training_part(experiment: Path, monke
     """After a new evaluation only the cell's evaluations are read again: what its record takes
     from its training (diagnostics summary, mechanism signal) comes from the store, and every
     table is what a report computed from nothing gives."""
-    import matrixrl.report.tables as tables_module
+    import matrixrl.report.records as records_module
 
     config, path = mechanism_store(experiment)
     build_tables(path, config)
@@ -656,8 +656,8 @@ def test_a_new_evaluation_reuses_its_cells_training_part(experiment: Path, monke
     with Store(path) as store:
         store.add_results(evaluations(changed, NO_CLIFF))  # every checkpoint evaluated again: no cliff now
     computed = []
-    real = tables_module.training_part
-    monkeypatch.setattr(tables_module, "training_part", lambda *args: computed.append(args[0]) or real(*args))
+    real = records_module.training_part
+    monkeypatch.setattr(records_module, "training_part", lambda *args: computed.append(args[0]) or real(*args))
     incremental = build_tables(path, config)
     assert computed == []
     row = incremental["mechanism"].set_index("cell").loc[changed.id]

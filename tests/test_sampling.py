@@ -18,7 +18,8 @@ from matrixrl.tasks import build_task
 from matrixrl.tasks.arith import Settings as ArithSettings
 from matrixrl.tasks.base import Problem
 from matrixrl.train.grpo import TurnBatch
-from matrixrl.train.rollout import keyed_uniform, make_generate
+from matrixrl.train.rollout import make_generate
+from matrixrl.train.samplers import keyed_uniform
 from matrixrl.workflows.base import Turn
 
 TINY = TinyScale(kind="tiny", hidden_size=32, num_layers=1, intermediate_size=64, num_heads=2, num_kv_heads=1)
@@ -109,7 +110,7 @@ def test_keyed_samples_repeat_and_do_not_depend_on_batch_size_or_global_rng(toke
 
 
 def test_keyed_sampling_follows_the_softmax_at_the_temperature() -> None:
-    from matrixrl.train.rollout import KeyedSampler
+    from matrixrl.train.samplers import KeyedSampler
 
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
     temperature = 0.7
@@ -164,7 +165,7 @@ def test_eval_seeds_differ_per_checkpoint_and_from_training_steps() -> None:
 def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokenizer, monkeypatch, adapter) -> None:
     from matrixrl.config import Policies
     from matrixrl.models.policies import build_policy
-    from matrixrl.train import rollout
+    from matrixrl.train import prompt_cache
 
     policy = build_policy("isolated", build_tiny_model(TINY, tokenizer, seed=2), ("generator", "aggregator"), Policies(adapter=adapter))
     prompts = ["1+2=", "12+34=", "7="] * 5 + ["9+9+9="]  # repeats of unequal length, and one prompt alone
@@ -174,9 +175,9 @@ def test_repeated_prompts_encoded_once_give_what_encoding_every_row_gives(tokeni
         greedy = make_generate(policy, tokenizer, max_new_tokens=6, temperature=1.0, sample=False)
         return [c.completion_ids for g in (keyed, greedy) for c in g("generator", prompts)]
 
-    assert rollout.prefilled_cache(policy.model_for("generator"), tokenizer, prompts, "cpu") is not None
+    assert prompt_cache.prefilled_cache(policy.model_for("generator"), tokenizer, prompts, "cpu") is not None
     shared = draw()
-    monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
+    monkeypatch.setattr(prompt_cache, "prefilled_cache", lambda *args: None)
     assert draw() == shared
 
 
@@ -200,7 +201,7 @@ NESTED = [f"Judge the answer to the problem below. {q}{c}" for q in PROBLEMS for
 def test_prompts_tokenized_once_are_the_tokenizers_padded_batch(tokenizer) -> None:
     """``tokenize_prompts`` tokenizes each distinct prompt once: its ids and mask are what the
     tokenizer's own left-padded batch holds, repeats, unequal lengths and an empty prompt included."""
-    from matrixrl.train.rollout import tokenize_prompts
+    from matrixrl.train.prompt_cache import tokenize_prompts
 
     for prompts in (LONG_PREFIX, NESTED + [""] + NESTED[:3], ["1+2="] * 4, [""] * 2):
         expected = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -209,7 +210,7 @@ def test_prompts_tokenized_once_are_the_tokenizers_padded_batch(tokenizer) -> No
 
 
 def test_prefix_levels_split_shared_prefixes_of_at_least_the_minimum() -> None:
-    from matrixrl.train.rollout import _prefix_levels
+    from matrixrl.train.prompt_cache import _prefix_levels
 
     bodies = [list(range(40)) + list(range(100, 140)) + [k] for k in range(3)] + [list(range(40)) + [7, 8]]
     levels = _prefix_levels(bodies, minimum=32)
@@ -225,12 +226,12 @@ def test_prefix_levels_split_shared_prefixes_of_at_least_the_minimum() -> None:
 
 @pytest.mark.parametrize("prompts", [LONG_PREFIX, NESTED], ids=["one level", "nested"])
 def test_long_shared_prefixes_encoded_once_give_what_each_prompt_alone_gives(tokenizer, monkeypatch, prompts) -> None:
-    from matrixrl.train import rollout
+    from matrixrl.train import prompt_cache
 
     model = build_tiny_model(TINY, tokenizer, seed=4)
     passes: list[int] = []
     hook = model.register_forward_pre_hook(lambda module, args, kwargs: passes.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
-    prefill = rollout.prefilled_cache(model, tokenizer, prompts, "cpu")
+    prefill = prompt_cache.prefilled_cache(model, tokenizer, prompts, "cpu")
     hook.remove()
     # One pass per level, over that level's distinct segments.
     assert passes == ([1, len(set(prompts))] if prompts is LONG_PREFIX else [1, 4, len(set(prompts))])  # 2 problems, 2 alone
@@ -251,7 +252,7 @@ def test_long_shared_prefixes_encoded_once_give_what_each_prompt_alone_gives(tok
         return [c.completion_ids for c in greedy("generator", prompts)]
 
     shared_tokens = draw()
-    monkeypatch.setattr(rollout, "prefilled_cache", lambda *args: None)
+    monkeypatch.setattr(prompt_cache, "prefilled_cache", lambda *args: None)
     assert draw() == shared_tokens
 
 

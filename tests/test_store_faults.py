@@ -28,7 +28,8 @@ from matrixrl.config import load_config
 from matrixrl.grid import Cell, cell_spec, runs
 from matrixrl.layout import STORE_FILE, eval_result, train_result
 from matrixrl.report.plots import load_study
-from matrixrl.report.tables import build_tables, current_specs
+from matrixrl.report.rows import current_specs
+from matrixrl.report.tables import build_tables
 from matrixrl.results import DiagnosticRow, EvalResult, RoleMetric, StepMetrics, TrainResult, write_result
 from matrixrl.store import SCHEMA_VERSION, Store, ingest
 

@@ -3,7 +3,7 @@
 A record depends only on the cell's evaluations, its eval-time role metrics, its
 gradient diagnostics, its policy mode and the ``analysis:`` settings — which is
 what lets the store cache records per cell and recompute only cells whose inputs
-changed (``matrixrl.report.tables``). Every table is then built from the frame of
+changed (``matrixrl.report.records``). Every table is then built from the frame of
 records (:func:`records_frame`): the per-cell tables select columns from it, the
 seed and comparison tables aggregate it.
 

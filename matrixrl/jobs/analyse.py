@@ -15,7 +15,7 @@ def analyse(spec: AnalyseSpec, output: Path, log=print) -> None:
     run's current one (a checkpoint an old schedule evaluated) are left out, as in the report."""
     from matrixrl.analysis.axes import cells_frame
     from matrixrl.analysis.summary import summary_table
-    from matrixrl.report.tables import current_evaluations
+    from matrixrl.report.rows import current_evaluations
     from matrixrl.store import ingest, read_table
 
     results_dir = Path(output).resolve().parent

@@ -92,7 +92,7 @@ def load_study(config: Config) -> Study:
     Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
     """
     from matrixrl.report.rows import grid_cells, stored_rows
-    from matrixrl.report.tables import current_specs
+    from matrixrl.report.rows import current_specs
     from matrixrl.store import ingest_for_report
 
     ingest_for_report(config.results_dir)

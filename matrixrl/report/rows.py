@@ -3,15 +3,16 @@
 The store keeps results by run id; a grid cell that is another cell's run (a
 one-role workflow under ``isolated``) gets that run's rows under its own id, as
 the report's rows do. Only results computed under each run's current spec are
-kept (``matrixrl.report.tables.current_specs``): an evaluation whose spec digest
-is not the run's ``eval_digest()``, a training's rows whose is not its
-``train_digest()``; results written before digests are kept.
+kept (:func:`current_specs`): an evaluation whose spec digest is not the run's
+``eval_digest()``, a training's rows whose is not its ``train_digest()``; results
+written before digests are kept.
 
 Nothing here ingests: call ``matrixrl.store.ingest_for_report`` first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,6 @@ from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
 from matrixrl.analysis.cell import rows_of_cells
 from matrixrl.config import AXES, Config
-from matrixrl.report.tables import current_evaluations, current_specs, current_trainings
 from matrixrl.store import read_table
 
 STORED = ("evaluations", "train_steps", "diagnostics", "role_metrics")
@@ -28,6 +28,42 @@ STORED = ("evaluations", "train_steps", "diagnostics", "role_metrics")
 
 _DROPPED = {"evaluations": ["spec_digest"], "diagnostics": ["id"]}
 """Store bookkeeping columns that are no result."""
+
+
+def current_specs(config: Config, runs: Sequence[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Each run's ``(train digest, eval digest)`` under ``config`` (of ``runs`` only, if given):
+    what its stored results must have been computed under to be reported."""
+    wanted = None if runs is None else set(runs)
+    return {run: digests for run, digests in _spec_digests(config).items() if wanted is None or run in wanted}
+
+
+_SPECS: dict[int, tuple[Config, dict[str, tuple[str, str]]]] = {}
+
+
+def _spec_digests(config: Config) -> dict[str, tuple[str, str]]:
+    """Every run's spec digests under ``config``, computed once per config (a validated config never
+    changes): a process that reports again and again (the Python API, a notebook) pays it once."""
+    cached = _SPECS.get(id(config))
+    if cached is None or cached[0] is not config:  # held here, so its id is not reused meanwhile
+        if len(_SPECS) > 64:
+            _SPECS.clear()
+        cached = _SPECS[id(config)] = (config, G.spec_digests(config, G.runs(config)))
+    return cached[1]
+
+
+def current_evaluations(evals: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """The rows of the store's ``evaluations`` computed under their run's current spec (or without a digest)."""
+    wanted = evals["cell"].map({run: digests[1] for run, digests in current.items()})
+    return evals[evals["spec_digest"].isna() | (evals["spec_digest"] == wanted)]
+
+
+def current_trainings(frame: pd.DataFrame, trained: pd.DataFrame, current: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """The rows of ``frame`` (a training's rows: diagnostics, steps) of runs whose stored training
+    (``trained``: the store's ``cells``) was computed under their current spec (or without a digest)."""
+    wanted = trained["cell"].map({run: digests[0] for run, digests in current.items()})
+    stale = trained.loc[trained["spec_digest"].notna() & (trained["spec_digest"] != wanted), "cell"]
+    return frame[~frame["cell"].isin(set(stale))]
+
 
 
 def grid_cells(config: Config) -> pd.DataFrame:

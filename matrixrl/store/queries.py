@@ -6,7 +6,7 @@ one row per train or eval result; ``cell_keys``: the SHA-256 of all of them in o
 row per cell, rewritten with every write), and caches, each entry with the cache key
 of what it was computed from: the cell's summary (``cell_summaries``), what the
 summary takes from its training alone (``cell_trainings``), and the HTML page's drawn
-figures (``figures``); see :class:`Store`, ``matrixrl.report.tables`` and ``.html``.
+figures (``figures``); see :class:`Store`, ``matrixrl.report.records`` and ``.html``.
 """
 
 from __future__ import annotations

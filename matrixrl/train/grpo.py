@@ -87,7 +87,7 @@ PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22
 
 def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tensor:
     """Per-token log-probabilities of the completion tokens, in float32 (their entropies are
-    recorded while sampling: rollout.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM.
+    recorded while sampling: samplers.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM.
 
     A model computing in bfloat16 gives bfloat16 logits, and their log-softmax in
     bfloat16 would move in steps of about 1.6%: the PPO ratio, and the KL anchor's

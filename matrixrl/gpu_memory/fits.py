@@ -1,0 +1,207 @@
+"""The jobs that would not fit their GPU, one line each with its fixes; plan's lines on memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from matrixrl.gpu_memory.budget import GpuBudget
+from matrixrl.gpu_memory.peak import Estimate, estimate, gib
+
+_CACHE: dict = {}
+
+
+def _estimate_cached(spec, job: str) -> Estimate | None:
+    """``estimate`` of a cell, shared by cells that differ in their seed alone (the same memory)."""
+    cell = spec.cell
+    key = (cell.workflow, cell.task, cell.scale, cell.policy, job, spec.model_dump_json(exclude={"cell"}))
+    if key not in _CACHE:
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        _CACHE[key] = estimate(spec, job)
+    found = _CACHE[key]
+    return None if found is None else replace(found, cell=cell.id)
+
+
+def _variants(spec, job: str, found: Estimate) -> Iterable[tuple[str, object]]:
+    """(setting as a user writes it, the spec with it) for each change that can lower ``found``."""
+    if spec.policies.adapter == "full":
+        policies = spec.policies.model_copy(update={"adapter": "lora"})
+        yield "policies.adapter: lora", spec.model_copy(update={"policies": policies})
+    if spec.cell.policy != "shared":
+        yield "policy: shared", spec.model_copy(update={"cell": replace(spec.cell, policy="shared")})
+    if job == "training":
+        cfg = spec.train
+        tokens = cfg.micro_batch_tokens or 1 << 20
+        for value in _halvings(tokens, 128):
+            yield f"train.micro_batch_tokens: {value}", spec.model_copy(
+                update={"train": cfg.model_copy(update={"micro_batch_tokens": value})}
+            )
+        rows = cfg.rollout_batch_size or cfg.problems_per_step * cfg.group_size * 8
+        for value in _halvings(rows, 1):
+            yield f"train.rollout_batch_size: {value}", spec.model_copy(
+                update={"train": cfg.model_copy(update={"rollout_batch_size": value})}
+            )
+        if spec.scale.kind == "hf" and not spec.scale.gradient_checkpointing:
+            scale = spec.scale.model_copy(update={"gradient_checkpointing": True})
+            yield f"scales.{spec.cell.scale}.gradient_checkpointing: true", spec.model_copy(update={"scale": scale})
+    else:
+        for value in _halvings(spec.eval.batch_size, 1):
+            yield f"eval.batch_size: {value}", spec.model_copy(
+                update={"eval": spec.eval.model_copy(update={"batch_size": value})}
+            )
+
+
+def _halvings(value: int, floor: int) -> list[int]:
+    """``value`` halved again and again, down to ``floor``."""
+    found = []
+    while value // 2 >= floor:
+        value //= 2
+        found.append(value)
+    return found
+
+
+def fixes(spec, job: str, found: Estimate, budget: int, *, config: dict | None = None) -> list[str]:
+    """The settings that lower ``spec``'s ``job`` estimate, most saving first, each with its
+    estimate: ``policies.adapter: lora (about 41.0 GiB)``. A batch setting is given at the
+    largest value that fits ``budget`` (else at its smallest)."""
+    best: dict[str, tuple[int, str]] = {}
+    for setting, changed in _variants(spec, job, found):
+        after = estimate(changed, job, config=config, device=found.device)
+        if after is None or after.total >= found.total:
+            continue
+        name = setting.split(":")[0]
+        held = best.get(name)
+        fits, held_fits = after.total <= budget, held is not None and held[0] <= budget
+        # A batch setting: its largest value that fits (the first one, halving), else its smallest estimate.
+        if held is None or (fits and not held_fits) or (not fits and not held_fits and after.total < held[0]):
+            best[name] = (after.total, setting)
+    return [f"{setting} (about {gib(total)} GiB)" for total, setting in sorted(best.values())]
+
+
+def refusal(spec, job: str, found: Estimate, budget: int) -> str:
+    """The line that refuses ``spec``'s ``job``: the cell, the estimate, the GPU, the fixes."""
+    return "; ".join(refusal_parts(spec, job, found, budget))
+
+
+def refusal_parts(spec, job: str, found: Estimate, budget: int) -> tuple[str, str]:
+    """:func:`refusal` as (what does not fit, the fix): ``matrixrl doctor`` prints them apart."""
+    problem = f"{spec.cell.id}: {job} needs about {gib(found.total)} GiB, more than the {gib(budget)} GiB GPU"
+    found_fixes = fixes(spec, job, found, budget)
+    if not found_fixes:
+        return problem, "no setting lowers it: use a GPU with more memory"
+    return problem, f"use {', or '.join(found_fixes)}"
+
+
+def _gpu_jobs(config, jobs: Iterable[dict] | None) -> Iterable[tuple[object, str]]:
+    """(spec, job) of every training and evaluation of a GPU scale; ``jobs``: only those
+    pending among these rows (``matrixrl.status.job_statuses``)."""
+    from matrixrl import grid as G
+    from matrixrl.models.hf import needs_gpu
+
+    wanted = None
+    if jobs is not None:
+        kinds = {"train": "training", "evaluate": "evaluation"}
+        wanted = {(j["cell"], kinds[j["rule"]]) for j in jobs if j["status"] == "pending" and j["rule"] in kinds}
+    for cell in G.runs(config):
+        if not needs_gpu(config.scales[cell.scale]):
+            continue
+        spec = None
+        for job in ("training", "evaluation"):
+            if wanted is not None and (cell.id, job) not in wanted:
+                continue
+            spec = spec or G.cell_spec(config, cell)
+            yield spec, job
+
+
+def refusals(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[str]:
+    """One line per training or evaluation job of a GPU scale whose estimate exceeds the GPU it
+    will get (``budget``: a ``GpuBudget``, or bytes for every job; None: nothing is refused).
+    ``jobs``: the rows of ``matrixrl.status.job_statuses``, to refuse only pending jobs."""
+    return ["; ".join(parts) for parts in refused_jobs(config, budget, jobs)]
+
+
+def refused_jobs(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> list[tuple[str, str]]:
+    """:func:`refusals` as (what does not fit, the fix) pairs (:func:`refusal_parts`)."""
+    if budget is None:
+        return []
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    found_pairs = []
+    for spec, job in _gpu_jobs(config, jobs):
+        limit = budget.of(job)
+        if limit is None:
+            continue
+        found = _estimate_cached(spec, job)
+        if found is not None and found.total > limit:
+            found_pairs.append(refusal_parts(spec, job, found, limit))
+    return found_pairs
+
+
+def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None) -> None:
+    """Raise ``GpuMemoryError`` (one line per job, ``refusals``) when a job would not fit its GPU:
+    what ``run`` calls before it starts anything."""
+    from matrixrl.errors import GpuMemoryError
+
+    lines = refusals(config, budget, jobs)
+    if lines:
+        raise GpuMemoryError("\n".join(lines))
+
+
+def largest_jobs(config) -> tuple[dict[str, dict[str, Estimate]], dict[str, str]]:
+    """Per GPU scale of the grid, the estimate of its largest training and evaluation job
+    (scale → job → Estimate); and the GPU scales whose config.json is not on this machine
+    (scale → its path), which have no estimate."""
+    largest: dict[str, dict[str, Estimate]] = {}
+    unknown: dict[str, str] = {}
+    for spec, job in _gpu_jobs(config, None):
+        found = _estimate_cached(spec, job)
+        scale = spec.cell.scale
+        if found is None:
+            unknown[scale] = spec.scale.path
+            continue
+        held = largest.setdefault(scale, {})
+        if job not in held or found.total > held[job].total:
+            held[job] = found
+    return largest, unknown
+
+
+def memory_lines(
+    config, budget: GpuBudget | int | None, jobs: Iterable[dict] | None = None, with_refusals: bool = True
+) -> list[str]:
+    """What ``plan`` prints about GPU memory: per GPU scale of the grid its largest training and
+    evaluation job and the GPU, then (``with_refusals``) the refusals (``refusals``). Nothing for
+    a grid of CPU scales."""
+    from matrixrl.models.hf import needs_gpu
+
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    largest, unknown = largest_jobs(config)
+    lines = []
+    for scale in config.grid.scale:
+        if not needs_gpu(config.scales[scale]):
+            continue
+        if scale in unknown and scale not in largest:
+            lines.append(
+                f"GPU memory of {scale}: unknown: no config.json of {unknown[scale]} on this machine "
+                f"(`hf download {unknown[scale]} config.json` fetches it)"
+            )
+            continue
+        shown = [
+            f"{job} up to about {gib(found.total)} GiB ({found.cell}: {found.at})"
+            for job, found in sorted(largest.get(scale, {}).items(), key=lambda item: item[0] != "training")
+        ]
+        lines.append(f"GPU memory of {scale}: {'; '.join(shown)}")
+    if not lines:
+        return []
+    if budget is None or not budget.known:
+        why = budget.source if budget is not None else "not asked"
+        lines.append(f"GPU memory available: unknown ({why}); no job is refused")
+        return lines
+    sizes = {job: budget.of(job) for job in ("training", "evaluation")}
+    if sizes["training"] == sizes["evaluation"]:
+        lines.append(f"GPU memory available: {gib(sizes['training'])} GiB per job ({budget.source})")
+    else:
+        shown = ", ".join(f"{job} {gib(size) + ' GiB' if size is not None else 'unknown'}" for job, size in sizes.items())
+        lines.append(f"GPU memory available: {shown} ({budget.source})")
+    return lines + (refusals(config, budget, jobs) if with_refusals else [])

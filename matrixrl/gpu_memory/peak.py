@@ -1,0 +1,276 @@
+"""The peak memory of a training or evaluation job: each phase's parts in bytes, and the largest.
+
+What a job holds (the code of matrixrl.models.hf, .models.policies, .train.trainer,
+.train.grpo, .train.rollout, .train.prompt_cache, .train.samplers, .train.diagnostics and
+.jobs.evaluate, which this follows):
+
+- **weights**: trained weights are float32 whatever the compute dtype: a full fine-tune
+  holds one float32 model (shared) or one per role (isolated); LoRA holds one frozen base
+  in the compute dtype (16-bit on a GPU) and one float32 adapter (shared) or one per role.
+  An evaluation loads its checkpoint the same way.
+- **reference** (training with the KL anchor): a frozen float32 copy under full
+  fine-tuning; nothing under LoRA (the base with adapters off).
+- **gradients**: float32, one per trained parameter of every set. They live from a set's
+  first backward pass until its ``zero_grad`` a step later, so through the next step's
+  rollouts and every other set's update too; a set's first micro-batch of a step runs
+  without its own.
+- **optimizer**: AdamW's two float32 moments per trained parameter of every set.
+- **gradient snapshots**: the per-agent diagnostics copy ``.grad`` once per agent that
+  learned but the first, float32: the k-th agent's passes run beside k copies, and the
+  dot products afterwards beside K − 1 and float64 chunks of 2^20 elements per agent.
+- **damper** (``train.damper``): a moving average per role, float32, always; during the
+  update a snapshot per role but the first, then each role's flattened gradient (not
+  measured here: no validation case switches it on).
+- **autocast copies** (16-bit compute): autocast caches a 16-bit copy of every float32
+  weight that requires grad and enters a matrix product, for a whole ``generate`` call
+  and for one micro-batch's forward pass, whose backward pass keeps the copies alive:
+  a full fine-tune's linear layers and output layer; LoRA's adapters.
+- **activations** (the update's micro-batch of rows × padded length tokens): what
+  autograd saves per token and decoder layer, counted tensor by tensor (``_layer_bytes``):
+  the fp32 residual stream and normalised inputs where RMSNorm weights train, the inputs
+  of linear layers whose weights train (one float32 tensor shared by q/k/v, or, in
+  16-bit, one cast per layer), Qwen3's query/key norms, SDPA's query, grouped keys and
+  values repeated to every head (a padding mask makes transformers repeat them), output
+  and log-sum-exp, the padding mask SDPA converts to the compute dtype in every layer
+  (rows × length² elements), the MLP's gate, activation and up projections and the down
+  projection's input. Checked against autograd's saved tensors of Qwen3 and Llama layers
+  in float32 and bfloat16, full and LoRA (docs/real-models.md, "Memory of one job").
+  ``gradient_checkpointing``: each layer's input alone, and one layer recomputed.
+- **logits** of a micro-batch: the completion positions (all positions when rows ×
+  prompt × vocabulary stays under grpo's ``PROMPT_LOGITS_LEFT_OUT_FROM``) times the
+  vocabulary, at 12 bytes per element at the backward pass's peak: the float32 logits
+  divided by the temperature, saved for the log-softmax, and the float32 gradients of
+  the gather and of the per-row log-sum-exp (measured: 12.1–12.2 bytes in float32 and
+  bfloat16, full and LoRA).
+- **layer gradients**: a decoder layer's gradients in the backward pass (two of the MLP's
+  width and a few of the residual stream's per token): the peak instead of the logits'
+  at a tiny vocabulary (an approximation, within 10% of the activations on tiny models).
+- **KV cache** of the largest ``generate`` call: rows × (prompt + ``max_new_tokens``) ×
+  layers × key/value width, keys and values in the compute dtype, but keys in float32
+  under a 16-bit full fine-tune (its float32 norms and rotary tables promote them);
+  plus one layer's keys while the cache grows (``torch.cat``).
+- **prefill**: encoding a call's distinct prompts at once (no gradients): the MLP's three
+  intermediate tensors and two residual-stream tensors per token, and the causal mask
+  (boolean, then converted to the compute dtype in a layer) per distinct prompt.
+- **sampling**: each decoding step's last-position logits, their float32 copy and the
+  sampler's temporaries per row and vocabulary entry (training: temperature, softmax,
+  noise for the whole batch, its rows and their ratio; evaluation: the keyed noise's
+  int64 and float64 tensors; greedy: the logits alone).
+- **optimizer step**: AdamW's temporaries: on a GPU (foreach) one float32 tensor the size
+  of a set; on CPU (one tensor at a time) two of the largest trained tensor.
+- **CUDA runtime** (GPU jobs only; assumed, not measured: no GPU was available): 1 GiB
+  of context and library workspaces plus 10% of the tensors for the caching allocator's
+  fragmentation.
+
+A job's peak is the largest phase: a rollout or evaluation ``generate`` call (weights,
+gradients and optimizer state of the last step, autocast copies, its KV cache and
+prefill or sampling), an agent's micro-batch in its set's update (snapshots, autocast
+copies, activations, and the logits' or a layer's gradients), the diagnostics' dot
+products, the damper, or the optimizer step. bench/gpu_memory.py checks the estimate
+against measured peaks on CPU (docs/real-models.md, "Memory of one job").
+
+Assumptions of the update (the worst case, as a workflow's calls and prompts are in
+:mod:`matrixrl.gpu_memory.workload`):
+
+- every agent learns (its turns have advantages), so the diagnostics copy every agent;
+- a micro-batch holds as many turns as ``train.micro_batch_tokens`` allows at the
+  agent's longest turn (all of them when it is null), every row padded to that length.
+
+Not counted: a memory's guidance blocks in training prompts and its labeller model
+(``memory.train``), and memory jobs (collect, label, distill).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from matrixrl.gpu_memory.model import JobModel, job_model
+from matrixrl.gpu_memory.workload import Call, chunks, workflow_plan
+
+GIB = 1 << 30
+"""Every line printed gives GPU memory in GiB (2^30 bytes), as nvidia-smi (MiB) and torch do."""
+
+PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22  # matrixrl.train.grpo's threshold (kept in step by a test)
+DIAGNOSTIC_CHUNK = 1 << 20  # matrixrl.train.diagnostics.CHUNK
+CUDA_CONTEXT = 1 * GIB
+CUDA_FRAGMENTATION = 0.10
+
+PARTS = (
+    "weights", "reference", "gradients", "optimizer", "gradient snapshots", "damper", "autocast copies",
+    "activations", "logits", "layer gradients", "KV cache", "prefill", "sampling", "optimizer step", "CUDA runtime",
+)
+"""The parts of a breakdown, in the order they are listed."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's memory at its peak: named parts in bytes, and where the peak is."""
+
+    cell: str
+    job: str  # "training" or "evaluation"
+    parts: dict[str, int]
+    at: str  # the phase of the peak
+    device: str
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def tensors(self) -> int:
+        """The tensors alone (what torch.cuda.max_memory_allocated would report)."""
+        return self.total - self.parts.get("CUDA runtime", 0)
+
+    def breakdown(self) -> str:
+        """The parts, largest first: ``weights 2.2, activations 1.1, ... GiB``."""
+        shown = sorted(((v, k) for k, v in self.parts.items() if v), reverse=True)
+        return ", ".join(f"{k} {gib(v)}" for v, k in shown) + " GiB"
+
+
+def gib(n: float) -> str:
+    """``n`` bytes in GiB with one decimal (two below 1 GiB)."""
+    value = n / GIB
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def _phase(static: dict[str, int], **more: int) -> dict[str, int]:
+    parts = dict(static)
+    for name, value in more.items():
+        key = name.replace("_", " ")
+        parts[key] = parts.get(key, 0) + value
+    return parts
+
+
+def _with_runtime(parts: dict[str, int], device: str) -> dict[str, int]:
+    if device != "cuda":
+        return parts
+    return {**parts, "CUDA runtime": CUDA_CONTEXT + int(CUDA_FRAGMENTATION * sum(parts.values()))}
+
+
+def _ordered(parts: dict[str, int]) -> dict[str, int]:
+    return {name: parts.get(name, 0) for name in PARTS if parts.get(name, 0)}
+
+
+def _generate_phases(model: JobModel, call: Call, reply: int, chooser: str) -> list[tuple[str, dict[str, int]]]:
+    """A call chunk's two candidate peaks: prefill (the cache of the prompts, their encoding)
+    and the last decoding step (the whole cache, a layer's growth, the sampler)."""
+    kv = model.kv_per_token()
+    length = call.prompt + reply
+    prefill = {
+        "KV cache": call.rows * call.prompt * kv,
+        "prefill": call.distinct * call.prompt * model.prefill_per_token()
+        + call.distinct * call.prompt**2 * (1 + model.compute),
+    }
+    decoding = {
+        "KV cache": call.rows * length * kv + call.rows * length * kv // (2 * model.shape.layers),
+        "sampling": call.rows * model.logits_per_row(chooser),
+    }
+    where = f"{call.kind} call: {call.rows} rows × {call.prompt:,} + {reply:,} tokens"
+    return [(f"prefill of the {where}", prefill), (f"decoding of the {where}", decoding)]
+
+
+def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None) -> Estimate:
+    """The peak of ``spec``'s training job (a step after the first: every set's gradients
+    and optimizer state exist)."""
+    from matrixrl.workflows import WORKFLOWS
+
+    cfg = spec.train
+    reply = cfg.max_new_tokens
+    episodes = cfg.problems_per_step * cfg.group_size
+    calls, agents = workflow_plan(spec, episodes, cfg.problems_per_step, reply, prompt)
+    trained = model.trained
+    roles = WORKFLOWS[spec.cell.workflow].roles
+    static = {
+        "weights": model.weights(),
+        "reference": model.shape.parameters * 4 if model.full and (cfg.kl_beta > 0 or any(cfg.kl_beta_roles.values())) else 0,
+        "gradients": model.sets * trained * 4,
+        "optimizer": model.sets * 2 * trained * 4,
+    }
+    damped = cfg.damper > 0 or any(cfg.damper_roles.values())
+    if damped:
+        static["damper"] = len(roles) * trained * 4  # each role's moving average
+    phases: list[tuple[str, dict[str, int]]] = []
+    copies = model.autocast_copies()
+    for call in calls:
+        for where, parts in _generate_phases(model, chunks(call, cfg.rollout_batch_size), reply, "sampled"):
+            phases.append((f"rollout, {where}", _phase(static, autocast_copies=copies, **_keys(parts))))
+    sets = {"shared": roles} if model.sets == 1 else {role: (role,) for role in roles}
+    copy = trained * 4  # one float32 copy of a set's gradient
+    for set_roles in sets.values():
+        members = [a for a in agents if a.role in set_roles]
+        acting = list(dict.fromkeys(a.role for a in members))
+        for k, agent in enumerate(members):
+            length = agent.prompt + reply
+            rows = agent.turns if cfg.micro_batch_tokens is None else min(agent.turns, max(1, cfg.micro_batch_tokens // length))
+            prompt_logits = rows * (length - reply - 1) * model.shape.vocab
+            kept = reply + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else length
+            # The set's zero_grad frees its gradients: its first micro-batch runs without them,
+            # and with none of the diagnostics' copies (the k-th agent runs beside k of them).
+            first = k == 0 and rows >= agent.turns
+            held = _phase(
+                static, gradients=-copy if first else 0, gradient_snapshots=k * copy,
+                damper=acting.index(agent.role) * copy if damped else 0, autocast_copies=copies,
+                activations=model.activations(rows, length, kept),
+            )  # fmt: skip
+            where = f"update of {agent.agent}: micro-batches of {rows} rows × {length:,} tokens"
+            phases.append((f"{where}, the logits' backward", _phase(held, logits=model.logits(rows, length, reply, kept))))
+            phases.append((f"{where}, a layer's backward", _phase(held, layer_gradients=model.layer_gradients(rows * length))))
+        if members:  # the diagnostics' dot products: float64 chunks of every agent's gradient
+            chunk = min(DIAGNOSTIC_CHUNK, model.largest_trained_tensor()) * 8 * 3
+            snapshots = (len(members) - 1) * copy + len(members) * chunk
+            phases.append(("the gradient diagnostics", _phase(static, gradient_snapshots=snapshots)))
+        if members and damped:  # each role's gradient flattened, beside the snapshots taken before it
+            phases.append(("the damper", _phase(static, damper=(2 * len(acting) - 1) * copy)))
+    temp = trained * 4 if model.device == "cuda" else 2 * model.largest_trained_tensor() * 4
+    phases.append(("optimizer step", _phase(static, optimizer_step=temp)))
+    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
+    return Estimate(spec.cell.id, "training", _ordered(_with_runtime(parts, model.device)), at, model.device)
+
+
+def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None) -> Estimate:
+    """The peak of one evaluation of ``spec``'s checkpoints."""
+    cfg = spec.eval
+    reply = cfg.max_new_tokens
+    n_eval = getattr(spec.task, "n_eval", None)
+    problems = n_eval if n_eval else cfg.batch_size
+    episodes = problems * cfg.samples
+    calls, _ = workflow_plan(spec, episodes, problems, reply, prompt)
+    chooser = "keyed" if cfg.temperature > 0 else "greedy"
+    static = {"weights": model.weights(), "autocast copies": model.autocast_copies()}
+    phases = []
+    for call in calls:
+        chunk = chunks(call, cfg.batch_size)
+        if call.distinct < call.rows:  # a problem's samples side by side: distinct prompts per chunk
+            chunk = replace(chunk, distinct=max(1, math.ceil(chunk.rows * call.distinct / call.rows)))
+        for where, parts in _generate_phases(model, chunk, reply, chooser):
+            phases.append((where, _phase(static, **_keys(parts))))
+    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
+    return Estimate(spec.cell.id, "evaluation", _ordered(_with_runtime(parts, model.device)), at, model.device)
+
+
+def _keys(parts: dict[str, int]) -> dict[str, int]:
+    """``parts`` as keyword names for :func:`_phase` (spaces as underscores)."""
+    return {name.replace(" ", "_"): value for name, value in parts.items()}
+
+
+def estimate(
+    spec, job: str = "training", *, config: dict | None = None, device: str | None = None,
+    prompt: Mapping[str, int] | None = None,
+) -> Estimate | None:
+    """The peak memory of ``spec``'s ``job`` ("training" or "evaluation"); None when the
+    model's config.json is not on this machine.
+
+    ``config``: the model's config.json fields (default: read from the scale); ``device``:
+    "cuda" or "cpu" (default: where the job runs, ``job_device``); ``prompt``: the longest
+    prompt of each kind in tokens, where known (default: computed, see the module docstring).
+    """
+    model = job_model(spec, config, device)
+    if model is None:
+        return None
+    if job == "training":
+        return training_estimate(spec, model, prompt)
+    if job == "evaluation":
+        return evaluation_estimate(spec, model, prompt)
+    raise ValueError(f"job is training or evaluation, not {job!r}")
