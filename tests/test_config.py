@@ -344,6 +344,21 @@ def test_set_overrides_through_load_config(experiment: Path) -> None:
     assert cfg.scales["tiny-s"].warmstart.steps == 7
 
 
+def test_set_reaches_a_scale_whose_name_has_a_dot(tmp_path: Path) -> None:
+    # examples/paper.yaml's scales are qwen3-0.6b, qwen3-1.7b, qwen3-4b: a pilot on another
+    # model sets their path, and the dot in the name is not a level of the config.
+    paper = Path(__file__).parent.parent / "examples" / "paper.yaml"
+    cfg = load_config(
+        paper,
+        sets=[f"scales.qwen3-0.6b.path={tmp_path}", "scales.qwen3-0.6b.device=cpu", "grid.scales.qwen3-1.7b.train.lr=[1.0e-5, 2.0e-5]"],
+    )
+    assert cfg.scales["qwen3-0.6b"].path == str(tmp_path)
+    assert cfg.scales["qwen3-0.6b"].device == "cpu"
+    assert cfg.scales["qwen3-1.7b"].path == "Qwen/Qwen3-1.7B"
+    assert "qwen3-0" not in cfg.scales
+    assert cfg.grid.sweeps == {"scales.qwen3-1.7b.train.lr": [1.0e-5, 2.0e-5]}
+
+
 @pytest.mark.parametrize("bad", ["train.steps", "=4", "train..steps=4", ".steps=4"])
 def test_set_without_a_key_or_equals(bad: str) -> None:
     with pytest.raises(ConfigError) as info:

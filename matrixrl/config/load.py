@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
-from matrixrl.config.sweeps import check_sweeps, spelled
+from matrixrl.config.sweeps import check_sweeps, key_parts, spelled
 from matrixrl.errors import ConfigError, DataError, closest, did_you_mean
 from matrixrl.tasks.files import locate
 
@@ -55,6 +55,7 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
 
 def apply_set(raw: dict, assignment: str) -> None:
     path, value = parse_set(assignment)
+    path = key_parts(".".join(path), raw)  # scales.qwen3-0.6b.path names the scale qwen3-0.6b
     if path[0] == "grid" and len(path) > 2:
         # grid.train.lr=[...]: the extra axis train.lr, a dotted key under grid:
         path = ["grid", ".".join(path[1:])]

@@ -36,6 +36,23 @@ def spelled(value: Any) -> str:
     return str(value)
 
 
+def key_parts(key: str, node: Any) -> list[str]:
+    """``key``'s path of names through the nested mapping ``node``: split at its dots, except
+    where dotted parts together name a key that ``node`` has, as a scale named ``qwen3-0.6b``
+    in ``scales.qwen3-0.6b.path`` (the longest such name wins)."""
+    parts = [part.strip() for part in key.split(".")]
+    path, i = [], 0
+    while i < len(parts):
+        end = i + 1
+        if isinstance(node, dict):
+            end = next((j for j in range(len(parts), i + 1, -1) if ".".join(parts[i:j]) in node), i + 1)
+        name = ".".join(parts[i:end])
+        path.append(name)
+        node = node.get(name) if isinstance(node, dict) else None
+        i = end
+    return path
+
+
 def canonical(value: Any) -> str:
     """A value's identity as an axis value (1.0e-4 and 0.0001 are one value)."""
     return json.dumps(value, sort_keys=True)
@@ -45,9 +62,10 @@ def check_sweeps(config: Config) -> Config:
     """``config`` with every extra axis checked and its values as validated (``"1e-4"`` → 0.0001);
     ConfigError (``grid.KEY: …``) naming the first problem."""
     normalized = {}
+    dumped = config.model_dump(mode="json") if config.grid.sweeps else {}
     for key, values in config.grid.sweeps.items():
         where = f"grid.{key}"
-        parts = key.split(".")
+        parts = key_parts(key, dumped)
         if parts[0] not in Config.model_fields:  # a slip, as train.lr for trian.lr
             raise ConfigError(f"{where}: unknown section {parts[0]!r}; {did_you_mean(parts[0], SWEEPABLE)}")
         if parts[0] not in SWEEPABLE:
@@ -101,7 +119,7 @@ def with_settings(config: Config, assignments: Iterable[tuple[str, Any]], where:
     raw["grid"] = {k: v for k, v in raw["grid"].items() if k != "sweeps"}
     for key, value in assignments:
         node = raw
-        parts = key.split(".")
+        parts = key_parts(key, raw)
         for i, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -135,7 +153,7 @@ def _named(message: str, assignments: list[tuple[str, Any]], where: str | None) 
 def value_at(config: Config, key: str) -> Any:
     """The validated value of the setting at ``key`` (JSON data), e.g. ``value_at(c, "train.lr")``."""
     node: Any = config
-    for part in key.split("."):
+    for part in key_parts(key, config.model_dump(mode="json")):
         if isinstance(node, BaseModel):
             node = getattr(node, part)
         else:
