@@ -319,19 +319,27 @@ def run(
         out.print(f"Unlocked {study.results_dir}.")
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err) as progress:
-        bar = progress.add_task("jobs", total=None)
+    # The bar appears with Snakemake's first event: a run refused while it prepares (a read-only
+    # folder, a job its GPU cannot hold) prints its one-line error and no empty bar above it.
+    progress = Progress(*columns, console=err)
+    bar = progress.add_task("jobs", total=None)
 
-        def on_event(event, state) -> None:
-            if event.kind == "start" and event.rule != "all":
-                progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}".rstrip())
-            if event.kind in ("start", "finished", "failed"):
-                progress.update(bar, description=state.describe(time.perf_counter()), completed=state.done, total=state.total)
+    def on_event(event, state) -> None:
+        if not progress.live.is_started:
+            progress.start()
+        if event.kind == "start" and event.rule != "all":
+            progress.console.print(f"[cyan]▶[/] {event.rule} {event.wildcards}".rstrip())
+        if event.kind in ("start", "finished", "failed"):
+            progress.update(bar, description=state.describe(time.perf_counter()), completed=state.done, total=state.total)
 
+    try:
         outcome = study.run(
             cores=cores, keep_going=keep_going, profile=profile, on_event=on_event,
             on_note=lambda note: err.print(note, markup=False, soft_wrap=True),
         )
+    finally:
+        if progress.live.is_started:
+            progress.stop()
     if not outcome.ok:
         for failure in outcome.failures:
             where = f" ({failure.wildcards})" if failure.wildcards else ""
