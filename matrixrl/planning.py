@@ -128,9 +128,9 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         resources=resources,
         disk=disk_at_peak(config, jobs_at_once(profile)).line(),
         run_command=command,
-        estimate=estimate(graph.jobs, jobs, costs, cores, last_overhead(config)) if any(
-            job["status"] == "pending" for job in jobs
-        ) else None,
+        estimate=estimate(
+            graph.jobs, jobs, costs, cores, last_overhead(config), recorded_elsewhere(config, graph.jobs, costs)
+        ) if any(job["status"] == "pending" for job in jobs) else None,
         memory=memory_lines(config, budget, jobs, with_refusals=False),
         refused=refusals(config, budget, jobs),
     )
@@ -192,7 +192,8 @@ class Estimate:
         if self.untimed:
             kinds = ", ".join(f"{n} {rule} ({scale})" for (rule, scale), n in self.untimed.items())
             missing = f"; not counted, no history: {kinds}"
-        return f"estimate: about {_duration(self.wall_seconds)} on {self.cores} cores{gpu}, from recorded jobs{missing}"
+        cores = f"{self.cores} core" + ("s" if self.cores != 1 else "")
+        return f"estimate: about {_duration(self.wall_seconds)} on {cores}{gpu}, from recorded jobs{missing}"
 
 
 # Jobs that run in Snakemake's process take a moment (a copy, a few deletions), not worth timing.
@@ -206,21 +207,61 @@ def _what(job) -> tuple[str | None, str | None]:
     return getattr(cell, "workflow", None), getattr(cell, "task", None)
 
 
-def _history(jobs, costs: dict[str, dict]) -> dict[tuple, list[float]]:
-    """Recorded durations by (kind, scale, workflow, task) and coarser keys; a training's per step."""
+def _history(jobs, costs: dict[str, dict], elsewhere: list[dict] = ()) -> dict[tuple, list[float]]:
+    """Recorded durations by (kind, scale, workflow, task) and coarser keys; a training's per step.
+
+    From the costs the grid's own outputs record (``costs``), then those of jobs it no longer
+    has (``elsewhere``, :func:`recorded_elsewhere`): a pilot's fewer steps evaluate at steps
+    the full grid does not, and its base evaluations are named by settings the full grid
+    changes, yet each timed a job of the same kind and scale."""
     found: dict[tuple, list[float]] = {}
-    for job in jobs:
-        cost = costs.get(job.output)
-        if cost is None:
-            continue
+
+    def add(rule: str, scale: str, workflow: str | None, task: str | None, cost: dict) -> None:
         seconds = float(cost["seconds"])
-        if job.rule == "train":
+        if rule == "train":
             if not cost.get("steps"):
-                continue  # a resumed training that ran no step tells nothing of one
+                return  # a resumed training that ran no step tells nothing of one
             seconds /= cost["steps"]
-        workflow, task = _what(job)
-        for key in ((job.rule, job.scale, workflow, task), (job.rule, job.scale, workflow), (job.rule, job.scale)):
+        for key in ((rule, scale, workflow, task), (rule, scale, workflow), (rule, scale)):
             found.setdefault(key, []).append(seconds)
+
+    for job in jobs:
+        if (cost := costs.get(job.output)) is not None:
+            add(job.rule, job.scale, *_what(job), cost)
+    for record in elsewhere:
+        add(record["rule"], record["scale"], record["workflow"], record["task"], record)
+    return found
+
+
+def recorded_elsewhere(config: Config, jobs, costs: dict[str, dict]) -> list[dict]:
+    """The costs recorded in ``config``'s results folder other than those of ``jobs``' outputs
+    (``costs``), each as ``rule``, ``scale``, ``workflow``, ``task``, ``seconds``, ``steps``:
+    the store's rows (matrixrl.store.recorded_costs) and the base models' evaluations, whose
+    files the store does not hold (their names begin ``WORKFLOW-TASK-``, layout.base_eval_result)."""
+    from matrixrl import layout as L
+    from matrixrl.status import recorded_cost
+    from matrixrl.store import recorded_costs
+
+    results = Path(config.results_dir)
+    outputs = {job.output for job in jobs}
+    keys = set()
+    for output in costs:
+        try:
+            keys.add(L.result_key(output))
+        except ValueError:
+            continue  # a result the store does not hold (a base model's, the analysis)
+    found = [row for row in recorded_costs(results) if (row["cell"], row["part"]) not in keys]
+    # The longest name first: a workflow or task whose name begins another's is not taken for it.
+    names = sorted(
+        ((f"{workflow}-{task}-", workflow, task) for workflow in config.grid.workflow for task in config.grid.task),
+        key=lambda name: -len(name[0]),
+    )
+    for path in sorted(results.glob(L.base_eval_result("*", "*"))):
+        output = path.relative_to(results).as_posix()
+        if output in outputs or (cost := recorded_cost(path)) is None:
+            continue
+        workflow, task = next(((w, t) for prefix, w, t in names if path.stem.startswith(prefix)), (None, None))
+        found.append({"rule": "evaluate_base", "workflow": workflow, "task": task, **cost})
     return found
 
 
@@ -266,9 +307,12 @@ def makespan(jobs, durations: dict[str, float], cores: int) -> float:
     return now
 
 
-def estimate(jobs, rows: list[dict], costs: dict[str, dict], cores: int, overhead: float = 0.0) -> Estimate:
-    """The :class:`Estimate` of the pending jobs among ``jobs`` (their statuses ``rows``), from ``costs``."""
-    history = _history(jobs, costs)
+def estimate(
+    jobs, rows: list[dict], costs: dict[str, dict], cores: int, overhead: float = 0.0, elsewhere: list[dict] = ()
+) -> Estimate:
+    """The :class:`Estimate` of the pending jobs among ``jobs`` (their statuses ``rows``), from
+    ``costs`` and the costs of jobs the grid no longer has (``elsewhere``)."""
+    history = _history(jobs, costs, elsewhere)
     pending = [job for job, row in zip(jobs, rows) if row["status"] == "pending"]
     durations, untimed = {}, {}
     for job in pending:

@@ -159,6 +159,17 @@ def _recorded(path: Path) -> dict | list | None:
     return {name: data.get(name) for name in ("spec_digest", "base_eval", "cost") if name in data}
 
 
+def recorded_cost(path: Path) -> dict | None:
+    """The ``cost`` the result file at ``path`` records (matrixrl.results.Cost), read as plan reads
+    digests; None if it records none or is no result file."""
+    try:
+        recorded = _recorded(path)
+    except OSError:
+        return None
+    cost = recorded.get("cost") if isinstance(recorded, dict) else None
+    return cost if isinstance(cost, dict) else None
+
+
 def _snakemake_key(subject: Path, output: str) -> Path:
     """Where Snakemake's file persistence keeps a record about ``output`` under ``subject``:
     its path in URL-safe base64, split into folders of the file system's longest name."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -28,6 +29,43 @@ def test_makespan_schedules_jobs_after_their_inputs_on_the_cores():
     # Two cores: t1 and t2 at once; t2's core takes e0 at 10 (evaluations wait for t1), e1 and e2 follow.
     assert makespan(jobs, durations, cores=2) == 18.0
     assert makespan(jobs, durations, cores=8) == 14.0
+
+
+def test_a_pilot_with_fewer_steps_and_other_evaluation_settings_times_the_full_grid(tmp_path: Path):
+    """The estimate learns from every cost the results folder records, not only from jobs the
+    grid still has: a pilot of 2 steps evaluated at step 1, and a base evaluation made under
+    other settings (another name), time a grid of 4 steps evaluated at steps 2 and 4."""
+    from test_e2e import small_experiment
+
+    from matrixrl.store import Store
+
+    path = small_experiment(tmp_path, **{"train.steps": 4, "train.eval_every": 2})
+    results = tmp_path / "results"
+    results.mkdir()
+    Store(results / "matrixrl.sqlite").close()  # the store's schema, as a run leaves it
+    cell = "single-arith-tiny-s-shared-s0"
+    cost = {"scale": "tiny-s", "device": "cpu", "peak_rss_bytes": 1, "peak_gpu_bytes": None, "tokens": 1}
+    with sqlite3.connect(results / "matrixrl.sqlite") as db:
+        db.execute("INSERT INTO cells VALUES (?, 'single', 'arith', 'tiny-s', 'shared', 0, 'pilot')", (cell,))
+        for part, rule, seconds, steps in (("train", "train", 20.0, 2), ("eval/step_1", "evaluate", 3.0, None)):
+            db.execute(
+                "INSERT INTO job_costs (cell, part, rule, seconds, scale, device, peak_rss_bytes, tokens, steps) "
+                "VALUES (?, ?, ?, ?, 'tiny-s', 'cpu', 1, 1, ?)",
+                (cell, part, rule, seconds, steps),
+            )
+    base = results / "base" / "tiny-s"
+    (base / "eval").mkdir(parents=True)
+    (base / "base.json").write_text(json.dumps({"spec_digest": "pilot", "cost": {**cost, "seconds": 7.0, "steps": None}}))
+    pilot_eval = {"spec_digest": "pilot", "cost": {**cost, "seconds": 5.0, "steps": None}}
+    (base / "eval" / "single-arith-0123456789.json").write_text(json.dumps(pilot_eval))
+
+    plan = matrixrl.Study.load(path).plan(cores=1)
+    assert {job["rule"] for job in plan.pending} >= {"prepare_base", "evaluate_base", "train", "evaluate"}
+    assert plan.estimate.untimed == {}
+    # One core: the warm-start (7 s), its evaluation (5 s), 4 steps at the pilot's 10 s each,
+    # two evaluations at 3 s; the copies, retention and analysis run in Snakemake's process.
+    assert plan.estimate.wall_seconds == pytest.approx(7 + 5 + 4 * 10 + 2 * 3)
+    assert plan.estimate.line() == "estimate: about 58 s on 1 core, from recorded jobs"
 
 
 def one_workflow_pilot(folder: Path, seeds: list[int]) -> Path:

@@ -10,29 +10,42 @@ store (never a cluster job). One module per concern:
 - ``writes``: what one result puts in the store and takes out, its digest, its cell's keys;
 - ``ingestion``: ``ingest``, the store made to mirror the result files (and so rebuilt),
   and the store opened (``engine_at``, ``repairing``);
-- ``queries``: :class:`Store`, the reads and caches of reports, and ``read_table``.
+- ``queries``: :class:`Store`, the reads and caches of reports, and ``read_table``;
+- ``costs``: every job cost the store holds, read without SQLAlchemy (``plan``'s estimate).
+
+The names below are imported on first use (PEP 562): ``plan`` reads the store's costs
+without paying for SQLAlchemy and pandas, a second at start.
 """
 
-from matrixrl.layout import store_path
-from matrixrl.store.ingestion import RACY_NS, RESULT_FILES, engine_at, engine_for, ingest, ingest_for_report, repairing
-from matrixrl.store.queries import Store, read_table
-from matrixrl.store.repair import StoreError
-from matrixrl.store.schema import METADATA, SCHEMA_VERSION
-from matrixrl.store.writes import Result
+from __future__ import annotations
 
-__all__ = [
-    "METADATA",
-    "RACY_NS",
-    "RESULT_FILES",
-    "SCHEMA_VERSION",
-    "Result",
-    "Store",
-    "StoreError",
-    "engine_at",
-    "engine_for",
-    "ingest",
-    "ingest_for_report",
-    "read_table",
-    "repairing",
-    "store_path",
-]
+import importlib
+
+_HOMES = {
+    "METADATA": "schema",
+    "SCHEMA_VERSION": "schema",
+    "RACY_NS": "ingestion",
+    "RESULT_FILES": "ingestion",
+    "engine_at": "ingestion",
+    "engine_for": "ingestion",
+    "ingest": "ingestion",
+    "ingest_for_report": "ingestion",
+    "repairing": "ingestion",
+    "Store": "queries",
+    "read_table": "queries",
+    "recorded_costs": "costs",
+    "StoreError": "repair",
+    "Result": "writes",
+}
+
+__all__ = sorted([*_HOMES, "store_path"])
+
+from matrixrl.layout import store_path  # noqa: E402  (light: the store file's place)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'matrixrl.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"matrixrl.store.{_HOMES[name]}"), name)
+    globals()[name] = value  # once
+    return value
