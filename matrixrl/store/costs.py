@@ -1,5 +1,8 @@
-"""Every job cost the store holds, read with sqlite3 alone: ``plan`` estimates from it and
-does not import SQLAlchemy or pandas (docs/report.md, "cost")."""
+"""Every job cost the store holds, read with sqlite3 alone (``plan``'s estimate).
+
+``plan`` imports neither SQLAlchemy nor pandas, a second at start; it reads these rows
+read-only and never repairs the store (docs/report.md, "cost").
+"""
 
 from __future__ import annotations
 
