@@ -129,7 +129,7 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         disk=disk_at_peak(config, jobs_at_once(profile)).line(),
         run_command=command,
         estimate=estimate(
-            graph.jobs, jobs, costs, cores, last_overhead(config), recorded_elsewhere(config, graph.jobs, costs)
+            graph.jobs, jobs, costs, cores, last_overhead(config), recorded_elsewhere(config, costs)
         ) if any(job["status"] == "pending" for job in jobs) else None,
         memory=memory_lines(config, budget, jobs, with_refusals=False),
         refused=refusals(config, budget, jobs),
@@ -233,9 +233,9 @@ def _history(jobs, costs: dict[str, dict], elsewhere: list[dict] = ()) -> dict[t
     return found
 
 
-def recorded_elsewhere(config: Config, jobs, costs: dict[str, dict]) -> list[dict]:
-    """The costs recorded in ``config``'s results folder other than those of ``jobs``' outputs
-    (``costs``), each as ``rule``, ``scale``, ``workflow``, ``task``, ``seconds``, ``steps``:
+def recorded_elsewhere(config: Config, costs: dict[str, dict]) -> list[dict]:
+    """The costs recorded in ``config``'s results folder other than those the grid's outputs
+    record (``costs``, by output), each as ``rule``, ``scale``, ``workflow``, ``task``, ``seconds``, ``steps``:
     the store's rows (matrixrl.store.recorded_costs) and the base models' evaluations, whose
     files the store does not hold (their names begin ``WORKFLOW-TASK-``, layout.base_eval_result)."""
     from matrixrl import layout as L
@@ -243,7 +243,6 @@ def recorded_elsewhere(config: Config, jobs, costs: dict[str, dict]) -> list[dic
     from matrixrl.store import recorded_costs
 
     results = Path(config.results_dir)
-    outputs = {job.output for job in jobs}
     keys = set()
     for output in costs:
         try:
@@ -258,7 +257,7 @@ def recorded_elsewhere(config: Config, jobs, costs: dict[str, dict]) -> list[dic
     )
     for path in sorted(results.glob(L.base_eval_result("*", "*"))):
         output = path.relative_to(results).as_posix()
-        if output in outputs or (cost := recorded_cost(path)) is None:
+        if output in costs or (cost := recorded_cost(path)) is None:
             continue
         workflow, task = next(((w, t) for prefix, w, t in names if path.stem.startswith(prefix)), (None, None))
         found.append({"rule": "evaluate_base", "workflow": workflow, "task": task, **cost})

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 
+from matrixrl.layout import store_path  # light: where the store file lives
+
 _HOMES = {
     "METADATA": "schema",
     "SCHEMA_VERSION": "schema",
@@ -39,8 +41,6 @@ _HOMES = {
 }
 
 __all__ = sorted([*_HOMES, "store_path"])
-
-from matrixrl.layout import store_path  # noqa: E402  (light: the store file's place)
 
 
 def __getattr__(name: str):
