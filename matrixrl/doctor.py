@@ -168,6 +168,19 @@ def check_torch(config: Config, profile: Path | None) -> list[Check]:
     return [passed("torch", f"{version}, a CUDA {cuda} build{with_driver}")]
 
 
+def check_libraries(config: Config, profile: Path | None) -> list[Check]:
+    """Each library of ``models.versions.REQUIRED`` within its requirement: a preinstalled image or
+    a ``--no-deps`` install can hold a version pip would refuse, and an older transformers drops
+    the KV cache without a word. One ✗ line per library outside its range."""
+    from matrixrl.models.versions import REQUIRED, fix_for, installed_version, outside
+
+    name = "libraries"
+    problems = {library: outside(library) for library in REQUIRED}
+    bad = [failed(name, problem, fix_for(library)) for library, problem in problems.items() if problem]
+    found = ", ".join(f"{library} {installed_version(library)}" for library in REQUIRED)
+    return bad or [passed(name, f"{found}: within matrixrl's requirements")]
+
+
 def check_gpus(config: Config, profile: Path | None) -> list[Check]:
     """The GPUs jobs started here get (nvidia-smi, the smallest visible one's memory): needed
     when the grid has a GPU scale and its jobs run on this machine."""
@@ -534,6 +547,7 @@ def check_results_folder(config: Config, profile: Path | None) -> list[Check]:
 
 CHECKS: tuple[Callable[[Config, Path | None], list[Check]], ...] = (
     check_torch,
+    check_libraries,
     check_gpus,
     check_models,
     check_gpu_memory,

@@ -4,6 +4,7 @@ folder, a weak sandbox) says what it found and the fix."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -48,6 +49,7 @@ def test_the_default_grid_passes_every_check_on_cpu(experiment):
     from matrixrl.disk import disk_at_peak
     from matrixrl.gpu_memory import gib
     from matrixrl.gpu_memory.budget import local_gpu_memory
+    from matrixrl.models.versions import REQUIRED, installed_version
     from matrixrl.planning import jobs_at_once
     from matrixrl.retention import format_bytes
 
@@ -57,30 +59,51 @@ def test_the_default_grid_passes_every_check_on_cpu(experiment):
     memory, source = local_gpu_memory()
     here = f"{gib(memory)} GiB per job ({source})" if memory is not None else source
     build = "a CPU build" if torch.version.cuda is None else f"a CUDA {torch.version.cuda} build"
-    assert lines[:4] == [
+    libraries = ", ".join(f"{name} {installed_version(name)}" for name in REQUIRED)
+    assert lines[:5] == [
         f"✓ torch: {torch.__version__}, {build}: every scale of the grid runs on CPU",
+        f"✓ libraries: {libraries}: within matrixrl's requirements",
         f"✓ GPUs: none needed: the grid has no GPU scale; here: {here}",
         "✓ models: no hf scale in the grid: its tiny models are built by the run",
         "✓ GPU memory: nothing to estimate: the grid has no GPU scale",
     ]
-    sandbox = re.fullmatch(r"([✓✗]) sandbox: (namespaces\+uid|namespaces|uid|none): .*a test program passed in \d+\.\d\d s.*", lines[4])
-    assert sandbox, lines[4]
+    sandbox = re.fullmatch(r"([✓✗]) sandbox: (namespaces\+uid|namespaces|uid|none): .*a test program passed in \d+\.\d\d s.*", lines[5])
+    assert sandbox, lines[5]
     assert (sandbox[1] == "✓") == strong_sandbox()
-    assert "network and PID namespaces" in lines[4] or "namespaces" not in sandbox[2]
+    assert "network and PID namespaces" in lines[5] or "namespaces" not in sandbox[2]
     peak = disk_at_peak(load_config(experiment), jobs_at_once(None)).peak
-    assert lines[5:8] == [
+    assert lines[6:9] == [
         "✓ SLURM: not used: jobs run on this machine (no --profile)",
-        lines[6],
+        lines[7],
         f"✓ results folder: {folder / 'results'} does not exist yet, and {folder} lets the run create it",
     ]
-    free = re.fullmatch(rf"✓ disk: (.+) free at {re.escape(str(folder))}; the checkpoints need ~(.+) more at the run's peak", lines[6])
-    assert free and free[2] == format_bytes(peak), lines[6]
+    free = re.fullmatch(rf"✓ disk: (.+) free at {re.escape(str(folder))}; the checkpoints need ~(.+) more at the run's peak", lines[7])
+    assert free and free[2] == format_bytes(peak), lines[7]
     if strong_sandbox():
         assert result.exit_code == 0, result.output
-        assert lines[8:] == ["All 8 checks pass: `matrixrl plan` shows the jobs, `matrixrl run` runs them."]
+        assert lines[9:] == ["All 9 checks pass: `matrixrl plan` shows the jobs, `matrixrl run` runs them."]
     else:
-        assert result.exit_code == 1 and lines[8:] == ["1 of 8 checks fail."], result.output
+        assert result.exit_code == 1 and lines[9:] == ["1 of 9 checks fail."], result.output
     assert not (folder / "results").exists()  # nothing left behind
+
+
+def test_a_library_outside_its_requirement_fails_with_the_install_that_fixes_it(experiment, monkeypatch):
+    """A GPU image's preinstalled transformers, older than the first whose models take `cache=`."""
+    from matrixrl.config import load_config
+    from matrixrl.doctor import check_libraries
+    from matrixrl.models import versions
+
+    found = {"transformers": "5.17.0"}
+    monkeypatch.setattr(versions, "installed_version", lambda name: found.get(name, "1.0"))
+    assert lines_of(check_libraries(load_config(experiment), None)) == [
+        "✗ libraries: transformers 5.17.0 is outside matrixrl's requirement >=5.24,<6: 5.24 is the first whose models "
+        "take the KV cache as `cache=` (older ones ignore the argument, and rollouts decode without their cache); "
+        "fix: pip install 'transformers>=5.24,<6'"
+    ]
+    found["transformers"] = None
+    assert lines_of(check_libraries(load_config(experiment), None))[0] == (
+        "✗ libraries: transformers is not installed; fix: pip install 'transformers>=5.24,<6'"
+    )
 
 
 def test_a_failing_check_exits_1(experiment, hub_cache):
@@ -458,7 +481,17 @@ def test_slurm_is_checked_only_under_a_slurm_profile(experiment, tmp_path):
     assert lines_of(check_slurm(config, local)) == [f"✓ SLURM: not used: jobs run on this machine (profile {local} runs them locally)"]
 
 
-def test_a_slurm_profile_without_slurm_here_fails(experiment, tmp_path, monkeypatch):
+@pytest.fixture
+def slurm_plugin(monkeypatch):
+    """Snakemake's SLURM executor plugin counted as installed, whether or not it is: the checks
+    after it (tools, controller, partitions) only look for it, and the README's install (no
+    `slurm` extra) must run these tests too."""
+    find_spec = importlib.util.find_spec
+    fake = importlib.machinery.ModuleSpec("snakemake_executor_plugin_slurm", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: fake if name == fake.name else find_spec(name, *a))
+
+
+def test_a_slurm_profile_without_slurm_here_fails(experiment, tmp_path, monkeypatch, slurm_plugin):
     from matrixrl.config import load_config
     from matrixrl.doctor import check_slurm
 
@@ -468,6 +501,8 @@ def test_a_slurm_profile_without_slurm_here_fails(experiment, tmp_path, monkeypa
         f"✗ SLURM: profile {profile} submits to SLURM, and there is no scontrol and sinfo on PATH; fix: run matrixrl on "
         "a login node of the cluster (or load its SLURM module, e.g. module load slurm)"
     ]
+    monkeypatch.undo()  # the plugin as it really is, then surely missing
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if "slurm" in name else find_spec(name, *a))
     assert lines_of(check_slurm(config, profile)) == [
@@ -476,7 +511,7 @@ def test_a_slurm_profile_without_slurm_here_fails(experiment, tmp_path, monkeypa
     ]
 
 
-def test_a_slurm_controller_that_does_not_answer_fails(experiment, tmp_path, monkeypatch):
+def test_a_slurm_controller_that_does_not_answer_fails(experiment, tmp_path, monkeypatch, slurm_plugin):
     from matrixrl import doctor
     from matrixrl.config import load_config
 
@@ -499,7 +534,7 @@ def test_a_slurm_controller_that_does_not_answer_fails(experiment, tmp_path, mon
     ]
 
 
-def test_a_profile_partition_the_cluster_lacks_fails(experiment, tmp_path, monkeypatch):
+def test_a_profile_partition_the_cluster_lacks_fails(experiment, tmp_path, monkeypatch, slurm_plugin):
     from matrixrl.config import load_config
     from matrixrl.doctor import check_slurm
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from matrixrl.models.versions import check_kv_cache_kept
+
 # Prompts that share a prefix of at least this many tokens have it encoded once. Below
 # it the saving (the prefix's tokens times the other prompts) is less than the extra
 # forward call costs on CPU (a call of a few rows of tiny-s costs what ~100 token
@@ -156,7 +158,9 @@ def _encode(model, ids, mask, positions, cache) -> None:
     """Fill ``cache`` with ``ids`` (after what it holds)."""
     # logits_to_keep=1: only the cache is wanted; the logits of every position would be
     # rows x width x vocab floats (gigabytes for a real vocabulary and chat prompts).
+    kept = cache.get_seq_length() + ids.shape[1]
     model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    check_kv_cache_kept(cache, kept)
 
 
 def _encode_levels(model, levels: list[Level], last: list[int], rows: torch.Tensor, pad: int, device) -> Prefill:

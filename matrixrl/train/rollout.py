@@ -31,6 +31,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from matrixrl.models.hf import compute_context
+from matrixrl.models.versions import check_kv_cache_kept, require
 from matrixrl.train import prompt_cache
 from matrixrl.train.prompt_cache import tokenize_prompts
 from matrixrl.train.samplers import EntropyRecorder, KeyedSampler, SampledChooser, greedy_chooser, keyed_chooser, splitmix64
@@ -80,6 +81,7 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
         inputs = input_ids
     else:  # the cache holds all but the last prompt token
         inputs, positions = input_ids[:, -1:], positions[:, -1:]
+    first_kept = cache.get_seq_length() + inputs.shape[1]  # what the cache must hold after the first pass
     rows = torch.arange(batch, device=device)  # the batch rows being computed
     live = torch.ones(batch, dtype=torch.bool, device=device)  # ... and which of them still generate
     tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
@@ -99,6 +101,8 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
             use_cache=True,
             logits_to_keep=1,
         ).logits
+        if step == 0:
+            check_kv_cache_kept(cache, first_kept)
         # Rows riding along are chosen for too (each row's choice is its own); only live ones count.
         chosen = choose(logits[:, -1].to(dtype=torch.float32), rows, step)
         tokens[rows, step] = chosen
@@ -141,6 +145,7 @@ def make_generate(
     transformers' ``generate`` instead of ``decode`` (the same tokens, slower: the
     reference that tests and bench/rollout.py compare to).
     """
+    require("transformers")  # an older one would drop the KV cache without a word
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     keyed = sample and seed is not None

@@ -1,0 +1,90 @@
+"""The library versions matrixrl needs, and the guard where a wrong one would fail silently.
+
+A version range is a claim about an API: every version it admits must offer what the code
+calls. ``REQUIRED`` holds each such range with the reason for its bounds; pyproject.toml
+states the same ranges (tests/test_versions.py keeps the two equal) and ``matrixrl
+doctor`` checks what is installed against them (a preinstalled GPU image, or an install
+with ``--no-deps``, can hold a version pip would have refused).
+
+One failure makes no noise at all: before transformers 5.24 a model's forward took its KV
+cache as ``past_key_values`` and swallowed ``cache=`` in its ``**kwargs``, so a rollout
+decoded every token without its context and nothing raised. :func:`check_kv_cache_kept`
+catches that, and any model whose forward drops the cache, by what the cache holds after
+a forward pass; decoding then stops with one line naming the version and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from matrixrl.errors import UserError
+
+REQUIRED: dict[str, tuple[str, str]] = {
+    "transformers": (
+        ">=5.24,<6",
+        "5.24 is the first whose models take the KV cache as `cache=` (older ones ignore the "
+        "argument, and rollouts decode without their cache)",
+    ),
+}
+"""Library → (its requirement, as pyproject.toml writes it; why those bounds)."""
+
+
+class LibraryVersionError(UserError):
+    """An installed library outside the range matrixrl needs, or one that behaves as if it were."""
+
+
+def installed_version(name: str) -> str | None:
+    """The installed distribution's version, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def fix_for(name: str) -> str:
+    """The install line that brings ``name`` within its requirement."""
+    return f"pip install '{name}{REQUIRED[name][0]}'"
+
+
+def outside(name: str, version: str | None = None) -> str | None:
+    """Why ``name`` at ``version`` (default: the installed one) breaks ``REQUIRED``'s
+    requirement, in words, or None when it meets it."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    spec, why = REQUIRED[name]
+    version = installed_version(name) if version is None else version
+    if version is None:
+        return f"{name} is not installed"
+    try:
+        admitted = Version(version) in SpecifierSet(spec)
+    except InvalidVersion:
+        return f"{name}'s version {version!r} cannot be read"
+    return None if admitted else f"{name} {version} is outside matrixrl's requirement {spec}: {why}"
+
+
+def require(name: str) -> None:
+    """Raise :class:`LibraryVersionError` (one line: what is installed, the fix) when ``name``
+    is outside its requirement."""
+    problem = outside(name)
+    if problem is not None:
+        raise LibraryVersionError(f"{problem}; fix: {fix_for(name)}")
+
+
+def check_kv_cache_kept(cache, expected: int) -> None:
+    """Raise :class:`LibraryVersionError` unless ``cache`` holds ``expected`` positions after a
+    forward pass given it as ``cache=``: a model that dropped it would decode each token
+    without its context, with no error of its own."""
+    held = cache.get_seq_length()
+    if held == expected:
+        return
+    version = installed_version("transformers")
+    problem = outside("transformers")
+    cause = f"{problem}; fix: {fix_for('transformers')}" if problem else (
+        f"transformers {version} is within the requirement, so the model's own forward drops the argument; "
+        "fix: use a model class that accepts `cache=` (transformers' own, not remote code written for older versions)"
+    )  # fmt: skip
+    raise LibraryVersionError(
+        f"refusing to decode: the model kept {held} of {expected} positions in the KV cache passed as `cache=`, "
+        f"so every token would be decoded without its context; {cause}"
+    )
