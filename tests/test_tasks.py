@@ -307,8 +307,8 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     assert message.startswith(f"tasks.m.path: cannot read {bad}: ")
 
 
+@pytest.mark.extra("hub")
 def test_an_unreachable_hub_says_to_download_and_use_path() -> None:
-    pytest.importorskip("datasets")  # the optional `hub` extra
     task = math_task("gsm8k", kind="gsm8k", hub="openai/gsm8k", hub_config="main")  # HF_HUB_OFFLINE=1 (conftest)
     assert error_of(task.eval_problems) == (
         "tasks.gsm8k.hub: cannot reach the Hugging Face hub to load 'openai/gsm8k'; download the data and "

@@ -25,6 +25,19 @@ REQUIRED: dict[str, tuple[str, str]] = {
         "5.24 is the first whose models take the KV cache as `cache=` (older ones ignore the "
         "argument, and rollouts decode without their cache)",
     ),
+    "torch": (
+        ">=2.6",
+        "transformers 5 turns PyTorch off below 2.6 (it logs it once), and no model loads",
+    ),
+    "typer": (
+        ">=0.29",
+        "0.29 is the first that converts options through pydantic, whose errors the CLI's one-line "
+        "usage errors read (older ones word them otherwise, or misparse options)",
+    ),
+    "statsmodels": (
+        ">=0.14.5",
+        "older ones fail on import with current scipy (`_lazywhere` was removed), and the claims table needs it",
+    ),
 }
 """Library → (its requirement, as pyproject.toml writes it; why those bounds)."""
 
