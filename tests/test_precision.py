@@ -226,8 +226,10 @@ def test_the_log_prob_gap_is_zero_in_float32_and_measured_in_bfloat16(model_dir)
     # float32: rounding of differently shaped products only (measured here: max 8e-6).
     assert all(largest < 1e-4 for _, largest in gaps["float32"].values()), gaps["float32"]
     # bfloat16: products rounded to 8 bits of mantissa, differently in one-token decoding
-    # steps and the update's whole-sequence pass (measured here: mean 3e-3 to 7e-3, max 0.1).
-    assert all(1e-3 < mean <= largest < 1.0 for mean, largest in gaps["bfloat16"].values()), gaps["bfloat16"]
+    # steps and the update's whole-sequence pass: above float32's bound, far below a nat. How far
+    # depends on the CPU's kernels (means 3e-3 to 7e-3, max 0.1 on one machine; 4e-4 to 1.6e-3,
+    # max 0.06 on an AVX2-only AMD EPYC).
+    assert all(1e-4 < mean <= largest < 1.0 for mean, largest in gaps["bfloat16"].values()), gaps["bfloat16"]
 
 
 # --- micro-batches, gradient checkpointing: the same gradients --------------------------------------
