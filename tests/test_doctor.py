@@ -554,6 +554,7 @@ def test_a_profile_partition_the_cluster_lacks_fails(experiment, tmp_path, monke
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.extra("slurm")
 def test_a_real_slurm_cluster_passes(experiment, tmp_path):
     from slurm_cluster import slurm_cluster
 

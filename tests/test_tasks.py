@@ -307,7 +307,6 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     assert message.startswith(f"tasks.m.path: cannot read {bad}: ")
 
 
-@pytest.mark.extra("hub")
 def test_an_unreachable_hub_says_to_download_and_use_path() -> None:
     task = math_task("gsm8k", kind="gsm8k", hub="openai/gsm8k", hub_config="main")  # HF_HUB_OFFLINE=1 (conftest)
     assert error_of(task.eval_problems) == (
