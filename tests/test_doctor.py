@@ -93,8 +93,8 @@ def test_a_library_outside_its_requirement_fails_with_the_install_that_fixes_it(
     from matrixrl.doctor import check_libraries
     from matrixrl.models import versions
 
-    found = {"transformers": "5.17.0"}
-    monkeypatch.setattr(versions, "installed_version", lambda name: found.get(name, "1.0"))
+    found, real = {"transformers": "5.17.0"}, versions.installed_version  # the others as installed
+    monkeypatch.setattr(versions, "installed_version", lambda name: found[name] if name in found else real(name))
     assert lines_of(check_libraries(load_config(experiment), None)) == [
         "✗ libraries: transformers 5.17.0 is outside matrixrl's requirement >=5.24,<6: 5.24 is the first whose models "
         "take the KV cache as `cache=` (older ones ignore the argument, and rollouts decode without their cache); "
@@ -103,6 +103,12 @@ def test_a_library_outside_its_requirement_fails_with_the_install_that_fixes_it(
     found["transformers"] = None
     assert lines_of(check_libraries(load_config(experiment), None))[0] == (
         "✗ libraries: transformers is not installed; fix: pip install 'transformers>=5.24,<6'"
+    )
+    found.update(transformers=None, torch="2.5.1")
+    assert lines_of(check_libraries(load_config(experiment), None))[1] == (
+        "✗ libraries: torch 2.5.1 is outside matrixrl's requirement >=2.6: transformers 5 turns PyTorch off below 2.6 "
+        "(it logs it once), and no model loads; fix: install torch first and pinned, e.g. pip install torch==2.13.0 "
+        "(a looser spec can pull a multi-GB CUDA build), then pip install -e ."
     )
 
 

@@ -54,9 +54,16 @@ def installed_version(name: str) -> str | None:
         return None
 
 
+PINNED_FIRST = {
+    "torch": "install torch first and pinned, e.g. pip install torch==2.13.0 (a looser spec can pull a multi-GB "
+    "CUDA build), then pip install -e .",
+}
+"""Libraries whose fix is not a plain ``pip install`` of the range."""
+
+
 def fix_for(name: str) -> str:
     """The install line that brings ``name`` within its requirement."""
-    return f"pip install '{name}{REQUIRED[name][0]}'"
+    return PINNED_FIRST.get(name, f"pip install '{name}{REQUIRED[name][0]}'")
 
 
 def outside(name: str, version: str | None = None) -> str | None:
