@@ -98,10 +98,10 @@ def check_kv_cache_kept(cache, expected: int) -> None:
     held = cache.get_seq_length()
     if held == expected:
         return
-    version = installed_version("transformers")
     problem = outside("transformers")
     cause = f"{problem}; fix: {fix_for('transformers')}" if problem else (
-        f"transformers {version} is within the requirement, so the model's own forward drops the argument; "
+        f"transformers {installed_version('transformers')} is within the requirement, so the model's own forward "
+        "drops the argument; "
         "fix: use a model class that accepts `cache=` (transformers' own, not remote code written for older versions)"
     )  # fmt: skip
     raise LibraryVersionError(
