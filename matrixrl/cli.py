@@ -398,9 +398,11 @@ def report(
     """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
 
     `--table summary` (default): per cell base, peak, final, final_tail, gain, cliff
-    and its onset, and each role's accuracy at base, peak and final.
+    and its onset, how the run ended (signature: a cliff after a real peak, a
+    collapse from the base, a decline, no gain or a gain), and each role's accuracy
+    at base, peak and final.
     `--table seeds`: per workflow, task, scale and policy, the mean and Student-t
-    interval over seeds of base, peak, final and gain, and the cliff rate.
+    interval over seeds of base, peak, final and gain, and the cliff and collapse rates.
     `--table compare`: isolated minus shared, and each multi-agent workflow minus
     `single`, paired by seed. `--table diagnostics`: dominant role and its share,
     amplification per role with parallel agents, gradient-norm ratios.

@@ -56,6 +56,37 @@ def test_failure_signature_drop_z_and_the_checkpoint_before_the_onset() -> None:
     assert summarize_curve([0, 10], [0.3, 0.27], 1000, RULE, se[:2]).signature == "no gain"
 
 
+def test_a_cliff_follows_a_real_peak_and_a_fall_from_the_base_without_one_is_a_collapse() -> None:
+    """SE 0.02 at every checkpoint: a difference has SE 0.0283, so 2 SEs (the rule's) are 0.057."""
+    se = [0.02] * 3
+    noise = 0.02 * math.sqrt(2)
+    # Rose 3 SEs (0.085), then fell 10 points from that peak: a cliff.
+    cliff = summarize_curve([0, 10, 20], [0.3, 0.385, 0.285], 1000, RULE, se)
+    assert cliff.peak_gain_z == approx(0.085 / noise) and cliff.peak_gain_z > 3
+    assert (cliff.cliff, cliff.cliff_onset, cliff.signature) == (True, 20, "cliff")
+    # Fell 10 points from its base, the base its peak: the old rule's cliff (10 points below the peak,
+    # 3.5 SEs), now a collapse: no onset, and no cliff.
+    fell = summarize_curve([0, 10, 20], [0.3, 0.25, 0.2], 1000, RULE, se)
+    assert (fell.peak_step, fell.peak_gain_z, fell.gain_z) == (0, 0.0, approx(-0.1 / noise))
+    assert (fell.cliff, fell.cliff_onset, fell.pre_onset, fell.signature) == (False, None, None, "collapse")
+    # A peak after step 0 within noise (1.4 SEs) is no real peak: the same fall is a collapse.
+    assert summarize_curve([0, 10, 20], [0.3, 0.34, 0.2], 1000, RULE, se).signature == "collapse"
+    # The real peak's edge: a rise of 1.9 SEs (0.054) then a fall to 6 points under the base (11 from
+    # the peak; too little for a collapse) is a decline; a rise of 2.1 SEs and the same fall, a cliff.
+    short = summarize_curve([0, 10, 20], [0.3, 0.3 + 1.9 * noise, 0.24], 1000, RULE, se)
+    assert (short.cliff, short.signature, short.drop_z > 2) == (False, "decline", True)
+    real = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.1 * noise, 0.24], 1000, RULE, se)
+    assert (real.cliff, real.cliff_onset, real.signature) == (True, 20, "cliff")
+    # A collapse needs the cliff's drop from the base: 8 points (under cliff_delta) is a decline, and
+    # 10 points within noise (n = 50, binomial SEs: 1.2 SEs) is no gain.
+    assert summarize_curve([0, 10, 20], [0.3, 0.25, 0.22], 1000, RULE, se).signature == "decline"
+    assert summarize_curve([0, 10], [0.3, 0.2], 50, RULE).signature == "no gain"
+    # With no noise margin at all (cliff_noise_se 0) a peak at step 0 is still no peak.
+    bare = Analysis(cliff_delta=0.1, cliff_noise_se=0.0)
+    assert summarize_curve([0, 10], [0.3, 0.2], 1000, bare).signature == "collapse"
+    assert summarize_curve([0, 10, 20], [0.3, 0.31, 0.2], 1000, bare).signature == "cliff"
+
+
 def test_drop_then_recovery_above_threshold_is_not_a_cliff() -> None:
     s = summarize_curve([0, 1, 2, 3], [0.3, 0.7, 0.4, 0.65], 1000, RULE)
     assert s.peak_step == 1

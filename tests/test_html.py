@@ -325,6 +325,35 @@ def test_one_matrix_per_value_of_an_extra_axis_with_the_cells_it_leaves_alone_in
         assert finals == pytest.approx([0.05, 0.05, {3: -0.02, 5: 0.1}[votes], {3: -0.02, 5: 0.1}[votes]])
 
 
+def test_a_collapse_is_marked_apart_from_a_cliff_in_the_matrix_and_its_card() -> None:
+    """Voting's shared runs collapse (fell from their base with no real peak) in 1 of 2 seeds, its isolated
+    runs fall off a cliff in both: each square says which, and a card names each seed's ending."""
+    from matrixrl.analysis.axes import cells_frame
+    from matrixrl.report.html.matrix import card_rows, matrix_html, squares_of
+
+    rows, summary = [], []
+    endings = {("shared", 0): "collapse", ("shared", 1): "gain", ("isolated", 0): "cliff", ("isolated", 1): "cliff"}
+    for (policy, seed), ending in endings.items():
+        cell = f"voting-arith-tiny-s-{policy}-s{seed}"
+        rows.append({"cell": cell, "workflow": "voting", "task": "arith", "scale": "tiny-s", "policy": policy, "seed": seed})
+        peak, final = {"collapse": (0.3, 0.15), "gain": (0.4, 0.4), "cliff": (0.5, 0.2)}[ending]
+        summary.append({"cell": cell, "seed": seed, "base": 0.3, "peak": peak, "peak_step": 0 if ending == "collapse" else 10,
+                        "final": final, "gain": final - 0.3, "cliff": ending == "cliff", "cliff_onset": 20 if ending == "cliff" else None,
+                        "signature": ending})  # fmt: skip
+    cells = cells_frame(rows, ["cell", "workflow", "task", "scale", "policy", "seed"])
+    summary = pd.DataFrame(summary).assign(peak_gain=lambda f: f["peak"] - f["base"])
+    squares = squares_of(cells, summary, {c: c for c in cells["cell"]})
+    markup = matrix_html(cells, squares, 2)
+    found = re.findall(r'<td class="([^"]*)" data-square="cell-voting-arith-tiny-s-(\w+)">(.*?)</td>', markup)
+    marks = {policy: (set(classes.split()), re.findall(r'<span class="(cliff|collapse)">([^<]*)</span>', body)) for classes, policy, body in found}
+    assert marks == {"shared": ({"square", "task-edge", "collapse"}, [("collapse", "▽ collapse 1/2")]),
+                     "isolated": ({"square", "cliff"}, [("cliff", "▼ cliff 2/2")])}  # fmt: skip
+    assert "▽ a collapse: far below its base, with no real peak before" in markup
+    shared = next(square for square in squares.values() if square.axes["policy"] == "shared")
+    empty = pd.DataFrame().set_index(pd.Index([], name="cell"))
+    assert dict(card_rows(shared, empty, empty))["signature"] == ["collapse", "gain"]
+
+
 @pytest.mark.slow  # five figures drawn (10 s on 2 shared cores)
 def test_the_page_draws_again_only_the_figures_whose_data_changed(study, tmp_path: Path, monkeypatch) -> None:
     """Drawn figures are kept in the store: a page with nothing new draws none, a new evaluation

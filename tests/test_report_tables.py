@@ -114,7 +114,7 @@ def test_summary_has_final_tail_and_per_role_accuracies_at_base_peak_and_final(e
     table = build_tables(path, config, ["summary"])["summary"]
     assert list(table.columns) == [
         "cell", "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step", "final", "final_tail",
-        "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "n_checkpoints",
+        "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "signature", "n_checkpoints",
         "aggregator_answer_acc_base", "aggregator_answer_acc_peak", "aggregator_answer_acc_final",
         "generator_answer_acc_base", "generator_answer_acc_peak", "generator_answer_acc_final",
     ]  # fmt: skip
@@ -125,6 +125,7 @@ def test_summary_has_final_tail_and_per_role_accuracies_at_base_peak_and_final(e
     # No stored SEs: binomial ones at n = 1000, sqrt(0.5·0.5/1000 + 0.2·0.8/1000).
     assert single["gain_z"] == approx(0.3 / math.sqrt((0.25 + 0.16) / 1000)) == single["peak_gain_z"]
     assert single["cliff"] is False and single["cliff_onset"] is None and single["n_checkpoints"] == 6
+    assert (single["signature"], voting["signature"]) == ("gain", "cliff")
     assert single["generator_answer_acc_base"] is None  # no per-role rows stored for it
     assert (voting["peak"], voting["peak_step"], voting["final"]) == (0.7, 20, 0.1)
     assert voting["final_tail"] == approx((0.5 + 0.2 + 0.1) / 3) and voting["gain"] == approx(-0.2)
@@ -169,7 +170,7 @@ def test_seeds_table_means_intervals_and_cliff_rate(experiment: Path) -> None:
     assert list(table.columns) == [
         "workflow", "task", "scale", "policy",
         "base_mean", "base_lo", "base_hi", "peak_mean", "peak_lo", "peak_hi",
-        "final_mean", "final_lo", "final_hi", "gain_mean", "gain_lo", "gain_hi", "cliff_rate", "n_seeds",
+        "final_mean", "final_lo", "final_hi", "gain_mean", "gain_lo", "gain_hi", "cliff_rate", "collapse_rate", "n_seeds",
     ]  # fmt: skip
     shared, isolated = records(table)
     assert (shared["policy"], shared["n_seeds"], isolated["policy"], isolated["n_seeds"]) == ("shared", 3, "isolated", 1)
@@ -186,6 +187,7 @@ def test_seeds_table_means_intervals_and_cliff_rate(experiment: Path) -> None:
     assert (shared["base_mean"], shared["base_lo"], shared["base_hi"]) == (approx(0.3), approx(0.3), approx(0.3))
     assert shared["cliff_rate"] == approx(1 / 3)  # only seed 2 (0.7 → 0.1) collapses
     assert isolated["peak_mean"] == 0.45 and isolated["cliff_rate"] == 0.0
+    assert shared["collapse_rate"] == isolated["collapse_rate"] == 0.0
     assert all(isolated[f"{f}_{b}"] is None for f in ("base", "peak", "final", "gain") for b in ("lo", "hi"))
 
 
@@ -216,6 +218,7 @@ def test_compare_pairs_seeds_and_compares_with_the_single_control(experiment: Pa
         "workflow", "task", "scale", "policy", "comparison", "n_pairs",
         "peak_diff", "peak_lo", "peak_hi", "final_diff", "final_lo", "final_hi",
         "gain_diff", "gain_lo", "gain_hi", "cliff_rate_diff", "cliff_rate_lo", "cliff_rate_hi",
+        "collapse_rate_diff", "collapse_rate_lo", "collapse_rate_hi",
     ]  # fmt: skip
     rows = records(table)
     # No single isolated - shared row: both sides are the same runs, so it would be zero by construction.
@@ -240,6 +243,29 @@ def test_compare_pairs_seeds_and_compares_with_the_single_control(experiment: Pa
     assert voting_shared["cliff_rate_diff"] == approx(0.5)
     # voting isolated - single (its isolated cells are the shared runs): finals 0.1-0.4, 0.55-0.5; cliffs yes-no, no-no.
     assert voting_isolated["final_diff"] == approx(-0.125) and voting_isolated["cliff_rate_diff"] == 0.5
+
+
+def test_collapses_in_the_summary_seeds_and_compare_tables(experiment: Path) -> None:
+    """A collapse (a fall from the base with no real peak) is named in the summary, and counted apart
+    from cliffs across seeds and in the comparisons."""
+    config = config_for(experiment, workflow="[voting]", seed="[0, 1]")
+    curves = {
+        ("shared", 0): [0.3, 0.25, 0.15],  # 15 points under its base, its peak the base: a collapse
+        ("shared", 1): [0.3, 0.5, 0.5],
+        ("isolated", 0): [0.3, 0.4, 0.45],
+        ("isolated", 1): [0.3, 0.32, 0.1],  # its peak 0.02 over the base (0.98 SEs): no real peak, a collapse
+    }
+    path = fill(config, [e for (p, s), curve in curves.items() for e in evaluations(cell("voting", p, s), curve)])
+    frames = build_tables(path, config, ["summary", "seeds", "compare"])
+    summary = {(r["policy"], r["seed"]): (r["signature"], r["cliff"]) for r in records(frames["summary"])}
+    assert summary == {("shared", 0): ("collapse", False), ("shared", 1): ("gain", False),
+                       ("isolated", 0): ("gain", False), ("isolated", 1): ("collapse", False)}  # fmt: skip
+    seeds = {r["policy"]: (r["cliff_rate"], r["collapse_rate"]) for r in records(frames["seeds"])}
+    assert seeds == {"shared": (0.0, 0.5), "isolated": (0.0, 0.5)}
+    (modes,) = records(frames["compare"])
+    # Collapses isolated (no, yes) - shared (yes, no): -1, +1; mean 0, s = √2, half-width t(1)·√2/√2.
+    assert (modes["comparison"], modes["cliff_rate_diff"], modes["collapse_rate_diff"]) == ("isolated - shared", 0.0, 0.0)
+    assert (modes["collapse_rate_lo"], modes["collapse_rate_hi"]) == (approx(-T1, rel=1e-4), approx(T1, rel=1e-4))
 
 
 def test_a_one_role_workflow_is_reported_under_both_modes_from_one_run(experiment: Path) -> None:
@@ -330,6 +356,9 @@ def test_diagnostics_per_role_amplification_shares_and_norm_ratios(experiment: P
 CLIFF_AT_40 = [0.3, 0.6, 0.7, 0.72, 0.3, 0.2]  # peak 0.72 @ 30; onset 40; the interval before it starts at 30
 CLIFF_AT_30 = [0.3, 0.6, 0.72, 0.3, 0.2, 0.1]  # peak @ 20; onset 30
 NO_CLIFF = [0.3, 0.4, 0.5, 0.55, 0.6, 0.6]
+# Falls from its base from the first checkpoint on, its peak the base (step 0): a collapse, not a cliff
+# (the rule before collapses had a name of their own flagged it a cliff with onset 30).
+FELL = [0.3, 0.28, 0.25, 0.2, 0.15, 0.1]
 LOW, HIGH = 1.7, 2.6  # amplification before and after the jump; 2.6 > 1.7 · 1.25 = 2.125
 
 
@@ -357,6 +386,8 @@ def mechanism_store(experiment: Path):
         cell("eval_opt", "shared", 0): (CLIFF_AT_30, shares(eval_opt_shares)),
         # No role with several agents: no amplification.
         cell("eval_opt", "isolated", 0): (CLIFF_AT_30, shares(eval_opt_shares)),
+        # Falls from its base, the share rising at 16 as in seed 0: a collapse, no cliff to precede.
+        cell("eval_opt", "shared", 1): (FELL, shares(eval_opt_shares)),
     }
     results = [r for c, (curve, rows) in cells.items() for r in (training(c, rows), *evaluations(c, curve))]
     return config, fill(config, results)
@@ -371,7 +402,7 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
         "kl_mean", "damper_scale_mean",
     ]  # fmt: skip
     rows = {(r["workflow"], r["policy"], r["seed"]): r for r in records(table)}
-    assert len(rows) == 8
+    assert len(rows) == 9
 
     precedes = rows[("voting", "isolated", 0)]
     assert (precedes["cliff"], precedes["cliff_onset"], precedes["signal"], precedes["signal_role"]) == (True, 40, "amplification", "generator")
@@ -397,9 +428,15 @@ def test_mechanism_verdicts_on_constructed_curves(experiment: Path) -> None:
     for key in (("single", "shared", 0), ("single", "isolated", 0), ("eval_opt", "isolated", 0)):
         assert (rows[key]["signal"], rows[key]["verdict"], rows[key]["rose"]) == (None, "n/a", None), key
 
+    # Its signal rose, over the whole run as a calm run's; but it fell from its base: neither side.
+    collapse = rows[("eval_opt", "shared", 1)]
+    assert (collapse["cliff"], collapse["cliff_onset"], collapse["rose"], collapse["rise_step"], collapse["lead"], collapse["verdict"]) == (
+        False, None, True, 16, None, "collapse"
+    )  # fmt: skip
+
     assert table.attrs["caption"] == (
         "cliff cells with a signal: 2 precede, 1 coincide, 1 absent (of 4); "
-        "cells without a cliff: the signal rose in 1 of 1"
+        "cells without a cliff: the signal rose in 1 of 1; 1 collapse (no real peak) in neither"
     )
 
 
@@ -417,6 +454,9 @@ def test_assess_edge_cases() -> None:
     assert assess(rising, 10, [0, 8, 10], rule)["verdict"] == "precedes"
     # A rise after the onset does not count.
     assert assess(rising, 7, [0, 7], rule)["verdict"] == "absent"
+    # A collapse (no cliff, the run fell from its base) is told apart from a calm run.
+    assert assess(rising, None, [0, 10], rule, collapse=True) == {**assess(rising, None, [0, 10], rule), "verdict": "collapse"}
+    assert assess(rising, None, [0, 10], rule)["verdict"] == "no cliff"
 
 
 # --- formats -------------------------------------------------------------------------------
@@ -593,7 +633,7 @@ def test_every_table_in_every_format_through_the_cli(experiment: Path) -> None:
     assert latex.startswith("\\begin{tabular}{llllrrrrrr}\n")
     assert "n\\_seeds & base\\_mean & peak\\_mean & final$\\pm$ci & gain$\\pm$ci & cliff\\_rate" in latex
     latex = run_cli("report", "-c", experiment, *sets, "--table", "seeds", "--format", "latex", "--wide").stdout
-    assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrr}\n") and "base\\_lo" in latex
+    assert latex.startswith("\\begin{tabular}{llllrrrrrrrrrrrrrrr}\n") and "base\\_lo" in latex
     grouped = run_cli("report", "-c", experiment, *sets, "--table", "summary", "--group-by", "policy", "--only", "seed=0", "--format", "csv")
     lines = grouped.stdout.splitlines()
     assert [line.split(",")[3] for line in lines[1:]] == ["shared"] * 3 + ["isolated"] * 3
@@ -667,7 +707,7 @@ def test_a_new_evaluation_reuses_its_cells_training_part(experiment: Path, monke
         db.execute("delete from cell_summaries")
         db.execute("delete from cell_trainings")
     fresh = build_tables(path, config)
-    assert len(computed) == 7  # every run
+    assert len(computed) == 8  # every run
     for name in TABLE_NAMES:
         pd.testing.assert_frame_equal(incremental[name], fresh[name])
         assert incremental[name].attrs == fresh[name].attrs

@@ -149,7 +149,7 @@ def record_of(training: dict, evals: pd.DataFrame, roles: pd.DataFrame, analysis
     if kept is not None:
         values = pd.Series(kept["values"], index=pd.Index(kept["steps"], dtype="int64"), dtype="float64")
         signal = Signal(kept["name"], kept["role"], values)
-    record.update(assess(signal, curve.cliff_onset, steps, analysis))
+    record.update(assess(signal, curve.cliff_onset, steps, analysis, collapse=curve.signature == "collapse"))
     if training["train_roles"]:
         train_roles = pd.DataFrame(training["train_roles"], columns=_TRAIN_ROLE_COLUMNS)
         record.update(intervention_signals(train_roles.astype({"step": "int64", "value": "float64"}), curve.cliff_onset))

@@ -14,14 +14,17 @@ zero by construction.
 
 Cells are paired by seed (same base model, same problems, same seed), and only
 seeds present on both sides count (``n_pairs``). For peak, final, gain and the
-cliff indicator (whose mean difference is the difference in cliff rate) the table
-gives the mean paired difference and its Student-t interval (see
-``matrixrl.analysis.seeds``), which needs two pairs or more; with one pair the
-bounds are missing. For the 0/1 cliff indicator and few seeds this interval is a
-rough guide only.
+cliff and collapse indicators (whose mean differences are the differences in cliff
+and collapse rate; a collapse is a run that fell far below its base without a real
+peak, ``analysis.curves``) the table gives the mean paired difference and its
+Student-t interval (see ``matrixrl.analysis.seeds``), which needs two pairs or more;
+with one pair the bounds are missing. For a 0/1 indicator and few seeds this
+interval is a rough guide only.
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
@@ -31,7 +34,7 @@ from matrixrl.config.sweeps import spelled as _text
 
 CONTROL = "single"
 POLICY_PAIR = ("isolated", "shared")
-METRICS = ("peak", "final", "gain", "cliff_rate")
+METRICS = ("peak", "final", "gain", "cliff_rate", "collapse_rate")
 COMPARE_COLUMNS = [
     "workflow", "task", "scale", "policy", "comparison", "n_pairs",
     *(f"{metric}_{part}" for metric in METRICS for part in ("diff", "lo", "hi")),
@@ -41,7 +44,8 @@ COMPARE_COLUMNS = [
 def paired_row(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) -> dict:
     """Mean paired difference (treated − control) per metric over the seeds both have.
 
-    Both frames: one row per seed with ``seed, peak, final, gain, cliff``.
+    Both frames: one row per seed with ``seed, peak, final, gain, cliff`` and ``signature``
+    (without it the collapse rate's difference is missing).
     """
     a, b = _by_seed(treated), _by_seed(control)
     seeds = [seed for seed in a if seed in b]
@@ -52,9 +56,12 @@ def paired_row(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) 
     return row
 
 
-def _by_seed(cells: pd.DataFrame | list[dict]) -> dict[int, tuple[float, float, float, float]]:
+def _by_seed(cells: pd.DataFrame | list[dict]) -> dict[int, tuple[float, ...]]:
     # Plain tuples: a handful of seeds per side, where pandas joins cost milliseconds each.
     columns = [[float(v) for v in _listed(cells, c)] for c in ("peak", "final", "gain", "cliff")]
+    has_signature = "signature" in (cells.columns if isinstance(cells, pd.DataFrame) else (cells[0] if cells else {}))
+    signatures = _listed(cells, "signature") if has_signature else [None] * len(columns[0])
+    columns.append([math.nan if not isinstance(s, str) else float(s == "collapse") for s in signatures])
     return {int(seed): values for seed, *values in zip(_listed(cells, "seed"), *columns)}
 
 
@@ -67,7 +74,7 @@ def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) ->
     """The built-in comparison rows (``COMPARE_COLUMNS``, extra axes after ``policy``) that
     ``per_cell`` has cells for.
 
-    ``per_cell``: one row per cell with the axes and ``peak, final, gain, cliff``.
+    ``per_cell``: one row per cell with the axes and ``peak, final, gain, cliff, signature``.
     Cells are paired on every other axis, extra axes too; a ``single`` control
     that an extra axis does not affect (``workflows.voting.n_votes``) is the control
     of every value. Rows with no seed in common are left out.
@@ -117,6 +124,8 @@ def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float 
     extra = extra_axes(per_cell.columns)
     keys = [a for a in ["workflow", "task", "scale", "policy", *extra] if a != axis]
     values = ["seed", "peak", "final", "gain", "cliff"]
+    if "signature" in per_cell.columns:
+        values.append("signature")
     if "amplification_mean" in per_cell.columns:
         values.append("amplification_mean")
     per_cell = per_cell[per_cell[axis].notna()]

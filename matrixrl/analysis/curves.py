@@ -14,8 +14,9 @@ problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
   ``peak_gain_z``: those differences in standard errors of the difference,
   sqrt(se_a^2 + se_base^2) (how far beyond evaluation noise; the peak is the best of
   several checkpoints, so its z is biased upwards).
-- Terminal cliff: the run ends far below its own peak and does not recover.
-  A cell has a cliff iff all of
+- Terminal cliff: training raised accuracy, then the run fell far below that peak
+  and did not recover. A cell has a cliff iff all of
+    0. the peak is a real rise: ``peak_step`` > 0 and ``peak_gain_z >= noise_se``;
     1. final <= peak - delta;
     2. peak - final > noise_se * se, with the standard error of the difference
        se = sqrt(se_peak^2 + se_final^2);
@@ -24,12 +25,18 @@ problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
   final unbroken run below the threshold, and after ``peak_step``), else None;
   ``pre_onset`` the checkpoint before it (the cliff happened between the two).
+- Collapse: the run ends far below its base, measured as a cliff's drop is but from
+  the base: final <= base - delta and base - final > noise_se SEs of the difference
+  (``-gain_z > noise_se``), without a cliff. A run with a real peak that ends that far
+  below its base always meets conditions 1-3 (its drop from the peak is the rise plus
+  the loss, each beyond noise), so a collapse is a run that never rose beyond noise:
+  the optimizer failing from the start, not a peak followed by a cliff.
 - ``drop_z``: peak - final in standard errors of the difference (condition 2's figure);
   ``base_se``: the base evaluation's standard error.
 - ``signature``: how the run ended, for comparing failure patterns (docs/report.md,
-  claims): ``cliff``; else ``decline`` (``drop_z > noise_se``: the final is below
-  the run's own peak beyond noise); else ``no gain`` (``gain_z <= noise_se``, losses
-  included); else ``gain``.
+  claims): ``cliff``; else ``collapse``; else ``decline`` (``drop_z > noise_se``: the
+  final is below the run's own peak beyond noise); else ``no gain``
+  (``gain_z <= noise_se``, losses included); else ``gain``.
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ if TYPE_CHECKING:
 
 # Absorbs float rounding in "<= peak - delta" (e.g. 0.7 - 0.1 == 0.5999999999999999).
 _TOL = 1e-12
+
+SIGNATURES = ("cliff", "collapse", "decline", "no gain", "gain")
+"""Every ``signature`` a run can end with, the failures first (all but ``gain``)."""
 
 
 @dataclass(frozen=True)
@@ -148,13 +158,22 @@ def summarize_curve(
             return math.sqrt(acc[i] * (1 - acc[i]) / ns[i])
         return float(given)
 
+    noise = analysis.cliff_noise_se
     drop = peak - final
     se_drop = math.hypot(error(peak_i), error(last))
-    cliff = below[last] and drop > analysis.cliff_noise_se * se_drop and onset_i <= last
+    peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
+    # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
+    real_peak = peak_i > 0 and peak_gain_z >= noise
+    cliff = real_peak and below[last] and drop > noise * se_drop and onset_i <= last
     drop_z = _z(drop, se_drop)
     gain_z = _z(final - base, math.hypot(error(last), error(0)))
-    noise = analysis.cliff_noise_se
-    signature = "cliff" if cliff else "decline" if drop_z > noise else "gain" if gain_z > noise else "no gain"
+    collapse = not cliff and final <= base - analysis.cliff_delta + _TOL and -gain_z > noise
+    if cliff:
+        signature = "cliff"
+    elif collapse:
+        signature = "collapse"
+    else:
+        signature = "decline" if drop_z > noise else "gain" if gain_z > noise else "no gain"
 
     return CurveSummary(
         base=base,
@@ -165,7 +184,7 @@ def summarize_curve(
         gain=final - base,
         peak_gain=peak - base,
         gain_z=gain_z,
-        peak_gain_z=_z(peak - base, math.hypot(error(peak_i), error(0))),
+        peak_gain_z=peak_gain_z,
         cliff=bool(cliff),
         cliff_onset=step_list[onset_i] if cliff else None,
         n_checkpoints=len(acc),

@@ -37,7 +37,10 @@ before the onset (step P) and the onset checkpoint (step O):
 Cells without a cliff get the same ``baseline``, ``change``, ``rose`` and
 ``rise_step`` over their whole run and the verdict ``no cliff`` (``n/a`` without
 a signal), so one can see whether the signal rises as often where nothing
-collapses — that is, whether it discriminates at all.
+collapses — that is, whether it discriminates at all. A ``collapse`` (the run fell
+far below its base without a real peak, ``analysis.curves``) gets the same figures
+and the verdict ``collapse``: it has no cliff for the signal to precede, and it is
+no calm run either, so it counts on neither side.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from matrixrl.analysis.diagnostics import share_table
 from matrixrl.analysis.axes import axes_of
 from matrixrl.config import Analysis
 
-VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff")
+VERDICTS = ("precedes", "coincides", "absent", "n/a", "no cliff", "collapse")
 FIELDS = ("signal", "signal_role", "baseline", "change", "rose", "rise_step", "lead", "verdict")
 
 
@@ -84,8 +87,11 @@ def signal_of(frame: pd.DataFrame, policy: str, dominant_role: str | None, share
     return Signal("share", dominant_role, shares[dominant_role].astype(float))
 
 
-def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int], analysis: Analysis) -> dict:
-    """The mechanism fields of one cell (``FIELDS``; see the module docstring)."""
+def assess(
+    signal: Signal | None, cliff_onset: int | None, eval_steps: list[int], analysis: Analysis, *, collapse: bool = False
+) -> dict:
+    """The mechanism fields of one cell (``FIELDS``; see the module docstring); ``collapse``: the
+    cell's run collapsed (its ``signature``), which only a cell without a cliff can."""
     out = {"signal": None, "signal_role": None, "baseline": None, "change": None, "rose": None,
            "rise_step": None, "lead": None, "verdict": "n/a"}  # fmt: skip
     if signal is None:
@@ -108,7 +114,7 @@ def assess(signal: Signal | None, cliff_onset: int | None, eval_steps: list[int]
     out["rose"] = rise_step is not None
     out["rise_step"] = rise_step
     if cliff_onset is None:
-        out["verdict"] = "no cliff"
+        out["verdict"] = "collapse" if collapse else "no cliff"
         return out
     before = [s for s in eval_steps if s < cliff_onset]
     interval_start = max(before) if before else 0
@@ -125,10 +131,12 @@ def mechanism_caption(table: pd.DataFrame) -> str:
     rows = list(zip(table["cliff"].tolist(), table["verdict"].tolist(), table["rose"].tolist()))
     counted = Counter(verdict for cliff, verdict, _ in rows if bool(cliff) and verdict != "n/a")
     calm = [bool(rose) for cliff, verdict, rose in rows if not bool(cliff) and verdict == "no cliff"]
+    collapses = sum(verdict == "collapse" for _, verdict, _ in rows)
     return (
         f"cliff cells with a signal: {counted['precedes']} precede, {counted['coincides']} coincide, "
         f"{counted['absent']} absent (of {counted.total()}); "
         f"cells without a cliff: the signal rose in {sum(calm)} of {len(calm)}"
+        + (f"; {collapses} collapse{'s' if collapses > 1 else ''} (no real peak) in neither" if collapses else "")
     )
 
 

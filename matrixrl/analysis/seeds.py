@@ -29,6 +29,7 @@ SEEDS_COLUMNS = [
     *GROUP_AXES,
     *(f"{figure}_{part}" for figure in FIGURES for part in ("mean", "lo", "hi")),
     "cliff_rate",
+    "collapse_rate",
     "n_seeds",
 ]
 
@@ -64,8 +65,10 @@ def _t_quantile(confidence: float, dof: int) -> float:
 def seeds_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """One row per (workflow, task, scale, policy, extra axes) over its seeds (``SEEDS_COLUMNS``).
 
-    ``per_cell`` has the axes and ``base, peak, final, gain, cliff`` per cell (one
-    row per seed). Groups appear in the order of their first row.
+    ``per_cell`` has the axes and ``base, peak, final, gain, cliff, signature`` per cell (one
+    row per seed). Groups appear in the order of their first row. ``cliff_rate`` and
+    ``collapse_rate``: the seeds whose run ends in a cliff, or a collapse (``signature``), of
+    all its seeds.
     """
     per_cell = PerCell.of(per_cell)
     rows = []
@@ -77,6 +80,7 @@ def seeds_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> p
             row[f"{figure}_mean"], row[f"{figure}_lo"], row[f"{figure}_hi"] = t_interval(values, confidence)
         cliffs = [bool(cell["cliff"]) for cell in group]
         row["cliff_rate"] = sum(cliffs) / len(cliffs)
+        row["collapse_rate"] = sum(cell.get("signature") == "collapse" for cell in group) / len(cliffs)
         row["n_seeds"] = len(cliffs)
         rows.append(row)
     columns = [*GROUP_AXES, *groups[len(GROUP_AXES):], *SEEDS_COLUMNS[len(GROUP_AXES):]]

@@ -5,7 +5,8 @@ Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
 Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
 ``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
 ``gain_z`` and ``peak_gain_z`` (final and peak minus base, in standard errors),
-``cliff``, ``cliff_onset``, ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
+``cliff``, ``cliff_onset``, ``signature`` (how the run ended: ``cliff``, ``collapse``,
+``decline``, ``no gain`` or ``gain``), ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
 then, per role and per metric the role has (``answer_acc`` for roles that propose
 an answer, ``verdict_acc`` for roles that judge one, ``disagreement`` for roles with
 parallel agents: the fraction of episodes whose agents' answers differ), its value
@@ -37,6 +38,7 @@ SUMMARY_COLUMNS = [
     "peak_gain_z",
     "cliff",
     "cliff_onset",
+    "signature",
     "n_checkpoints",
 ]
 INTERVENTION_SUFFIXES = tuple(f"{metric}_mean" for metric in INTERVENTION_METRICS)

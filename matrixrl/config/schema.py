@@ -485,10 +485,15 @@ class Analysis(Strict):
     model_config = ConfigDict(**Strict.model_config, allow_inf_nan=False)
 
     cliff_delta: float = Field(
-        0.10, ge=0, le=1, description="accuracy drop below the peak that counts as a cliff (0.10: 10 points)"
+        0.10,
+        ge=0,
+        le=1,
+        description="accuracy drop below the peak that counts as a cliff, or below the base as a collapse (0.10: 10 points)",
     )
     cliff_noise_se: float = Field(
-        2.0, ge=0, description="standard errors of the evaluation (per-problem means) the drop must exceed"
+        2.0,
+        ge=0,
+        description="standard errors of the evaluation (per-problem means) the drop must exceed, and a cliff's peak rise over the base",
     )
     final_tail_k: int = Field(3, ge=1, description="last checkpoints averaged into final_tail")
     confidence: float = Field(0.95, gt=0, lt=1, description="level of the Student-t intervals across seeds")

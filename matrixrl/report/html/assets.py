@@ -47,6 +47,7 @@ table.matrix td.task-edge, table.matrix th.task-edge { border-left: 2px solid #9
 .square span.label { float: left; color: inherit; opacity: 0.75; }
 .square.cliff a { border-color: #000; border-width: 3px; }
 .square span.cliff { background: #000; color: #fff; text-align: center; font-weight: 600; }
+.square span.collapse { border-top: 1px dashed #000; color: #000; text-align: center; font-weight: 600; }
 .square.same a { opacity: 0.55; border-style: dashed; }
 .square.none a { color: #888; text-align: center; padding: 0.6rem 0.2rem; }
 .scale-bar { display: inline-block; width: 9rem; height: 0.8rem; vertical-align: middle; border: 1px solid #ccc; }

@@ -80,8 +80,8 @@ def _colour_scale(squares: Sequence[Square]) -> float:
 
 
 def square_html(square: Square, full: float, edge: bool) -> str:
-    """One ``<td class="square">``: peak and final gain (full colour at ±``full``), the cliff mark,
-    a link to its card."""
+    """One ``<td class="square">``: peak and final gain (full colour at ±``full``), the cliff or
+    collapse mark, a link to its card."""
     edge_class = " task-edge" if edge else ""
     if square.rows.empty:
         return (
@@ -90,6 +90,7 @@ def square_html(square: Square, full: float, edge: bool) -> str:
         )
     n = len(square.rows)
     cliffs = int(square.rows["cliff"].astype(bool).sum())
+    collapses = _collapses(square)
     seeds = f"mean of {n} seeds" if n > 1 else f"seed {square.rows['seed'].iloc[0]}"
     tip = [f"{square.label} ({seeds})"]
     parts = []
@@ -109,6 +110,10 @@ def square_html(square: Square, full: float, edge: bool) -> str:
         mark = f"cliff {cliffs}/{n}" if n > 1 else f"cliff @{onsets[0]}" if onsets else "cliff"
         parts.append(f'<span class="cliff">▼ {mark}</span>')
         tip.append(f"terminal cliff in {cliffs} of {n} seed(s), onset {', '.join(map(str, onsets))}")
+    if collapses:
+        classes += " collapse"
+        parts.append(f'<span class="collapse">▽ {f"collapse {collapses}/{n}" if n > 1 else "collapse"}</span>')
+        tip.append(f"collapse (fell far below its base, with no real peak) in {collapses} of {n} seed(s)")
     if square.same_as:
         classes += " same"
         tip.append(f"one role: the same runs as {square.same_as}")
@@ -160,14 +165,23 @@ def matrix_html(cells: pd.DataFrame, squares: Mapping[tuple, Square], n_seeds: i
         )
     over = f"mean over {n_seeds} seeds" if n_seeds > 1 else "one seed"
     same = any(s.same_as for s in squares.values())
+    collapsed = any(_collapses(s) for s in squares.values())
     legend = (
         f'<p class="legend">Each square: peak − base and final − base (the gain) of one cell, {over}; '
         f'<span class="scale-bar" style="background:linear-gradient(to right, {_colour(-full, full)[0]}, #fff, '
         f'{_colour(full, full)[0]})"></span> −{full:.2f} … +{full:.2f}; ▼ a terminal cliff (its onset step); '
+        + ("▽ a collapse: far below its base, with no real peak before; " if collapsed else "")
         + ("dashed: a one-role workflow's isolated cell, the same runs as its shared one. " if same else "")
         + "A square links to its cell's curve and numbers below.</p>"
     )
     return f'<section id="matrix">{"".join(blocks)}{legend}</section>'
+
+
+def _collapses(square: Square) -> int:
+    """The square's seeds whose run collapsed (``signature``; rows built without one have none)."""
+    if square.rows.empty or "signature" not in square.rows.columns:
+        return 0
+    return int((square.rows["signature"] == "collapse").sum())
 
 
 def _square_at(squares: Mapping[tuple, Square], fixed: tuple, combo: tuple) -> Square | None:
@@ -242,6 +256,7 @@ def card_rows(square: Square, diagnostics: pd.DataFrame, mechanism: pd.DataFrame
             "final": value_text(row["final"], "final"),
             "gain": value_text(row["gain"], "gain"),
             "cliff@onset": joined["cliff@onset"].text(row["cliff"], row["cliff_onset"]),
+            "signature": value_text(row.get("signature"), "signature"),
             "dominant (share)": _role_and(d, "dominant_role", "dominant_share"),
             "amplified (mean)": _role_and(d, "amplified_role", "amplification_mean"),
             "mechanism": "—" if m is None else value_text(m["verdict"], "verdict"),
