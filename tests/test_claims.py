@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report_tables import MECHANISM, NO_CLIFF, CLIFF_AT_40, amplification, evaluations, fill, jump, shares, training
+from test_report_tables import FELL, MECHANISM, NO_CLIFF, CLIFF_AT_40, amplification, evaluations, fill, jump, shares, training
 
 from conftest import run_cli
 from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson, share_difference
@@ -119,11 +119,12 @@ def test_the_studys_story_supports_claims_1_3_4_and_5(experiment: Path) -> None:
     four = claims[4]
     assert (four["estimate"], four["lo"]) == (1.0, approx(0.025 ** (1 / 6)))
     assert four["why"] == "isolated's higher in 6 of 6; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00)"
-    # 5: the 6 shared failures are all "no gain", the 6 isolated ones all cliffs: 6/6 - 0/6.
+    # 5: in each configuration shared's failure is "no gain" (not a cliff: share 1), isolated's a cliff
+    # (share 0): shared's share is higher in 6 of 6 configurations, [0.025^(1/6), 1], as claim 4's.
     five = claims[5]
-    u = 1 - 0.025 ** (1 / 6)
-    assert (five["estimate"], five["lo"], five["hi"]) == (1.0, approx(1 - math.sqrt(2) * u), 1.0)
-    assert five["why"] == "cliff/decline/no gain/gain: shared 0/0/6/0, isolated 6/0/0/0"
+    assert (five["estimate"], five["lo"], five["hi"], five["null"]) == (1.0, approx(0.025 ** (1 / 6)), 1.0, 0.5)
+    assert five["why"] == "cliff/collapse/decline/no gain/gain: shared 0/0/0/6/0, isolated 6/0/0/0/0"
+    assert five["evidence"] == "6/6: 1.00 [0.54, 1.00]"
     assert claims[6]["why"] == "no isolated cell with an amplification signal (gradient diagnostics)"
 
 
@@ -134,7 +135,8 @@ def test_the_mirror_story_contradicts_claims_3_4_and_5(experiment: Path) -> None
     assert claims[3]["estimate"] == approx(-0.34) and claims[3]["hi"] < 0
     assert (claims[4]["estimate"], claims[4]["hi"]) == (0.0, approx(1 - 0.025 ** (1 / 6)))
     assert claims[4]["evidence"] == "0/6: 0.00 [0.00, 0.46]"
-    assert claims[5]["estimate"] == -1.0 and claims[5]["why"] == "cliff/decline/no gain/gain: shared 6/0/0/0, isolated 0/0/6/0"
+    assert (claims[5]["estimate"], claims[5]["hi"]) == (0.0, approx(1 - 0.025 ** (1 / 6)))
+    assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 6/0/0/0/0, isolated 0/0/0/6/0"
 
 
 def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
@@ -169,10 +171,12 @@ def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
     # 4: isolated cliffs in 4, shared in 1 (voting pyfunc, with isolated's): 3 configurations differ.
     assert (claims[4]["estimate"], claims[4]["lo"]) == (1.0, approx(0.025 ** (1 / 3)))
     assert claims[4]["why"] == "isolated's higher in 3 of 3; cliff rates 0.67 isolated, 0.17 shared (Δ +0.50)"
-    # 5: not cliffs: 5 of shared's 6 failures, 2 of isolated's 6.
-    assert claims[5]["why"] == "cliff/decline/no gain/gain: shared 1/3/2/0, isolated 4/0/2/0"
-    d, lo, hi = share_difference(5, 6, 2, 6)
-    assert (claims[5]["estimate"], claims[5]["lo"], claims[5]["hi"]) == (approx(0.5), approx(lo), approx(hi)) and lo < 0
+    # 5: every configuration fails under both modes. Not cliffs, shared against isolated: voting arith,
+    # eval_opt arith and orch_workers arith 1 against 0, voting pyfunc 0 against 0, the flat pairs 1 against 1:
+    # 3 configurations differ, all shared's way, and 3 of 3 is not enough.
+    assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 1/0/3/2/0, isolated 4/0/0/2/0"
+    assert (claims[5]["estimate"], claims[5]["lo"], claims[5]["hi"]) == (1.0, approx(0.025 ** (1 / 3)), 1.0)
+    assert claims[5]["evidence"] == "3/3: 1.00 [0.29, 1.00]"
 
 
 def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(experiment: Path) -> None:
@@ -183,7 +187,7 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
     assert (claims[1]["verdict"], claims[1]["estimate"], claims[1]["hi"]) == ("contradicted", 0.0, approx(1 - 0.025 ** (1 / 6)))
     assert (claims[4]["verdict"], claims[5]["verdict"]) == ("untestable", "untestable")
     assert claims[4]["why"] == "no terminal cliff in the 12 paired cells"
-    assert claims[5]["why"] == "no paired cell cliffs; cliff/decline/no gain/gain: shared 0/6/0/0, isolated 0/6/0/0"
+    assert claims[5]["why"] == "no paired cell cliffs; cliff/collapse/decline/no gain/gain: shared 0/0/6/0/0, isolated 0/0/6/0/0"
 
     # One configuration, three seeds: its seeds' pairs are the units. Peaks isolated - shared: 0.1, 0.12, 0.08.
     config = config_for(experiment, "[voting]", task="[arith]", seed="[0, 1, 2]")
@@ -302,9 +306,9 @@ def share_rows(role: str, others: tuple[str, ...], rises_at: int | None) -> list
 ROLES = {"voting": ("generator", ("aggregator",)), "orch_workers": ("worker", ("orchestrator", "synthesizer"))}
 
 
-def mechanism_study(experiment: Path, cells: dict) -> dict[int, dict]:
-    """``cells``: ``{(workflow, policy, seed): (curve, signal rises at: a step or None)}``; the signal is
-    amplification (its role jumping 1.7 → 2.6) under isolated and the dominant share under shared."""
+def mechanism_results(experiment: Path, cells: dict):
+    """(config, results) of ``cells``: ``{(workflow, policy, seed): (curve, signal rises at: a step or None)}``;
+    the signal is amplification (its role jumping 1.7 → 2.6) under isolated and the dominant share under shared."""
     config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
     results = []
     for (workflow, policy, seed), (curve, at) in cells.items():
@@ -315,7 +319,11 @@ def mechanism_study(experiment: Path, cells: dict) -> dict[int, dict]:
         else:
             rows = share_rows(role, others, at)
         results += [training(c, rows), *evaluations(c, curve)]
-    return claims_of(config, results)
+    return config, results
+
+
+def mechanism_study(experiment: Path, cells: dict) -> dict[int, dict]:
+    return claims_of(*mechanism_results(experiment, cells))
 
 
 def four(workflow: str, policy: str, curve, at) -> dict:
@@ -379,6 +387,60 @@ def test_every_cell_collapsing_leaves_no_control(experiment: Path) -> None:
     })  # fmt: skip
     assert claims[6]["verdict"] == "untestable"
     assert claims[6]["why"] == "every isolated cell with an amplification signal ends in a cliff: no control"
+
+
+# --- a collapse is not a cliff ---------------------------------------------------------------
+
+def test_a_collapse_is_a_failure_for_claim_5_and_never_a_cliff_for_claims_4_6_7_or_the_mechanism(experiment: Path) -> None:
+    """Voting collapses after a real peak (a cliff) in every run, its signal rising first in both modes;
+    orch_workers learns in three seeds and in the fourth falls from its base, its signal rising too."""
+    config, results = mechanism_results(experiment, {
+        **four("voting", "isolated", CLIFF_AT_40, 21), **four("voting", "shared", CLIFF_AT_40, 15),
+        **{("orch_workers", mode, s): (NO_CLIFF, None) for mode in ("isolated", "shared") for s in range(3)},
+        ("orch_workers", "isolated", 3): (FELL, 21), ("orch_workers", "shared", 3): (FELL, 15),
+    })  # fmt: skip
+    path = fill(config, results)
+    frames = build_tables(path, config, ["claims", "summary", "mechanism"])
+    fell = {(r["policy"], r["seed"]): r for r in json.loads(frames["summary"].to_json(orient="records")) if r["workflow"] == "orch_workers"}
+    assert [(fell[(mode, 3)]["signature"], fell[(mode, 3)]["cliff"]) for mode in ("isolated", "shared")] == [("collapse", False)] * 2
+    assert {fell[(mode, s)]["signature"] for mode in ("isolated", "shared") for s in range(3)} == {"gain"}
+    # The mechanism table: a collapse's signal rose, but it has no cliff to precede and is no calm run.
+    mechanism = {(r["workflow"], r["policy"], r["seed"]): r for r in json.loads(frames["mechanism"].to_json(orient="records"))}
+    collapsed = mechanism[("orch_workers", "isolated", 3)]
+    assert (collapsed["cliff"], collapsed["rose"], collapsed["rise_step"], collapsed["verdict"]) == (False, True, 22, "collapse")
+    assert mechanism[("orch_workers", "shared", 3)]["verdict"] == "collapse"
+    assert frames["mechanism"].attrs["caption"] == (
+        "cliff cells with a signal: 8 precede, 0 coincide, 0 absent (of 8); "
+        "cells without a cliff: the signal rose in 0 of 6; 2 collapses (no real peak) in neither"
+    )
+    claims = {r["claim"]: r for r in json.loads(frames["claims"].to_json(orient="records"))}
+    # 4: voting cliffs in every seed of both modes, orch_workers in none (its collapses are named apart):
+    # no configuration differs, and cliff rates are 4 of 8 cells a mode, not 5.
+    assert claims[4]["why"] == "equal in every configuration; cliff rates 0.50 isolated, 0.50 shared (Δ +0.00); 2 collapses"
+    # 6 and 7: 4 cliffs whose signal preceded against the 3 calm runs, whose signal never rose; the collapse,
+    # whose signal rose by step 30, is on neither side (as a calm run it would make it 1 of 4: inconclusive).
+    for claim in (6, 7):
+        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("supported", 7)
+        assert claims[claim]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 3 without one"
+    # 5: the collapse is a failure, and not a cliff: in orch_workers each mode's one failure is a collapse
+    # (share not cliffs 1 and 1), in voting each mode's four are cliffs (0 and 0): alike in both.
+    assert (claims[5]["verdict"], claims[5]["estimate"]) == ("inconclusive", None)
+    assert claims[5]["why"] == "equal in every configuration; cliff/collapse/decline/no gain/gain: shared 4/1/0/0/3, isolated 4/1/0/0/3"
+
+
+def test_one_configuration_with_six_seeds_is_one_unit_for_claims_4_and_5(experiment: Path) -> None:
+    """Isolated's six seeds fall off a cliff, shared's six collapse from their base: counted by cells, claim 5
+    would read +1.00 [+0.35, +1.00] ("supported") where claim 4 reads 1 of 1. Both count configurations."""
+    config = config_for(experiment, "[voting]", task="[arith]", seed="[0, 1, 2, 3, 4, 5]")
+    results = [e for seed in range(6) for e in (*evaluations(cell("voting", "isolated", seed=seed), CLIFF(0.7)),
+                                                 *evaluations(cell("voting", "shared", seed=seed), [0.3, 0.28, 0.24, 0.2]))]  # fmt: skip
+    claims = claims_of(config, results)
+    one = (1.0, approx(0.025), 1.0, "1/1: 1.00 [0.03, 1.00]", "inconclusive", 12, 6)
+    for n in (4, 5):
+        row = claims[n]
+        assert (row["estimate"], row["lo"], row["hi"], row["evidence"], row["verdict"], row["n_cells"], row["n_seeds"]) == one, n
+    assert claims[4]["why"] == "isolated's higher in 1 of 1; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00); 6 collapses"
+    assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 0/6/0/0/0, isolated 6/0/0/0/0"
 
 
 # --- the table in the report ---------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 Pure functions of the per-cell records (``analysis.cell``: base, peak, final, gain,
 gain_z, cliff, the failure ``signature``, the mechanism's signal and rise per cell).
+Only a ``cliff`` (a fall after a real peak) is tested as the study's cliff (claims 4, 6,
+7); a ``collapse`` (a fall from the base without one) is a failure of another kind
+(claim 5).
 The rules, and why each test is the one it is, are in docs/report.md ("claims"),
 written before this code; in short:
 
@@ -18,6 +21,11 @@ written before this code; in short:
 Units: multi-agent cells are those of every workflow but ``single``; a configuration
 is a (workflow, task, scale, policy, extra-axis values) over its seeds; pairs are an
 isolated and a shared cell of one configuration and seed, as ``compare`` pairs them.
+Where a claim's figure is measured against the base evaluation that a configuration's
+seeds (and both its modes) share, the configuration is the unit (claims 1, 3, 4, 5;
+claim 2 counts cells but puts the shared base's error into the context's test); the
+mechanism's timing is each training's own, so claims 6 and 7 count cells
+(docs/report.md, "One unit per claim").
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
+from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.seeds import t_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
@@ -39,8 +48,6 @@ CLAIMS_COLUMNS = [
 """The default columns first, in the order they are read; then what was computed, as numbers, and why."""
 MIN_GROUP = 3
 """The fewest cells a group of a difference of shares needs for a verdict (docs/report.md)."""
-OTHER_FAILURES = ("decline", "no gain")
-"""The failure signatures that are not a cliff (``analysis.curves``)."""
 
 FINDINGS = {
     1: ("MARL improves over base", "Multi-agent RL usually improves over the base model."),
@@ -60,7 +67,7 @@ TESTS = {
     2: "OLS gain ~ workflow*task*scale + policy; nested F-tests, omega² of context vs policy",
     3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
     4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
-    5: "share of failures not cliffs, shared - isolated (square-and-add of Clopper-Pearson)",
+    5: "sign test over configurations: share where shared's failures are less often cliffs",
     6: "isolated amplification: precedes among cliffs - rose by the same step without a cliff",
     7: "shared dominant share: precedes among cliffs - rose by the same step without a cliff",
 }
@@ -309,11 +316,13 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
+    collapses = sum(cell.get("signature") == "collapse" for cell in cells)  # named: they are not cliffs
+    aside = f"; {collapses} collapse{'s' if collapses > 1 else ''}" if collapses else ""
     if not any(bool(cell["cliff"]) for cell in cells):
-        return _untestable(f"no terminal cliff in the {len(cells)} paired cells", cells)
+        return _untestable(f"no terminal cliff in the {len(cells)} paired cells{aside}", cells)
     diffs = [sum(bool(i["cliff"]) - bool(s["cliff"]) for i, s in group) / len(group) for group in pairs]
     rates = [sum(bool(pair[side]["cliff"]) for group in pairs for pair in group) / (len(cells) / 2) for side in (0, 1)]
-    described = f"cliff rates {rates[0]:.2f} isolated, {rates[1]:.2f} shared (Δ {_mean(diffs):+.2f})"
+    described = f"cliff rates {rates[0]:.2f} isolated, {rates[1]:.2f} shared (Δ {_mean(diffs):+.2f}){aside}"
     k, m = sum(d > 0 for d in diffs), sum(d != 0 for d in diffs)
     if m == 0:
         return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"equal in every configuration; {described}")
@@ -322,28 +331,42 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
-    """5. Shared policies redistribute failure into other patterns: the non-cliff share of each mode's failures."""
+    """5. Shared policies redistribute failure into other patterns: a sign test over configurations.
+
+    Per configuration that fails under both modes, each mode's share of failing seeds whose failure
+    is not a cliff; of the m configurations where the modes' shares differ, k where shared's is higher.
+    A failure label (``no gain`` above all) is measured against the base evaluation that the
+    configuration's seeds and both its modes share, so its seeds are one unit, not several."""
     pairs = _pairs(rows, extra)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
-    signatures = ("cliff", *OTHER_FAILURES, "gain")
     counts = {
-        mode: [sum(pair[side]["signature"] == s for group in pairs for pair in group) for s in signatures]
+        mode: [sum(pair[side]["signature"] == s for group in pairs for pair in group) for s in SIGNATURES]
         for side, mode in enumerate(("isolated", "shared"))
     }
-    described = "cliff/decline/no gain/gain: " + ", ".join(f"{mode} " + "/".join(map(str, counts[mode])) for mode in ("shared", "isolated"))
+    described = "/".join(SIGNATURES) + ": " + ", ".join(f"{mode} " + "/".join(map(str, counts[mode])) for mode in ("shared", "isolated"))
     if not counts["isolated"][0] and not counts["shared"][0]:
         return _untestable(f"no paired cell cliffs; {described}", cells)
-    failed = {mode: sum(c[:3]) for mode, c in counts.items()}
-    other = {mode: sum(c[1:3]) for mode, c in counts.items()}
-    if not failed["shared"] or not failed["isolated"]:
-        return _untestable(f"no failure under {'shared' if not failed['shared'] else 'isolated'}; {described}", cells)
-    d, lo, hi = share_difference(other["shared"], failed["shared"], other["isolated"], failed["isolated"], confidence)
-    if min(failed.values()) < MIN_GROUP:
-        return _result(d, lo, hi, 0.0, cells, _diff_text(d, lo, hi),
-                       f"under {MIN_GROUP} failures a mode; {described}", "inconclusive")  # fmt: skip
-    return _result(d, lo, hi, 0.0, cells, _diff_text(d, lo, hi), described)
+    diffs = []
+    for group in pairs:
+        shares = [_not_cliff_share([pair[side]["signature"] for pair in group]) for side in (1, 0)]  # shared, isolated
+        if None not in shares:
+            diffs.append(shares[0] - shares[1])
+    if not diffs:
+        return _untestable(f"no configuration fails under both modes; {described}", cells)
+    k, m = sum(d > 0 for d in diffs), sum(d != 0 for d in diffs)
+    if m == 0:
+        return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"equal in every configuration; {described}")
+    lo, hi = clopper_pearson(k, m, confidence)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), described)
+
+
+def _not_cliff_share(signatures: Sequence[str]) -> float | None:
+    """Of the seeds that failed (any signature but ``gain``), the share whose failure is not a cliff;
+    None when none failed."""
+    failed = [signature for signature in signatures if signature != "gain"]
+    return sum(signature != "cliff" for signature in failed) / len(failed) if failed else None
 
 
 def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float) -> dict:
@@ -352,6 +375,7 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
     if not cells:
         return _untestable(f"no {policy} cell with {_a(signal)} signal (gradient diagnostics)")
     cliffs = [row for row in cells if bool(row["cliff"]) and row.get("verdict") in ("precedes", "coincides", "absent")]
+    # The control: runs without a cliff that did not collapse either (a collapse's verdict is ``collapse``).
     calm = [row for row in cells if not bool(row["cliff"]) and row.get("verdict") == "no cliff"]
     if not cliffs:
         return _untestable(f"no {policy} cliff with a testable {signal} signal: nothing to precede", calm)
