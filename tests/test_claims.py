@@ -245,12 +245,13 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     mse = full / 3  # 8 cells - 5 parameters
     ss_context, ss_policy = ssr(False, True) - full, ssr(True, False) - full
     # The two cells of a context share its base evaluation (0.3 of 1000 problems): its variance
-    # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error.
+    # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error,
+    # and a cell's whole variance (both ω²'s denominator).
     error = mse + 2 * 0.3 * 0.7 / 1000
     df_error = 3 * (error / mse) ** 2
     return {
         "p_context": f.sf(ss_context / 3 / error, 3, df_error), "p_policy": f.sf(ss_policy / mse, 1, 3),
-        "omega2_context": (ss_context - 3 * error) / (total + mse), "omega2_policy": (ss_policy - mse) / (total + mse),
+        "omega2_context": (ss_context - 3 * error) / (total + error), "omega2_policy": (ss_policy - mse) / (total + error),
     }  # fmt: skip
 
 
@@ -274,19 +275,29 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
             results += evaluations(cell(workflow, policy, task), [0.3, 0.3 + gain])
     two = claims_of(config, results)[2]
     hand = anova_by_hand(isolated, shared)
+    # A share of variance below 0 is shown, and compared, as 0; its value as computed is in `why`.
+    omega_c, omega_p = max(hand["omega2_context"], 0.0), max(hand["omega2_policy"], 0.0)
     assert two["verdict"] == expected
-    assert two["estimate"] == approx(hand["omega2_context"] - hand["omega2_policy"], abs=1e-9)
-    shown = f"ω² context {hand['omega2_context']:.2f}, policy {hand['omega2_policy']:.2f}".replace("-0.00", "0.00")
-    assert two["evidence"] == shown  # a zero without a sign: "policy 0.00" for -0.0026 (context)
+    assert two["estimate"] == approx(omega_c - omega_p, abs=1e-9)
+    assert two["evidence"] == f"ω² context {omega_c:.2f}, policy {omega_p:.2f}"
     assert two["why"].startswith(f"p context {hand['p_context']:.3g}, policy {hand['p_policy']:.3g}; ")
+    below = [f"{name} {hand[f'omega2_{name}']:.3g}" for name in ("context", "policy") if hand[f"omega2_{name}"] < 0]
+    assert two["why"].endswith(f"; ω² below 0, shown as 0: {', '.join(below)}") == bool(below)
     assert (two["n_cells"], two["lo"], two["hi"]) == (8, None, None)
+    error = 0.0008 / 3 + 0.00042  # MSE + 2 cells · 0.3·0.7/1000
     if expected == "supported":
-        assert hand["p_context"] < 0.05 and hand["omega2_context"] == approx((0.1 - 3 * (0.0008 / 3 + 0.00042)) / (0.1008 + 0.0008 / 3))
-        assert two["why"].endswith("η² main 0.99, interactions 0.00, policy 0.00")  # 0.1 of 0.1008: the main effects
+        assert hand["p_context"] < 0.05 and hand["omega2_context"] == approx((0.1 - 3 * error) / (0.1008 + error))
+        # Policy's ±0.01 crosswise is no main effect: its ω² below 0, shown as 0.
+        assert hand["omega2_policy"] < 0 and two["evidence"].endswith("policy 0.00")
+        assert two["why"].endswith(f"η² main 0.99, interactions 0.00, policy 0.00; ω² below 0, shown as 0: policy {hand['omega2_policy']:.3g}")
     elif expected == "contradicted":
-        assert hand["p_policy"] < 0.05 and hand["omega2_policy"] == approx((0.08 - 0.0008 / 3) / (0.0808 + 0.0008 / 3))
-    else:
+        assert hand["p_policy"] < 0.05 and hand["omega2_policy"] == approx((0.08 - 0.0008 / 3) / (0.0808 + error))
+        # Every context's mean is the same: the context's ω² is far below 0 (its error holds the bases').
+        assert hand["omega2_context"] < -0.01 and two["evidence"].startswith("ω² context 0.00,")
+    else:  # docs/report.md quotes this case's evidence and why
         assert hand["p_context"] > 0.05 and hand["p_policy"] > 0.05
+        assert two["evidence"] == "ω² context 0.00, policy 0.00"
+        assert two["why"].endswith("; ω² below 0, shown as 0: context -0.648, policy -0.104")
 
 
 # --- claims 6 and 7: the mechanism, against its control --------------------------------------
@@ -441,6 +452,12 @@ def test_one_configuration_with_six_seeds_is_one_unit_for_claims_4_and_5(experim
         assert (row["estimate"], row["lo"], row["hi"], row["evidence"], row["verdict"], row["n_cells"], row["n_seeds"]) == one, n
     assert claims[4]["why"] == "isolated's higher in 1 of 1; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00); 6 collapses"
     assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 0/6/0/0/0, isolated 6/0/0/0/0"
+    # Claim 3's peak difference is between two trainings' own checkpoints (the shared base cancels), so
+    # one configuration's seed pairs are its units: isolated's 0.7 against shared's base (0.3), six times,
+    # every one the same: no spread to estimate an interval from.
+    three = claims[3]
+    assert (three["verdict"], three["estimate"], three["lo"], three["evidence"]) == ("inconclusive", approx(0.4), None, "+0.400")
+    assert three["why"] == "isolated higher in 6 of 6 seeds of one configuration, every one +0.400: no spread, no interval"
 
 
 # --- the table in the report ---------------------------------------------------------------

@@ -14,9 +14,11 @@ written before this code; in short:
 - a share k/m has the Clopper–Pearson interval (the sign test's); a difference of two
   independent shares the square-and-add (MOVER) interval of the two Clopper–Pearson
   intervals, with at least :data:`MIN_GROUP` cells a group; a mean difference the
-  Student-t interval (``analysis.seeds.t_interval``);
+  Student-t interval (``analysis.seeds.t_interval``), none where every unit is the same
+  (a zero-width interval would claim certainty);
 - claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
-  the policy main effect, by nested F-tests and ω².
+  the policy main effect, by nested F-tests and ω² (shown at 0 or above, the value
+  as computed in ``why``).
 
 Units: multi-agent cells are those of every workflow but ``single``; a configuration
 is a (workflow, task, scale, policy, extra-axis values) over its seeds; pairs are an
@@ -229,7 +231,10 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
         return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
                        "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
     alpha = 1 - confidence
-    omega_c, omega_p = anova["omega2_context"], anova["omega2_policy"]
+    raw = {"context": anova["omega2_context"], "policy": anova["omega2_policy"]}
+    # ω² is a share of variance: below 0 (its test's F < 1) it estimates none, and is shown and compared as 0.
+    # At any usual level a significant F exceeds 1, so the verdict is the one the raw values would give.
+    omega_c, omega_p = (max(value, 0.0) for value in raw.values())
     if anova["p_context"] < alpha and omega_c > omega_p:
         decided = "supported"
     elif anova["p_policy"] < alpha and omega_p > omega_c:
@@ -242,6 +247,9 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
         f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}; η² main {anova['eta2_main']:.2f}, "
         f"interactions {anova['eta2_interactions']:.2f}, policy {anova['eta2_policy']:.2f}"
     )
+    below = [f"{name} {value:.3g}" for name, value in raw.items() if value < 0]
+    if below:
+        why += f"; ω² below 0, shown as 0: {', '.join(below)}"
     return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
 
 
@@ -258,7 +266,11 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     squared base SE: what the context mean square is expected to be with no context
     effect), its degrees of freedom by Satterthwaite with the base's variance as known;
     ω² of the context subtracts the same. Policy is compared within contexts, where the
-    base cancels: its test is statsmodels' F-test as it is.
+    base cancels: its test is statsmodels' F-test as it is. Both ω² divide by
+    SS_total + MSE + n̄·s̄², the whole variance of one cell's gain (its base's share
+    included) times the cells: SS_total holds n − 1 cells' residual variance and
+    contexts − 1 contexts' base variance, and the error adds the one of each it lacks.
+    The ω² are returned as computed, below 0 too.
     """
     import statsmodels.formula.api as smf
     from scipy.special import fdtrc
@@ -271,16 +283,16 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     policy_only = smf.ols("gain ~ C(policy)", frame).fit()
     context_only = smf.ols(f"gain ~ {terms}", frame).fit()
     mse = full.ssr / full.df_resid
-    _, p, df = full.compare_f_test(context_only)
-    out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + mse)}
     contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
     by_context = frame.groupby(contexts)["base_var"]
     base = float(by_context.size().mean()) * float(by_context.mean().mean())
     error = mse + base
+    _, p, df = full.compare_f_test(context_only)
+    out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + error)}
     df_error = full.df_resid * (error / mse) ** 2
     ss, df = max(policy_only.ssr - full.ssr, 0.0), full.df_model - policy_only.df_model  # ≥ 0 but for rounding
     out["p_context"] = float(fdtrc(df, df_error, ss / df / error))
-    out["omega2_context"] = (ss - df * error) / (total + mse)
+    out["omega2_context"] = (ss - df * error) / (total + error)
     table = anova_lm(full, typ=2)
     effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
     main = [term for term in effects if ":" not in term]
@@ -307,6 +319,9 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
     if len(units) < 2:
         return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval")
     why = f"isolated higher in {higher} of {len(units)} {unit}"
+    if hi - lo < 1e-9:  # equal units, to float rounding (accuracies are multiples of 1/(n·samples), far coarser)
+        # No spread to estimate the noise from: a zero-width interval would claim certainty (docs/report.md).
+        return _result(mean, math.nan, math.nan, 0.0, cells, f"{mean:+.3f}", f"{why}, every one {mean:+.3f}: no spread, no interval")
     return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why)
 
 
