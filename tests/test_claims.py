@@ -300,6 +300,70 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
         assert two["why"].endswith("; ω² below 0, shown as 0: context -0.648, policy -0.104")
 
 
+def test_claim_2s_two_tests_are_one_family_under_holm() -> None:
+    """Either test decides claim 2, so the smaller p must pass alpha/2 and the other then alpha."""
+    from matrixrl.analysis.claims import context_verdict
+
+    assert context_verdict(0.03, 0.2, 0.3, 0.0, 0.05) == "inconclusive"  # each test alone at 5% said supported
+    assert context_verdict(0.02, 0.2, 0.3, 0.0, 0.05) == "supported"
+    assert context_verdict(0.04, 0.02, 0.3, 0.1, 0.05) == "supported"  # both reject; the context explains more
+    assert context_verdict(0.04, 0.02, 0.1, 0.3, 0.05) == "contradicted"
+    assert context_verdict(0.2, 0.03, 0.0, 0.3, 0.05) == "inconclusive"
+    assert context_verdict(0.001, 0.9, 0.0, 0.0, 0.05) == "inconclusive"  # significant, but no ω² to show
+
+
+def test_claim_2s_context_test_weighs_each_task_by_its_own_noise(experiment: Path) -> None:
+    """Arith's gains are steady, pyfunc's scatter: each context's mean is weighed by its base's
+    variance plus its own task's residual variance over its cells, by hand (numpy)."""
+    from scipy.stats import f
+
+    # Gains per seed and mode of voting/arith, voting/pyfunc, orch_workers/arith, orch_workers/pyfunc:
+    # context means 0.05, 0.10, 0.15, 0.20; arith within ±0.005 of its mean, pyfunc ±0.15.
+    gains = {
+        ("isolated", 0): [0.055, 0.20, 0.145, 0.10], ("isolated", 1): [0.045, 0.00, 0.155, 0.30],
+        ("shared", 0): [0.050, 0.05, 0.150, 0.35], ("shared", 1): [0.050, 0.15, 0.150, 0.05],
+    }  # fmt: skip
+    config = config_for(experiment, "[voting, orch_workers]", seed="[0, 1]")
+    contexts = list(itertools.product(("voting", "orch_workers"), TASKS))
+    results = []
+    for (policy, seed), row in gains.items():
+        for (workflow, task), gain in zip(contexts, row):
+            results += evaluations(cell(workflow, policy, task, seed), [0.3, round(0.3 + gain, 3)])
+    two = claims_of(config, results)[2]
+    # Least squares on dummy columns: the 4 contexts (a full 2×2) + isolated; 16 cells, 5 parameters.
+    y = np.array([g for row in gains.values() for g in row])
+    which = np.array([c for _ in gains for c in range(4)])
+    isolated = np.array([policy == "isolated" for policy, _ in gains for _ in range(4)], dtype=float)
+    x = np.column_stack([np.eye(4)[which], isolated])
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    resid = y - x @ coef
+    task = which % 2  # arith 0, pyfunc 1
+    dof = 11 * 8 / 16  # each task's share of the 11 residual degrees of freedom
+    variance = [float((resid[task == t] ** 2).sum()) / dof for t in (0, 1)]
+    base = 0.3 * 0.7 / 1000
+    means = np.array([(y - coef[4] * isolated)[which == c].mean() for c in range(4)])
+    part = np.array([variance[c % 2] / 4 for c in range(4)])  # a context's 4 cells
+    v = base + part
+    w = 1 / v
+    centre = (w * means).sum() / w.sum()
+    statistic = (w * (means - centre) ** 2).sum() / 3
+    share = (1 - w / w.sum()) / 3
+    relative = [sum(share[c] * part[c] / v[c] for c in range(4) if c % 2 == t) for t in (0, 1)]
+    nu = 1 / sum(r**2 / dof for r in relative)
+    p_context = f.sf(statistic, 3, nu)
+    assert variance[1] > 100 * variance[0]  # pyfunc's residuals dwarf arith's
+    assert two["why"].startswith(f"p context {p_context:.3g}, ")
+    # Pooled, pyfunc's scatter would set arith's noise too, and the arith contexts, 0.10 apart, would
+    # not differ beyond it. Weighed by their own noise, they do; ω² of the context follows the same statistic.
+    mse = float(resid @ resid) / 11
+    pooled = (((means - means.mean()) ** 2).sum() * 4 / 3) / (mse + 4 * base)
+    error = mse + 4 * base  # MSE + 4 cells' base variance
+    total = float(((y - y.mean()) ** 2).sum())
+    omega = 3 * error * (statistic - 1) / (total + error)
+    assert f.sf(pooled, 3, 11 * (error / mse) ** 2) > 0.025 and p_context < 0.025
+    assert (two["verdict"], two["evidence"]) == ("supported", f"ω² context {omega:.2f}, policy 0.00")
+
+
 # --- claims 6 and 7: the mechanism, against its control --------------------------------------
 
 FLAT = {s: 1.7 for s in range(1, 51)}

@@ -17,8 +17,8 @@ written before this code; in short:
   Student-t interval (``analysis.seeds.t_interval``), none where every unit is the same
   (a zero-width interval would claim certainty);
 - claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
-  the policy main effect, by nested F-tests and ω² (shown at 0 or above, the value
-  as computed in ``why``).
+  the policy main effect, by nested F-tests, one family under Holm's procedure, and ω²
+  (shown at 0 or above, the value as computed in ``why``).
 
 Units: multi-agent cells are those of every workflow but ``single``; a configuration
 is a (workflow, task, scale, policy, extra-axis values) over its seeds; pairs are an
@@ -66,7 +66,7 @@ FINDINGS = {
 
 TESTS = {
     1: "sign test over multi-agent workflow×task×scale: share with mean gain > 0 (Clopper-Pearson)",
-    2: "OLS gain ~ workflow*task*scale + policy; nested F-tests, omega² of context vs policy",
+    2: "OLS gain ~ workflow*task*scale + policy; nested F-tests (Holm), omega² of context vs policy",
     3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
     4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
     5: "sign test over configurations: share where shared's failures are less often cliffs",
@@ -75,9 +75,10 @@ TESTS = {
 }
 
 
-def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8)) -> pd.DataFrame:
     """A row per claim (``CLAIMS_COLUMNS``) tested on the cells of ``per_cell`` (the per-cell
-    records; cells without a base evaluation are left out). Empty when no cell has one."""
+    records; cells without a base evaluation are left out). Empty when no cell has one.
+    ``claims``: those claims only (the calibration tests one claim over thousands of studies)."""
     per_cell = PerCell.of(per_cell)
     rows = [row for row in per_cell.rows if not missing(row.get("base"))]
     if not rows:
@@ -92,7 +93,7 @@ def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> 
         lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence),
         lambda: claim_mechanism(7, rows, "shared", "share", confidence),
     ]
-    return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **test()} for i, test in enumerate(tests, 1)])
+    return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims])
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -225,24 +226,18 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
     frame = pd.DataFrame({axis: [str(row[axis]) for row in cells] for axis in [*context, "policy"]})
     frame["gain"] = [float(row["gain"]) for row in cells]
     frame["base_var"] = [0.0 if missing(row.get("base_se")) else float(row["base_se"]) ** 2 for row in cells]
+    frame["noise"] = [str(row["task"]) for row in cells]  # a task sets its evaluations' size, so their noise
     terms = "*".join(f"C({axis})" for axis in context)
     anova = context_anova(frame, terms)
     if anova is None:
         return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
                        "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
-    alpha = 1 - confidence
     raw = {"context": anova["omega2_context"], "policy": anova["omega2_policy"]}
-    # ω² is a share of variance: below 0 (its test's F < 1) it estimates none, and is shown and compared as 0.
-    # At any usual level a significant F exceeds 1, so the verdict is the one the raw values would give.
+    # ω² is a share of variance: below 0 it estimates none, and is shown and compared as 0.
     omega_c, omega_p = (max(value, 0.0) for value in raw.values())
-    if anova["p_context"] < alpha and omega_c > omega_p:
-        decided = "supported"
-    elif anova["p_policy"] < alpha and omega_p > omega_c:
-        decided = "contradicted"
-    else:
-        decided = "inconclusive"
+    decided = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
     evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
-    test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests, omega² of context vs policy"
+    test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests (Holm), omega² of context vs policy"
     why = (
         f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}; η² main {anova['eta2_main']:.2f}, "
         f"interactions {anova['eta2_interactions']:.2f}, policy {anova['eta2_policy']:.2f}"
@@ -253,29 +248,62 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
     return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
 
 
+def context_verdict(p_context: float, p_policy: float, omega_context: float, omega_policy: float, alpha: float) -> str:
+    """Claim 2's verdict from its two F-tests, each ω² as shown (docs/report.md, claim 2).
+
+    Either test decides, one way or the other, so the two are one family: Holm's procedure
+    rejects the smaller p below ``alpha`` / 2 and then the other below ``alpha``. Each test
+    at ``alpha`` on its own decided in 7–8% of null studies (docs/report.md, "How often the
+    rules err"); Holm keeps the chance that either null is rejected when true within ``alpha``.
+    Supported: the context's test rejects and its ω² exceeds policy's; contradicted: the
+    same for policy."""
+    first, second = sorted((p_context, p_policy))
+    rejects = first < alpha / 2
+    context = rejects and (p_context == first or p_context < alpha)
+    policy = rejects and (p_policy == first or p_policy < alpha)
+    if context and omega_context > omega_policy:
+        return "supported"
+    if policy and omega_policy > omega_context:
+        return "contradicted"
+    return "inconclusive"
+
+
 def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
-    """The nested F-tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
-    ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
+    """The two tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
+    ``base_var``: the squared SE of each cell's base evaluation; ``noise``: the group whose
+    cells share a residual variance, the task; without it, one group): ``p_context``, ``p_policy``,
     ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
     interactions and policy (Type II sums of squares). None without residual degrees of
-    freedom or variance.
+    freedom or variance, or with a context whose mean has none.
 
-    The cells of one context share one base evaluation, whose sampling error moves all
-    their gains alike: it is between-context variance that no residual holds. So the
-    context's F-test takes as its error MSE + n̄·s̄² (n̄ cells a context, s̄² the mean
-    squared base SE: what the context mean square is expected to be with no context
-    effect), its degrees of freedom by Satterthwaite with the base's variance as known;
-    ω² of the context subtracts the same. Policy is compared within contexts, where the
-    base cancels: its test is statsmodels' F-test as it is. Both ω² divide by
-    SS_total + MSE + n̄·s̄², the whole variance of one cell's gain (its base's share
-    included) times the cells: SS_total holds n − 1 cells' residual variance and
-    contexts − 1 contexts' base variance, and the error adds the one of each it lacks.
-    The ω² are returned as computed, below 0 too.
+    **The context's test** weighs each context's mean gain (policy's effect removed) by its
+    own variance: its base evaluation's (known: the cells of one context share it, so its
+    error moves all their gains alike, which no residual holds) plus its cells' residual
+    variance over their number, estimated per ``noise`` group. A task of 64 problems is
+    far noisier than one of 500, and one pooled variance let the noisy contexts' spread
+    pass for a context effect (10% of null studies of examples/paper.yaml's shape at the
+    5% level; docs/report.md, "How often the rules err"). The statistic
+    W = Σ w_c (m_c − m̄_w)², w_c = 1/V_c, over C contexts is compared as W/(C − 1) with
+    F(C − 1, ν), ν by Satterthwaite from the estimated parts of the V_c. With one
+    noise group and equal bases it is the nested F-test of the model against policy
+    alone with error MSE + n̄·s̄² (n̄ cells a context, s̄² the base's variance).
+    **Policy's test** compares within contexts, where the base cancels: statsmodels'
+    nested F-test as it is.
+
+    ω²: (SS − df·error)/(SS_total + MSE + n̄·s̄²), with error MSE for policy; for the
+    context, error MSE + n̄·s̄² and SS its test's counterpart df·error·W/(C − 1) (the
+    context's sum of squares where the noise is one, so that its ω² is above 0 exactly
+    when its test's statistic exceeds 1). The denominator is the whole variance of one
+    cell's gain (its base's share included) times the cells: SS_total holds n − 1 cells'
+    residual variance and contexts − 1 contexts' base variance, and the error adds the
+    one of each it lacks. The ω² are returned as computed, below 0 too.
     """
     import statsmodels.formula.api as smf
     from scipy.special import fdtrc
     from statsmodels.stats.anova import anova_lm
 
+    if "noise" not in frame:
+        frame = frame.assign(noise="all")
     full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
     total = float(((frame["gain"] - frame["gain"].mean()) ** 2).sum())
     if full.df_resid < 1 or total <= 0 or full.ssr <= total * 1e-12:
@@ -283,16 +311,19 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     policy_only = smf.ols("gain ~ C(policy)", frame).fit()
     context_only = smf.ols(f"gain ~ {terms}", frame).fit()
     mse = full.ssr / full.df_resid
-    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
+    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var", "noise")]
     by_context = frame.groupby(contexts)["base_var"]
     base = float(by_context.size().mean()) * float(by_context.mean().mean())
     error = mse + base
     _, p, df = full.compare_f_test(context_only)
     out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + error)}
-    df_error = full.df_resid * (error / mse) ** 2
-    ss, df = max(policy_only.ssr - full.ssr, 0.0), full.df_model - policy_only.df_model  # ≥ 0 but for rounding
-    out["p_context"] = float(fdtrc(df, df_error, ss / df / error))
-    out["omega2_context"] = (ss - df * error) / (total + error)
+    test = _context_test(frame, full, contexts)
+    if test is None:
+        return None
+    statistic, df_context, df_error = test
+    out["p_context"] = float(fdtrc(df_context, df_error, statistic))
+    # df·error·F is the context's sum of squares where the noise is one (the weighted test's counterpart of SS).
+    out["omega2_context"] = df_context * error * (statistic - 1) / (total + error)
     table = anova_lm(full, typ=2)
     effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
     main = [term for term in effects if ":" not in term]
@@ -300,6 +331,47 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     out["eta2_interactions"] = float(table.loc[[t for t in effects if t not in main], "sum_sq"].sum()) / total
     out["eta2_policy"] = float(table.loc["C(policy)", "sum_sq"]) / total
     return out
+
+
+def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float, int, float] | None:
+    """``(W/(C − 1), C − 1, ν)`` of the context's test (:func:`context_anova`), None where a
+    context's mean has no variance to weigh it by."""
+    import numpy as np
+
+    # Policy's effect, as the full model fits it, taken out of every gain (its term names the non-reference level).
+    adjusted = frame["gain"].to_numpy(dtype=float).copy()
+    for term, value in full.params.items():
+        if term.startswith("C(policy)[T."):
+            adjusted -= value * (frame["policy"] == term[len("C(policy)[T.") : -1]).to_numpy()
+    # Each noise group's residual variance, over its share of the residual degrees of freedom.
+    squares = pd.Series(np.asarray(full.resid) ** 2, index=frame.index).groupby(frame["noise"]).agg(["sum", "size"])
+    dof = squares["size"] / len(frame) * full.df_resid
+    variance = squares["sum"] / dof
+    means, known, estimated = [], [], []  # per context: mean gain, base variance, (noise group, residual variance of the mean)
+    for _, rows in frame.assign(adjusted=adjusted).groupby(contexts):
+        group = rows["noise"].iloc[0]  # a context's cells share their task
+        means.append(float(rows["adjusted"].mean()))
+        known.append(float(rows["base_var"].mean()))
+        estimated.append((group, float(variance[group]) / len(rows)))
+    variances = np.array(known) + np.array([part for _, part in estimated])
+    if len(means) < 2 or not (variances > 0).all():
+        return None
+    weights = 1 / variances
+    mean = np.array(means)
+    centre = float((weights * mean).sum() / weights.sum())
+    statistic = float((weights * (mean - centre) ** 2).sum()) / (len(mean) - 1)
+    # Satterthwaite: W/(C − 1) reads as a statistic over an estimated denominator, the contexts' V_c
+    # weighted by each one's expected share of W under no effect, π_c = (1 − w_c/Σw)/(C − 1); its
+    # estimated parts are the noise groups' variances, each with its share of the residual degrees
+    # of freedom (the bases' variances are taken as known). With equal V_c this is
+    # df_resid·(error/MSE)², the nested F-test's.
+    shares = (1 - weights / weights.sum()) / (len(mean) - 1)
+    relative: dict[str, float] = {}
+    for (group, part), share, total in zip(estimated, shares, variances):
+        relative[group] = relative.get(group, 0.0) + share * part / total
+    spread = sum(value**2 / dof[group] for group, value in relative.items())
+    df_error = float(1 / spread) if spread > 0 else math.inf
+    return statistic, len(mean) - 1, df_error
 
 
 def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
