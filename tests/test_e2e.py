@@ -80,10 +80,18 @@ def jobs_started(proc: subprocess.CompletedProcess) -> list[str]:
     return [line.split("▶ ", 1)[1] for line in proc.stderr.splitlines() if "▶ " in line]
 
 
-def trainers(cell: str) -> list[int]:
-    """Pids of the training processes of ``cell`` (forked jobs carry it in their title)."""
+def trainers(cell: str, results: Path) -> list[int]:
+    """Pids of the training processes of ``cell`` in ``results`` (forked jobs carry the cell in
+    their title and work in the results folder): never another test's, running meanwhile."""
     found = subprocess.run(["pgrep", "-f", f"matrixrl.jobs train {cell}"], capture_output=True, text=True)
-    return [int(p) for p in found.stdout.split()]
+    pids = []
+    for pid in map(int, found.stdout.split()):
+        try:
+            if Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(results.resolve()):
+                pids.append(pid)
+        except OSError:  # ended meanwhile
+            continue
+    return pids
 
 
 @contextlib.contextmanager
@@ -204,7 +212,7 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     row = rows[0]
     assert list(row) == [
         "workflow", "task", "scale", "policy", "seed", "base", "peak", "peak_step",
-        "final", "final_tail", "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "n_checkpoints",
+        "final", "final_tail", "gain", "gain_z", "peak_gain_z", "cliff", "cliff_onset", "signature", "n_checkpoints",
         "generator_answer_acc_base", "generator_answer_acc_peak", "generator_answer_acc_final",
     ]  # fmt: skip
     curve = accuracies(results, CELL0)
@@ -371,7 +379,7 @@ def test_killed_training_resumes_and_matches_an_uninterrupted_run(reference, tmp
             assert time.monotonic() < deadline, f"training never reached step {first_checkpoint}"
             assert runner.poll() is None, "the run ended before it could be killed"
             time.sleep(0.02)
-        pids = trainers(CELL0)
+        pids = trainers(CELL0, results)
         assert pids, "no training process to kill"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -398,7 +406,7 @@ def test_no_training_outlives_a_killed_run(ran, tmp_path):
     shutil.copytree(first_results / "base", results / "base")
     with background_run(config) as runner:
         deadline = time.monotonic() + 300
-        while not (pids := trainers(CELL0)):
+        while not (pids := trainers(CELL0, results)):
             assert time.monotonic() < deadline, "no training process started"
             assert runner.poll() is None, "the run ended before training started"
             time.sleep(0.1)
