@@ -35,7 +35,7 @@ def small_run(tmp_path_factory):
     one that changes it works on a copy (:func:`copy_of`)."""
     from test_e2e import plan_and_run
 
-    return plan_and_run(tmp_path_factory.mktemp("grid"))
+    return once(tmp_path_factory, "grid", plan_and_run)
 
 
 def copy_of(config: Path, folder: Path) -> tuple[Path, Path]:
@@ -52,7 +52,7 @@ def reference(tmp_path_factory) -> Path:
     base model, so that only training is under test). Never changed by a test."""
     from test_signals import undisturbed_run
 
-    return undisturbed_run(tmp_path_factory.mktemp("reference"))
+    return once(tmp_path_factory, "reference", undisturbed_run)
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +63,67 @@ def smollm2(tmp_path_factory) -> Path:
 
     from matrixrl.models.hf import convert_smollm2
 
-    began = time.perf_counter()
-    folder = convert_smollm2(tmp_path_factory.mktemp("cache") / "smollm2", log=lambda message: None)
-    print(f"\nSmolLM2 conversion: {time.perf_counter() - began:.1f} s")
-    return folder
+    def convert(folder: Path) -> Path:
+        began = time.perf_counter()
+        converted = convert_smollm2(folder / "smollm2", log=lambda message: None)
+        print(f"\nSmolLM2 conversion: {time.perf_counter() - began:.1f} s")
+        return converted
+
+    return once(tmp_path_factory, "smollm2", convert)
+
+
+
+SHALLOW_LAYERS = 4
+
+
+@pytest.fixture(scope="session")
+def smollm2_shallow(smollm2, tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct cut to its first ``SHALLOW_LAYERS`` of 30 decoder layers: its real
+    weights, vocabulary, widths and chat template, a third of its compute per token (the output
+    layer over 49,152 tokens stays whole). For the memory estimate's SmolLM2 cases, which test the
+    parts that do not grow with depth on the real architecture (the per-layer part is tested
+    layer by layer in test_gpu_memory); bench/gpu_memory.py measures the whole model."""
+
+    def cut(folder: Path) -> Path:
+        import json
+
+        from safetensors.torch import load_file, save_file
+
+        target = folder / f"smollm2-{SHALLOW_LAYERS}-layers"
+        shutil.copytree(smollm2, target, ignore=shutil.ignore_patterns("model.safetensors"))
+        kept = {
+            name: tensor for name, tensor in load_file(smollm2 / "model.safetensors").items()
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < SHALLOW_LAYERS
+        }
+        save_file(kept, target / "model.safetensors", metadata={"format": "pt"})
+        config = json.loads((smollm2 / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps({**config, "num_hidden_layers": SHALLOW_LAYERS}, indent=2))
+        return target
+
+    return once(tmp_path_factory, "smollm2-shallow", cut)
+
+def once(tmp_path_factory, name: str, make):
+    """``make(folder)`` run once per test session, whatever the number of pytest-xdist workers:
+    the first worker to ask makes it in a folder every worker sees, under a lock; the others wait
+    and read what it returned (pickled). For what tests only read: a finished run, a converted
+    model. Without xdist, it is simply made."""
+    import pickle
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # basetemp/popen-gwN -> basetemp, which every worker shares
+    folder, made = base / f"once-{name}", base / f"once-{name}.pickle"
+    with FileLock(base / f"once-{name}.lock"):
+        if made.exists():
+            return pickle.loads(made.read_bytes())
+        if folder.exists():  # a worker that failed making it left a part
+            shutil.rmtree(folder)
+        folder.mkdir()
+        value = make(folder)
+        made.write_bytes(pickle.dumps(value))
+        return value
 
 
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -81,7 +138,7 @@ missing one fails."""
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "smollm2" in getattr(item, "fixturenames", ()):
+        if {"smollm2", "smollm2_shallow"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.extra("smollm2"))
 
 

@@ -394,6 +394,11 @@ def _wait(what: str, ready, procs: dict[str, subprocess.Popen], cluster, timeout
     )
 
 
+ONE_AT_A_TIME = Path("/tmp/matrixrl-test-slurm-cluster.lock")
+"""Held while a cluster runs: the cluster's config is /etc/slurm's and its daemons take fixed ports,
+so tests run in parallel (pytest-xdist) start their clusters one after another."""
+
+
 @contextlib.contextmanager
 def slurm_cluster(
     tmp_dir: Path,
@@ -409,6 +414,17 @@ def slurm_cluster(
     files). ``mem_mb`` defaults to 90 % of this machine's memory.
     """
     check_prerequisites()
+    from filelock import FileLock
+
+    with FileLock(ONE_AT_A_TIME):
+        with _one_cluster(tmp_dir, cpus, gpus, partition, mem_mb, timeout) as cluster:
+            yield cluster
+
+
+@contextlib.contextmanager
+def _one_cluster(
+    tmp_dir: Path, cpus: int, gpus: int, partition: str, mem_mb: int | None, timeout: float
+) -> Iterator[SlurmCluster]:
     tmp_dir = Path(tmp_dir).resolve()
     tmp_dir.mkdir(parents=True, exist_ok=True)
     node = _short_hostname()

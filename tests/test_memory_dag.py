@@ -14,6 +14,7 @@ from matrixrl.config import load_config
 from matrixrl.errors import ConfigError
 
 from chat_models import random_chat_model
+from conftest import once
 from test_e2e import matrixrl
 
 MODES = ["none", "own", "transfer", "self_contrast", "memcollab"]
@@ -42,12 +43,15 @@ def memory_experiment(folder: Path, models: Path, **memory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
+def weak_and_strong(folder: Path) -> Path:
     random_chat_model(folder / "weak", seed=1)
     random_chat_model(folder / "strong", seed=2)
     return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    return once(tmp_path_factory, "memory-models", weak_and_strong)
 
 
 def config_only(folder: Path) -> Path:
@@ -184,11 +188,13 @@ def test_evaluation_prompts_hold_exactly_the_retrieved_constraints_in_the_guided
 
 @pytest.fixture(scope="module")
 def ran(models, tmp_path_factory) -> Path:
-    """One finished run of the memory grid; tests work on copies of it."""
-    folder = tmp_path_factory.mktemp("memory-run")
-    config = memory_experiment(folder, models)
-    matrixrl("run", "-c", str(config), "--cores", "2")
-    return folder
+    """One finished run of the memory grid (once per session: conftest's ``once``); tests work on copies of it."""
+
+    def run(folder: Path) -> Path:
+        matrixrl("run", "-c", str(memory_experiment(folder, models)), "--cores", "2")
+        return folder
+
+    return once(tmp_path_factory, "memory-run", run)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""MemCollab's pipeline end to end on a real instruct model: SmolLM2-135M-Instruct as weak,
-strong, distiller and labeller, on GSM8K, through `matrixrl run` (slow; CI runs it).
+"""MemCollab's pipeline end to end on a real chat model's architecture, weights and chat template:
+SmolLM2-135M-Instruct cut to its first layers (conftest's ``smollm2_shallow``, a third of the
+compute) as weak, strong, distiller and labeller, on GSM8K, through `matrixrl run` (slow; CI runs it).
 
 It checks that every stage ran for real on the model (trajectories it wrote, scored;
 labels; distiller prompts and replies; retrieval recorded per evaluation problem) and that
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import once
 from test_e2e import matrixrl
 
 GSM8K = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gsm8k"
@@ -25,12 +27,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def study(smollm2, tmp_path_factory) -> Path:
+def study(smollm2_shallow, tmp_path_factory) -> Path:
     if not (GSM8K / "train.jsonl").exists():
         from conftest import skip_or_fail
 
         skip_or_fail("SmolLM2 memory study", f"needs GSM8K at {GSM8K}", "the shared data folder beside the repository")
-    folder = tmp_path_factory.mktemp("memcollab-smollm2")
+    return once(tmp_path_factory, "memcollab-smollm2", lambda folder: run_study(folder, smollm2_shallow))
+
+
+def run_study(folder: Path, smollm2: Path) -> Path:
+    """The memory study on SmolLM2 under two names, run in ``folder``; its experiments file."""
     smol = {"kind": "hf", "path": str(smollm2), "device": "cpu"}
     raw = {
         "results_dir": "results",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import once
 from test_e2e import jobs_started, matrixrl, small_experiment
 
 pytestmark = pytest.mark.slow
@@ -116,12 +117,16 @@ def _key(rule: str, wildcards: dict) -> tuple:
     return (rule, tuple(sorted((k, str(v)) for k, v in wildcards.items())))
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("status")
+def run_status_grid(folder: Path) -> tuple[Path, Path]:
     config = small_experiment(folder, **GRID)
     matrixrl("run", "-c", str(config), "--cores", "2")
     return config, folder / "results"
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """One finished run of GRID (once per session, whatever the workers: conftest's ``once``)."""
+    return once(tmp_path_factory, "status", run_status_grid)
 
 
 @pytest.fixture
