@@ -20,6 +20,7 @@ from test_report_tables import FELL, MECHANISM, NO_CLIFF, CLIFF_AT_40, amplifica
 
 from conftest import run_cli
 from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson, share_difference
+from matrixrl.analysis.power import sign_power, t_power, t_units_needed
 from matrixrl.config import load_config
 from matrixrl.grid import Cell
 from matrixrl.report import TABLES
@@ -167,14 +168,31 @@ def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
     diffs = [0.4, -0.15, 0.4, 0.0, -0.18, 0.0]
     mean, s = np.mean(diffs), np.std(diffs, ddof=1)
     assert claims[3]["estimate"] == approx(mean) and claims[3]["lo"] == approx(mean - T5 * s / math.sqrt(6), rel=1e-4)
-    assert claims[3]["why"] == "isolated higher in 2 of 6 configurations"
-    # 4: isolated cliffs in 4, shared in 1 (voting pyfunc, with isolated's): 3 configurations differ.
+    # An inconclusive verdict says what would decide it at the effect it found: mean/s of the units.
+    needed = t_units_needed(mean / s, 0.95)
+    assert needed > 6 and t_power(needed, mean / s, 0.95) >= 0.8 > t_power(needed - 1, mean / s, 0.95)
+    assert claims[3]["why"] == (
+        f"isolated higher in 2 of 6 configurations; at this mean, {mean / s:.2f} of their standard deviation, "
+        f"80% power needs {needed} configurations"
+    )
+    # 4: isolated cliffs in 4, shared in 1 (voting pyfunc, with isolated's): 3 configurations differ; at 3 of 3,
+    # the 6 a unanimous sign test needs (P(Bin(6, 1) ≥ 6) = 1).
     assert (claims[4]["estimate"], claims[4]["lo"]) == (1.0, approx(0.025 ** (1 / 3)))
-    assert claims[4]["why"] == "isolated's higher in 3 of 3; cliff rates 0.67 isolated, 0.17 shared (Δ +0.50)"
+    assert claims[4]["why"] == (
+        "isolated's higher in 3 of 3; cliff rates 0.67 isolated, 0.17 shared (Δ +0.50); "
+        "at 3 of 3, 80% power needs 6 configurations whose cliff rates differ"
+    )
     # 5: every configuration fails under both modes. Not cliffs, shared against isolated: voting arith,
     # eval_opt arith and orch_workers arith 1 against 0, voting pyfunc 0 against 0, the flat pairs 1 against 1:
     # 3 configurations differ, all shared's way, and 3 of 3 is not enough.
-    assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 1/0/3/2/0, isolated 4/0/0/2/0"
+    assert claims[5]["why"] == (
+        "cliff/collapse/decline/no gain/gain: shared 1/0/3/2/0, isolated 4/0/0/2/0; "
+        "at 3 of 3, 80% power needs 6 configurations failing under both modes in different shares of cliffs"
+    )
+    # 1: 2 of 6 gain, so 4 of 6 lose: a contradiction at that share (2/3) needs, by the binomial tail,
+    # the fewest m whose threshold k (P(Bin(m, ½) ≥ k) < 0.025) P(Bin(m, 2/3) ≥ k) reaches 0.8.
+    m = next(m for m in range(6, 500) if sign_power(m, 2 / 3, 0.95) >= 0.8)
+    assert claims[1]["why"].endswith(f"; at 2 of 6, 80% power needs {m} workflow-task-scales (seeds add none: they share its base)")
     assert (claims[5]["estimate"], claims[5]["lo"], claims[5]["hi"]) == (1.0, approx(0.025 ** (1 / 3)), 1.0)
     assert claims[5]["evidence"] == "3/3: 1.00 [0.29, 1.00]"
 
@@ -203,7 +221,7 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
     assert claims[2]["why"] == "one workflow, task and scale: no context to vary"
     # With one seed of that one configuration: one pair, no interval.
     one = claims_of(config_for(experiment, "[voting]", task="[arith]"), results[:4])
-    assert (one[3]["verdict"], one[3]["evidence"], one[3]["why"]) == ("inconclusive", "+0.100", "one pair: no interval")
+    assert (one[3]["verdict"], one[3]["evidence"], one[3]["why"]) == ("inconclusive", "+0.100", "one pair: no interval; more seeds or configurations")
 
 
 def test_grids_that_lack_what_a_claim_needs_say_why(experiment: Path) -> None:
@@ -282,7 +300,7 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
     assert two["evidence"] == f"ω² context {omega_c:.2f}, policy {omega_p:.2f}"
     assert two["why"].startswith(f"p context {hand['p_context']:.3g}, policy {hand['p_policy']:.3g}; ")
     below = [f"{name} {hand[f'omega2_{name}']:.3g}" for name in ("context", "policy") if hand[f"omega2_{name}"] < 0]
-    assert two["why"].endswith(f"; ω² below 0, shown as 0: {', '.join(below)}") == bool(below)
+    assert (f"; ω² below 0, shown as 0: {', '.join(below)}" in two["why"]) == bool(below)
     assert (two["n_cells"], two["lo"], two["hi"]) == (8, None, None)
     error = 0.0008 / 3 + 0.00042  # MSE + 2 cells · 0.3·0.7/1000
     if expected == "supported":
@@ -297,7 +315,8 @@ def test_claim_2_the_anova_against_a_computation_by_hand(experiment: Path, isola
     else:  # docs/report.md quotes this case's evidence and why
         assert hand["p_context"] > 0.05 and hand["p_policy"] > 0.05
         assert two["evidence"] == "ω² context 0.00, policy 0.00"
-        assert two["why"].endswith("; ω² below 0, shown as 0: context -0.648, policy -0.104")
+        # Inconclusive, it says what would decide it: with no context effect found, no number of seeds.
+        assert two["why"].endswith("; ω² below 0, shown as 0: context -0.648, policy -0.104; no context effect found: more seeds would not decide it")
 
 
 def test_claim_2s_two_tests_are_one_family_under_holm() -> None:
@@ -312,56 +331,46 @@ def test_claim_2s_two_tests_are_one_family_under_holm() -> None:
     assert context_verdict(0.001, 0.9, 0.0, 0.0, 0.05) == "inconclusive"  # significant, but no ω² to show
 
 
-def test_claim_2s_context_test_weighs_each_task_by_its_own_noise(experiment: Path) -> None:
-    """Arith's gains are steady, pyfunc's scatter: each context's mean is weighed by its base's
-    variance plus its own task's residual variance over its cells, by hand (numpy)."""
+def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: Path) -> None:
+    """Arith is evaluated on 4000 problems, pyfunc on 100: each context's mean gain is weighed by its
+    own base's variance plus the residual variance over its cells, by hand (numpy). The arith contexts,
+    0.10 apart, differ far beyond their precise bases; one mean base variance would drown that in
+    pyfunc's noise (the rule before the calibration, docs/report.md)."""
     from scipy.stats import f
 
-    # Gains per seed and mode of voting/arith, voting/pyfunc, orch_workers/arith, orch_workers/pyfunc:
-    # context means 0.05, 0.10, 0.15, 0.20; arith within ±0.005 of its mean, pyfunc ±0.15.
-    gains = {
-        ("isolated", 0): [0.055, 0.20, 0.145, 0.10], ("isolated", 1): [0.045, 0.00, 0.155, 0.30],
-        ("shared", 0): [0.050, 0.05, 0.150, 0.35], ("shared", 1): [0.050, 0.15, 0.150, 0.05],
-    }  # fmt: skip
-    config = config_for(experiment, "[voting, orch_workers]", seed="[0, 1]")
+    # voting/arith, voting/pyfunc, orch_workers/arith, orch_workers/pyfunc: context means 0.05, 0.10, 0.15, 0.10.
+    isolated, shared = [0.055, 0.11, 0.145, 0.09], [0.045, 0.09, 0.155, 0.11]
+    problems = {"arith": 4000, "pyfunc": 100}
+    config = config_for(experiment, "[voting, orch_workers]")
     contexts = list(itertools.product(("voting", "orch_workers"), TASKS))
     results = []
-    for (policy, seed), row in gains.items():
-        for (workflow, task), gain in zip(contexts, row):
-            results += evaluations(cell(workflow, policy, task, seed), [0.3, round(0.3 + gain, 3)])
+    for policy, gains in (("isolated", isolated), ("shared", shared)):
+        for (workflow, task), gain in zip(contexts, gains):
+            results += evaluations(cell(workflow, policy, task), [0.3, round(0.3 + gain, 4)], n=problems[task])
     two = claims_of(config, results)[2]
-    # Least squares on dummy columns: the 4 contexts (a full 2×2) + isolated; 16 cells, 5 parameters.
-    y = np.array([g for row in gains.values() for g in row])
-    which = np.array([c for _ in gains for c in range(4)])
-    isolated = np.array([policy == "isolated" for policy, _ in gains for _ in range(4)], dtype=float)
-    x = np.column_stack([np.eye(4)[which], isolated])
+    # Least squares on dummy columns: the 4 contexts (a full 2×2) + isolated; 8 cells, 5 parameters.
+    y = np.array([*isolated, *shared])
+    is_isolated = np.array([1.0] * 4 + [0.0] * 4)
+    x = np.column_stack([np.eye(4)[[*range(4), *range(4)]], is_isolated])
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    resid = y - x @ coef
-    task = which % 2  # arith 0, pyfunc 1
-    dof = 11 * 8 / 16  # each task's share of the 11 residual degrees of freedom
-    variance = [float((resid[task == t] ** 2).sum()) / dof for t in (0, 1)]
-    base = 0.3 * 0.7 / 1000
-    means = np.array([(y - coef[4] * isolated)[which == c].mean() for c in range(4)])
-    part = np.array([variance[c % 2] / 4 for c in range(4)])  # a context's 4 cells
-    v = base + part
+    mse = float(((y - x @ coef) ** 2).sum()) / 3
+    base = np.array([0.3 * 0.7 / problems[task] for _, task in contexts])
+    means = np.array([((y - coef[4] * is_isolated)[[c, c + 4]]).mean() for c in range(4)])
+    v = base + mse / 2
     w = 1 / v
     centre = (w * means).sum() / w.sum()
     statistic = (w * (means - centre) ** 2).sum() / 3
     share = (1 - w / w.sum()) / 3
-    relative = [sum(share[c] * part[c] / v[c] for c in range(4) if c % 2 == t) for t in (0, 1)]
-    nu = 1 / sum(r**2 / dof for r in relative)
+    nu = 3 / ((share * mse / (2 * v)).sum()) ** 2
     p_context = f.sf(statistic, 3, nu)
-    assert variance[1] > 100 * variance[0]  # pyfunc's residuals dwarf arith's
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
-    # Pooled, pyfunc's scatter would set arith's noise too, and the arith contexts, 0.10 apart, would
-    # not differ beyond it. Weighed by their own noise, they do; ω² of the context follows the same statistic.
-    mse = float(resid @ resid) / 11
-    pooled = (((means - means.mean()) ** 2).sum() * 4 / 3) / (mse + 4 * base)
-    error = mse + 4 * base  # MSE + 4 cells' base variance
+    error = mse + 2 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
     omega = 3 * error * (statistic - 1) / (total + error)
-    assert f.sf(pooled, 3, 11 * (error / mse) ** 2) > 0.025 and p_context < 0.025
-    assert (two["verdict"], two["evidence"]) == ("supported", f"ω² context {omega:.2f}, policy 0.00")
+    assert p_context < 0.025 and (two["verdict"], two["evidence"]) == ("supported", f"ω² context {omega:.2f}, policy 0.00")
+    # The former test: one mean base variance s̄², the context's error MSE + 2·s̄², Satterthwaite's df.
+    pooled = (((means - means.mean()) ** 2).sum() * 2 / 3) / error
+    assert f.sf(pooled, 3, 3 * (error / mse) ** 2) > 0.05
 
 
 # --- claims 6 and 7: the mechanism, against its control --------------------------------------
@@ -433,7 +442,7 @@ def test_the_skeptics_control_and_its_matched_window(experiment: Path) -> None:
         **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 15),
     })  # fmt: skip
     assert (everywhere[6]["verdict"], everywhere[6]["estimate"], everywhere[7]["verdict"]) == ("inconclusive", 0.0, "inconclusive")
-    assert everywhere[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 4 of 4 without one"
+    assert everywhere[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 4 of 4 without one; at equal shares, no number of seeds decides it"
     # The calm runs' signal rises too, but only at 42, after the window in which it preceded the
     # cliffs: the mechanism table's `rose` says yes for them; the matched window does not count it.
     late = mechanism_study(experiment, {
@@ -449,7 +458,12 @@ def test_the_skeptics_control_and_its_matched_window(experiment: Path) -> None:
         **four("voting", "shared", NO_CLIFF, None), **four("orch_workers", "shared", NO_CLIFF, None),
     })  # fmt: skip
     assert few[6]["verdict"] == "inconclusive" and few[6]["estimate"] == 1.0
-    assert few[6]["why"] == "precedes 2 of 2 cliffs; rose by step 30 in 0 of 6 without one: under 3 a group"
+    # At these shares (all of 2 against none of 6), twice the seeds make 4 cliffs against 12: always decisive.
+    assert few[6]["why"] == (
+        "precedes 2 of 2 cliffs; rose by step 30 in 0 of 6 without one: under 3 a group; "
+        "at these shares, 80% power needs about 2 times the seeds (4 cliffs, 12 without)"
+    )
+    assert share_difference(4, 4, 0, 12)[1] > 0
     # No shared cliff: nothing for the share to precede.
     assert few[7]["verdict"] == "untestable"
     assert few[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
@@ -514,8 +528,14 @@ def test_one_configuration_with_six_seeds_is_one_unit_for_claims_4_and_5(experim
     for n in (4, 5):
         row = claims[n]
         assert (row["estimate"], row["lo"], row["hi"], row["evidence"], row["verdict"], row["n_cells"], row["n_seeds"]) == one, n
-    assert claims[4]["why"] == "isolated's higher in 1 of 1; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00); 6 collapses"
-    assert claims[5]["why"] == "cliff/collapse/decline/no gain/gain: shared 0/6/0/0/0, isolated 6/0/0/0/0"
+    assert claims[4]["why"] == (
+        "isolated's higher in 1 of 1; cliff rates 1.00 isolated, 0.00 shared (Δ +1.00); 6 collapses; "
+        "at 1 of 1, 80% power needs 6 configurations whose cliff rates differ"
+    )
+    assert claims[5]["why"] == (
+        "cliff/collapse/decline/no gain/gain: shared 0/6/0/0/0, isolated 6/0/0/0/0; "
+        "at 1 of 1, 80% power needs 6 configurations failing under both modes in different shares of cliffs"
+    )
     # Claim 3's peak difference is between two trainings' own checkpoints (the shared base cancels), so
     # one configuration's seed pairs are its units: isolated's 0.7 against shared's base (0.3), six times,
     # every one the same: no spread to estimate an interval from.
@@ -572,7 +592,9 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     three = claims_of(config, results)[3]
     half = 12.7062 * 0.02 / math.sqrt(2) / math.sqrt(2)  # t(1); differences 0.1 and 0.12, s = 0.02/√2
     assert (three["verdict"], three["estimate"], three["hi"]) == ("inconclusive", approx(0.11), approx(0.11 + half, rel=1e-4))
-    assert three["why"] == "isolated higher in 2 of 2 configurations"
+    # At a mean of 0.11/s = 7.78 standard deviations, 2 units fall short (t(1) = 12.7) and 3 suffice.
+    assert three["why"] == "isolated higher in 2 of 2 configurations; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+    assert t_power(2, 0.11 / (0.02 / math.sqrt(2)), 0.95) < 0.8 <= t_power(3, 0.11 / (0.02 / math.sqrt(2)), 0.95)
     sets = [a for s in ["grid.workflow=[voting]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0]", lr, *MECHANISM] for a in ("--set", s)]
     page = tmp_path / "report.html"
     result = run_cli("report", "-c", experiment, *sets, "--group-by", "train.lr", "--html", page)

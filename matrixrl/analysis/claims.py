@@ -41,6 +41,9 @@ import pandas as pd
 from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
+from matrixrl.analysis.power import (
+    MIN_GROUP, MOST_UNITS, context_seeds_needed, difference_scale_needed, sign_units_needed, t_units_needed,
+)  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
@@ -48,8 +51,6 @@ CLAIMS_COLUMNS = [
     "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "why",
 ]  # fmt: skip
 """The default columns first, in the order they are read; then what was computed, as numbers, and why."""
-MIN_GROUP = 3
-"""The fewest cells a group of a difference of shares needs for a verdict (docs/report.md)."""
 
 FINDINGS = {
     1: ("MARL improves over base", "Multi-agent RL usually improves over the base model."),
@@ -208,7 +209,18 @@ def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
         return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"no configuration's gain differs from 0; {described}")
     lo, hi = clopper_pearson(k, m, confidence)
     why = f"{k} of {m} workflow-task-scales gain; {described}"
+    if verdict(lo, hi, 0.5) == "inconclusive":
+        why += _sign_note(k, m, "workflow-task-scales", confidence, " (seeds add none: they share its base)")
     return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+
+
+def _sign_note(k: int, m: int, units: str, confidence: float, aside: str = "") -> str:
+    """What would decide an inconclusive sign test, at the share of its units it found going one way."""
+    if 2 * k == m:
+        return f"; at {k} of {m}, an even split, no number of {units} decides it"
+    needed = sign_units_needed(max(k, m - k) / m, confidence)
+    count = f"more than {MOST_UNITS}" if needed is None else str(needed)
+    return f"; at {k} of {m}, 80% power needs {count} {units}{aside}"
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -226,13 +238,13 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
     frame = pd.DataFrame({axis: [str(row[axis]) for row in cells] for axis in [*context, "policy"]})
     frame["gain"] = [float(row["gain"]) for row in cells]
     frame["base_var"] = [0.0 if missing(row.get("base_se")) else float(row["base_se"]) ** 2 for row in cells]
-    frame["noise"] = [str(row["task"]) for row in cells]  # a task sets its evaluations' size, so their noise
     terms = "*".join(f"C({axis})" for axis in context)
     anova = context_anova(frame, terms)
     if anova is None:
         return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
                        "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
     raw = {"context": anova["omega2_context"], "policy": anova["omega2_policy"]}
+    contexts = len({tuple(row[axis] for axis in context) for row in cells})
     # ω² is a share of variance: below 0 it estimates none, and is shown and compared as 0.
     omega_c, omega_p = (max(value, 0.0) for value in raw.values())
     decided = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
@@ -245,7 +257,20 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
     below = [f"{name} {value:.3g}" for name, value in raw.items() if value < 0]
     if below:
         why += f"; ω² below 0, shown as 0: {', '.join(below)}"
+    if decided == "inconclusive":
+        why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence)
     return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
+
+
+def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
+    """What would decide claim 2, inconclusive, at the context's ω² it found (analysis.power.context_power)."""
+    if omega2 <= 0:
+        return "; no context effect found: more seeds would not decide it"
+    times = context_seeds_needed(contexts, cells_per_context, omega2, confidence)
+    if times is None:
+        return (f"; at ω² {omega2:.2f}, more seeds alone do not reach 80% power (a context's one base evaluation "
+                "does not shrink with them): more workflow-task-scales might")  # fmt: skip
+    return f"; at ω² {omega2:.2f}, 80% power needs about {times} times the seeds"
 
 
 def context_verdict(p_context: float, p_policy: float, omega_context: float, omega_policy: float, alpha: float) -> str:
@@ -270,40 +295,37 @@ def context_verdict(p_context: float, p_policy: float, omega_context: float, ome
 
 def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     """The two tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
-    ``base_var``: the squared SE of each cell's base evaluation; ``noise``: the group whose
-    cells share a residual variance, the task; without it, one group): ``p_context``, ``p_policy``,
+    ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
     ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
     interactions and policy (Type II sums of squares). None without residual degrees of
     freedom or variance, or with a context whose mean has none.
 
-    **The context's test** weighs each context's mean gain (policy's effect removed) by its
-    own variance: its base evaluation's (known: the cells of one context share it, so its
-    error moves all their gains alike, which no residual holds) plus its cells' residual
-    variance over their number, estimated per ``noise`` group. A task of 64 problems is
-    far noisier than one of 500, and one pooled variance let the noisy contexts' spread
-    pass for a context effect (10% of null studies of examples/paper.yaml's shape at the
-    5% level; docs/report.md, "How often the rules err"). The statistic
-    W = Σ w_c (m_c − m̄_w)², w_c = 1/V_c, over C contexts is compared as W/(C − 1) with
-    F(C − 1, ν), ν by Satterthwaite from the estimated parts of the V_c. With one
-    noise group and equal bases it is the nested F-test of the model against policy
-    alone with error MSE + n̄·s̄² (n̄ cells a context, s̄² the base's variance).
+    **The context's test** weighs each context's mean gain m_c (policy's fitted effect taken
+    out) by its own variance V_c = s_c² + MSE/n_c: its base evaluation's squared SE (known;
+    the cells of one context share it, so its error moves all their gains alike, which no
+    residual holds) plus the residual variance over its n_c cells. The statistic
+    W = Σ (m_c − m̄)²/V_c (m̄ the weighted mean) over C contexts is compared, as W/(C − 1),
+    with F(C − 1, ν), ν by Satterthwaite with the bases' variances known. With equal bases
+    it is the nested F-test of the model against policy alone with error MSE + n̄·s̄² (n̄
+    cells a context, s̄² the base's squared SE), as it was before the calibration found
+    that one mean s̄² over a HumanEval of 64 problems and a GSM8K of 500 let the noisy
+    bases' spread pass for a context effect (10% of null studies of examples/paper.yaml's
+    shape at the 5% level; docs/report.md, "How often the rules err").
     **Policy's test** compares within contexts, where the base cancels: statsmodels'
     nested F-test as it is.
 
     ω²: (SS − df·error)/(SS_total + MSE + n̄·s̄²), with error MSE for policy; for the
     context, error MSE + n̄·s̄² and SS its test's counterpart df·error·W/(C − 1) (the
-    context's sum of squares where the noise is one, so that its ω² is above 0 exactly
-    when its test's statistic exceeds 1). The denominator is the whole variance of one
-    cell's gain (its base's share included) times the cells: SS_total holds n − 1 cells'
-    residual variance and contexts − 1 contexts' base variance, and the error adds the
-    one of each it lacks. The ω² are returned as computed, below 0 too.
+    context's sum of squares where every V_c is the same, so that its ω² is above 0
+    exactly when its test's statistic exceeds 1). The denominator is the whole variance of
+    one cell's gain (its base's share included) times the cells: SS_total holds n − 1 cells'
+    residual variance and contexts − 1 contexts' base variance, and the error adds the one
+    of each it lacks. The ω² are returned as computed, below 0 too.
     """
     import statsmodels.formula.api as smf
     from scipy.special import fdtrc
     from statsmodels.stats.anova import anova_lm
 
-    if "noise" not in frame:
-        frame = frame.assign(noise="all")
     full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
     total = float(((frame["gain"] - frame["gain"].mean()) ** 2).sum())
     if full.df_resid < 1 or total <= 0 or full.ssr <= total * 1e-12:
@@ -311,7 +333,7 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     policy_only = smf.ols("gain ~ C(policy)", frame).fit()
     context_only = smf.ols(f"gain ~ {terms}", frame).fit()
     mse = full.ssr / full.df_resid
-    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var", "noise")]
+    contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
     by_context = frame.groupby(contexts)["base_var"]
     base = float(by_context.size().mean()) * float(by_context.mean().mean())
     error = mse + base
@@ -322,7 +344,7 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
         return None
     statistic, df_context, df_error = test
     out["p_context"] = float(fdtrc(df_context, df_error, statistic))
-    # df·error·F is the context's sum of squares where the noise is one (the weighted test's counterpart of SS).
+    # df·error·W/(C − 1) is the context's sum of squares where every V_c is the same (the weighted test's counterpart of SS).
     out["omega2_context"] = df_context * error * (statistic - 1) / (total + error)
     table = anova_lm(full, typ=2)
     effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
@@ -343,34 +365,26 @@ def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float
     for term, value in full.params.items():
         if term.startswith("C(policy)[T."):
             adjusted -= value * (frame["policy"] == term[len("C(policy)[T.") : -1]).to_numpy()
-    # Each noise group's residual variance, over its share of the residual degrees of freedom.
-    squares = pd.Series(np.asarray(full.resid) ** 2, index=frame.index).groupby(frame["noise"]).agg(["sum", "size"])
-    dof = squares["size"] / len(frame) * full.df_resid
-    variance = squares["sum"] / dof
-    means, known, estimated = [], [], []  # per context: mean gain, base variance, (noise group, residual variance of the mean)
+    mse = full.ssr / full.df_resid
+    means, bases, sizes = [], [], []
     for _, rows in frame.assign(adjusted=adjusted).groupby(contexts):
-        group = rows["noise"].iloc[0]  # a context's cells share their task
         means.append(float(rows["adjusted"].mean()))
-        known.append(float(rows["base_var"].mean()))
-        estimated.append((group, float(variance[group]) / len(rows)))
-    variances = np.array(known) + np.array([part for _, part in estimated])
-    if len(means) < 2 or not (variances > 0).all():
+        bases.append(float(rows["base_var"].mean()))
+        sizes.append(len(rows))
+    mean, base, size = np.array(means), np.array(bases), np.array(sizes, dtype=float)
+    variances = base + mse / size
+    if len(mean) < 2 or not (variances > 0).all():
         return None
     weights = 1 / variances
-    mean = np.array(means)
     centre = float((weights * mean).sum() / weights.sum())
     statistic = float((weights * (mean - centre) ** 2).sum()) / (len(mean) - 1)
-    # Satterthwaite: W/(C − 1) reads as a statistic over an estimated denominator, the contexts' V_c
-    # weighted by each one's expected share of W under no effect, π_c = (1 − w_c/Σw)/(C − 1); its
-    # estimated parts are the noise groups' variances, each with its share of the residual degrees
-    # of freedom (the bases' variances are taken as known). With equal V_c this is
-    # df_resid·(error/MSE)², the nested F-test's.
+    # Satterthwaite: W/(C − 1) reads as a statistic over an estimated denominator, the V_c weighted by
+    # each one's expected share of W under no effect, π_c = (1 − w_c/Σw)/(C − 1). Its estimated part
+    # is the MSE's (df_resid degrees of freedom); the bases' variances are taken as known. With equal
+    # V_c this is df_resid·(error/MSE)², the nested F-test's.
     shares = (1 - weights / weights.sum()) / (len(mean) - 1)
-    relative: dict[str, float] = {}
-    for (group, part), share, total in zip(estimated, shares, variances):
-        relative[group] = relative.get(group, 0.0) + share * part / total
-    spread = sum(value**2 / dof[group] for group, value in relative.items())
-    df_error = float(1 / spread) if spread > 0 else math.inf
+    estimated = float((shares * mse / (size * variances)).sum())
+    df_error = float(full.df_resid / estimated**2)
     return statistic, len(mean) - 1, df_error
 
 
@@ -389,11 +403,18 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
     mean, lo, hi = t_interval(units, confidence)
     higher = sum(u > 0 for u in units)
     if len(units) < 2:
-        return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval")
+        return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval; more seeds or configurations")
     why = f"isolated higher in {higher} of {len(units)} {unit}"
     if hi - lo < 1e-9:  # equal units, to float rounding (accuracies are multiples of 1/(n·samples), far coarser)
         # No spread to estimate the noise from: a zero-width interval would claim certainty (docs/report.md).
         return _result(mean, math.nan, math.nan, 0.0, cells, f"{mean:+.3f}", f"{why}, every one {mean:+.3f}: no spread, no interval")
+    if verdict(lo, hi, 0.0) == "inconclusive":
+        spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+        effect = abs(mean) / spread
+        needed = t_units_needed(effect, confidence)
+        count = "no number of" if needed is None else f"{needed}"
+        what = "configurations" if len(pairs) > 1 else "seed pairs"
+        why += f"; at this mean, {effect:.2f} of their standard deviation, 80% power needs {count} {what}"
     return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why)
 
 
@@ -414,7 +435,10 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
     if m == 0:
         return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"equal in every configuration; {described}")
     lo, hi = clopper_pearson(k, m, confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), f"isolated's higher in {k} of {m}; {described}")
+    why = f"isolated's higher in {k} of {m}; {described}"
+    if verdict(lo, hi, 0.5) == "inconclusive":
+        why += _sign_note(k, m, "configurations whose cliff rates differ", confidence)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -446,7 +470,10 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     if m == 0:
         return _result(math.nan, math.nan, math.nan, 0.5, cells, None, f"equal in every configuration; {described}")
     lo, hi = clopper_pearson(k, m, confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), described)
+    why = described
+    if verdict(lo, hi, 0.5) == "inconclusive":
+        why += _sign_note(k, m, "configurations failing under both modes in different shares of cliffs", confidence)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
 
 
 def _not_cliff_share(signatures: Sequence[str]) -> float | None:
@@ -474,9 +501,23 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
     d, lo, hi = share_difference(k1, len(cliffs), k0, len(calm), confidence)
     why = f"precedes {k1} of {len(cliffs)} cliffs; rose by step {window:g} in {k0} of {len(calm)} without one"
     if min(len(cliffs), len(calm)) < MIN_GROUP:
-        return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi),
-                       f"{why}: under {MIN_GROUP} a group", "inconclusive")  # fmt: skip
+        why += f": under {MIN_GROUP} a group" + _difference_note(k1, len(cliffs), k0, len(calm), confidence)
+        return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why, "inconclusive")
+    if verdict(lo, hi, 0.0) == "inconclusive":
+        why += _difference_note(k1, len(cliffs), k0, len(calm), confidence)
     return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why)
+
+
+def _difference_note(k1: int, n1: int, k0: int, n0: int, confidence: float) -> str:
+    """What would decide claim 6 or 7, inconclusive, at the two shares it found: both groups grown alike (more seeds)."""
+    p1, p0 = k1 / n1, k0 / n0
+    if p1 == p0:
+        return "; at equal shares, no number of seeds decides it"
+    # The interval of p0 − p1 is that of p1 − p0 negated: a contradiction is the mirror's support.
+    times = difference_scale_needed(n1, p1, n0, p0, confidence) if p1 > p0 else difference_scale_needed(n0, p0, n1, p1, confidence)
+    if times is None:
+        return "; at these shares, 80% power needs groups of more than a few hundred cells"
+    return f"; at these shares, 80% power needs about {times} times the seeds ({times * n1} cliffs, {times * n0} without)"
 
 
 def _a(word: str) -> str:

@@ -1,0 +1,411 @@
+"""What the claims' tests can decide: their smallest decisive results and their power, in closed form.
+
+The claims table's rules (``analysis.claims``, docs/report.md) are fixed; before a grid
+runs, ``matrixrl plan`` says from these what each can decide on it (``analysis.design``),
+and an inconclusive verdict says what more would decide it at the effect it observed.
+Each is exact for the model it names:
+
+- a **sign test** (claims 1, 4, 5): k of m units one way is decisive when the
+  Clopper–Pearson interval of k/m excludes 0.5, that is when P(Bin(m, ½) ≥ k) < α/2; its
+  power, when each unit goes the finding's way with probability θ, is P(Bin(m, θ) ≥ k);
+- the **Student-t interval** of a mean (claim 3): its power against a mean of d standard
+  deviations of the units is the noncentral t's, for normal units;
+- **claim 2's context test** (``claims.context_anova``): the noncentral F's power, with
+  the evaluation noise alone (a spread between seeds' trainings only lowers the ω²
+  needed, docs/report.md), at Holm's first step (α/2);
+- the **difference of two shares** (claims 6, 7): the square-and-add interval's verdict
+  summed over every binomial outcome of the two groups.
+
+What ``plan`` calls is plain Python (``math``): importing ``scipy.special`` would add a
+third to plan's time. The t and F distributions are integrated over their denominator's
+scaled chi distribution (Simpson's rule on :data:`NODES` intervals; tests/test_design.py
+checks them against scipy's to 1e-6). Only the notes of an inconclusive verdict, in a
+report that has scipy loaded already, use it (:func:`difference_scale_needed`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+POWER = 0.8
+"""The power a design is sized for."""
+MIN_GROUP = 3
+"""The fewest cells a group of a difference of shares needs for a verdict (claims 6, 7; docs/report.md)."""
+MOST_UNITS = 1000
+"""Beyond this many units a search for the units needed stops and says "more than"."""
+NODES = 200
+"""Simpson intervals of the integral over a t or F statistic's denominator (ten times that below 3 degrees of freedom)."""
+
+
+def _alpha(confidence: float) -> float:
+    return 1 - confidence
+
+
+# --- the binomial -----------------------------------------------------------------------------
+
+
+def binomial_pmf(n: int, p: float) -> list[float]:
+    """P(Bin(n, p) = k) for k = 0..n."""
+    return _binomial_terms(n, 0, p)
+
+
+def binomial_tail(n: int, k: int, p: float) -> float:
+    """P(Bin(n, p) ≥ k)."""
+    return min(1.0, sum(_binomial_terms(n, max(k, 0), p)))
+
+
+def _binomial_terms(n: int, k: int, p: float) -> list[float]:
+    """P(Bin(n, p) = j) for j = k..n, each from the last by C(n, j + 1) = C(n, j)·(n − j)/(j + 1)."""
+    if k > n:
+        return []
+    if p <= 0 or p >= 1:
+        certain = 0 if p <= 0 else n
+        return [float(j == certain) for j in range(k, n + 1)]
+    log_p, log_q = math.log(p), math.log1p(-p)
+    log_term = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_p + (n - k) * log_q
+    step = log_p - log_q
+    terms = []
+    for j in range(k, n + 1):
+        terms.append(math.exp(log_term))
+        log_term += math.log((n - j) / (j + 1)) + step if j < n else 0.0
+    return terms
+
+
+# --- the sign test (claims 1, 4, 5) ------------------------------------------------------------
+
+
+@functools.cache
+def sign_threshold(units: int, confidence: float) -> int | None:
+    """The fewest of ``units`` going one way that the sign test's Clopper–Pearson interval finds
+    decisive (its lower bound above 0.5); None when not even all of them are."""
+    if units < 1:
+        return None
+    pmf = binomial_pmf(units, 0.5)
+    tail = 0.0
+    threshold = None
+    for k in range(units, units // 2, -1):  # P(Bin(units, ½) ≥ k), growing as k falls
+        tail += pmf[k]
+        if tail >= _alpha(confidence) / 2:
+            break
+        threshold = k
+    return threshold
+
+
+@functools.cache
+def fewest_unanimous(confidence: float) -> int:
+    """The fewest units, all going one way, that the sign test finds decisive (6 at 95%)."""
+    units = 1
+    while sign_threshold(units, confidence) is None:
+        units += 1
+    return units
+
+
+def sign_power(units: int, share: float, confidence: float) -> float:
+    """The chance that a sign test over ``units`` is decisive for the finding when each unit goes its
+    way with probability ``share``."""
+    k = sign_threshold(units, confidence)
+    return 0.0 if k is None else binomial_tail(units, k, share)
+
+
+def sign_share_needed(units: int, confidence: float, power: float = POWER) -> float | None:
+    """The smallest probability of each unit going the finding's way at which ``units`` units reach
+    ``power``; None when they cannot (too few units)."""
+    if sign_threshold(units, confidence) is None:
+        return None
+    return _bisect(lambda share: sign_power(units, share, confidence) >= power, 0.5, 1.0)
+
+
+def sign_units_needed(share: float, confidence: float, power: float = POWER) -> int | None:
+    """The fewest units at which a sign test reaches ``power`` when each unit goes the finding's way
+    with probability ``share`` (> 0.5). Its power saws up and down by a few units as the threshold
+    steps, so beyond 200 units the crossing found by halving stands for it (a few units late, at
+    most). None beyond :data:`MOST_UNITS`."""
+    if share <= 0.5:
+        return None
+    fewest = fewest_unanimous(confidence)
+    found = _fewest(lambda units: sign_power(units, share, confidence) >= power, fewest, MOST_UNITS)
+    if found is None or found > 200:
+        return found
+    return next(units for units in range(fewest, found + 1) if sign_power(units, share, confidence) >= power)
+
+
+def rate_needed(configurations: int, counts: Callable[[float], float], confidence: float, power: float = POWER) -> float | None:
+    """The smallest per-run rate q at which a sign test over ``configurations`` reaches ``power``, when a
+    configuration counts for the finding with probability ``counts(q)`` (increasing) and never against
+    it, so that the test is decisive once :func:`fewest_unanimous` of them count; None when it cannot."""
+    needed = fewest_unanimous(confidence)
+    if configurations < needed:
+        return None
+
+    def reaches(q: float) -> bool:
+        return binomial_tail(configurations, needed, counts(q)) >= power
+
+    return _bisect(reaches, 0.0, 1.0) if reaches(1.0) else None
+
+
+# --- the t and F distributions, integrated over their denominators ------------------------------
+
+
+@functools.cache
+def _scaled_chi(dof: float) -> tuple[tuple[float, float], ...]:
+    """``(u, weight)`` pairs such that Σ weight·g(u) ≈ E[g(√(χ²_dof / dof))] (Simpson's rule over 12 of
+    u's standard deviations either side of 1)."""
+    spread = 1 / math.sqrt(2 * dof)  # u's standard deviation, near enough to size the range
+    lo, hi = max(0.0, 1 - 12 * spread), 1 + 12 * spread + (8 if dof < 4 else 0)
+    intervals = NODES
+    half = dof / 2
+    log_norm = math.log(2) + half * math.log(half) - math.lgamma(half)
+    if dof < 3:
+        intervals *= 10  # one or two degrees of freedom: most weight near u = 0, where t·u turns fast
+    step = (hi - lo) / intervals
+    nodes = []
+    for i in range(intervals + 1):
+        u = lo + i * step
+        if u > 0:
+            density = math.exp(log_norm - half * u * u + (dof - 1) * math.log(u))
+        else:  # u^(dof − 1) at 0: 1 with one degree of freedom, else 0
+            density = math.exp(log_norm) if dof == 1 else 0.0
+        simpson = 1 if i in (0, intervals) else 4 if i % 2 else 2
+        nodes.append((u, density * simpson * step / 3))
+    return tuple(nodes)
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _t_sf(dof: int, noncentrality: float, t: float) -> float:
+    """P(T > t) for T noncentral t with ``dof`` degrees of freedom: E[P(Z + λ > t·u)]."""
+    return sum(w * _normal_sf(t * u - noncentrality) for u, w in _scaled_chi(dof))
+
+
+@functools.cache
+def _t_critical(dof: int, confidence: float) -> float:
+    return _bisect(lambda t: _t_sf(dof, 0.0, t) <= _alpha(confidence) / 2, 0.0, 1000.0, 44)
+
+
+def _ncx2_sf(k: int, noncentrality: float, x):
+    """P(χ'²_k(λ) > x) over an array ``x``: the Poisson(λ/2) mixture of central chi-squares with k + 2j
+    degrees of freedom, each from Q(2, x) = e^{-x/2} or Q(1, x) = erfc(√(x/2)) by
+    Q(m + 2, x) = Q(m, x) + (x/2)^{m/2} e^{-x/2} / Γ(m/2 + 1) (``k`` ≥ 1 an integer)."""
+    import numpy as np  # plan has imported it already (the tasks use it)
+
+    half = np.asarray(x, dtype=float) / 2
+    order = 2 if k % 2 == 0 else 1
+    with np.errstate(divide="ignore"):
+        sf = np.exp(-half) if order == 2 else np.array([math.erfc(math.sqrt(v)) for v in half])
+        term = np.exp(-half + order / 2 * np.log(half) - math.lgamma(order / 2 + 1))
+    while order < k:
+        sf = sf + term
+        order += 2
+        term = term * half / (order / 2)
+    mean = noncentrality / 2
+    weight, total = math.exp(-mean), np.zeros_like(half)
+    for j in range(int(mean + 10 * math.sqrt(mean) + 10) + 1):  # the Poisson weight beyond is below 1e-12
+        total += weight * np.minimum(sf, 1.0)
+        sf = sf + term
+        order += 2
+        term = term * half / (order / 2)
+        weight *= mean / (j + 1)
+    return np.minimum(total, 1.0)
+
+
+def _f_sf(dfn: int, dfd: float, noncentrality: float, f: float) -> float:
+    """P(F > f) for F noncentral F(dfn, dfd): E[P(χ'²_dfn(λ) > f·dfn·u²)]."""
+    u, w = _scaled_chi_arrays(dfd)
+    return float((w * _ncx2_sf(dfn, noncentrality, f * dfn * u * u)).sum())
+
+
+@functools.cache
+def _scaled_chi_arrays(dof: float):
+    import numpy as np
+
+    nodes = _scaled_chi(dof)
+    return np.array([u for u, _ in nodes]), np.array([w for _, w in nodes])
+
+
+@functools.cache
+def _f_critical(dfn: int, dfd: float, alpha: float) -> float:
+    return _bisect(lambda f: _f_sf(dfn, dfd, 0.0, f) <= alpha, 0.0, 1000.0, 36)
+
+
+# --- the Student-t interval (claim 3) ----------------------------------------------------------
+
+
+def t_power(units: int, effect: float, confidence: float) -> float:
+    """The chance that the Student-t interval over ``units`` normal units lies above 0 when their mean
+    is ``effect`` of their standard deviations."""
+    if units < 2:
+        return 0.0
+    return _t_sf(units - 1, effect * math.sqrt(units), _t_critical(units - 1, confidence))
+
+
+def t_effect_needed(units: int, confidence: float, power: float = POWER) -> float | None:
+    """The smallest mean, in standard deviations of the units, at which ``units`` reach ``power``."""
+    if units < 2:
+        return None
+    return _bisect(lambda effect: t_power(units, effect, confidence) >= power, 0.0, 100.0, 24)
+
+
+def t_units_needed(effect: float, confidence: float, power: float = POWER) -> int | None:
+    """The fewest units at which a mean of ``effect`` standard deviations reaches ``power``."""
+    if effect <= 0:
+        return None
+    return _fewest(lambda units: t_power(units, effect, confidence) >= power, 2, MOST_UNITS)
+
+
+# --- claim 2's context test --------------------------------------------------------------------
+
+
+def context_power(contexts: int, cells_per_context: float, residual_dof: int, omega2: float, confidence: float) -> float:
+    """The chance that claim 2's context test rejects at Holm's first step (α/2) when the context
+    explains ``omega2`` of a cell's gain variance, with evaluation noise alone.
+
+    With no spread between trainings, a cell's residual variance is its final's evaluation
+    variance s², as its base's is; ω² = σ²/(σ² + 2s²) for the contexts' spread σ², and the
+    test's noncentrality is n̄·C·σ²/(s² + n̄·s²) = 2·n̄·C·ω²/((1 + n̄)(1 − ω²)), its
+    denominator degrees of freedom Satterthwaite's df_resid·(1 + n̄)²."""
+    if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
+        return 0.0
+    n = cells_per_context
+    dfn, dfd = contexts - 1, residual_dof * (1 + n) ** 2
+    noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
+    return _f_sf(dfn, dfd, noncentrality, _f_critical(dfn, dfd, _alpha(confidence) / 2))
+
+
+def context_omega2_needed(contexts: int, cells_per_context: float, residual_dof: int, confidence: float, power: float = POWER) -> float | None:
+    """The smallest ω² of the context at which its test reaches ``power`` (:func:`context_power`)."""
+    if contexts < 2 or residual_dof < 1:
+        return None
+    return _bisect(lambda omega2: context_power(contexts, cells_per_context, residual_dof, omega2, confidence) >= power, 0.0, 0.999, 12)
+
+
+def context_seeds_needed(contexts: int, cells_per_context: float, omega2: float, confidence: float, power: float = POWER) -> int | None:
+    """How many times the grid's seeds claim 2's context test needs to reach ``power`` at ``omega2``
+    (1: as it is); None when 100 times cannot (the shared bases' error does not shrink with seeds:
+    only more contexts lower it)."""
+    if contexts < 2 or not 0 < omega2 < 1:
+        return None
+
+    def reaches(times: int) -> bool:
+        cells = cells_per_context * times
+        dof = round(contexts * cells) - contexts - 1
+        return dof >= 1 and context_power(contexts, cells, dof, omega2, confidence) >= power
+
+    return _fewest(reaches, 1, 100)
+
+
+# --- the difference of two shares (claims 6, 7) ------------------------------------------------
+
+
+def _precedes_decisive(cliffs: int, calm: int, confidence: float) -> int | None:
+    """The fewest of ``cliffs`` preceded that are decisive against none of ``calm`` runs rising as early;
+    None when none is.
+
+    With k0 = 0 the square-and-add bound p1 − √((p1 − l1)² + u0²) is above 0 exactly when the
+    Clopper–Pearson lower bound l1 of k1/n1 exceeds p1 − √(p1² − u0²), u0 = 1 − (α/2)^(1/n0) the
+    upper bound of 0/n0; and l1 > t exactly when P(Bin(n1, t) ≥ k1) < α/2."""
+    half = _alpha(confidence) / 2
+    upper = 1 - half ** (1 / calm)
+    fewest = None
+    for k1 in range(cliffs, 0, -1):
+        p1 = k1 / cliffs
+        if p1 <= upper:
+            break
+        threshold = p1 - math.sqrt(p1 * p1 - upper * upper)
+        if binomial_tail(cliffs, k1, threshold) >= half:
+            break
+        fewest = k1
+    return fewest
+
+
+@functools.cache
+def fewest_for_difference(confidence: float, least: int = MIN_GROUP) -> tuple[int, int]:
+    """The smallest groups ``(cliffs, calm)`` whose unanimous result (all of one, none of the other)
+    is decisive: (3, 4) at 95% with 3 a group at least."""
+    for total in range(2 * least, 400):
+        for cliffs in range(least, total - least + 1):
+            if _precedes_decisive(cliffs, total - cliffs, confidence) == cliffs:
+                return cliffs, total - cliffs
+    raise ValueError(f"no groups of under 400 cells decide at confidence {confidence}")
+
+
+@functools.cache
+def _split(cells: int, confidence: float, least: int) -> tuple[tuple[float, int | None], ...]:
+    """Per number of cliffs n1 among ``cells`` (each a cliff with probability ½): its probability, and
+    the fewest preceded that are decisive against no calm run rising (None: none; too few in a group)."""
+    weights = binomial_pmf(cells, 0.5)
+    return tuple(
+        (weights[n1], _precedes_decisive(n1, cells - n1, confidence) if least <= n1 <= cells - least else None)
+        for n1 in range(cells + 1)
+    )
+
+
+def mechanism_power(cells: int, precedes: float, confidence: float, least: int = MIN_GROUP) -> float:
+    """The chance that claim 6's (or 7's) interval lies above 0 over ``cells`` cells with a signal,
+    when each ends in a cliff with probability ½, the signal precedes a cliff with probability
+    ``precedes``, and no calm run's signal rises as early (the most favourable control)."""
+    return sum(weight * binomial_tail(n1, k1, precedes) for n1, (weight, k1) in enumerate(_split(cells, confidence, least)) if k1)
+
+
+def mechanism_precedes_needed(cells: int, confidence: float, least: int = MIN_GROUP, power: float = POWER) -> float | None:
+    """The smallest chance of preceding a cliff at which :func:`mechanism_power` reaches ``power``; None
+    when it cannot, even at 1."""
+    if mechanism_power(cells, 1.0, confidence, least) < power:
+        return None
+    return _bisect(lambda precedes: mechanism_power(cells, precedes, confidence, least) >= power, 0.0, 1.0, 20)
+
+
+def difference_power(n1: int, p1: float, n0: int, p0: float, confidence: float, least: int = MIN_GROUP) -> float:
+    """The chance that the square-and-add interval of k1/n1 − k0/n0 lies above 0, for k1 ~ Bin(n1, p1)
+    and k0 ~ Bin(n0, p0); 0 with fewer than ``least`` in a group (claims 6, 7: inconclusive)."""
+    import numpy as np
+    from scipy.special import betaincinv
+
+    if min(n1, n0) < least:
+        return 0.0
+    half = _alpha(confidence) / 2
+    k1, k0 = np.arange(n1 + 1, dtype=float), np.arange(n0 + 1, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lower = np.where(k1 == 0, 0.0, betaincinv(np.maximum(k1, 1), n1 - k1 + 1, half))
+        upper = np.where(k0 == n0, 1.0, betaincinv(k0 + 1, np.maximum(n0 - k0, 1), 1 - half))
+    s1, s0 = k1 / n1, k0 / n0
+    bound = (s1[:, None] - s0[None, :]) - np.hypot((s1 - lower)[:, None], (upper - s0)[None, :])
+    return float((np.outer(binomial_pmf(n1, p1), binomial_pmf(n0, p0)) * (bound > 0)).sum())
+
+
+def difference_scale_needed(n1: int, p1: float, n0: int, p0: float, confidence: float, least: int = MIN_GROUP,
+                            power: float = POWER) -> int | None:  # fmt: skip
+    """About how many times both groups (more seeds) the difference p1 − p0 (> 0) needs to reach
+    ``power``; None beyond groups of :data:`MOST_UNITS` // 5 cells."""
+    if p1 <= p0 or min(n1, n0) < 1:
+        return None
+    most = max(1, MOST_UNITS // 5 // max(n1, n0))
+    return _fewest(lambda times: difference_power(n1 * times, p1, n0 * times, p0, confidence, least) >= power, 1, most)
+
+
+def _fewest(holds: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The smallest integer in [lo, hi] at which ``holds`` (increasing, or nearly) becomes true; None when
+    it does not hold at ``hi``."""
+    if lo > hi or not holds(hi):
+        return None
+    while lo < hi:
+        middle = (lo + hi) // 2
+        if holds(middle):
+            hi = middle
+        else:
+            lo = middle + 1
+    return lo
+
+
+def _bisect(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 40) -> float:
+    """The smallest x in [lo, hi] at which the monotone ``holds`` becomes true (to ``steps`` halvings)."""
+    for _ in range(steps):
+        middle = (lo + hi) / 2
+        if holds(middle):
+            hi = middle
+        else:
+            lo = middle
+    return hi
