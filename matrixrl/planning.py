@@ -11,8 +11,12 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from matrixrl.config import Config
+
+if TYPE_CHECKING:
+    from matrixrl.analysis.design import ClaimDesign
 
 EVALUATIONS = ("copy_base_eval", "evaluate")
 MEMORY_EVALUATIONS = ("copy_base_memory_eval", "evaluate_memory")
@@ -25,7 +29,8 @@ class Plan:
     ``jobs``: one row per job (rule, cell, scale, step, status, reason, output; and
     ``resources`` under a profile). ``cells``: how many cells the grid has (a one-role
     workflow's isolated cell is its shared cell's run). ``run_command``: the command
-    that runs the pending jobs, with the options this plan was made with.
+    that runs the pending jobs, with the options this plan was made with. ``design``:
+    per claim of the claims table, what this grid can decide (``Study.design()``).
     """
 
     config: Config
@@ -38,6 +43,7 @@ class Plan:
     estimate: Estimate | None = None  # what the pending jobs will take (None: nothing pending)
     memory: list[str] = field(default_factory=list)  # GPU memory per GPU scale, and the GPU's (gpu_memory)
     refused: list[str] = field(default_factory=list)  # a pending job that would not fit its GPU, one line each
+    design: list[ClaimDesign] = field(default_factory=list)  # what the claims table can decide on this grid (analysis.design)
 
     @property
     def pending(self) -> list[dict]:
@@ -105,6 +111,7 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
     from matrixrl.snake.profiles import check_profile, rule_resources
     from matrixrl.status import job_statuses
 
+    from matrixrl.analysis.design import grid_design
     from matrixrl.gpu_memory.budget import gpu_budget
     from matrixrl.gpu_memory.fits import memory_lines, refusals
 
@@ -133,6 +140,7 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
         ) if any(job["status"] == "pending" for job in jobs) else None,
         memory=memory_lines(config, budget, jobs, with_refusals=False),
         refused=refusals(config, budget, jobs),
+        design=grid_design(config),
     )
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
+    from matrixrl.analysis.design import ClaimDesign
     from matrixrl.planning import Plan
     from matrixrl.runner import RunOutcome
 
@@ -189,6 +190,15 @@ class Study:
 
         command = run_command(self.path, list(self.only), list(self.sets))
         return make_plan(self.selected, Path(profile) if profile is not None else None, command, cores)
+
+    def design(self) -> list[ClaimDesign]:
+        """Per claim of the claims table, what the selected grid can decide before it runs (the lines
+        `matrixrl plan` prints; matrixrl.analysis.design): each has ``claim``, ``units`` (what its test
+        counts here), ``possible`` (whether any result reaches a verdict) and ``line`` (with the
+        smallest effect it detects with 80% power). Reads no results."""
+        from matrixrl.analysis.design import grid_design
+
+        return grid_design(self.selected)
 
     def run(
         self, cores: int | None = None, *, keep_going: bool = False, profile: str | Path | None = None,

@@ -135,13 +135,15 @@ class WorkflowBase:
     A subclass says what the registry (``matrixrl.workflows.WORKFLOWS``) derives the rest
     from: ``name`` (its key under ``workflows:`` and ``grid.workflow``), ``description``
     (one line, the help of its ``workflows:`` entry), ``roles`` (the roles it trains),
-    ``settings_model`` (its module's ``Settings``) and, for each role of its own that the
+    ``parallel_roles`` (those played by several agents at once, whose gradients the diagnostics
+    measure as an amplification), ``settings_model`` (its module's ``Settings``) and, for each role of its own that the
     styles have no method for, a ``RolePrompt`` in ``prompts`` (``self.prompt`` writes it).
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     roles: ClassVar[tuple[str, ...]] = ()
+    parallel_roles: ClassVar[tuple[str, ...]] = ()
     settings_model: type[WorkflowSettings] = WorkflowSettings
     prompts: ClassVar[Mapping[str, RolePrompt]] = {}
 

@@ -27,6 +27,7 @@ class OrchWorkers(WorkflowBase):
     name = "orch_workers"
     description = "an orchestrator proposes strategies, parallel workers solve, a synthesizer picks"
     roles = ("orchestrator", "worker", "synthesizer")
+    parallel_roles = ("worker",)
     settings_model = Settings
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:

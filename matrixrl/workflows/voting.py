@@ -25,6 +25,7 @@ class Voting(WorkflowBase):
     name = "voting"
     description = "parallel generators answer, an aggregator gives the final answer"
     roles = ("generator", "aggregator")
+    parallel_roles = ("generator",)
     settings_model = Settings
 
     def run(self, problems: list[Problem], groups: list[int], generate: Generate) -> list[Episode]:

@@ -1,0 +1,169 @@
+"""What a grid's claims table can decide, before it runs (``matrixrl plan``, ``Study.design()``).
+
+Per claim of the claims table (``analysis.claims``): the units its test will count on this
+grid, whether any result can reach a verdict, and the smallest effect it detects with 80%
+power, from the closed forms of ``analysis.power``. The units are counted from the grid's
+cells as the claims count them (docs/report.md, "One unit per claim"): multi-agent
+(workflow, task, scale) for claim 1; cells and contexts for claim 2; configurations with
+both modes (extra-axis values included) for claims 3–5; cells with a gradient signal for
+claims 6 and 7. Nothing is read but the configuration.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from matrixrl.analysis.power import (
+    MIN_GROUP, context_omega2_needed, fewest_for_difference, fewest_unanimous, mechanism_power, mechanism_precedes_needed,
+    rate_needed, sign_share_needed, sign_threshold, t_effect_needed,
+)  # fmt: skip
+from matrixrl.config import Config
+
+HEADER = "What the claims table can decide on this grid (at 80% power; docs/report.md, \"What a grid can decide\"):"
+
+
+@dataclass(frozen=True)
+class ClaimDesign:
+    """One claim on one grid: ``units`` its test counts, whether a verdict is ``possible``, and the ``line`` plan prints."""
+
+    claim: int
+    units: int
+    possible: bool
+    line: str
+
+
+def grid_design(config: Config) -> list[ClaimDesign]:
+    """Per claim, 1 to 7, what ``config``'s selected grid can decide (see the module docstring)."""
+    from matrixrl import grid as G
+    from matrixrl.workflows import WORKFLOWS
+
+    confidence = config.analysis.confidence
+    cells = [cell for cell in G.cells(config) if len(WORKFLOWS[cell.workflow].roles) > 1]  # multi-agent
+    modes = {cell.policy for cell in cells}
+    contexts = Counter((cell.workflow, cell.task, cell.scale) for cell in cells)
+    configurations: dict[tuple, dict[str, set]] = {}
+    for cell in cells:
+        key = (cell.workflow, cell.task, cell.scale, cell.sweep)
+        configurations.setdefault(key, {}).setdefault(cell.policy, set()).add(cell.seed)
+    paired = [min(len(seeds["isolated"] & seeds["shared"]), 99) for seeds in configurations.values() if {"isolated", "shared"} <= set(seeds)]
+    paired = [seeds for seeds in paired if seeds]
+    parallel = list(dict.fromkeys(cell.workflow for cell in cells if _parallel(WORKFLOWS[cell.workflow])))
+    amplified = sum(cell.policy == "isolated" and bool(_parallel(WORKFLOWS[cell.workflow])) for cell in cells)
+    shared = sum(cell.policy == "shared" for cell in cells)
+    return [
+        _gain(len(contexts), confidence),
+        _context(cells, contexts, modes, confidence),
+        _peaks(paired, confidence),
+        _cliffs(paired, confidence),
+        _failures(paired, confidence),
+        _mechanism(6, amplified, "isolated", "an amplification", f" ({', '.join(parallel)})" if parallel else "", confidence),
+        _mechanism(7, shared, "shared", "a share", "", confidence),
+    ]
+
+
+def _parallel(workflow) -> tuple[str, ...]:
+    """The roles of ``workflow`` played by several agents at once (none for a plugin's that does not say)."""
+    return getattr(workflow, "parallel_roles", ())
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _gain(contexts: int, confidence: float) -> ClaimDesign:
+    if not contexts:
+        return ClaimDesign(1, 0, False, "claim 1: no multi-agent workflow: untestable")
+    k = sign_threshold(contexts, confidence)
+    units = _plural(contexts, "workflow-task-scale")
+    if k is None:
+        return ClaimDesign(1, contexts, False, f"claim 1: {units}, one unit each (seeds and modes share its base); "
+                           f"a sign test needs at least {fewest_unanimous(confidence)}: no verdict possible")  # fmt: skip
+    share = sign_share_needed(contexts, confidence)
+    decides = (f"supported only if all {contexts} gain, contradicted only if none does" if k == contexts
+               else f"supported if {k} or more of {contexts} gain, contradicted if {contexts - k} or fewer")  # fmt: skip
+    return ClaimDesign(1, contexts, True, f"claim 1: {units}, one unit each (seeds and modes share its base): {decides}; "
+                       f"80% power if each gains with probability {share:.2f} or more")  # fmt: skip
+
+
+def _context(cells, contexts: Counter, modes: set, confidence: float) -> ClaimDesign:
+    if len(modes) < 2:
+        return ClaimDesign(2, len(cells), False, "claim 2: one policy mode: untestable")
+    if len(contexts) < 2:
+        return ClaimDesign(2, len(cells), False, "claim 2: one workflow, task and scale: untestable")
+    dof = len(cells) - len(contexts) - 1
+    start = f"claim 2: {len(cells)} cells in {len(contexts)} contexts"
+    if dof < 1:
+        return ClaimDesign(2, len(cells), False, f"{start}: no residual degrees of freedom, no verdict possible (more seeds)")
+    omega2 = context_omega2_needed(len(contexts), len(cells) / len(contexts), dof, confidence)
+    return ClaimDesign(2, len(cells), True, f"{start}, {dof} residual degrees of freedom: 80% power if the context "
+                       f"explains ω² {omega2:.2f} or more of the gains' variance (evaluation noise alone; Holm)")  # fmt: skip
+
+
+def _seeds(paired: list[int]) -> str:
+    seeds = sorted(set(paired))
+    return _plural(seeds[0], "seed") if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+
+
+def _peaks(paired: list[int], confidence: float) -> ClaimDesign:
+    if not paired:
+        return ClaimDesign(3, 0, False, "claim 3: no configuration with both modes: untestable")
+    units, what = (len(paired), "configurations") if len(paired) > 1 else (paired[0], "seed pairs of one configuration")
+    effect = t_effect_needed(units, confidence)
+    if effect is None:
+        return ClaimDesign(3, units, False, "claim 3: one pair: no interval, no verdict possible (more seeds or configurations)")
+    start = f"claim 3: {_plural(len(paired), 'configuration')} with both modes × {_seeds(paired)}"
+    return ClaimDesign(3, units, True, f"{start} (Student-t over {units} {what}): 80% power at a mean peak difference "
+                       f"of {effect:.2f} of their standard deviation or more")  # fmt: skip
+
+
+def _sign_over_configurations(paired: list[int], confidence: float, what: str) -> tuple[str, bool]:
+    needed = fewest_unanimous(confidence)
+    start = f"needs at least {needed} configurations {what}; this grid has {_plural(len(paired), 'configuration')} with both modes, {_seeds(paired)} each"
+    return start, len(paired) >= needed
+
+
+def _cliffs(paired: list[int], confidence: float) -> ClaimDesign:
+    if not paired:
+        return ClaimDesign(4, 0, False, "claim 4: no configuration with both modes: untestable")
+    start, possible = _sign_over_configurations(paired, confidence, "whose cliff rates differ")
+    if not possible:
+        return ClaimDesign(4, len(paired), False, f"claim 4: {start}: no verdict possible")
+    needed = fewest_unanimous(confidence)
+    one_off = next(m for m in range(needed, 10 * needed) if sign_threshold(m, confidence) == m - 1)
+    seeds = min(paired)
+    rate = rate_needed(len(paired), lambda q: 1 - (1 - q) ** seeds, confidence)
+    power = f"80% power if isolated's runs cliff {rate:.0%} of the time or more and shared's never" if rate is not None else "below 80% power"
+    return ClaimDesign(4, len(paired), True, f"claim 4: {start}: it can be supported only if isolated cliffs more often in "
+                       f"{needed} or more (all that differ; with one the other way, {one_off - 1} of {one_off}); {power}")  # fmt: skip
+
+
+def _failures(paired: list[int], confidence: float) -> ClaimDesign:
+    if not paired:
+        return ClaimDesign(5, 0, False, "claim 5: no configuration with both modes: untestable")
+    start, possible = _sign_over_configurations(paired, confidence, "failing under both modes, in different shares of cliffs")
+    if not possible:
+        return ClaimDesign(5, len(paired), False, f"claim 5: {start}: no verdict possible")
+    seeds = min(paired)
+    rate = rate_needed(len(paired), lambda q: (1 - (1 - q) ** seeds) ** 2, confidence)
+    power = (f"80% power if each mode's runs fail {rate:.0%} of the time or more, isolated's by cliffs and shared's otherwise"
+             if rate is not None else "below 80% power")  # fmt: skip
+    return ClaimDesign(5, len(paired), True, f"claim 5: {start}: {power}")
+
+
+def _mechanism(claim: int, cells: int, mode: str, signal: str, which: str, confidence: float) -> ClaimDesign:
+    if not cells:
+        return ClaimDesign(claim, 0, False, f"claim {claim}: no {mode} cell with {signal} signal: untestable")
+    cliffs, calm = fewest_for_difference(confidence, MIN_GROUP)
+    start = (f"claim {claim}: {_plural(cells, mode + ' cell')} with {signal} signal{which}; a verdict needs {MIN_GROUP} or "
+             f"more cliffs and {MIN_GROUP} or more without (at least {cliffs} of {cliffs} preceding against 0 of {calm})")  # fmt: skip
+    if cells < cliffs + calm:
+        return ClaimDesign(claim, cells, False, f"{start}: no verdict possible")
+    precedes = mechanism_precedes_needed(cells, confidence, MIN_GROUP)
+    if precedes is None:
+        best = mechanism_power(cells, 1.0, confidence, MIN_GROUP)
+        power = f"below 80% power even if the signal precedes every cliff ({best:.0%}, half the runs cliffing)"
+    else:
+        power = (f"80% power if the signal precedes {precedes:.0%} of cliffs or more, half the runs cliffing and no calm "
+                 "run's signal rising as early")  # fmt: skip
+    return ClaimDesign(claim, cells, True, f"{start}; {power}")

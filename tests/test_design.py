@@ -1,0 +1,194 @@
+"""What a grid can decide before it runs: `matrixrl plan`'s design lines and ``Study.design()``.
+
+The closed forms (matrixrl.analysis.power) are plain Python so that plan need not import
+scipy; here each is checked against scipy's distributions and the claims' own intervals.
+Then every line plan prints for the default grid, examples/long-study.yaml and
+examples/paper.yaml is asserted as text (docs/report.md quotes them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+from scipy.special import bdtrc, chdtrc, fdtri, ncfdtr, nctdtr, stdtrit
+
+import matrixrl
+from conftest import REPO, run_cli
+from matrixrl.analysis import power
+from matrixrl.analysis.claims import clopper_pearson, share_difference
+from matrixrl.analysis.design import HEADER
+
+approx = pytest.approx
+
+
+# --- the closed forms against scipy and the claims' intervals ---------------------------------
+
+
+def test_the_sign_test_threshold_is_the_clopper_pearson_intervals() -> None:
+    for units in range(1, 61):
+        decisive = [k for k in range(units + 1) if clopper_pearson(k, units)[0] > 0.5]
+        assert power.sign_threshold(units, 0.95) == (decisive[0] if decisive else None), units
+    assert power.fewest_unanimous(0.95) == 6 and power.fewest_unanimous(0.99) == 8  # 0.5^6 < 0.025 < 0.5^5
+    for n, k, p in [(12, 10, 0.87), (54, 20, 0.3), (1000, 530, 0.55), (7, 0, 0.2)]:
+        assert power.binomial_tail(n, k, p) == approx(float(bdtrc(k - 1, n, p)) if k else 1.0, rel=1e-9)
+    # 80% power over 12 units: the share at which P(Bin(12, share) ≥ 10) is 0.8.
+    share = power.sign_share_needed(12, 0.95)
+    assert float(bdtrc(9, 12, share)) == approx(0.8, abs=1e-6)
+    assert power.sign_share_needed(5, 0.95) is None
+
+
+def test_the_t_and_f_powers_are_scipys_noncentral_distributions() -> None:
+    for units in (2, 3, 6, 12, 41):
+        dof = units - 1
+        assert power._t_critical(dof, 0.95) == approx(float(stdtrit(dof, 0.975)), rel=1e-5)
+        for effect in (0.3, 0.9, 2.0):
+            expected = 1 - nctdtr(dof, effect * math.sqrt(units), stdtrit(dof, 0.975))
+            assert power.t_power(units, effect, 0.95) == approx(float(expected), abs=1e-5)
+    for k, x in itertools.product((1, 2, 5, 11), (0.5, 5.0, 30.0)):
+        assert power._ncx2_sf(k, 0.0, [x])[0] == approx(float(chdtrc(k, x)), abs=1e-12)
+    for dfn, dfd in ((11, 99), (17, 153), (3, 9)):
+        critical = power._f_critical(dfn, dfd, 0.025)
+        assert critical == approx(float(fdtri(dfn, dfd, 0.975)), rel=1e-5)
+        for noncentrality in (0.0, 5.0, 20.0):
+            assert power._f_sf(dfn, dfd, noncentrality, critical) == approx(1 - float(ncfdtr(dfn, dfd, noncentrality, critical)), abs=1e-6)
+    # Claim 2's noncentrality: 2·n̄·C·ω²/((1 + n̄)(1 − ω²)), Satterthwaite's df_resid·(1 + n̄)², Holm's α/2.
+    expected = 1 - ncfdtr(11, 11 * 9, 2 * 2 * 12 * 0.5 / (3 * 0.5), fdtri(11, 99, 0.975))
+    assert power.context_power(12, 2, 11, 0.5, 0.95) == approx(float(expected), abs=1e-6)
+
+
+def test_the_mechanism_claims_decisive_results_are_the_square_and_add_intervals() -> None:
+    for cliffs, calm in itertools.product(range(1, 16), range(1, 16)):
+        decisive = [k for k in range(cliffs + 1) if share_difference(k, cliffs, 0, calm)[1] > 0]
+        assert power._precedes_decisive(cliffs, calm, 0.95) == (decisive[0] if decisive else None), (cliffs, calm)
+    assert power.fewest_for_difference(0.95) == (3, 4)  # docs/report.md: 3 of 3 against 0 of 4, not 0 of 3
+    # With k0 = 0 anywhere, the general (scipy) power and the plain one agree.
+    assert power.difference_power(5, 0.8, 6, 0.0, 0.95) == approx(power.binomial_tail(5, power._precedes_decisive(5, 6, 0.95), 0.8))
+
+
+def test_rate_needed_is_the_sign_tests_power_over_configurations() -> None:
+    """Claim 4 with one seed and shared never cliffing: a configuration counts when isolated cliffs,
+    and the test is decisive once 6 count; 80% power where P(Bin(12, q) ≥ 6) = 0.8."""
+    q = power.rate_needed(12, lambda rate: rate, 0.95)
+    assert float(bdtrc(5, 12, q)) == approx(0.8, abs=1e-6)
+    assert power.rate_needed(5, lambda rate: rate, 0.95) is None
+
+
+# --- plan's lines -------------------------------------------------------------------------------
+
+DEFAULT = [
+    "claim 1: 12 workflow-task-scales, one unit each (seeds and modes share its base): supported if 10 or more of 12 gain, "
+    "contradicted if 2 or fewer; 80% power if each gains with probability 0.87 or more",
+    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.58 or more "
+    "of the gains' variance (evaluation noise alone; Holm)",
+    "claim 3: 12 configurations with both modes × 1 seed (Student-t over 12 configurations): 80% power at a mean peak "
+    "difference of 0.89 of their standard deviation or more",
+    "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 12 configurations with both modes, "
+    "1 seed each: it can be supported only if isolated cliffs more often in 6 or more (all that differ; with one the "
+    "other way, 8 of 9); 80% power if isolated's runs cliff 58% of the time or more and shared's never",
+    "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid has 12 "
+    "configurations with both modes, 1 seed each: 80% power if each mode's runs fail 76% of the time or more, "
+    "isolated's by cliffs and shared's otherwise",
+    "claim 6: 8 isolated cells with an amplification signal (voting, orch_workers); a verdict needs 3 or more cliffs "
+    "and 3 or more without (at least 3 of 3 preceding against 0 of 4); below 80% power even if the signal precedes "
+    "every cliff (71%, half the runs cliffing)",
+    "claim 7: 12 shared cells with a share signal; a verdict needs 3 or more cliffs and 3 or more without (at least 3 "
+    "of 3 preceding against 0 of 4); 80% power if the signal precedes 81% of cliffs or more, half the runs cliffing "
+    "and no calm run's signal rising as early",
+]
+LONG_STUDY = [
+    "claim 1: 6 workflow-task-scales, one unit each (seeds and modes share its base): supported only if all 6 gain, "
+    "contradicted only if none does; 80% power if each gains with probability 0.96 or more",
+    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.61 or more "
+    "of the gains' variance (evaluation noise alone; Holm)",
+    "claim 3: 6 configurations with both modes × 2 seeds (Student-t over 6 configurations): 80% power at a mean peak "
+    "difference of 1.43 of their standard deviation or more",
+    "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 6 configurations with both modes, "
+    "2 seeds each: it can be supported only if isolated cliffs more often in 6 or more (all that differ; with one the "
+    "other way, 8 of 9); 80% power if isolated's runs cliff 81% of the time or more and shared's never",
+    "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid has 6 "
+    "configurations with both modes, 2 seeds each: 80% power if each mode's runs fail 86% of the time or more, "
+    "isolated's by cliffs and shared's otherwise",
+    DEFAULT[5],
+    DEFAULT[6],
+]
+PAPER = [
+    "claim 1: 18 workflow-task-scales, one unit each (seeds and modes share its base): supported if 14 or more of 18 "
+    "gain, contradicted if 4 or fewer; 80% power if each gains with probability 0.82 or more",
+    "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.51 or more "
+    "of the gains' variance (evaluation noise alone; Holm)",
+    "claim 3: 18 configurations with both modes × 1 seed (Student-t over 18 configurations): 80% power at a mean peak "
+    "difference of 0.70 of their standard deviation or more",
+    "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 18 configurations with both modes, "
+    "1 seed each: it can be supported only if isolated cliffs more often in 6 or more (all that differ; with one the "
+    "other way, 8 of 9); 80% power if isolated's runs cliff 40% of the time or more and shared's never",
+    "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid has 18 "
+    "configurations with both modes, 1 seed each: 80% power if each mode's runs fail 64% of the time or more, "
+    "isolated's by cliffs and shared's otherwise",
+    "claim 6: 12 isolated cells with an amplification signal (voting, orch_workers); a verdict needs 3 or more cliffs "
+    "and 3 or more without (at least 3 of 3 preceding against 0 of 4); 80% power if the signal precedes 81% of cliffs "
+    "or more, half the runs cliffing and no calm run's signal rising as early",
+    "claim 7: 18 shared cells with a share signal; a verdict needs 3 or more cliffs and 3 or more without (at least 3 "
+    "of 3 preceding against 0 of 4); 80% power if the signal precedes 63% of cliffs or more, half the runs cliffing "
+    "and no calm run's signal rising as early",
+]
+
+
+@pytest.mark.parametrize(
+    "path, lines",
+    [("experiments.yaml", DEFAULT), ("examples/long-study.yaml", LONG_STUDY), ("examples/paper.yaml", PAPER)],
+    ids=["default", "long-study", "paper"],
+)
+def test_plan_says_what_each_grid_can_decide(path: str, lines: list[str], tmp_path) -> None:
+    study = matrixrl.Study.load(REPO / path, set={"results_dir": str(tmp_path / "results")})
+    design = study.design()
+    assert [claim.line for claim in design] == lines
+    assert [claim.claim for claim in design] == list(range(1, 8))
+    assert [claim.possible for claim in design] == [True] * 7
+    assert study.plan().design == design
+    # plan prints them after the grid's tables, before the disk and what to run next.
+    shown = run_cli("plan", "-c", REPO / path, "--set", f"results_dir={tmp_path / 'results'}")
+    assert shown.exit_code == 0, shown.output
+    printed = shown.stdout.splitlines()
+    at = printed.index(HEADER)
+    assert printed[at + 1 : at + 8] == lines
+    assert printed[at + 8].startswith("disk at peak: ")
+
+
+def test_a_grid_too_small_for_a_claim_says_no_verdict_is_possible(experiment) -> None:
+    """One configuration with six seeds (the calibration's second shape): claims 1, 4, 5 count one unit,
+    claim 2 has no context to vary, claims 6 and 7 have 6 cells where 7 is the least; claim 3 its six pairs."""
+    one = {"grid.workflow": ["voting"], "grid.task": ["arith"], "grid.scale": ["tiny-s"], "grid.seed": [0, 1, 2, 3, 4, 5]}
+    design = matrixrl.Study.load(experiment, set=one).design()
+    assert [(claim.units, claim.possible) for claim in design] == [
+        (1, False), (12, False), (6, True), (1, False), (1, False), (6, False), (6, False)
+    ]  # fmt: skip
+    assert design[0].line == (
+        "claim 1: 1 workflow-task-scale, one unit each (seeds and modes share its base); a sign test needs at least 6: "
+        "no verdict possible"
+    )
+    assert design[1].line == "claim 2: one workflow, task and scale: untestable"
+    assert design[2].line == (
+        "claim 3: 1 configuration with both modes × 6 seeds (Student-t over 6 seed pairs of one configuration): "
+        "80% power at a mean peak difference of 1.43 of their standard deviation or more"
+    )
+    assert design[3].line == (
+        "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 1 configuration with both "
+        "modes, 6 seeds each: no verdict possible"
+    )
+    assert design[5].line.endswith("(at least 3 of 3 preceding against 0 of 4): no verdict possible")
+    # One policy mode: claims 2-7 have nothing to compare.
+    shared = matrixrl.Study.load(experiment, set={"grid.policy": ["shared"]}).design()
+    assert [claim.line for claim in shared[1:5]] == [
+        "claim 2: one policy mode: untestable", *(f"claim {n}: no configuration with both modes: untestable" for n in (3, 4, 5))
+    ] and shared[5].line == "claim 6: no isolated cell with an amplification signal: untestable"
+
+
+def test_plans_json_stays_the_list_of_jobs(experiment) -> None:
+    """`plan --format json` is a bare list of jobs, which scripts read (`jq '.[]'`); the design lines are
+    in the table output and in Study.design(), not in it."""
+    result = run_cli("plan", "-c", experiment, "--format", "json")
+    jobs = json.loads(result.stdout)
+    assert isinstance(jobs, list) and jobs and all("rule" in job and "status" in job for job in jobs)
