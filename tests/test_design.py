@@ -192,3 +192,10 @@ def test_plans_json_stays_the_list_of_jobs(experiment) -> None:
     result = run_cli("plan", "-c", experiment, "--format", "json")
     jobs = json.loads(result.stdout)
     assert isinstance(jobs, list) and jobs and all("rule" in job and "status" in job for job in jobs)
+
+
+def test_docs_quote_these_lines() -> None:
+    """docs/report.md ("What a grid can decide") quotes plan's lines for the three grids as printed."""
+    text = (REPO / "docs" / "report.md").read_text()
+    for line in [HEADER, *DEFAULT, *LONG_STUDY[:5], *PAPER]:
+        assert f"\n{line}\n" in text, line

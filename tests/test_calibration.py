@@ -1,0 +1,117 @@
+"""The claims' verdict rules under the study's noise (matrixrl.analysis.calibration).
+
+Synthetic studies, made as a run makes one (binomial evaluations, one base evaluation per
+context shared by its seeds and both modes, seeds as independent trainings), are fed to the
+real claims code. With nothing there, no claim may be decided more often than its 5% level,
+within the Monte-Carlo error of the studies drawn here (a bound of 5% + 3 standard errors of
+a 5% rate); a large planted effect must be found; and a rule that is anti-conservative by
+construction must fail the same bound, so that the bound can fail. Seeded: the same numbers
+every time. bench/claims_calibration.py runs the same with thousands of studies per grid
+shape (docs/report.md, "How often the rules err").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from conftest import REPO
+from matrixrl.analysis.axes import PerCell
+from matrixrl.analysis.calibration import NO_GAIN, NULL, GridShape, synthetic_study, study_shapes, verdict_rates
+from matrixrl.analysis.claims import claims_table
+from matrixrl.config import Analysis
+
+LEVEL = 0.05
+SHAPES = study_shapes(REPO / "experiments.yaml", REPO / "examples" / "paper.yaml")
+DEFAULT, ONE = SHAPES["default grid"], SHAPES["one configuration, 6 seeds"]
+
+
+def bound(studies: int) -> float:
+    """The most a rule at the 5% level decides in ``studies`` null studies but by a 3-SE chance."""
+    return LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / studies)
+
+
+def assert_within_level(rates, claim: int) -> None:
+    decided = rates.decided(claim)
+    assert decided <= bound(rates.studies), f"claim {claim} decided in {decided:.1%} of {rates.studies} null studies"
+
+
+def test_a_synthetic_study_is_made_as_a_run_makes_one() -> None:
+    import numpy as np
+
+    analysis = Analysis()
+    study = synthetic_study(DEFAULT, NULL, np.random.default_rng(0), analysis)
+    assert len(study.rows) == len(DEFAULT.contexts) * 2 * DEFAULT.seeds == 24
+    by_context: dict[tuple, set] = {}
+    for row in study.rows:
+        by_context.setdefault((row["workflow"], row["task"], row["scale"]), set()).add((row["base"], row["base_se"]))
+        assert row["base_se"] == pytest.approx(math.sqrt(row["base"] * (1 - row["base"]) / 512))  # 256 problems × 2 samples
+    assert all(len(bases) == 1 for bases in by_context.values())  # one base evaluation, shared by both modes
+    # The signals are where the mechanism table has them: isolated voting and orch_workers, every shared cell.
+    signals = {(row["workflow"], row["policy"]): row["signal"] for row in study.rows}
+    assert signals[("eval_opt", "isolated")] is None and signals[("voting", "isolated")] == "amplification"
+    assert {signals[(w, "shared")] for w in ("voting", "eval_opt", "orch_workers")} == {"share"}
+    # The claims read these records as they read a store's: as rows or as their DataFrame, the same table.
+    assert claims_table(study).equals(claims_table(study.frame()))
+    # Seeded: the same study again.
+    assert synthetic_study(DEFAULT, NULL, np.random.default_rng(0), analysis).rows == study.rows
+    # A planted cliff reads as a cliff (a real peak, then a fall beyond noise), and a collapse never does.
+    cliffs = synthetic_study(DEFAULT, replace(NULL, cliff=(1.0, 1.0), flat=(0.0, 0.0)), np.random.default_rng(1), analysis)
+    assert sum(row["signature"] == "cliff" for row in cliffs.rows) >= 22
+
+
+def test_no_rule_decides_beyond_its_level_with_nothing_there() -> None:
+    """On the default grid's shape: claim 1 when nothing learns; claims 2-7 when the runs that learn
+    gain alike in both modes, 30% end in a cliff and 20% stay flat, and the signals rise at random."""
+    assert_within_level(verdict_rates(DEFAULT, NO_GAIN, 300, seed=1, claims=[1]), 1)
+    mechanism = verdict_rates(DEFAULT, NULL, 150, seed=2, claims=[3, 4, 5, 6, 7])
+    for claim in (3, 4, 5, 6, 7):
+        assert_within_level(mechanism, claim)
+        assert mechanism.rate(claim, "untestable") < 0.5  # the null plants what they need to be tested
+    assert_within_level(verdict_rates(DEFAULT, NULL, 100, seed=3, claims=[2]), 2)
+
+
+def test_a_large_planted_effect_is_found() -> None:
+    gain = verdict_rates(DEFAULT, replace(NO_GAIN, cliff=(0.0, 0.0), flat=(0.0, 0.0), gain=0.15), 40, seed=4, claims=[1])
+    peaks = verdict_rates(DEFAULT, replace(NULL, cliff=(0.0, 0.0), flat=(0.0, 0.0), isolated_lift=0.05), 40, seed=5, claims=[3])
+    cliffs = verdict_rates(DEFAULT, replace(NULL, cliff=(0.9, 0.0), flat=(0.0, 0.0)), 40, seed=6, claims=[4])
+    assert (gain.rate(1, "supported"), peaks.rate(3, "supported"), cliffs.rate(4, "supported")) == (1.0, 1.0, 1.0)
+    # And the wrong way round, contradicted.
+    fewer = verdict_rates(DEFAULT, replace(NULL, cliff=(0.0, 0.9), flat=(0.0, 0.0)), 40, seed=7, claims=[4])
+    assert fewer.rate(4, "contradicted") == 1.0
+
+
+def cells_as_units(per_cell: PerCell, confidence: float, claims) -> "object":
+    """Claim 1 with every cell its own unit: each cell made a scale of its own, so that the sign test
+    counts cells that share one base evaluation as independent."""
+    rows = [{**row, "scale": row["cell"]} for row in per_cell.rows]
+    return claims_table(PerCell(rows, per_cell.dtypes), confidence, claims)
+
+
+def without_the_shared_base(per_cell: PerCell, confidence: float, claims) -> "object":
+    """Claim 2 as if no two cells shared a base evaluation (its SE 0): its error is the residual alone."""
+    rows = [{**row, "base_se": 0.0} for row in per_cell.rows]
+    return claims_table(PerCell(rows, per_cell.dtypes), confidence, claims)
+
+
+def test_an_anti_conservative_rule_is_caught() -> None:
+    """Counting as units what shares one base evaluation: one configuration's 12 cells for claim 1,
+    cells without their base's error for claim 2 (when nothing learns, the bases' error is most of
+    the noise). The bound the real rules pass, these fail."""
+    cells = verdict_rates(ONE, NO_GAIN, 100, seed=8, claims=[1], table=cells_as_units)
+    with pytest.raises(AssertionError, match="claim 1 decided in"):
+        assert_within_level(cells, 1)
+    assert_within_level(verdict_rates(ONE, NO_GAIN, 100, seed=8, claims=[1]), 1)  # the rule itself: one unit, never decided
+    pooled = verdict_rates(DEFAULT, NO_GAIN, 60, seed=9, claims=[2], table=without_the_shared_base)
+    with pytest.raises(AssertionError, match="claim 2 decided in"):
+        assert_within_level(pooled, 2)
+
+
+def test_a_grid_with_extra_axes_or_unsized_evaluations_is_refused(experiment) -> None:
+    from matrixrl.config import load_config
+
+    swept = load_config(experiment, sets=["grid.train.lr=[1.0e-4, 5.0e-5]"])
+    with pytest.raises(ValueError, match=r"^swept: a grid with extra axes \(train.lr\) is not simulated; leave them out$"):
+        GridShape.of(swept, "swept")
