@@ -264,11 +264,10 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     ss_context, ss_policy = ssr(False, True) - full, ssr(True, False) - full
     # The two cells of a context share its base evaluation (0.3 of 1000 problems): its variance
     # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error,
-    # and a cell's whole variance (both ω²'s denominator).
+    # and a cell's whole variance (both ω²'s denominator). The error's degrees of freedom: the residual's.
     error = mse + 2 * 0.3 * 0.7 / 1000
-    df_error = 3 * (error / mse) ** 2
     return {
-        "p_context": f.sf(ss_context / 3 / error, 3, df_error), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "p_context": f.sf(ss_context / 3 / error, 3, 3), "p_policy": f.sf(ss_policy / mse, 1, 3),
         "omega2_context": (ss_context - 3 * error) / (total + error), "omega2_policy": (ss_policy - mse) / (total + error),
     }  # fmt: skip
 
@@ -338,39 +337,42 @@ def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: P
     pyfunc's noise (the rule before the calibration, docs/report.md)."""
     from scipy.stats import f
 
-    # voting/arith, voting/pyfunc, orch_workers/arith, orch_workers/pyfunc: context means 0.05, 0.10, 0.15, 0.10.
-    isolated, shared = [0.055, 0.11, 0.145, 0.09], [0.045, 0.09, 0.155, 0.11]
+    # Per mode and seed, voting/arith, voting/pyfunc, orch_workers/arith, orch_workers/pyfunc:
+    # context means 0.05, 0.10, 0.15, 0.10.
+    gains = {
+        ("isolated", 0): [0.055, 0.11, 0.145, 0.09], ("isolated", 1): [0.05, 0.10, 0.15, 0.11],
+        ("shared", 0): [0.045, 0.09, 0.155, 0.11], ("shared", 1): [0.05, 0.10, 0.15, 0.09],
+    }  # fmt: skip
     problems = {"arith": 4000, "pyfunc": 100}
-    config = config_for(experiment, "[voting, orch_workers]")
+    config = config_for(experiment, "[voting, orch_workers]", seed="[0, 1]")
     contexts = list(itertools.product(("voting", "orch_workers"), TASKS))
     results = []
-    for policy, gains in (("isolated", isolated), ("shared", shared)):
-        for (workflow, task), gain in zip(contexts, gains):
-            results += evaluations(cell(workflow, policy, task), [0.3, round(0.3 + gain, 4)], n=problems[task])
+    for (policy, seed), row in gains.items():
+        for (workflow, task), gain in zip(contexts, row):
+            results += evaluations(cell(workflow, policy, task, seed), [0.3, round(0.3 + gain, 4)], n=problems[task])
     two = claims_of(config, results)[2]
-    # Least squares on dummy columns: the 4 contexts (a full 2×2) + isolated; 8 cells, 5 parameters.
-    y = np.array([*isolated, *shared])
-    is_isolated = np.array([1.0] * 4 + [0.0] * 4)
-    x = np.column_stack([np.eye(4)[[*range(4), *range(4)]], is_isolated])
+    # Least squares on dummy columns: the 4 contexts (a full 2×2) + isolated; 16 cells, 5 parameters.
+    y = np.array([g for row in gains.values() for g in row])
+    which = np.array([c for _ in gains for c in range(4)])
+    is_isolated = np.array([policy == "isolated" for policy, _ in gains for _ in range(4)], dtype=float)
+    x = np.column_stack([np.eye(4)[which], is_isolated])
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    mse = float(((y - x @ coef) ** 2).sum()) / 3
+    mse = float(((y - x @ coef) ** 2).sum()) / 11
     base = np.array([0.3 * 0.7 / problems[task] for _, task in contexts])
-    means = np.array([((y - coef[4] * is_isolated)[[c, c + 4]]).mean() for c in range(4)])
-    v = base + mse / 2
+    means = np.array([(y - coef[4] * is_isolated)[which == c].mean() for c in range(4)])
+    v = base + mse / 4
     w = 1 / v
     centre = (w * means).sum() / w.sum()
     statistic = (w * (means - centre) ** 2).sum() / 3
-    share = (1 - w / w.sum()) / 3
-    nu = 3 / ((share * mse / (2 * v)).sum()) ** 2
-    p_context = f.sf(statistic, 3, nu)
+    p_context = f.sf(statistic, 3, 11)  # the residual's degrees of freedom
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
-    error = mse + 2 * base.mean()
+    error = mse + 4 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
     omega = 3 * error * (statistic - 1) / (total + error)
     assert p_context < 0.025 and (two["verdict"], two["evidence"]) == ("supported", f"ω² context {omega:.2f}, policy 0.00")
-    # The former test: one mean base variance s̄², the context's error MSE + 2·s̄², Satterthwaite's df.
-    pooled = (((means - means.mean()) ** 2).sum() * 2 / 3) / error
-    assert f.sf(pooled, 3, 3 * (error / mse) ** 2) > 0.05
+    # The former test: one mean base variance s̄², the context's error MSE + 4·s̄², Satterthwaite's df.
+    pooled = (((means - means.mean()) ** 2).sum() * 4 / 3) / error
+    assert f.sf(pooled, 3, 11 * (error / mse) ** 2) > 0.05
 
 
 # --- claims 6 and 7: the mechanism, against its control --------------------------------------

@@ -54,8 +54,8 @@ def test_the_t_and_f_powers_are_scipys_noncentral_distributions() -> None:
         assert critical == approx(float(fdtri(dfn, dfd, 0.975)), rel=1e-5)
         for noncentrality in (0.0, 5.0, 20.0):
             assert power._f_sf(dfn, dfd, noncentrality, critical) == approx(1 - float(ncfdtr(dfn, dfd, noncentrality, critical)), abs=1e-6)
-    # Claim 2's noncentrality: 2·n̄·C·ω²/((1 + n̄)(1 − ω²)), Satterthwaite's df_resid·(1 + n̄)², Holm's α/2.
-    expected = 1 - ncfdtr(11, 11 * 9, 2 * 2 * 12 * 0.5 / (3 * 0.5), fdtri(11, 99, 0.975))
+    # Claim 2's noncentrality: 2·n̄·C·ω²/((1 + n̄)(1 − ω²)), the residual's degrees of freedom, Holm's α/2.
+    expected = 1 - ncfdtr(11, 11, 2 * 2 * 12 * 0.5 / (3 * 0.5), fdtri(11, 11, 0.975))
     assert power.context_power(12, 2, 11, 0.5, 0.95) == approx(float(expected), abs=1e-6)
 
 
@@ -81,7 +81,7 @@ def test_rate_needed_is_the_sign_tests_power_over_configurations() -> None:
 DEFAULT = [
     "claim 1: 12 workflow-task-scales, one unit each (seeds and modes share its base): supported if 10 or more of 12 gain, "
     "contradicted if 2 or fewer; 80% power if each gains with probability 0.87 or more",
-    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.58 or more "
+    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.74 or more "
     "of the gains' variance (evaluation noise alone; Holm)",
     "claim 3: 12 configurations with both modes × 1 seed (Student-t over 12 configurations): 80% power at a mean peak "
     "difference of 0.89 of their standard deviation or more",
@@ -101,7 +101,7 @@ DEFAULT = [
 LONG_STUDY = [
     "claim 1: 6 workflow-task-scales, one unit each (seeds and modes share its base): supported only if all 6 gain, "
     "contradicted only if none does; 80% power if each gains with probability 0.96 or more",
-    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.61 or more "
+    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.69 or more "
     "of the gains' variance (evaluation noise alone; Holm)",
     "claim 3: 6 configurations with both modes × 2 seeds (Student-t over 6 configurations): 80% power at a mean peak "
     "difference of 1.43 of their standard deviation or more",
@@ -117,7 +117,7 @@ LONG_STUDY = [
 PAPER = [
     "claim 1: 18 workflow-task-scales, one unit each (seeds and modes share its base): supported if 14 or more of 18 "
     "gain, contradicted if 4 or fewer; 80% power if each gains with probability 0.82 or more",
-    "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.51 or more "
+    "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.66 or more "
     "of the gains' variance (evaluation noise alone; Holm)",
     "claim 3: 18 configurations with both modes × 1 seed (Student-t over 18 configurations): 80% power at a mean peak "
     "difference of 0.70 of their standard deviation or more",

@@ -15,10 +15,10 @@ the study's one ``evaluate_base`` job is (docs/design.md §3). Each seed of each
 an independent training: its true curve (below, with a seed-to-seed spread of its gain,
 ``training_sd``) is evaluated at every checkpoint after 0 by its own binomial draw. Each
 evaluation's SE is the binomial one of those trials, as the draw has it. (A real
-evaluation's SE is per-problem, larger with correlated samples, and its noise larger in
-the same proportion: the rules weigh differences in SEs, so the calibration holds
-either way.) The peak is the best checkpoint and the cliff, collapse and signature
-are the project's own rules on the drawn curve.
+evaluation's SE is per-problem, larger with correlated samples, and so is its noise;
+what the rules need is that a record's SE be its noise's, as it is here.) The peak is
+the best checkpoint and the cliff, collapse and signature are the project's own rules
+on the drawn curve. A run's kind is drawn independently of every other's.
 
 **The true curves.** A run is one of three kinds, drawn per cell with a :class:`Scenario`'s
 probabilities for its mode:
@@ -114,7 +114,8 @@ class GridShape:
         trials = sorted(set(self.trials.values()))
         each = "/".join(map(str, trials))
         seeds = f"{self.seeds} seed{'s' if self.seeds > 1 else ''}"
-        return f"{len(self.contexts)} contexts × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation"
+        contexts = f"{len(self.contexts)} context{'s' if len(self.contexts) > 1 else ''}"
+        return f"{contexts} × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation"
 
 
 @dataclass(frozen=True)

@@ -266,11 +266,11 @@ def context_power(contexts: int, cells_per_context: float, residual_dof: int, om
     With no spread between trainings, a cell's residual variance is its final's evaluation
     variance s², as its base's is; ω² = σ²/(σ² + 2s²) for the contexts' spread σ², and the
     test's noncentrality is n̄·C·σ²/(s² + n̄·s²) = 2·n̄·C·ω²/((1 + n̄)(1 − ω²)), its
-    denominator degrees of freedom Satterthwaite's df_resid·(1 + n̄)²."""
+    denominator degrees of freedom the residual's."""
     if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
         return 0.0
     n = cells_per_context
-    dfn, dfd = contexts - 1, residual_dof * (1 + n) ** 2
+    dfn, dfd = contexts - 1, residual_dof
     noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
     return _f_sf(dfn, dfd, noncentrality, _f_critical(dfn, dfd, _alpha(confidence) / 2))
 
