@@ -93,18 +93,17 @@ def turns_by_set(policy, episodes):
 def update_without_diagnostics(policy, optimizers, episodes, pad_token_id, cfg):
     import torch
 
-    from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+    from matrixrl.train.grpo import TurnBatch, completion_logps
+    from matrixrl.train.losses import StepCounts, dapo
 
     total_tokens = sum(len(t.completion.completion_ids) for e in episodes for t in e.turns)
+    counts = StepCounts(total_tokens, sum(len(e.turns) for e in episodes), total_tokens, cfg.max_new_tokens)
     for name, (params, agents) in turns_by_set(policy, episodes).items():
         turns = [t for ts in agents.values() for t in ts]
         optimizers[name].zero_grad(set_to_none=True)
         batch = TurnBatch.from_turns(turns, pad_token_id)
         logps = completion_logps(policy.model_for(turns[0].role), batch, cfg.temperature)
-        loss, _ = clipped_loss(
-            logps, logps.detach(), batch.advantages, batch.completion_mask,
-            epsilon_low=cfg.epsilon_low, epsilon_high=cfg.epsilon_high, n_tokens=total_tokens,
-        )
+        loss, _ = dapo(logps, logps.detach(), batch.advantages, batch.completion_mask, cfg, counts)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         optimizers[name].step()
@@ -114,9 +113,11 @@ def update_with_autograd_grad(policy, optimizers, episodes, pad_token_id, cfg):
     import torch
 
     from matrixrl.train.diagnostics import AgentGrad, gradient_diagnostics
-    from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+    from matrixrl.train.grpo import TurnBatch, completion_logps
+    from matrixrl.train.losses import StepCounts, dapo
 
     total_tokens = sum(len(t.completion.completion_ids) for e in episodes for t in e.turns)
+    counts = StepCounts(total_tokens, sum(len(e.turns) for e in episodes), total_tokens, cfg.max_new_tokens)
     agent_grads = []
     for name, (params, agents) in turns_by_set(policy, episodes).items():
         turns = [t for ts in agents.values() for t in ts]
@@ -128,9 +129,8 @@ def update_with_autograd_grad(policy, optimizers, episodes, pad_token_id, cfg):
         for i, ((role, agent), ts) in enumerate(agents.items()):
             rows = slice(start, start + len(ts))
             start += len(ts)
-            loss, _ = clipped_loss(
-                logps[rows], logps[rows].detach(), batch.advantages[rows], batch.completion_mask[rows],
-                epsilon_low=cfg.epsilon_low, epsilon_high=cfg.epsilon_high, n_tokens=total_tokens,
+            loss, _ = dapo(
+                logps[rows], logps[rows].detach(), batch.advantages[rows], batch.completion_mask[rows], cfg, counts
             )
             grads = torch.autograd.grad(loss, params, retain_graph=i + 1 < len(agents), allow_unused=True)
             grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]

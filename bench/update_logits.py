@@ -37,7 +37,8 @@ def measure(args) -> dict:
 
     import torch
 
-    from matrixrl.train import grpo
+    from matrixrl.config import Train
+    from matrixrl.train import grpo, losses
 
     torch.set_num_threads(1)
     if args.model == "smollm2":
@@ -63,6 +64,7 @@ def measure(args) -> dict:
         completion_mask=torch.ones((rows, completion)),
         advantages=torch.linspace(-1, 1, rows),
     )
+    counts = losses.StepCounts(tokens=rows * completion, turns=rows, set_tokens=rows * completion, max_completion_length=completion)
     positions = []  # the positions whose logits the forward computed
     model.register_forward_hook(lambda module, inputs, output: positions.append(output.logits.shape[1]))
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -71,9 +73,7 @@ def measure(args) -> dict:
         model.zero_grad(set_to_none=True)
         began = time.process_time()
         logps = grpo.completion_logps(model, batch, 1.0)
-        loss, _ = grpo.clipped_loss(
-            logps, logps.detach(), batch.advantages, batch.completion_mask, epsilon_low=0.2, epsilon_high=0.28, n_tokens=rows * completion
-        )
+        loss, _ = losses.dapo(logps, logps.detach(), batch.advantages, batch.completion_mask, Train(), counts)
         loss.backward()
         if repeat:
             seconds.append(time.process_time() - began)

@@ -25,7 +25,8 @@ from conftest import EXPERIMENTS
 TRAIN_KEYS = (
     "steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, group_size, lr, ppo_epochs, temperature, "
     "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, damper, "
-    "damper_roles, damper_window, advantage_group"
+    "damper_roles, damper_window, advantage_group, loss_type, importance_sampling_level, sapo_temperature_pos, "
+    "sapo_temperature_neg, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg"
 )
 ONLY_FORM = "expected AXIS=V1,V2 with AXIS one of workflow, task, scale, policy, seed, e.g. --only seed=0,1"
 
@@ -121,6 +122,55 @@ def test_unknown_key_in_a_grid(raw: dict) -> None:
         "E.yaml: grid.colour: unknown key; valid keys here: workflow, task, scale, policy, seed, memory, "
         "or a setting's dotted key as an extra axis (e.g. train.lr)"
     )
+
+
+def test_an_unknown_loss_or_level_suggests_the_nearest(raw: dict) -> None:
+    raw["train"]["loss_type"] = "dapoo"
+    assert error_of(raw) == "E.yaml: train.loss_type: unknown loss type 'dapoo'; did you mean dapo?"
+    raw["train"]["loss_type"] = "ppo"
+    assert error_of(raw) == (
+        "E.yaml: train.loss_type: unknown loss type 'ppo'; use one of: dapo, grpo, dr_grpo, bnpo, cispo, sapo, "
+        "luspo, vespo"
+    )
+    raw["train"]["loss_type"] = "grpo"
+    raw["train"]["importance_sampling_level"] = "tokens"
+    assert error_of(raw) == (
+        "E.yaml: train.importance_sampling_level: unknown importance sampling level 'tokens'; did you mean token?"
+    )
+    del raw["train"]["importance_sampling_level"]
+    raw["scales"]["tiny-s"]["train"] = {"loss_type": "gpro"}
+    assert error_of(raw) == "E.yaml: scales.tiny-s.train.loss_type: unknown loss type 'gpro'; did you mean grpo?"
+
+
+LUSPO_AT_TOKEN = (
+    "loss_type luspo scales a sequence ratio's loss by the turn's length, so it needs importance_sampling_level: "
+    "sequence (got token); set it, or use another loss_type"
+)
+
+
+def test_a_loss_at_a_level_it_does_not_run_at_is_refused_with_the_fix(raw: dict, tmp_path: Path) -> None:
+    raw["train"]["loss_type"] = "luspo"
+    assert error_of(raw) == f"E.yaml: train: {LUSPO_AT_TOKEN}"
+    raw["train"].update(loss_type="vespo", importance_sampling_level="sequence")
+    assert error_of(raw) == (
+        "E.yaml: train: loss_type vespo weighs each turn by its own sequence ratio whatever the level, so "
+        "importance_sampling_level: sequence would repeat token's run; set it to token"
+    )
+    raw["train"].update(loss_type="cispo", importance_sampling_level="token")
+    assert error_of(raw) == (
+        "E.yaml: train: loss_type cispo caps each token's importance weight at epsilon_high (0.28), below 1, so every "
+        "token would be capped from the first pass; set epsilon_high: 5.0 (ScaleRL's ε_max, TRL's advice)"
+    )
+    raw["train"].update(loss_type="dapo")
+    raw["scales"]["tiny-s"]["train"] = {"loss_type": "luspo"}  # merged over train:, which is fine alone
+    assert error_of(raw) == f"E.yaml: scales.tiny-s.train: {LUSPO_AT_TOKEN}"
+    del raw["scales"]["tiny-s"]["train"]
+    path = write(tmp_path / "e.yaml", raw)
+    assert load_error(path, sets=["grid.train.loss_type=[dapo, luspo]"]) == (
+        f"{path}: grid.train.loss_type: with train.loss_type = 'luspo', train: {LUSPO_AT_TOKEN}"
+    )
+    raw["train"].update(loss_type="luspo", importance_sampling_level="sequence")
+    assert validate(raw, "E.yaml").train.loss_type == "luspo"
 
 
 def test_unknown_key_in_a_named_scale_keeps_its_name(raw: dict) -> None:

@@ -163,16 +163,17 @@ def mixed_episodes(advantages: list[float]) -> list[Episode]:
 
 def reference_update(policy, optimizer, episodes, cfg: Train) -> None:
     """The textbook step: one forward and backward over every turn, advantage 0 or not."""
-    from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+    from matrixrl.train.grpo import TurnBatch, completion_logps
+    from matrixrl.train.losses import StepCounts, dapo
 
     turns = [t for e in episodes for t in e.turns]
     (_, params), = policy.parameter_sets().values()
     optimizer.zero_grad(set_to_none=True)
     batch = TurnBatch.from_turns(turns, pad_token_id=0)
     logps = completion_logps(policy.model_for("generator"), batch, cfg.temperature)
-    loss, _ = clipped_loss(logps, logps.detach(), batch.advantages, batch.completion_mask,
-                           epsilon_low=cfg.epsilon_low, epsilon_high=cfg.epsilon_high,
-                           n_tokens=int(batch.completion_mask.sum()))
+    tokens = int(batch.completion_mask.sum())
+    counts = StepCounts(tokens=tokens, turns=len(turns), set_tokens=tokens, max_completion_length=cfg.max_new_tokens)
+    loss, _ = dapo(logps, logps.detach(), batch.advantages, batch.completion_mask, cfg, counts)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     optimizer.step()

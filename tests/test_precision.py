@@ -326,7 +326,7 @@ def reference_rows(vectors: dict[tuple[str, str], torch.Tensor], shared: bool) -
 
 def agent_vectors(policy, found) -> dict[tuple[str, str], torch.Tensor]:
     """Each agent's gradient by its own autograd.grad, flattened in float64."""
-    from matrixrl.train.grpo import clipped_loss
+    from matrixrl.train.losses import StepCounts, dapo
 
     total = sum(len(t.completion.completion_ids) for e in found for t in e.turns)
     by_agent: dict[tuple[str, str], list] = {}
@@ -339,8 +339,8 @@ def agent_vectors(policy, found) -> dict[tuple[str, str], torch.Tensor]:
         params = policy.parameter_sets()[policy.set_of(role)][1]
         batch = TurnBatch.from_turns(turns, pad_token_id=0)
         logps = completion_logps(policy.model_for(role), batch, 1.0)
-        loss, _ = clipped_loss(logps, logps.detach(), batch.advantages, batch.completion_mask,
-                               epsilon_low=0.2, epsilon_high=0.28, n_tokens=total)  # fmt: skip
+        counts = StepCounts(tokens=total, turns=sum(len(e.turns) for e in found), set_tokens=total, max_completion_length=8)
+        loss, _ = dapo(logps, logps.detach(), batch.advantages, batch.completion_mask, Train(), counts)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         out[role, agent] = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).double() for g, p in zip(grads, params)])
     return out

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, ConfigDict, Field, create_model, field_validator, model_serializer, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from matrixrl.errors import ConfigError, did_you_mean
@@ -25,6 +34,11 @@ from matrixrl.workflows.styles import PromptSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 POLICIES = ("shared", "isolated")
+
+# train.loss_type's values: TRL 1.16's GRPOConfig.loss_type, each a function of
+# matrixrl.train.losses (which checks that its LOSSES lists exactly these), the default first.
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
 class Grid(Strict):
@@ -80,6 +94,20 @@ def _known_roles(by_role: dict[str, float] | None) -> dict[str, float] | None:
         if role not in known:
             raise ValueError(f"unknown role {role!r}; {did_you_mean(role, known)}")
     return by_role
+
+
+# Before the Literal's own check, whose message has no "did you mean" (a scale's train: gets them too).
+def _known_loss_type(value):
+    if isinstance(value, str) and value not in LOSS_TYPES:
+        raise ValueError(f"unknown loss type {value!r}; {did_you_mean(value, LOSS_TYPES)}")
+    return value
+
+
+def _known_level(value):
+    if isinstance(value, str) and value not in IMPORTANCE_SAMPLING_LEVELS:
+        fix = did_you_mean(value, IMPORTANCE_SAMPLING_LEVELS)
+        raise ValueError(f"unknown importance sampling level {value!r}; {fix}")
+    return value
 
 
 class Train(Strict):
@@ -209,6 +237,77 @@ class Train(Strict):
         "rollouts; agent: all of that agent's turns across them (Dr.MAS's agent-wise normalisation)",
         json_schema_extra=ADDED,
     )
+
+    # The policy loss (matrixrl.train.losses; docs/design.md §2, "Losses"): TRL 1.16's names and defaults.
+    loss_type: Annotated[Literal[LOSS_TYPES], BeforeValidator(_known_loss_type)] = Field(
+        "dapo",
+        description="the policy loss, by TRL 1.16's name (docs/design.md §2, Losses): dapo (clipped, token-mean "
+        "over the step), grpo (clipped, each turn's token-mean averaged over the step's turns), dr_grpo "
+        "(clipped, summed, divided by the step's turns × max_new_tokens), bnpo (clipped, token-mean over the "
+        "turns of the parameter set being updated), cispo (weight capped at epsilon_high and detached, times "
+        "log π), sapo (a soft gate instead of the clip), luspo (clipped sequence ratio, each turn's loss scaled "
+        "by its length; sequence level only), vespo (gamma-weighted sequence ratio; token level only)",
+        json_schema_extra=ADDED,
+    )
+    importance_sampling_level: Annotated[Literal[IMPORTANCE_SAMPLING_LEVELS], BeforeValidator(_known_level)] = Field(
+        "token",
+        description="the importance ratio (inert at ppo_epochs 1, where it is 1): token: one per token; "
+        "sequence: one per turn, exp of the mean of its tokens' log-ratios (GSPO with loss_type grpo)",
+        json_schema_extra=ADDED,
+    )
+    sapo_temperature_pos: float = Field(
+        1.0, gt=0, description="sapo: the gate's temperature for tokens with a positive advantage",
+        json_schema_extra=ADDED,
+    )
+    sapo_temperature_neg: float = Field(
+        1.05, gt=0, description="sapo: the gate's temperature for tokens with an advantage of 0 or less",
+        json_schema_extra=ADDED,
+    )
+    vespo_k_pos: float = Field(
+        2.0, ge=0, description="vespo: the weight's power k for an advantage of 0 or more (how hard a ratio "
+        "below 1 is down-weighted)", json_schema_extra=ADDED,
+    )
+    vespo_lambda_pos: float = Field(
+        3.0, ge=0, description="vespo: the weight's decay λ for an advantage of 0 or more (how hard a ratio "
+        "above 1 is down-weighted)", json_schema_extra=ADDED,
+    )
+    vespo_k_neg: float = Field(
+        3.0, ge=0, description="vespo: the weight's power k for a negative advantage", json_schema_extra=ADDED,
+    )
+    vespo_lambda_neg: float = Field(
+        2.0, ge=0, description="vespo: the weight's decay λ for a negative advantage", json_schema_extra=ADDED,
+    )
+
+    @model_validator(mode="after")
+    def _loss_settings_agree(self):
+        problem = loss_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def loss_problem(train: Train) -> str | None:
+    """Why ``train``'s loss settings cannot run together (one line with the fix), or None.
+
+    TRL 1.16 warns about the first two and computes them anyway; a sweep here would
+    spend a run on each, so they are refused before anything runs."""
+    loss, level = train.loss_type, train.importance_sampling_level
+    if loss == "luspo" and level != "sequence":
+        return (
+            "loss_type luspo scales a sequence ratio's loss by the turn's length, so it needs "
+            "importance_sampling_level: sequence (got token); set it, or use another loss_type"
+        )
+    if loss == "vespo" and level != "token":
+        return (
+            "loss_type vespo weighs each turn by its own sequence ratio whatever the level, so "
+            "importance_sampling_level: sequence would repeat token's run; set it to token"
+        )
+    if loss == "cispo" and train.epsilon_high < 1:
+        return (
+            f"loss_type cispo caps each token's importance weight at epsilon_high ({train.epsilon_high:g}), below 1, "
+            "so every token would be capped from the first pass; set epsilon_high: 5.0 (ScaleRL's ε_max, TRL's advice)"
+        )
+    return None
 
 
 def _unset(field: FieldInfo) -> FieldInfo:
@@ -547,7 +646,19 @@ class Config(Strict):
             if len(set(values)) != len(values):
                 raise ConfigError(f"grid.{axis}: values repeat in {values}; list each once")
         self._memory_usable()
+        self._scale_losses_run()
         return self
+
+    def _scale_losses_run(self) -> None:
+        """A scale's own ``train:`` with ``train:`` under it runs its loss settings together (the
+        merge is not validated, and ``train:`` alone was checked)."""
+        for name, scale in self.scales.items():
+            if not scale.train.model_dump(exclude_none=True):
+                continue
+            train = self.train_for(name)
+            problem = loss_problem(train)
+            if problem is not None:
+                raise ConfigError(f"scales.{name}.train: {problem}")
 
     def _memory_usable(self) -> None:
         modes = self.grid.memory

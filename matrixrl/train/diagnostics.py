@@ -9,8 +9,8 @@ This module turns one update's per-agent gradient vectors into long-format rows;
 Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad``)
 ---------------------------------------------------------------------------------
 ``update.update_policy`` already splits a step into sub-batches whose losses add up to
-the step's loss (``clipped_loss`` divides by the step's total token count, so the
-loss is additive over turns). Each agent's turns get their own backward passes, and
+the step's loss (every loss of matrixrl.train.losses divides by counts of the whole
+step, so the loss is additive over turns). Each agent's turns get their own backward passes, and
 :class:`AgentGradients` takes a snapshot of the accumulated ``.grad`` after each
 agent's: the change between two snapshots is exactly that agent's gradient, while
 ``.grad`` ends as the sum, so the optimizer step is unchanged::

@@ -1,13 +1,12 @@
-"""The policy-gradient loss of a GRPO step: packed turns, log-probs, the clipped token-mean loss.
+"""What a GRPO step's loss is computed from: packed turns and their log-probabilities.
 
-Turns are packed into tensors, their log-probabilities computed, and the clipped,
-token-mean objective of docs/design.md §2 taken.
+Turns are packed into tensors and their log-probabilities computed; the loss taken
+from them is ``train.loss_type``'s (matrixrl.train.losses, docs/design.md §2).
 
 Each turn arrives with its ``advantage`` already set (matrixrl.train.rewards says how
 it is computed); the trainer's ``update_policy`` calls these per agent and steps the
-optimizers. Reuses TRL's tensor utilities (``selective_log_softmax``, ``pad``) and
-follows TRL's clipped-loss formulation with asymmetric clipping (``epsilon_low`` /
-``epsilon_high``); the KL anchor, when on, is matrixrl.train.interventions'.
+optimizers. Reuses TRL's tensor utilities (``selective_log_softmax``, ``pad``); the
+KL anchor, when on, is matrixrl.train.interventions'.
 """
 
 from __future__ import annotations
@@ -104,27 +103,3 @@ def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tenso
     ).logits
     logits = logits[:, -width - 1 : -1, :].float() / temperature  # .float(): a no-op in float32
     return selective_log_softmax(logits, batch.completion_ids)
-
-
-def clipped_loss(
-    logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    epsilon_low: float,
-    epsilon_high: float,
-    n_tokens: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum over tokens of the clipped surrogate, divided by ``n_tokens`` (token-mean).
-
-    Passing the step's total token count as ``n_tokens`` lets a step be split into
-    sub-batches (per role, per agent) whose losses add up to the whole step's loss.
-    Returns (loss, number of clipped tokens).
-    """
-    ratio = torch.exp(logps - old_logps)
-    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    adv = advantages.unsqueeze(1)
-    per_token = -torch.min(ratio * adv, clipped_ratio * adv)
-    is_clipped = ((ratio < 1 - epsilon_low) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
-    return (per_token * mask).sum() / max(n_tokens, 1.0), (is_clipped.float() * mask).sum()

@@ -5,7 +5,7 @@ Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out
 group), scores the answers and gives every turn its reward and group-relative
 advantage (matrixrl.train.rewards: ``train.reward`` chooses outcome or per-agent
 rewards), and takes one optimizer step per parameter set of the policy
-(matrixrl.train.update's ``update_policy``, with the loss of matrixrl.train.grpo). docs/design.md §2
+(matrixrl.train.update's ``update_policy``, with ``train.loss_type``'s loss of matrixrl.train.losses). docs/design.md §2
 describes the method; the cell's task, workflow and model come from
 ``matrixrl.train.cell.build_cell``, as an evaluation's do.
 
@@ -19,8 +19,11 @@ Deviations from textbook GRPO, all deliberate:
 - No KL penalty and no reference model by default (as DAPO and TRL's default
   ``beta=0``); ``train.kl_beta`` switches on the study's KL anchor to the base model
   (matrixrl.train.interventions), per role if asked.
-- Token-mean aggregation over the whole step (DAPO), not a per-sequence mean.
-- Asymmetric clipping ``epsilon_low=0.2`` / ``epsilon_high=0.28`` (DAPO's clip-higher).
+- By default (``train.loss_type: dapo``) token-mean aggregation over the whole step
+  (DAPO), not a per-sequence mean, with asymmetric clipping ``epsilon_low=0.2`` /
+  ``epsilon_high=0.28`` (DAPO's clip-higher). Every other loss of TRL 1.16 is a
+  setting (matrixrl.train.losses); each normalises over the whole step, never a
+  micro-batch (docs/design.md §2, Losses).
 
 Reproducibility and resumption: the problems and sampling noise of step ``s`` are
 drawn from generators seeded by ``(seed, s)``, so a run restarted from the

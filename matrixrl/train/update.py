@@ -1,8 +1,8 @@
 """One GRPO update of a policy from a step's scored episodes: per agent, in micro-batches.
 
 ``update_policy`` is the trainer's optimisation half (matrixrl.train.trainer's
-``grpo_step`` samples and scores, then calls it): the clipped loss of
-matrixrl.train.grpo over each agent's turns, a backward pass per agent (so that the
+``grpo_step`` samples and scores, then calls it): ``train.loss_type``'s loss of
+matrixrl.train.losses over each agent's turns, a backward pass per agent (so that the
 per-agent gradient diagnostics of matrixrl.train.diagnostics come from differencing
 ``.grad``), the interventions' KL anchor and damper (matrixrl.train.interventions),
 clipping, one AdamW step per parameter set, and the log-probability gap between the
@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 
 from matrixrl.train.diagnostics import AgentGradients, GradientSet, grad_snapshot, gradient_diagnostics
-from matrixrl.train.grpo import TurnBatch, clipped_loss, completion_logps
+from matrixrl.train.grpo import TurnBatch, completion_logps
 from matrixrl.train.interventions import Damper, kl_k3, role_value
+from matrixrl.train.losses import StepCounts, policy_loss
 
 
 def update_policy(
@@ -25,6 +26,11 @@ def update_policy(
 ) -> tuple[dict, list[dict]]:
     """The policy's update from one step's scored episodes: one optimizer step per
     parameter set, each on the turns of the roles it serves.
+
+    The loss is ``cfg.loss_type``'s (matrixrl.train.losses), its normaliser counted over
+    the whole step (``StepCounts``): every turn of the step, or for ``bnpo`` the turns of
+    the parameter set, never a micro-batch's. So the micro-batches' losses add up to the
+    step's, whatever ``micro_batch_tokens`` is.
 
     Every agent's turns get their own backward passes, and the change in the
     accumulated ``.grad`` is that agent's gradient (docs/design.md §5: cheaper than a
@@ -60,6 +66,7 @@ def update_policy(
         for turn in episode.turns:
             turns_by_agent.setdefault((turn.role, turn.agent), []).append(turn)
     total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_agent.values() for t in ts)
+    n_turns = sum(len(ts) for ts in turns_by_agent.values())
     stats = {"loss": 0.0, "clipped": 0.0}
     role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
     squared_norm = 0.0
@@ -73,6 +80,12 @@ def update_policy(
         if not acting:
             continue  # a parameter set whose roles did not act this step stays untouched
         optimizer = optimizers[name]
+        counts = StepCounts(
+            tokens=total_tokens,
+            turns=n_turns,
+            set_tokens=sum(len(t.completion.completion_ids) for _, turns in acting for t in turns),
+            max_completion_length=cfg.max_new_tokens,
+        )
         batches: dict[tuple[str, str], list[TurnBatch]] = {}
         old_logps: dict[tuple[str, str, int], torch.Tensor] = {}
         ref_logps: dict[tuple[str, str, int], torch.Tensor] = {}
@@ -100,14 +113,8 @@ def update_policy(
                     if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
                         old_logps[key] = logps.detach()
                         _add_gap(role_gap, role, old_logps[key], batch)
-                    loss, clipped = clipped_loss(
-                        logps,
-                        old_logps[key],
-                        batch.advantages,
-                        batch.completion_mask,
-                        epsilon_low=cfg.epsilon_low,
-                        epsilon_high=cfg.epsilon_high,
-                        n_tokens=total_tokens,
+                    loss, clipped = policy_loss(
+                        logps, old_logps[key], batch.advantages, batch.completion_mask, cfg, counts
                     )
                     if beta[role] > 0:
                         if first:  # the reference's log-probabilities of the sampled tokens, once per step
@@ -142,7 +149,6 @@ def update_policy(
             if first:
                 squared_norm += float(norm) ** 2
             optimizer.step()
-    n_turns = sum(len(ts) for ts in turns_by_agent.values())
     metrics = {
         "loss": stats["loss"],
         "entropy": sum(total for total, _ in role_entropy.values()) / max(total_tokens, 1),
