@@ -16,6 +16,13 @@ REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
 
 
+@pytest.fixture(autouse=True)
+def no_terminal_size(monkeypatch):
+    """Tables print as they do into a file or pipe, whoever runs the tests: pytest-xdist's workers
+    inherit a COLUMNS that a serial run may not have, and the CLI honours it. A test of a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
 @pytest.fixture
 def experiment(tmp_path: Path) -> Path:
     """A copy of the repository's experiments.yaml in ``tmp_path``.

@@ -208,6 +208,12 @@ def test_every_table_of_the_default_grid_fits_100_columns_with_every_value_whole
         # axes, but for the columns with one value throughout: those are a line under the table.
         wide = printed(name, frames[name], "all")
         check_fits(wide)
+        if f"row 1 of {len(records)}" in wide:  # a value too long for any column (claims' why): one record at a time
+            words = " ".join(wide.split())  # a long value wraps at its spaces, under its name
+            for record in records:
+                for column, value in record.items():
+                    assert " ".join(text_of(value).split()) in words, (name, column)
+            continue
         sections = blocks(wide, len(records))
         same = same_in_every_row(sections[-1]["after"])
         for column, text in same.items():
