@@ -227,7 +227,7 @@ def test_report_values_are_recomputed_from_the_stored_accuracies(ran):
     csv = matrixrl("report", "-c", str(config), "--format", "csv").stdout.splitlines()
     assert csv[0] == (
         "workflow,task,scale,policy,seed,base,peak,peak_step,final,final_tail,gain,gain_z,peak_gain_z,cliff,cliff_onset,"
-        "n_checkpoints,generator_answer_acc_base,generator_answer_acc_peak,generator_answer_acc_final"
+        "signature,n_checkpoints,generator_answer_acc_base,generator_answer_acc_peak,generator_answer_acc_final"
     )
     assert csv[1].startswith(f"single,arith,tiny-s,shared,0,{row['base']},")
     markdown = matrixrl("report", "-c", str(config), "--format", "markdown").stdout.splitlines()
