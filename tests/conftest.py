@@ -12,6 +12,14 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
+# pytest-xdist's workers share the cores: torch's default of one thread per core in each worker
+# would run twice as many threads as cores, and its OpenMP threads spin while they wait for each
+# other (a memory-estimate case took 90 s at 2 threads beside a busy worker, 18 s at 1). Set before
+# torch is first imported, which reads it once; jobs that tests start set their own (train.threads).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
 
@@ -22,6 +30,7 @@ def no_terminal_size(monkeypatch):
     inherit a COLUMNS that a serial run may not have, and the CLI honours it. A test of a width sets it."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
 
 @pytest.fixture
 def experiment(tmp_path: Path) -> Path:
@@ -147,6 +156,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"smollm2", "smollm2_shallow"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.extra("smollm2"))
+        if item.get_closest_marker("slurm"):
+            # One worker runs every SLURM test (pyproject's `--dist loadgroup`): clusters start one
+            # at a time anyway (tests/slurm_cluster.py), and a worker waiting for another's cluster
+            # would sit idle for minutes.
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
 
 
 def pytest_runtest_setup(item):

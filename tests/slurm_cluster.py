@@ -125,6 +125,11 @@ class SlurmCluster:
     conf_dir: Path
     log_dir: Path
     pids: dict[str, int] = dataclasses.field(default_factory=dict)
+    etc_before: dict[str, object] = dataclasses.field(default_factory=dict)
+    """/etc/slurm's placed files before the cluster started (``etc_slurm_state``)."""
+    etc_after: dict[str, object] = dataclasses.field(default_factory=dict)
+    """The same after it stopped, read while this cluster still held ONE_AT_A_TIME: another
+    test's cluster cannot have changed /etc/slurm in between."""
 
     @property
     def conf(self) -> Path:
@@ -417,8 +422,25 @@ def slurm_cluster(
     from filelock import FileLock
 
     with FileLock(ONE_AT_A_TIME):
+        before = etc_slurm_state()
         with _one_cluster(tmp_dir, cpus, gpus, partition, mem_mb, timeout) as cluster:
+            cluster.etc_before = before
             yield cluster
+        cluster.etc_after = etc_slurm_state()
+
+
+def etc_slurm_state() -> dict[str, object]:
+    """What /etc/slurm holds for the files the cluster replaces."""
+    state: dict[str, object] = {"dir": ETC_SLURM.is_dir()}
+    for name in PLACED:
+        path = ETC_SLURM / name
+        if path.is_symlink():
+            state[name] = ("link", os.readlink(path))
+        elif path.exists():
+            state[name] = ("file", path.read_bytes())
+        else:
+            state[name] = None
+    return state
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ started and how it is cleaned up.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -15,23 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster import ETC_SLURM, PLACED, slurm_cluster, unavailable
+from slurm_cluster import ETC_SLURM, slurm_cluster, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-def etc_slurm_state() -> dict[str, object]:
-    """What /etc/slurm holds for the files the cluster replaces."""
-    state: dict[str, object] = {"dir": ETC_SLURM.is_dir()}
-    for name in PLACED:
-        path = ETC_SLURM / name
-        if path.is_symlink():
-            state[name] = ("link", os.readlink(path))
-        elif path.exists():
-            state[name] = ("file", path.read_bytes())
-        else:
-            state[name] = None
-    return state
 
 
 def alive(pid: int, name: str) -> bool:
@@ -44,7 +29,6 @@ def alive(pid: int, name: str) -> bool:
 
 
 def test_sbatch_job_runs_on_the_cluster_and_everything_is_cleaned_up(tmp_path):
-    before = etc_slurm_state()
     out = tmp_path / "out.txt"
     with slurm_cluster(tmp_path / "slurm", cpus=2, gpus=1) as cluster:
         assert (ETC_SLURM / "slurm.conf").resolve() == cluster.conf.resolve()
@@ -69,7 +53,7 @@ def test_sbatch_job_runs_on_the_cluster_and_everything_is_cleaned_up(tmp_path):
     assert set(pids) == {"munged", "slurmctld", "slurmd"}
     for name, pid in pids.items():
         assert not alive(pid, name), f"{name} (pid {pid}) still running"
-    assert etc_slurm_state() == before
+    assert cluster.etc_after == cluster.etc_before
 
 
 SNAKEFILE = """\
@@ -97,7 +81,6 @@ def test_snakemake_submits_through_the_slurm_plugin(tmp_path):
     except ImportError:
         unavailable("snakemake-executor-plugin-slurm is not installed")
 
-    before = etc_slurm_state()
     work = tmp_path / "wf"
     profile = tmp_path / "profile"
     work.mkdir()
@@ -160,4 +143,4 @@ def test_snakemake_submits_through_the_slurm_plugin(tmp_path):
         # the plugin names each job's log after its SLURM job id
         assert (logs / f"rule_{rule}" / f"{job_id}.log").is_file()
         assert f"with SLURM jobid {job_id}" in result.stderr
-    assert etc_slurm_state() == before
+    assert cluster.etc_after == cluster.etc_before
