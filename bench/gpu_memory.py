@@ -196,8 +196,8 @@ THREADS = 2
 way for smollm2 single shared lora eval), 1.7 times sooner on 2 cores."""
 
 
-def case_config(case: Case, smollm2: Path | None, folder: Path):
-    """The one-cell config of ``case``."""
+def case_config(case: Case, smollm2: Path | None, folder: Path, threads: int = THREADS):
+    """The one-cell config of ``case``, its jobs at ``threads`` torch threads."""
     from matrixrl.config.schema import Config
 
     if case.model == "tiny":
@@ -210,8 +210,8 @@ def case_config(case: Case, smollm2: Path | None, folder: Path):
         "scales": {"m": scale},
         "tasks": {"arith": ARITH if case.model == "tiny" else SMOL_ARITH},
         "policies": {"adapter": case.adapter, "lora": case.lora or {}},
-        "train": {"threads": THREADS, **case.train},
-        "eval": {"threads": THREADS, **case.eval},
+        "train": {"threads": threads, **case.train},
+        "eval": {"threads": threads, **case.eval},
     })  # fmt: skip
 
 
@@ -234,7 +234,7 @@ def measure(case: Case, spec, base: Path) -> tuple[int, dict]:
     from matrixrl.train.cell import build_cell
     from matrixrl.train.interventions import needs_reference
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(spec.train.threads if case.job == "training" else spec.eval.threads)
     cell = build_cell(spec, base)
     cell = replace(cell, tokenizer=HiddenEos(cell.tokenizer))
     longest: dict[str, int] = {}
