@@ -289,3 +289,27 @@ def test_at_one_pass_the_losses_come_down_to_their_normalisers(tiny, monkeypatch
     assert_same(gradient("dr_grpo"), gradient("luspo", "sequence"), factor=MAX_NEW_TOKENS)
     different = max(float((a - b).abs().max()) for a, b in zip(dapo, grpo))
     assert different > 1e-3 * max(float(g.abs().max()) for g in dapo)
+
+
+def test_the_losses_bench_times_every_accepted_loss_against_dapo(run_bench):
+    """bench/losses.py runs end to end on a small step: a row for every (loss, level) the schema
+    accepts, each refused one named, dapo at token level the reference (its timings are not asserted)."""
+    from matrixrl.config.schema import IMPORTANCE_SAMPLING_LEVELS, loss_problem
+
+    lines = run_bench("losses.py", "--repeats", "1", "--problems", "2", "--group", "2")
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["loss", "level"])
+    table = [line.split() for line in lines[header + 1 :] if not line.startswith("refused")]
+    rows = {tuple(cells[:2]): cells[2:] for cells in table}
+    accepted, refused = set(), []
+    for loss in LOSS_TYPES:
+        for level in IMPORTANCE_SAMPLING_LEVELS:
+            cispo_fix = {"epsilon_high": 5.0} if loss == "cispo" else {}
+            train = Train.model_construct(loss_type=loss, importance_sampling_level=level, **cispo_fix)
+            if loss_problem(train) is None:
+                accepted.add((loss, level))
+            else:
+                refused.append(f"{loss}@{level}")
+    assert set(rows) == accepted and len(table) == len(accepted)
+    assert rows["dapo", "token"][1] == "1.00x"
+    assert all(float(seconds) > 0 for seconds, _ in rows.values())
+    assert lines[-1] == f"refused by the schema (loss_problem), not run: {', '.join(refused)}"
