@@ -176,9 +176,10 @@ def plan(
 
         from matrixrl.report.formats import render
 
-        frame = pd.DataFrame(found.jobs)
-        if "step" in frame:  # whole numbers, blank where a job has none (not 10.0 and NaN)
-            frame["step"] = frame["step"].astype("Int64")
+        frame = pd.DataFrame(_flat_jobs(found.jobs))
+        for col in ("step", *FLAT_MEMORY_BYTES):  # whole numbers, blank where a job has none (not 10.0 and NaN)
+            if col in frame:
+                frame[col] = frame[col].astype("Int64")
         print(render(frame, format.value), end="")
         return
     _print_plan(found, profile)
@@ -186,6 +187,26 @@ def plan(
         for line in found.refused:
             err.print(f"Error: {line}", markup=False, soft_wrap=True)
         raise typer.Exit(2)
+
+
+FLAT_MEMORY = ("total_bytes", "tensors_bytes", "dominant", "budget_bytes", "fits")
+"""The fields of a job's ``gpu_memory`` that the table formats (csv, markdown, latex) show, as
+``gpu_memory.FIELD`` columns; ``--format json`` has them all."""
+FLAT_MEMORY_BYTES = tuple(f"gpu_memory.{name}" for name in FLAT_MEMORY if name.endswith("_bytes"))
+
+
+def _flat_jobs(jobs: list[dict]) -> list[dict]:
+    """``plan``'s rows for a table format: ``gpu_memory`` as ``gpu_memory.FIELD`` columns
+    (``FLAT_MEMORY``) where a job of the grid has one, else left out."""
+    with_memory = any(job.get("gpu_memory") for job in jobs)
+    flat = []
+    for job in jobs:
+        row = {key: value for key, value in job.items() if key != "gpu_memory"}
+        if with_memory:
+            memory = job.get("gpu_memory") or {}
+            row.update({f"gpu_memory.{name}": memory.get(name) for name in FLAT_MEMORY})
+        flat.append(row)
+    return flat
 
 
 def _print_plan(found, profile: Path | None) -> None:

@@ -26,11 +26,13 @@ MEMORY_EVALUATIONS = ("copy_base_memory_eval", "evaluate_memory")
 class Plan:
     """The jobs of a grid as ``matrixrl plan`` shows them.
 
-    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output; and
-    ``resources`` under a profile). ``cells``: how many cells the grid has (a one-role
-    workflow's isolated cell is its shared cell's run). ``run_command``: the command
-    that runs the pending jobs, with the options this plan was made with. ``design``:
-    per claim of the claims table, what this grid can decide (``Study.design()``).
+    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output,
+    ``gpu_memory``: its GPU memory estimate against its GPU, None for a job that claims no
+    GPU (``gpu_memory.fits.job_memory``); and ``resources`` under a profile). ``cells``:
+    how many cells the grid has (a one-role workflow's isolated cell is its shared cell's
+    run). ``run_command``: the command that runs the pending jobs, with the options this
+    plan was made with. ``design``: per claim of the claims table, what this grid can
+    decide (``Study.design()``).
     """
 
     config: Config
@@ -113,7 +115,7 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
 
     from matrixrl.analysis.design import grid_design
     from matrixrl.gpu_memory.budget import gpu_budget
-    from matrixrl.gpu_memory.fits import memory_lines, refusals
+    from matrixrl.gpu_memory.fits import job_memory, memory_lines, refusals
 
     if profile is not None:
         check_profile(profile)
@@ -122,6 +124,8 @@ def make_plan(config: Config, profile: Path | None = None, command: str = "matri
     jobs = job_statuses(config, graph.jobs, costs)
     cores = cores or os.cpu_count() or 1
     budget = gpu_budget(profile)
+    for row, memory in zip(jobs, job_memory(config, budget, graph.jobs), strict=True):
+        row["gpu_memory"] = memory
     resources = None
     if profile is not None:
         resources = rule_resources(profile, list(dict.fromkeys(job["rule"] for job in jobs)))

@@ -377,3 +377,139 @@ def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
     ran = run_cli("run", *options)
     assert ran.exit_code == 2 and ran.stderr.splitlines()[-2:] == expected
     assert not (tmp_path / "results").exists()
+
+
+# --- each job's memory in `plan --format json` ------------------------------------------------------
+
+TRAINING_PEAK = "update of generator2: micro-batches of 3 rows × 1,269 tokens, the logits' backward"
+EVALUATION_PEAK = "decoding of the aggregator call: 64 rows × 1,789 + 1,024 tokens"
+FULL_TRAINING_FIX = (
+    "use policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
+    "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)"
+)
+
+
+def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
+    """Qwen3-4B's isolated full fine-tune on an 80 GB GPU: training (209.5 GiB) and the checkpoints'
+    evaluations (84.0 GiB) do not fit, each with the fixes plan's refusal names; the base model's
+    evaluation (one set of weights) does; jobs that claim no GPU carry None."""
+    from matrixrl.dag import Graph
+    from matrixrl.gpu_memory.budget import GpuBudget
+    from matrixrl.gpu_memory.fits import job_memory, refused_jobs
+    from matrixrl.gpu_memory.peak import estimate
+
+    config = _qwen3_config(tmp_path, "policies.adapter=full", "train.steps=20")
+    jobs = Graph(config).jobs
+    found = dict(zip((job.output for job in jobs), job_memory(config, GpuBudget(H100, H100, "nvidia-smi: the GPU"), jobs)))
+    cell = "cells/voting-gsm8k-qwen3-4b-isolated-s0"
+    assert found[f"{cell}/train.json"] == {
+        "total_bytes": 224_916_606_669,
+        "tensors_bytes": 203_493_513_496,
+        "dominant": "optimizer",
+        "peak_at": TRAINING_PEAK,
+        "parts_bytes": {
+            "weights": 32_179_744_768, "gradients": 32_179_744_768, "optimizer": 64_359_489_536,
+            "gradient snapshots": 32_179_744_768, "autocast copies": 8_044_544_000, "activations": 28_948_365_336,
+            "logits": 5_601_880_320, "CUDA runtime": 21_423_093_173,
+        },
+        "budget_bytes": H100,
+        "budget_source": "nvidia-smi: the GPU",
+        "fits": False,
+        "fix": FULL_TRAINING_FIX,
+        "unknown": None,
+    }  # fmt: skip
+    assert [fix for _, fix in refused_jobs(config, H100)][0] == FULL_TRAINING_FIX
+    evaluation = {
+        "total_bytes": 90_223_070_822,
+        "tensors_bytes": 81_044_844_544,
+        "dominant": "KV cache",
+        "peak_at": EVALUATION_PEAK,
+        "parts_bytes": {
+            "weights": 32_179_744_768, "autocast copies": 8_044_544_000, "KV cache": 40_373_256_192,
+            "sampling": 447_299_584, "CUDA runtime": 9_178_226_278,
+        },
+        "budget_bytes": H100,
+        "budget_source": "nvidia-smi: the GPU",
+        "fits": False,
+        "fix": "use policies.adapter: lora (about 38.6 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+        "unknown": None,
+    }  # fmt: skip
+    assert found[f"{cell}/eval/step_10.json"] == found[f"{cell}/eval/step_20.json"] == evaluation
+    (base,) = [memory for output, memory in found.items() if output.startswith("base/qwen3-4b/eval/")]
+    assert (base["total_bytes"], base["parts_bytes"]["weights"], base["fits"], base["fix"]) == (72_524_211_200, 16_089_872_384, True, None)
+    assert {output: memory for output, memory in found.items() if memory is None} == {
+        output: None for output in ("base/qwen3-4b/base.json", f"{cell}/eval/step_0.json", f"{cell}/retained.json", "summary.json")
+    }  # the base check, the copy of the base's evaluation, retention, the analysis: no GPU
+    trained = estimate(Graph(config).jobs[2].spec, "training")  # the same numbers as the estimate's
+    assert (trained.total, trained.tensors, trained.at) == (224_916_606_669, 203_493_513_496, TRAINING_PEAK)
+    # an unknown GPU: no verdict; LoRA on the same GPU: fits
+    unknown = job_memory(config, GpuBudget(None, None, "no nvidia-smi on this machine"), jobs)[2]
+    assert (unknown["budget_bytes"], unknown["budget_source"], unknown["fits"], unknown["fix"]) == (
+        None, "no nvidia-smi on this machine", None, None,
+    )
+    lora = _qwen3_config(tmp_path, "train.steps=20")
+    train = job_memory(lora, H100, Graph(lora).jobs)[2]
+    assert (train["total_bytes"], train["dominant"], train["fits"], train["fix"]) == (55_896_133_324, "KV cache", True, None)
+
+
+def test_a_model_without_its_config_here_has_no_estimate(tmp_path):
+    """Nor has a memory's job (the estimate covers training and evaluation), while the memory's
+    bank, built on CPU, claims no GPU."""
+    from matrixrl.config import load_config
+    from matrixrl.dag import Graph
+    from matrixrl.gpu_memory.fits import job_memory
+
+    config = _qwen3_config(tmp_path, "scales.qwen3-4b.path=nobody/not-a-model", "train.steps=10")
+    train = job_memory(config, H100, Graph(config).jobs)[2]
+    assert train == {
+        "total_bytes": None, "tensors_bytes": None, "dominant": None, "peak_at": None, "parts_bytes": None,
+        "budget_bytes": H100, "budget_source": "given", "fits": None, "fix": None,
+        "unknown": "no config.json of nobody/not-a-model on this machine (`hf download nobody/not-a-model config.json` fetches it)",
+    }  # fmt: skip
+    memcollab = load_config(REPO / "examples" / "memcollab.yaml", sets=[f"scales.qwen3-4b.path={tmp_path / 'qwen3-4b'}"])
+    jobs = Graph(memcollab).jobs
+    memory = {job.rule: found for job, found in zip(jobs, job_memory(memcollab, H100, jobs)) if job.scale == "qwen3-4b"}
+    assert [memory[rule]["unknown"] for rule in ("collect", "evaluate_memory")] == [
+        "no estimate for a memory's jobs (collect, label, distill, evaluations with a memory) yet",
+    ] * 2
+    assert (memory["collect"]["total_bytes"], memory["collect"]["budget_bytes"], memory["collect"]["fits"]) == (None, None, None)
+    assert memory["train"]["total_bytes"] > 0
+    assert {found for job, found in zip(jobs, job_memory(memcollab, H100, jobs)) if job.rule == "bank"} == {None}
+
+
+def test_plan_json_marks_the_jobs_their_gpu_cannot_hold(tmp_path, experiment):
+    """`plan --format json` under a profile of 80 GiB GPUs: every job row has `gpu_memory`, an
+    object for the jobs that claim a GPU and null for the others (all of a tiny grid's); jobs that
+    do not fit are marked `fits: false` with the fix, and the JSON still exits 0 (the table exits 2)."""
+    from conftest import run_cli
+
+    folder = tmp_path / "qwen3-4b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
+    options = [
+        "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
+        "--set", f"results_dir={tmp_path / 'results'}", "--set", "train.steps=20", "--only", "workflow=voting",
+        "--only", "task=gsm8k", "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
+    ]  # fmt: skip
+    result = run_cli("plan", *options, "--format", "json")
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.stdout)
+    memory = {job["rule"]: job["gpu_memory"] for job in jobs}
+    assert [job["rule"] for job in jobs if job["gpu_memory"] and job["gpu_memory"]["fits"] is False] == [
+        "train", "evaluate", "evaluate",
+    ]
+    assert (memory["train"]["total_bytes"], memory["train"]["budget_bytes"], memory["train"]["fix"]) == (
+        224_916_606_669, 80 * GIB, FULL_TRAINING_FIX,
+    )
+    assert memory["train"]["budget_source"] == f"profile {profile}: gpu_memory_gib"
+    assert (memory["evaluate_base"]["fits"], memory["prepare_base"], memory["copy_base_eval"], memory["retain"]) == (True, None, None, None)
+    csv = run_cli("plan", *options, "--format", "csv").stdout.splitlines()
+    assert csv[0].endswith(",gpu_memory.total_bytes,gpu_memory.tensors_bytes,gpu_memory.dominant,gpu_memory.budget_bytes,gpu_memory.fits")
+    (train,) = [line for line in csv if line.startswith("train,")]
+    assert train.endswith(f",224916606669,203493513496,optimizer,{80 * GIB},False")
+    tiny = json.loads(run_cli("plan", "-c", experiment, "--format", "json").stdout)
+    assert {"gpu_memory"} <= set(tiny[0]) and all(job["gpu_memory"] is None for job in tiny)
+    assert "gpu_memory" not in run_cli("plan", "-c", experiment, "--format", "csv").stdout

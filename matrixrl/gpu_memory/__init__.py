@@ -18,12 +18,12 @@ One module per concern:
   with what each part holds;
 - ``budget``: the memory of the GPU a job will get (:func:`gpu_budget`);
 - ``fits``: the jobs that would not fit it, each in one line with its fixes
-  (:func:`refusals`, :func:`check_fits`), and what ``plan`` prints about GPU memory
-  (:func:`memory_lines`).
+  (:func:`refusals`, :func:`check_fits`), what ``plan`` prints about GPU memory
+  (:func:`memory_lines`), and each job's estimate in ``plan --format json`` (:func:`job_memory`).
 """
 
 from matrixrl.gpu_memory.budget import GpuBudget, gpu_budget
-from matrixrl.gpu_memory.fits import check_fits, fixes, memory_lines, refusal, refusals
+from matrixrl.gpu_memory.fits import check_fits, fixes, job_memory, memory_lines, refusal, refusals
 from matrixrl.gpu_memory.model import JobModel, job_model
 from matrixrl.gpu_memory.peak import GIB, Estimate, estimate, gib
 
@@ -37,6 +37,7 @@ __all__ = [
     "fixes",
     "gib",
     "gpu_budget",
+    "job_memory",
     "job_model",
     "memory_lines",
     "refusal",

@@ -205,3 +205,80 @@ def memory_lines(
         shown = ", ".join(f"{job} {gib(size) + ' GiB' if size is not None else 'unknown'}" for job, size in sizes.items())
         lines.append(f"GPU memory available: {shown} ({budget.source})")
     return lines + (refusals(config, budget, jobs) if with_refusals else [])
+
+
+# --- each job's memory, as `plan --format json` carries it -------------------------------------
+
+ESTIMATED_RULES = {"train": "training", "evaluate": "evaluation", "evaluate_base": "evaluation"}
+"""The rules whose jobs have an estimate, and which estimate (a base evaluation is its first cell's
+evaluation as a seed-0 shared cell, ``grid.base_eval_spec``)."""
+
+
+MEMORY_JOBS_UNKNOWN = "no estimate for a memory's jobs (collect, label, distill, evaluations with a memory) yet"
+
+
+def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[dict | None]:
+    """Per job of ``jobs`` (``matrixrl.dag.Job``), the ``gpu_memory`` object of its row in ``plan
+    --format json`` (docs/configuration.md, "plan's JSON"): None for a job that claims no GPU
+    (tiny and ``device: cpu`` scales, and rules that load no model); else
+
+    - ``total_bytes``, ``tensors_bytes``: the estimate's peak with and without the CUDA runtime's
+      share (:class:`Estimate`); ``parts_bytes``: its parts at the peak;
+    - ``dominant``: the largest part; ``peak_at``: the phase of the peak;
+    - ``budget_bytes``, ``budget_source``: the GPU the job will get (:func:`gpu_budget`);
+    - ``fits``: total ≤ budget (None where either is unknown); ``fix``: where it does not fit, the
+      settings that lower it (as ``plan`` refuses a pending job);
+    - ``unknown``: why there is no estimate (no config.json here; a memory's jobs), else None.
+    """
+    from matrixrl import grid as G
+
+    if isinstance(budget, int):
+        budget = GpuBudget(budget, budget, "given")
+    budget = budget or GpuBudget(None, None, "not asked")
+    found: list[dict | None] = []
+    held: dict[tuple[int, str], dict] = {}  # (id of the spec, rule) → its object: a cell's evaluations share one
+    for job in jobs:
+        if not job.gpus:
+            found.append(None)
+            continue
+        key = (id(job.spec), job.rule)
+        if key not in held:
+            kind = ESTIMATED_RULES.get(job.rule)
+            if kind is None:
+                held[key] = _memory_object(None, None, budget.source, unknown=MEMORY_JOBS_UNKNOWN)
+            else:
+                spec = G.base_eval_spec(job.spec) if job.rule == "evaluate_base" else job.spec
+                held[key] = _job_memory(spec, kind, budget)
+        found.append(dict(held[key]))
+    return found
+
+
+def _job_memory(spec, kind: str, budget: GpuBudget) -> dict:
+    limit = budget.of(kind)
+    found = _estimate_cached(spec, kind)
+    if found is None:
+        path = spec.scale.path
+        return _memory_object(
+            None, limit, budget.source,
+            unknown=f"no config.json of {path} on this machine (`hf download {path} config.json` fetches it)",
+        )  # fmt: skip
+    fix = None
+    if limit is not None and found.total > limit:
+        fix = refusal_parts(spec, kind, found, limit)[1]
+    return _memory_object(found, limit, budget.source, fix=fix)
+
+
+def _memory_object(found: Estimate | None, limit: int | None, source: str, fix: str | None = None, unknown: str | None = None) -> dict:
+    parts = found.parts if found is not None else None
+    return {
+        "total_bytes": found.total if found is not None else None,
+        "tensors_bytes": found.tensors if found is not None else None,
+        "dominant": max(parts, key=parts.__getitem__) if parts else None,
+        "peak_at": found.at if found is not None else None,
+        "parts_bytes": dict(parts) if parts is not None else None,
+        "budget_bytes": limit,
+        "budget_source": source,
+        "fits": found.total <= limit if found is not None and limit is not None else None,
+        "fix": fix,
+        "unknown": unknown,
+    }
