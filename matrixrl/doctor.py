@@ -43,6 +43,10 @@ SANDBOX_PROBE = "import os\nuid, parent = os.getuid(), os.getppid()\n"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 """The weight files ``from_pretrained`` loads, each whole or sharded (``NAME.index.json``)."""
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+"""Files a tokenizer reads its vocabulary from, one of which a model's folder holds
+(``tokenizer_config.json`` alone holds none)."""
+
 
 @dataclass(frozen=True)
 class Check:
@@ -177,8 +181,61 @@ def check_libraries(config: Config, profile: Path | None) -> list[Check]:
     name = "libraries"
     problems = {library: outside(library) for library in REQUIRED}
     bad = [failed(name, problem, fix_for(library)) for library, problem in problems.items() if problem]
+    bad += [failed(name, problem, fix) for problem, fix in missing_packages(config)]
     found = ", ".join(f"{library} {installed_version(library)}" for library in REQUIRED)
     return bad or [passed(name, f"{found}: within matrixrl's requirements")]
+
+
+def _hub_tasks(config: Config) -> list[str]:
+    """The grid's tasks read from the hub (a task's ``hub:``): they need the ``hub`` extra."""
+    return [task for task in config.grid.task if getattr(config.tasks[task], "hub", None)]
+
+
+def missing_packages(config: Config) -> list[tuple[str, str]]:
+    """(what is missing, the fix) for each package a run of the grid imports that is not installed:
+    matrixrl's own dependencies (as its installed metadata lists them; ``REQUIRED``'s have their
+    own lines), and the ``hub`` extra's where a task reads the hub. An image installed with
+    ``--no-deps``, or a wheel folder that lacked one, leaves them out; the job would stop at its
+    import. Without network here (``HF_HUB_OFFLINE=1``) the fix says how to bring the wheel."""
+    import importlib.metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from matrixrl.models.versions import REQUIRED, installed_version
+
+    try:
+        declared = importlib.metadata.requires("matrixrl") or []
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return []
+    hub = _hub_tasks(config)
+    found = []
+    for line in declared:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        marker = requirement.marker
+        if marker is None:
+            extra, why = None, "matrixrl requires it"
+        elif hub and marker.evaluate({"extra": "hub"}) and not marker.evaluate({"extra": ""}):
+            extra, why = "hub", f"task{'s' if len(hub) > 1 else ''} {', '.join(hub)} read{'' if len(hub) > 1 else 's'} the hub"
+        else:
+            continue
+        if canonicalize_name(requirement.name) in {canonicalize_name(r) for r in REQUIRED}:
+            continue
+        if installed_version(requirement.name) is not None:
+            continue
+        spec = f"{requirement.name}{requirement.specifier}"
+        install = f"pip install 'matrixrl[{extra}]'" if extra else f"pip install '{spec}'"
+        if offline_here():
+            install += (
+                f" (without network here: pip download '{spec}' -d wheels on a login node, with this machine's "
+                f"Python, then pip install --no-index --find-links wheels '{spec}' here)"
+            )
+        what = f"the {extra} extra's {requirement.name}" if extra else requirement.name
+        found.append((f"{what} is not installed ({spec}), and {why}", install))
+    return found
 
 
 def check_gpus(config: Config, profile: Path | None) -> list[Check]:
@@ -213,78 +270,150 @@ def check_gpus(config: Config, profile: Path | None) -> list[Check]:
 def check_models(config: Config, profile: Path | None) -> list[Check]:
     """Every hf scale's model on this machine and loadable offline: its folder, or the hub id in
     the local Hugging Face cache; config and tokenizer load (a chat template for chat prompts);
-    its weight files are there (not loaded)."""
+    its weight files are there (not loaded). One line per scale, or per piece it lacks."""
     hf = [name for name in used_scales(config) if config.scales[name].kind == "hf"]
     if not hf:
         return [passed("models", "no hf scale in the grid: its tiny models are built by the run")]
-    return [check_model(name, config.scales[name]) for name in hf]
+    return [check for name in hf for check in check_model(name, config.scales[name])]
 
 
-def check_model(name: str, scale) -> Check:
-    """One hf scale's model (see :func:`check_models`)."""
+def offline_here() -> bool:
+    """Whether this machine is marked as having no hub (``HF_HUB_OFFLINE`` set true, as a cluster's
+    compute nodes set it): then a fix that downloads names a machine with network. Read from the
+    environment as it is now (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_cache() -> str:
+    """The Hugging Face hub cache this machine reads (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    import huggingface_hub.constants
+
+    return str(huggingface_hub.constants.HF_HUB_CACHE)
+
+
+def cached_snapshot(repo: str, revision: str | None) -> Path | None:
+    """The folder of ``repo``'s snapshot in the local hub cache, found by any file of a model
+    that it holds (config, tokenizer, weights); None when the cache holds none of them."""
+    from huggingface_hub import try_to_load_from_cache
+
+    names = ("config.json", "tokenizer_config.json", *TOKENIZER_FILES, *WEIGHTS, *(f"{w}.index.json" for w in WEIGHTS))
+    for filename in names:
+        try:
+            cached = try_to_load_from_cache(repo, filename, revision=revision)
+        except ValueError:  # not a valid hub id
+            return None
+        if isinstance(cached, str):
+            return Path(cached).parent
+    return None
+
+
+def hub_fix(name: str, scale) -> str:
+    """How to bring a hub model into the cache jobs read: ``hf download`` here, or, on an offline
+    machine, on one with network into the same cache (a shared filesystem), or into a folder to
+    copy here."""
+    revision = f" --revision {scale.revision}" if scale.revision else ""
+    if not offline_here():
+        return f"hf download {scale.path}{revision}, or point scales.{name}.path at a model folder"
+    return (
+        f"on a machine with network (a login node): hf download {scale.path}{revision} --cache-dir {hub_cache()} "
+        f"(a folder both machines see), or hf download {scale.path}{revision} --local-dir DIR, then copy DIR here "
+        f"and set scales.{name}.path: DIR"
+    )
+
+
+def folder_fix(folder: Path, what: str) -> str:
+    """How to complete a model folder that lacks ``what``."""
+    fix = f"put the model's {what} in {folder}"
+    if offline_here():
+        fix += " (without network here: hf download ID --local-dir DIR on a login node, then copy DIR's files in)"
+    return fix
+
+
+def check_model(name: str, scale) -> list[Check]:
+    """One hf scale's model (see :func:`check_models`): one ✓ line, or a ✗ line per piece it lacks
+    (config.json, tokenizer, weights) and per piece that does not load."""
     what = f"model {name}"
     folder = Path(scale.path)
     hub = not folder.is_dir() and not folder.is_absolute()
-    download = f"hf download {scale.path}" + (f" --revision {scale.revision}" if scale.revision else "")
     if not folder.is_dir():
         if not hub:
-            return failed(what, f"no folder {folder}", f"fix scales.{name}.path, or restore the folder")
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(scale.path, "config.json", revision=scale.revision)
-        except ValueError:  # not a valid hub id
-            cached = None
-        if not isinstance(cached, str):
-            return failed(
-                what, f"{scale.path} is not in the local Hugging Face cache, and jobs run offline (HF_HUB_OFFLINE=1)",
-                f"{download}, or point scales.{name}.path at a model folder",
-            )
-        folder = Path(cached).parent
+            return [failed(what, f"no folder {folder}", f"fix scales.{name}.path, or restore the folder")]
+        snapshot = cached_snapshot(scale.path, scale.revision)
+        if snapshot is None:
+            if offline_here():
+                found = (
+                    f"{scale.path} is not in the local Hugging Face cache ({hub_cache()}), and this machine is offline "
+                    "(HF_HUB_OFFLINE=1): no config, tokenizer or weights"
+                )
+            else:
+                found = f"{scale.path} is not in the local Hugging Face cache, and jobs run offline (HF_HUB_OFFLINE=1)"
+            return [failed(what, found, hub_fix(name, scale))]
+        folder = snapshot
     where = f"{scale.path} (Hugging Face cache)" if hub else str(folder)
-    again = download if hub else f"restore the model's files in {folder}"
+
+    def fix(piece: str) -> str:
+        return hub_fix(name, scale) if hub else folder_fix(folder, piece)
+
+    problems: list[Check] = []
+    model_config, tokenizer, tokenizer_error = None, None, None
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # a missing-file warning would land between the lines
     try:
-        try:
-            model_config = AutoConfig.from_pretrained(folder, local_files_only=True)
-        except Exception as exc:  # noqa: BLE001: any failure to load is the finding
-            return failed(what, f"{where}: its config does not load ({_first_line(exc)})", again)
+        if not (folder / "config.json").is_file():
+            problems.append(failed(what, f"{where}: no config.json", fix("config.json")))
+        else:
+            try:
+                model_config = AutoConfig.from_pretrained(folder, local_files_only=True)
+            except Exception as exc:  # noqa: BLE001: any failure to load is the finding
+                problems.append(failed(what, f"{where}: its config does not load ({_first_line(exc)})", fix("config.json")))
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except Exception as exc:  # noqa: BLE001
-            return failed(what, f"{where}: its tokenizer does not load ({_first_line(exc)})", again)
+            tokenizer_error = _first_line(exc)
     finally:
         hf_logging.set_verbosity(verbosity)
-    fields = model_config.to_dict()
+    fields = model_config.to_dict() if model_config is not None else {}
     fields = fields.get("text_config", fields)  # a multimodal config nests the language model's
     vocab = fields.get("vocab_size")
-    if isinstance(vocab, int) and len(tokenizer) < vocab // 2:  # transformers makes an empty one from no files
-        return failed(
+    # transformers makes an empty tokenizer of a folder without its files
+    empty = tokenizer is not None and isinstance(vocab, int) and len(tokenizer) < vocab // 2
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES) and (tokenizer is None or empty or vocab is None):
+        problems.append(failed(what, f"{where}: no tokenizer ({_either(TOKENIZER_FILES)})", fix("tokenizer files")))
+    elif tokenizer is None and not problems:  # a config that does not load fails the tokenizer too: said once
+        problems.append(failed(what, f"{where}: its tokenizer does not load ({tokenizer_error})", fix("files")))
+    elif empty:
+        problems.append(failed(
             what, f"{where}: its tokenizer has {len(tokenizer)} tokens for the model's {vocab}: its files are missing",
-            again,
-        )
-    if scale.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
-        return failed(
+            fix("tokenizer files"),
+        ))  # fmt: skip
+    elif scale.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
+        problems.append(failed(
             what, f"{where}: prompt_style chat needs a chat template, and its tokenizer has none",
             f"use an instruct model, or set scales.{name}.prompt_style: compact",
-        )
+        ))  # fmt: skip
     size, missing = weight_files(folder)
     if size is None or missing:
         lacking = f"{len(missing)} of the weight files its index names missing ({', '.join(missing)})" if missing else (
             f"no weights ({' or '.join(WEIGHTS)}, whole or sharded)"
         )
-        return failed(what, f"{where}: {lacking}", download if hub else f"put the model's weights in {folder}")
+        problems.append(failed(what, f"{where}: {lacking}", fix("weights")))
+    if problems:
+        return problems
     from matrixrl.disk import decoder_shape
     from matrixrl.retention import format_bytes
 
     shape = decoder_shape(fields)
     parameters = f", {_count(shape.parameters)} parameters" if shape is not None else ""
     chat = " with a chat template" if getattr(tokenizer, "chat_template", None) else ""
-    return passed(what, f"{where}: {model_config.model_type}{parameters}, tokenizer{chat}, weights {format_bytes(size)}")
+    return [passed(what, f"{where}: {model_config.model_type}{parameters}, tokenizer{chat}, weights {format_bytes(size)}")]
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def weight_files(folder: Path) -> tuple[int | None, list[str]]:
@@ -332,7 +461,7 @@ def check_gpu_memory(config: Config, profile: Path | None) -> list[Check]:
         return [passed(name, "nothing to estimate: the grid has no GPU scale")]
     largest, unknown = largest_jobs(config)
     checks = [
-        failed(name, f"{scale}: unknown: no config.json of {path} on this machine", f"hf download {path} config.json")
+        failed(name, f"{scale}: unknown: no config.json of {path} on this machine", config_fix(path))
         for scale, path in unknown.items()
         if scale not in largest
     ]
@@ -363,6 +492,16 @@ def check_gpu_memory(config: Config, profile: Path | None) -> list[Check]:
         gpu = f"the {sizes.pop()} GiB GPU" if len(sizes) == 1 else ", ".join(f"{job} {gib(budget.of(job))} GiB" for job in biggest)
         checks.append(passed(name, f"{needs}: within {gpu} ({budget.source})"))
     return checks
+
+
+def config_fix(path: str) -> str:
+    """How to bring a model's config.json, all the memory estimate reads, to this machine."""
+    if not offline_here():
+        return f"hf download {path} config.json"
+    return (
+        f"on a machine with network (a login node): hf download {path} config.json --cache-dir {hub_cache()} "
+        "(a folder both machines see)"
+    )
 
 
 # --- the code sandbox -----------------------------------------------------------------------

@@ -112,13 +112,41 @@ def test_a_library_outside_its_requirement_fails_with_the_install_that_fixes_it(
     )
 
 
+def test_a_package_missing_is_a_line_with_the_extra_that_brings_it(experiment, monkeypatch):
+    """An image installed with --no-deps, or a wheel folder short of one: each missing dependency of
+    matrixrl, and the hub extra's datasets where a task reads the hub (examples/paper.yaml's GSM8K);
+    offline (HF_HUB_OFFLINE=1), the fix brings the wheel from a login node."""
+    from matrixrl.config import load_config
+    from matrixrl.doctor import check_libraries
+    from matrixrl.models import versions
+
+    real = versions.installed_version
+    monkeypatch.setattr(versions, "installed_version", lambda name: None if name in ("peft", "datasets") else real(name))
+    wheels = (
+        " (without network here: pip download '{spec}' -d wheels on a login node, with this machine's Python, then "
+        "pip install --no-index --find-links wheels '{spec}' here)"
+    )
+    assert lines_of(check_libraries(load_config(PAPER, only=["task=gsm8k"]), None)) == [
+        "✗ libraries: peft is not installed (peft>=0.21), and matrixrl requires it; fix: pip install 'peft>=0.21'"
+        + wheels.format(spec="peft>=0.21"),
+        "✗ libraries: the hub extra's datasets is not installed (datasets>=4.7), and task gsm8k reads the hub; fix: "
+        "pip install 'matrixrl[hub]'" + wheels.format(spec="datasets>=4.7"),
+    ]
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # with network here, and no task on the hub: peft alone, installed here
+    assert lines_of(check_libraries(load_config(experiment), None)) == [
+        "✗ libraries: peft is not installed (peft>=0.21), and matrixrl requires it; fix: pip install 'peft>=0.21'"
+    ]
+
+
 def test_a_failing_check_exits_1(experiment, hub_cache):
     result = run_cli("doctor", "-c", experiment, "--set", "scales.tiny-s={kind: hf, path: acme/uncached, device: cpu}")
     assert result.exit_code == 1, result.output
     lines = result.stdout.splitlines()
     assert (
-        "✗ model tiny-s: acme/uncached is not in the local Hugging Face cache, and jobs run offline (HF_HUB_OFFLINE=1); "
-        "fix: hf download acme/uncached, or point scales.tiny-s.path at a model folder"
+        f"✗ model tiny-s: acme/uncached is not in the local Hugging Face cache ({hub_cache}), and this machine is offline "
+        "(HF_HUB_OFFLINE=1): no config, tokenizer or weights; fix: on a machine with network (a login node): hf download "
+        f"acme/uncached --cache-dir {hub_cache} (a folder both machines see), or hf download acme/uncached --local-dir "
+        "DIR, then copy DIR here and set scales.tiny-s.path: DIR"
     ) in lines
     assert [line[0] for line in lines[:-1]].count("✗") == 2 + (not strong_sandbox())  # the model, and the disk it sizes
     assert lines[-1] == f"{2 + (not strong_sandbox())} of {len(lines) - 1} checks fail."
@@ -315,26 +343,109 @@ def test_a_model_folder_loads_offline(tmp_path):
 
     folder = save_model(tmp_path / "mine")
     weights = format_bytes((folder / "model.safetensors").stat().st_size)
-    assert check_model("mine", hf_scale(folder)).line() == (
+    assert lines_of(check_model("mine", hf_scale(folder))) == [
         f"✓ model mine: {folder}: qwen3, 0.3M parameters, tokenizer with a chat template, weights {weights}"
-    )
+    ]
 
 
-def test_a_missing_folder_or_an_uncached_hub_id_fails(tmp_path, hub_cache):
-    """A folder that went after the experiments file was read (it checks its folders), and a hub id."""
+def test_a_missing_folder_or_an_uncached_hub_id_fails(tmp_path, hub_cache, monkeypatch):
+    """A folder that went after the experiments file was read (it checks its folders), and a hub id
+    on a machine with network (HF_HUB_OFFLINE unset: the fix downloads here)."""
     from matrixrl.doctor import check_model
 
-    assert check_model("mine", hf_scale(tmp_path / "gone")).line() == (
+    assert lines_of(check_model("mine", hf_scale(tmp_path / "gone"))) == [
         f"✗ model mine: no folder {tmp_path / 'gone'}; fix: fix scales.mine.path, or restore the folder"
-    )
-    assert check_model("qwen", hf_scale("Qwen/Qwen3-0.6B")).line() == (
+    ]
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert lines_of(check_model("qwen", hf_scale("Qwen/Qwen3-0.6B"))) == [
         "✗ model qwen: Qwen/Qwen3-0.6B is not in the local Hugging Face cache, and jobs run offline (HF_HUB_OFFLINE=1); "
         "fix: hf download Qwen/Qwen3-0.6B, or point scales.qwen.path at a model folder"
+    ]
+    (revised,) = check_model("qwen", hf_scale("Qwen/Qwen3-0.6B", revision="v1"))
+    assert revised.fix.startswith("hf download Qwen/Qwen3-0.6B --revision v1,")
+
+
+def cache_files(hub_cache: Path, repo: str, files: dict[str, str]) -> Path:
+    """``files`` (name → text) as the hub cache holds a download of ``repo`` cut short: refs/main
+    names a snapshot, whose files link to blobs."""
+    folder = hub_cache / f"models--{repo.replace('/', '--')}"
+    snapshot = folder / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("0123abcd")
+    (folder / "blobs").mkdir()
+    for n, (name, text) in enumerate(files.items()):
+        (folder / "blobs" / f"blob{n}").write_text(text)
+        (snapshot / name).symlink_to(f"../../blobs/blob{n}")
+    return snapshot
+
+
+OFFLINE_FIX = (
+    "on a machine with network (a login node): hf download nobody/not-a-model --cache-dir {cache} (a folder both "
+    "machines see), or hf download nobody/not-a-model --local-dir DIR, then copy DIR here and set scales.qwen3-4b.path: DIR"
+)
+
+
+def test_offline_a_hub_model_not_cached_is_one_line_with_the_login_node_fix(tmp_path, monkeypatch):
+    """On a GPU node without network (HF_HUB_OFFLINE=1, an empty HF_HOME): the whole model is missing,
+    and the fix downloads it on a machine with network into the cache this node reads, or into a
+    folder to copy here. Run as a user would, in a process of its own."""
+    home = tmp_path / "hf-home"
+    home.mkdir()
+    config = tmp_path / "paper.yaml"
+    config.write_text(PAPER.read_text())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HF_")}, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO), "PATH": str(tmp_path / "no-smi") + os.pathsep + os.path.dirname(sys.executable),
+    }  # fmt: skip
+    code = (
+        "import sys; from matrixrl.config import load_config; from matrixrl.doctor import check_models, check_gpu_memory;"
+        "c = load_config(sys.argv[1], sets=['scales.qwen3-4b.path=nobody/not-a-model'], only=['scale=qwen3-4b']);"
+        "print('\\n'.join(check.line() for check in [*check_models(c, None), *check_gpu_memory(c, None)]))"
     )
-    assert check_model("qwen", hf_scale("Qwen/Qwen3-0.6B", revision="v1")).fix.startswith("hf download Qwen/Qwen3-0.6B --revision v1,")
+    proc = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cache = home / "hub"
+    assert proc.stdout.splitlines() == [
+        f"✗ model qwen3-4b: nobody/not-a-model is not in the local Hugging Face cache ({cache}), and this machine is "
+        f"offline (HF_HUB_OFFLINE=1): no config, tokenizer or weights; fix: {OFFLINE_FIX.format(cache=cache)}",
+        "✗ GPU memory: qwen3-4b: unknown: no config.json of nobody/not-a-model on this machine; fix: on a machine with "
+        f"network (a login node): hf download nobody/not-a-model config.json --cache-dir {cache} (a folder both machines see)",
+    ]
+    assert os.listdir(home) == []  # nothing downloaded, nothing written
 
 
-def test_a_hub_id_in_the_cache_loads_and_a_cut_download_fails(tmp_path, hub_cache):
+def test_offline_each_missing_piece_of_a_cached_model_is_a_line(tmp_path, hub_cache):
+    """Only config.json downloaded (enough for plan's memory estimate): the tokenizer and the weights
+    are missing, one line each; the GPU memory check has its estimate."""
+    from matrixrl.doctor import check_model
+
+    cache_files(hub_cache, "nobody/not-a-model", {"config.json": json.dumps(QWEN3["qwen3-4b"])})
+    scale = hf_scale("nobody/not-a-model")
+    fix = OFFLINE_FIX.format(cache=hub_cache)
+    assert lines_of(check_model("qwen3-4b", scale)) == [
+        "✗ model qwen3-4b: nobody/not-a-model (Hugging Face cache): no tokenizer (tokenizer.json, tokenizer.model, "
+        f"vocab.json, vocab.txt or spiece.model); fix: {fix}",
+        "✗ model qwen3-4b: nobody/not-a-model (Hugging Face cache): no weights (model.safetensors or pytorch_model.bin, "
+        f"whole or sharded); fix: {fix}",
+    ]
+
+
+def test_offline_a_folder_lacking_its_files_has_a_line_per_piece(tmp_path):
+    from matrixrl.doctor import check_model
+
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"0" * 10)  # copied: the weights alone
+    offline = " (without network here: hf download ID --local-dir DIR on a login node, then copy DIR's files in)"
+    assert lines_of(check_model("mine", hf_scale(folder))) == [
+        f"✗ model mine: {folder}: no config.json; fix: put the model's config.json in {folder}{offline}",
+        f"✗ model mine: {folder}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json, vocab.txt or spiece.model); "
+        f"fix: put the model's tokenizer files in {folder}{offline}",
+    ]
+
+
+def test_a_hub_id_in_the_cache_loads_and_a_cut_download_fails(tmp_path, hub_cache, monkeypatch):
     """The cache's layout: refs/main names a snapshot, whose files link to blobs."""
     from matrixrl.doctor import check_model
     from matrixrl.retention import format_bytes
@@ -349,47 +460,51 @@ def test_a_hub_id_in_the_cache_loads_and_a_cut_download_fails(tmp_path, hub_cach
     size = weights.stat().st_size
     weights.rename(repo / "blobs" / "f00d")
     weights.symlink_to("../../blobs/f00d")
-    assert check_model("acme", hf_scale("acme/tiny-chat")).line() == (
+    assert lines_of(check_model("acme", hf_scale("acme/tiny-chat"))) == [
         f"✓ model acme: acme/tiny-chat (Hugging Face cache): qwen3, 0.3M parameters, tokenizer with a chat template, "
         f"weights {format_bytes(size)}"
-    )
+    ]
     (repo / "blobs" / "f00d").unlink()  # the download stopped before the weights' blob
-    assert check_model("acme", hf_scale("acme/tiny-chat")).line() == (
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # a machine with network: download it here
+    assert lines_of(check_model("acme", hf_scale("acme/tiny-chat"))) == [
         "✗ model acme: acme/tiny-chat (Hugging Face cache): no weights (model.safetensors or pytorch_model.bin, whole or "
-        "sharded); fix: hf download acme/tiny-chat"
-    )
+        "sharded); fix: hf download acme/tiny-chat, or point scales.acme.path at a model folder"
+    ]
 
 
-def test_a_folder_without_weights_tokenizer_or_chat_template_fails(tmp_path):
+def test_a_folder_without_weights_tokenizer_or_chat_template_fails(tmp_path, monkeypatch):
     from matrixrl.doctor import check_model
 
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # a machine with network: the fixes name no login node
     folder = save_model(tmp_path / "mine")
     (folder / "model.safetensors").unlink()
-    assert check_model("mine", hf_scale(folder)).line() == (
+    assert lines_of(check_model("mine", hf_scale(folder))) == [
         f"✗ model mine: {folder}: no weights (model.safetensors or pytorch_model.bin, whole or sharded); "
         f"fix: put the model's weights in {folder}"
-    )
+    ]
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     (folder / "model-00001-of-00002.safetensors").write_bytes(b"0" * 10)
-    assert check_model("mine", hf_scale(folder)).found == (
+    assert [check.found for check in check_model("mine", hf_scale(folder))] == [
         f"{folder}: 1 of the weight files its index names missing (model-00002-of-00002.safetensors)"
-    )
+    ]
     plain = save_model(tmp_path / "plain", chat=False)
-    assert check_model("plain", hf_scale(plain)).line() == (
+    assert lines_of(check_model("plain", hf_scale(plain))) == [
         f"✗ model plain: {plain}: prompt_style chat needs a chat template, and its tokenizer has none; fix: use an "
         "instruct model, or set scales.plain.prompt_style: compact"
-    )
-    assert check_model("plain", hf_scale(plain, prompt_style="compact")).ok
+    ]
+    assert [check.ok for check in check_model("plain", hf_scale(plain, prompt_style="compact"))] == [True]
     (plain / "config.json").write_text("{")
-    broken = check_model("plain", hf_scale(plain, prompt_style="compact"))
+    (broken,) = check_model("plain", hf_scale(plain, prompt_style="compact"))
     assert not broken.ok and broken.found.startswith(f"{plain}: its config does not load ("), broken.found
-    config_only = qwen3_grid(tmp_path).scales["qwen3-4b"]  # config.json alone
-    found = check_model("qwen3-4b", config_only)
-    assert not found.ok and found.found == (
-        f"{tmp_path / 'qwen3-4b'}: its tokenizer has 1 tokens for the model's 151936: its files are missing"
-    ), found  # transformers makes an empty tokenizer of a folder without its files
-    assert found.fix == f"restore the model's files in {tmp_path / 'qwen3-4b'}"
+    assert broken.fix == f"put the model's config.json in {plain}"  # the tokenizer, failing with it, is not a line of its own
+    (plain / "tokenizer.json").rename(plain / "moved.json")  # a tokenizer whose vocabulary file is gone
+    (plain / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    (tokenizer,) = check_model("plain", hf_scale(plain, prompt_style="compact"))
+    assert tokenizer.line() == (
+        f"✗ model plain: {plain}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json, vocab.txt or spiece.model); "
+        f"fix: put the model's tokenizer files in {plain}"
+    )  # transformers makes an empty tokenizer of a folder without its files
 
 
 def test_every_scale_a_run_loads_is_checked(tmp_path):
@@ -399,7 +514,8 @@ def test_every_scale_a_run_loads_is_checked(tmp_path):
 
     config = qwen3_grid(tmp_path, only=("scale=qwen3-0.6b,qwen3-4b",))
     assert used_scales(config) == ["qwen3-0.6b", "qwen3-4b"]
-    assert [check.name for check in check_models(config, None)] == ["model qwen3-0.6b", "model qwen3-4b"]
+    names = [check.name for check in check_models(config, None)]  # qwen3-4b's folder: 2 lines, no tokenizer nor weights
+    assert names == ["model qwen3-0.6b", "model qwen3-4b", "model qwen3-4b"]
     memcollab = load_config(REPO / "examples" / "memcollab.yaml", only=["scale=qwen3-0.6b"])
     assert (memcollab.grid.scale, used_scales(memcollab)) == (["qwen3-0.6b"], ["qwen3-0.6b", "qwen3-4b"])
 
