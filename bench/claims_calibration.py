@@ -17,19 +17,38 @@ examples/paper.yaml's matrix with one seed and with three) and per claim:
 Then claim 2 under no effect by its former rule (either F-test at 5%, the context's
 with one mean base variance and Satterthwaite's df), which the calibration changed (docs/report.md, "How often the rules err").
 
+With --design-check, instead: claim 2's design line (``matrixrl plan``: "80% power if the
+context explains ω² X or more of the gains' variance (evaluation noise alone; Holm)", from
+the closed form ``analysis.power.context_power``) against --planted synthetic studies per
+grid shape with two or more contexts. As the line has it, every run learns and trainings do
+not spread (evaluation noise alone), and the contexts' effects, fixed as a grid's are (the
+same spread in every study, in an order drawn per study), explain exactly the line's ω² of a
+cell's gain variance: ω² = σ²/(σ² + s̄_b² + s̄_f²), the population value of the claims' ω²
+(its denominator SS_total + MSE + n̄·s̄² is the cells' whole variance), with the simulator's
+binomial variances in closed form (:func:`planted_sd`). Printed: the line's ω², the contexts'
+SD that plants it, claim 2's supported rate ± SE, the closed form's power there (80%), their
+difference ± SE, and the mean ω² the claims table showed (an estimate of the planted one).
+
     python bench/claims_calibration.py [--studies 2000] [--planted 500] [--seed 0]
+    python bench/claims_calibration.py --design-check [--planted 1000] [--seed 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from matrixrl.analysis.calibration import NO_GAIN, NULL, PLANTED, study_shapes, verdict_rates
+from matrixrl.analysis.calibration import BASE_RANGE, NO_GAIN, NULL, PLANTED, GridShape, study_shapes, synthetic_study, verdict_rates
+from matrixrl.analysis.claims import claims_table
+from matrixrl.analysis.power import POWER, context_omega2_needed, context_power
+from matrixrl.config import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,6 +84,152 @@ def former_claim_2(per_cell, confidence: float, claims) -> pd.DataFrame:
     return pd.DataFrame({"claim": [2], "verdict": [decided]})
 
 
+# --- claim 2's design line against the simulation (--design-check) ---------------------------------
+
+
+def design_scenario(context_sd: float):
+    """Claim 2's effect as its design line states it: the contexts' gains spread by ``context_sd``, with
+    evaluation noise alone (every run learns, trainings do not spread; no policy effect)."""
+    return replace(NULL, name="design", effect=f"contexts' gains SD {context_sd:.4f}, evaluation noise alone",
+                   context_sd=context_sd, cliff=(0.0, 0.0), flat=(0.0, 0.0), training_sd=0.0)  # fmt: skip
+
+
+def line_omega2(shape: GridShape, confidence: float) -> float:
+    """The ω² claim 2's design line states 80% power at for this shape (``analysis.design``: cells, contexts,
+    the residual's degrees of freedom)."""
+    contexts, cells = len(shape.contexts), len(shape.contexts) * 2 * shape.seeds
+    return context_omega2_needed(contexts, cells / contexts, cells - contexts - 1, confidence)
+
+
+def line_power(shape: GridShape, omega2: float, confidence: float) -> float:
+    """The closed form's power at ``omega2`` for this shape (what the design line is computed from)."""
+    contexts, cells = len(shape.contexts), len(shape.contexts) * 2 * shape.seeds
+    return context_power(contexts, cells / contexts, cells - contexts - 1, omega2, confidence)
+
+
+SHOWN = re.compile(r"ω² context (-?\d+\.\d+)")
+
+
+class PlantedContexts:
+    """A random generator that draws as ``rng`` does but for the contexts' effects, which it plants.
+
+    With every run learning and no training spread, ``synthetic_study``'s only normal draws are
+    the contexts' effects, ``normal(0, context_sd)`` for each context in the shape's order; here
+    the i-th is ``context_sd`` times ``z[i]``. So the contexts' effects spread by exactly the
+    planted SD in every study, as a grid's contexts have the effects they have (what the design
+    line's ω² is of), where the simulator's own draw would spread them more in one study and less
+    in another (:func:`context_studies` checks that each study drew one per context)."""
+
+    def __init__(self, rng: np.random.Generator, z: np.ndarray) -> None:
+        self._rng, self._z, self.drawn = rng, z, 0
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0) -> float:
+        value = loc + scale * float(self._z[self.drawn])
+        self.drawn += 1
+        return value
+
+    def __getattr__(self, name: str):
+        return getattr(self._rng, name)
+
+
+def planted_effects(contexts: int) -> np.ndarray:
+    """The contexts' effects in SDs: the normal quantiles at (i + ½)/C, with mean 0 and SD 1 over the C
+    contexts (divisor C)."""
+    from statistics import NormalDist
+
+    z = np.array([NormalDist().inv_cdf((i + 0.5) / contexts) for i in range(contexts)])
+    return (z - z.mean()) / z.std()
+
+
+def context_studies(shape: GridShape, context_sd: float, studies: int, seed: int, analysis: Analysis | None = None):
+    """``(omega2, supported)`` arrays, one entry per synthetic study of :func:`design_scenario` with the
+    contexts' effects :func:`planted_effects` times ``context_sd`` (in an order drawn per study): the
+    context's ω² as the claims table shows it (its ``evidence``, 0 or above, 2 decimals; 0 without one)
+    and whether claim 2 was supported."""
+    analysis = analysis or Analysis()
+    rng = np.random.default_rng(seed)
+    scenario = design_scenario(context_sd)
+    effects = planted_effects(len(shape.contexts))
+    omega2, supported = [], []
+    for _ in range(studies):
+        planted = PlantedContexts(rng, rng.permutation(effects))
+        study = synthetic_study(shape, scenario, planted, analysis, signals=False)
+        if planted.drawn != len(shape.contexts):
+            raise RuntimeError(f"synthetic_study drew {planted.drawn} normals for {len(shape.contexts)} contexts: the planting no longer fits it")
+        row = claims_table(study, analysis.confidence, [2]).iloc[0]
+        shown = SHOWN.search(row["evidence"] or "")
+        omega2.append(float(shown.group(1)) if shown else 0.0)
+        supported.append(row["verdict"] == "supported")
+    return np.array(omega2), np.array(supported)
+
+
+def planted_sd(shape: GridShape, omega2: float) -> float:
+    """The contexts' SD whose effects explain ``omega2`` of a cell's gain variance in these synthetic studies,
+    exactly: ω² = σ²/(σ² + s̄_b² + s̄_f²), the design line's (and the claims' ω²'s, as its denominator has
+    it), with σ the contexts' SD (:func:`planted_effects`, exact in every study) and s̄_b², s̄_f² the
+    expected binomial variances of a base and a final evaluation over the contexts: E[p(1 − p)]/T, the
+    base p uniform on BASE_RANGE and the final NULL.gain and the context's effect above it, which takes
+    σ² off E[p(1 − p)]."""
+    lo, hi = BASE_RANGE
+
+    def p_q(shift: float) -> float:  # E[p(1 − p)] for p uniform on [lo + shift, hi + shift]
+        mean = (lo + hi) / 2 + shift
+        return mean * (1 - mean) - (hi - lo) ** 2 / 12
+
+    per_trial = float(np.mean([1 / shape.trials[task] for _, task, _ in shape.contexts]))
+    variance = omega2 * per_trial * (p_q(0.0) + p_q(NULL.gain)) / (1 - omega2 + omega2 * per_trial)
+    return math.sqrt(variance)
+
+
+@dataclass
+class DesignCheck:
+    """Claim 2's design line on one shape against ``studies`` simulated studies with its ω² planted."""
+
+    shape: GridShape
+    line: float  # the line's ω² (80% power by the closed form), planted
+    context_sd: float  # the contexts' SD that plants it (planted_sd)
+    studies: int
+    shown: float  # the mean ω² of the context that the claims table showed
+    shown_se: float
+    supported: float  # claim 2's supported rate
+    supported_se: float
+    closed_form: float  # the closed form's power at the line's ω² (80%, to its bisection)
+
+    @property
+    def agrees(self) -> bool:
+        """The simulated rate within 2 of its SEs of the closed form's."""
+        return abs(self.supported - self.closed_form) <= 2 * self.supported_se
+
+
+def design_check(shape: GridShape, studies: int, seed: int, analysis: Analysis | None = None, omega2: float | None = None) -> DesignCheck:
+    """Plants, on ``shape``, the contexts' spread that explains claim 2's design line's ω² (or ``omega2``) of the
+    gains' variance, and measures claim 2's supported rate there over ``studies`` synthetic studies."""
+    analysis = analysis or Analysis()
+    line = line_omega2(shape, analysis.confidence) if omega2 is None else omega2
+    context_sd = planted_sd(shape, line)
+    shown, supported = context_studies(shape, context_sd, studies, seed, analysis)
+    rate = float(supported.mean())
+    return DesignCheck(shape, line, context_sd, studies, float(shown.mean()), float(shown.std(ddof=1)) / math.sqrt(studies),
+                       rate, math.sqrt(rate * (1 - rate) / studies), line_power(shape, line, analysis.confidence))  # fmt: skip
+
+
+def print_design_checks(shapes: dict[str, GridShape], studies: int, seed: int) -> None:
+    started = time.perf_counter()
+    print(f"claim 2's design line against {studies} synthetic studies per grid shape (seed {seed}), evaluation noise alone:")
+    print(f"{'grid shape':<20}  {'line: ω²':>8}  {'planted: contexts SD':>20}  {'supported':>13}  {'closed form':>11}  "
+          f"{'difference':>15}  {'ω² shown':>13}")  # fmt: skip
+    for number, (name, shape) in enumerate(shapes.items()):
+        if len(shape.contexts) < 2:
+            continue
+        found = design_check(shape, studies, seed + 1000 * number)
+        difference = f"{100 * (found.supported - found.closed_form):+.1f} ± {100 * found.supported_se:.1f}%"
+        print(f"{name:<20}  {found.line:>8.3f}  {found.context_sd:>20.4f}  {percent(found.supported, found.supported_se):>13}  "
+              f"{percent(found.closed_form):>11}  {difference:>15}  {found.shown:>6.3f} ± {found.shown_se:.3f}"
+              f"{'' if found.agrees else '  beyond 2 SE'}")  # fmt: skip
+    print(f"(the contexts' effects planted as a grid's are, fixed, so that they explain the line's ω² of the gains' variance; "
+          f"closed form: its power there; ω² shown: the claims table's mean; {time.perf_counter() - started:.0f} s)")
+
+
 def percent(rate: float, se: float | None = None) -> str:
     return f"{100 * rate:.1f}%" if se is None else f"{100 * rate:.1f} ± {100 * se:.1f}%"
 
@@ -74,9 +239,14 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=2000, help="null studies per grid shape (default 2000)")
     parser.add_argument("--planted", type=int, default=500, help="studies per planted effect and grid shape (default 500)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    parser.add_argument("--design-check", action="store_true",
+                        help="instead: claim 2's design line against --planted simulated studies per grid shape")  # fmt: skip
     args = parser.parse_args()
 
     shapes = study_shapes(REPO / "experiments.yaml", REPO / "examples" / "paper.yaml")
+    if args.design_check:
+        print_design_checks(shapes, args.planted, args.seed)
+        return
     started = time.perf_counter()
     print(f"claims calibration: {args.studies} null studies and {args.planted} per planted effect, per grid shape (seed {args.seed})")
     former = {}
