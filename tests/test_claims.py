@@ -368,7 +368,10 @@ def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: P
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
     error = mse + 4 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
-    omega = 3 * error * (statistic - 1) / (total + error)
+    # The context's sum of squares as the test weighs it: 4 cells × the harmonic mean of the v × W.
+    omega = 3 * 4 * (4 / w.sum()) * (statistic - 1) / (total + error)
+    # One arithmetic mean variance in its place (the rule before) showed 12.32 here, as a share of variance.
+    assert 3 * error * (statistic - 1) / (total + error) > 12
     assert p_context < 0.025 and (two["verdict"], two["evidence"]) == ("supported", f"ω² context {omega:.2f}, policy 0.00")
     # The former test: one mean base variance s̄², the context's error MSE + 4·s̄², Satterthwaite's df.
     pooled = (((means - means.mean()) ** 2).sum() * 4 / 3) / error

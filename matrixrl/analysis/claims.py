@@ -317,12 +317,18 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     nested F-test as it is.
 
     ω²: (SS − df·error)/(SS_total + MSE + n̄·s̄²), with error MSE for policy; for the
-    context, error MSE + n̄·s̄² and SS its test's counterpart df·error·W/(C − 1) (the
-    context's sum of squares where every V_c is the same, so that its ω² is above 0
-    exactly when its test's statistic exceeds 1). The denominator is the whole variance of
-    one cell's gain (its base's share included) times the cells: SS_total holds n − 1 cells'
-    residual variance and contexts − 1 contexts' base variance, and the error adds the one
-    of each it lacks. The ω² are returned as computed, below 0 too.
+    context, SS − df·error is its test's counterpart n̄·V_h·(W − (C − 1)), V_h the harmonic
+    mean of the V_c: n̄·V_h·W = n̄·Σ (V_h/V_c)(m_c − m̄)² is the context's sum of squares with
+    each context weighed as the test weighs it (weights averaging 1), and n̄·V_h·(C − 1) its
+    expectation without a context effect, so its ω² is above 0 exactly when the test's
+    statistic exceeds 1. With every V_c the same, n̄·V_h = MSE + n̄·s̄², the error of the
+    nested test. (An arithmetic mean in V_h's place inflated the share where bases differ:
+    the weights then average above 1, and ω² passed 1 in about a tenth of simulated studies
+    of examples/paper.yaml's shape, whose tasks evaluate 128 and 1000 trials.) The
+    denominator is the whole variance of one cell's gain (its base's share included) times
+    the cells: SS_total holds n − 1 cells' residual variance and contexts − 1 contexts' base
+    variance, and the error adds the one of each it lacks. The ω² are returned as computed,
+    below 0 too.
     """
     import statsmodels.formula.api as smf
     from scipy.special import fdtrc
@@ -344,10 +350,11 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     test = _context_test(frame, full, contexts)
     if test is None:
         return None
-    statistic, df_context, df_error = test
+    statistic, df_context, df_error, harmonic_variance = test
     out["p_context"] = float(fdtrc(df_context, df_error, statistic))
-    # df·error·W/(C − 1) is the context's sum of squares where every V_c is the same (the weighted test's counterpart of SS).
-    out["omega2_context"] = df_context * error * (statistic - 1) / (total + error)
+    # n̄·V_h·W is the context's sum of squares as the test weighs the contexts (see the docstring).
+    cells_per_context = float(by_context.size().mean())
+    out["omega2_context"] = df_context * cells_per_context * harmonic_variance * (statistic - 1) / (total + error)
     table = anova_lm(full, typ=2)
     effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
     main = [term for term in effects if ":" not in term]
@@ -357,9 +364,10 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     return out
 
 
-def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float, int, float] | None:
-    """``(W/(C − 1), C − 1, df_resid)`` of the context's test (:func:`context_anova`), None where a
-    context's mean has no variance to weigh it by."""
+def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float, int, float, float] | None:
+    """``(W/(C − 1), C − 1, df_resid, V_h)`` of the context's test (:func:`context_anova`; V_h the
+    harmonic mean of the contexts' variances V_c), None where a context's mean has no variance
+    to weigh it by."""
     import numpy as np
 
     # Policy's effect, as the full model fits it, taken out of every gain (its term names the non-reference level).
@@ -385,7 +393,7 @@ def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float
     # together when runs fall into kinds (cliff or gain), and that count decided in 6% of null studies
     # of the default grid's shape (docs/report.md, "How often the rules err").
     df_error = float(full.df_resid)
-    return statistic, len(mean) - 1, df_error
+    return statistic, len(mean) - 1, df_error, float(len(mean) / weights.sum())
 
 
 def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
