@@ -351,23 +351,29 @@ def test_the_kv_cache_holds_float32_keys_under_a_16_bit_full_fine_tune(adapter):
     assert held == expected
 
 
-def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
-    """Under a profile that declares 80 GiB GPUs, Qwen3-4B's isolated full fine-tune is refused:
-    plan lists it and exits 2; run stops before it starts anything (no results folder)."""
-    from conftest import run_cli
-    from matrixrl.gpu_memory.fits import refusals
-
+def _qwen3_4b_full_on_80_gib(tmp_path: Path, *extra: str) -> list[str]:
+    """CLI options for paper.yaml's voting/gsm8k/qwen3-4b/isolated cell as a full fine-tune, its
+    model a local config.json, under a profile that declares 80 GiB GPUs."""
     folder = tmp_path / "qwen3-4b"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
-    options = [
+    return [
         "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
-        "--set", f"results_dir={tmp_path / 'results'}", "--only", "workflow=voting", "--only", "task=gsm8k",
+        "--set", f"results_dir={tmp_path / 'results'}", *extra, "--only", "workflow=voting", "--only", "task=gsm8k",
         "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
     ]  # fmt: skip
+
+
+def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
+    """Under a profile that declares 80 GiB GPUs, Qwen3-4B's isolated full fine-tune is refused:
+    plan lists it and exits 2; run stops before it starts anything (no results folder)."""
+    from conftest import run_cli
+    from matrixrl.gpu_memory.fits import refusals
+
+    options = _qwen3_4b_full_on_80_gib(tmp_path)
     config = _qwen3_config(tmp_path, "policies.adapter=full")
     expected = [f"Error: {line}" for line in refusals(config, 80 * GIB)]
     assert len(expected) == 2 and "training needs about" in expected[0]
@@ -483,17 +489,7 @@ def test_plan_json_marks_the_jobs_their_gpu_cannot_hold(tmp_path, experiment):
     do not fit are marked `fits: false` with the fix, and the JSON still exits 0 (the table exits 2)."""
     from conftest import run_cli
 
-    folder = tmp_path / "qwen3-4b"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
-    options = [
-        "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
-        "--set", f"results_dir={tmp_path / 'results'}", "--set", "train.steps=20", "--only", "workflow=voting",
-        "--only", "task=gsm8k", "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
-    ]  # fmt: skip
+    options = _qwen3_4b_full_on_80_gib(tmp_path, "--set", "train.steps=20")
     result = run_cli("plan", *options, "--format", "json")
     assert result.exit_code == 0, result.output
     jobs = json.loads(result.stdout)
@@ -504,7 +500,7 @@ def test_plan_json_marks_the_jobs_their_gpu_cannot_hold(tmp_path, experiment):
     assert (memory["train"]["total_bytes"], memory["train"]["budget_bytes"], memory["train"]["fix"]) == (
         224_916_606_669, 80 * GIB, FULL_TRAINING_FIX,
     )
-    assert memory["train"]["budget_source"] == f"profile {profile}: gpu_memory_gib"
+    assert memory["train"]["budget_source"] == f"profile {tmp_path / 'profile'}: gpu_memory_gib"
     assert (memory["evaluate_base"]["fits"], memory["prepare_base"], memory["copy_base_eval"], memory["retain"]) == (True, None, None, None)
     csv = run_cli("plan", *options, "--format", "csv").stdout.splitlines()
     assert csv[0].endswith(",gpu_memory.total_bytes,gpu_memory.tensors_bytes,gpu_memory.dominant,gpu_memory.budget_bytes,gpu_memory.fits")
