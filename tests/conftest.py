@@ -152,6 +152,7 @@ install; .ci/run installs every extra and runs these tests again (``-m "slow or 
 missing one fails."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"smollm2", "smollm2_shallow"} & set(getattr(item, "fixturenames", ())):
