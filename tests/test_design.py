@@ -129,7 +129,7 @@ PAPER = [
     "gain, contradicted if 4 or fewer; 80% power if each gains with probability 0.82 or more",
     "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.63 or more "
     "of the gains' variance (evaluation noise alone; Holm); its tasks' evaluations differ (128 and 1000 trials), which "
-    "this takes alike: an upper bound, and the claims table's ω² reads higher (docs/report.md)",
+    "this takes alike: an upper bound (docs/report.md)",
     "claim 3: 18 configurations with both modes × 1 seed (Student-t over 18 configurations): 80% power at a mean peak "
     "difference of 0.70 of their standard deviation or more",
     "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 18 configurations with both modes, "

@@ -106,10 +106,10 @@ def _context(cells, contexts: Counter, modes: set, trials: list[int], confidence
         return ClaimDesign(2, len(cells), False, f"{start}: no residual degrees of freedom, no verdict possible (more seeds)")
     omega2 = context_omega2_needed(len(contexts), len(cells) / len(contexts), dof, confidence)
     # Evaluations of different sizes: the closed form takes every context's noise alike, the test weighs each by its
-    # own; in synthetic studies of the paper's matrix (64 and 500 problems) it had 90-98% power at this ω², and the
-    # claims table showed a higher ω² (docs/report.md, "What a grid can decide").
+    # own; in synthetic studies of the paper's matrix (64 and 500 problems) it had 90-98% power at this ω²
+    # (docs/report.md, "What a grid can decide").
     unequal = (f"; its tasks' evaluations differ ({' and '.join(map(str, trials))} trials), which this takes alike: "
-               "an upper bound, and the claims table's ω² reads higher (docs/report.md)") if len(trials) > 1 else ""  # fmt: skip
+               "an upper bound (docs/report.md)") if len(trials) > 1 else ""  # fmt: skip
     return ClaimDesign(2, len(cells), True, f"{start}, {dof} residual degrees of freedom: 80% power if the context "
                        f"explains ω² {omega2:.2f} or more of the gains' variance (evaluation noise alone; Holm){unequal}")  # fmt: skip
 
