@@ -16,9 +16,9 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 # would run twice as many threads as cores, and its OpenMP threads spin while they wait for each
 # other (a memory-estimate case took 90 s at 2 threads beside a busy worker, 18 s at 1). Set before
 # torch is first imported, which reads it once; jobs that tests start set their own (train.threads).
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:
-    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
