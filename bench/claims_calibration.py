@@ -110,28 +110,6 @@ def line_power(shape: GridShape, omega2: float, confidence: float) -> float:
 SHOWN = re.compile(r"ω² context (-?\d+\.\d+)")
 
 
-class PlantedContexts:
-    """A random generator that draws as ``rng`` does but for the contexts' effects, which it plants.
-
-    With every run learning and no training spread, ``synthetic_study``'s only normal draws are
-    the contexts' effects, ``normal(0, context_sd)`` for each context in the shape's order; here
-    the i-th is ``context_sd`` times ``z[i]``. So the contexts' effects spread by exactly the
-    planted SD in every study, as a grid's contexts have the effects they have (what the design
-    line's ω² is of), where the simulator's own draw would spread them more in one study and less
-    in another (:func:`context_studies` checks that each study drew one per context)."""
-
-    def __init__(self, rng: np.random.Generator, z: np.ndarray) -> None:
-        self._rng, self._z, self.drawn = rng, z, 0
-
-    def normal(self, loc: float = 0.0, scale: float = 1.0) -> float:
-        value = loc + scale * float(self._z[self.drawn])
-        self.drawn += 1
-        return value
-
-    def __getattr__(self, name: str):
-        return getattr(self._rng, name)
-
-
 def planted_effects(contexts: int) -> np.ndarray:
     """The contexts' effects in SDs: the normal quantiles at (i + ½)/C, with mean 0 and SD 1 over the C
     contexts (divisor C)."""
@@ -152,10 +130,9 @@ def context_studies(shape: GridShape, context_sd: float, studies: int, seed: int
     effects = planted_effects(len(shape.contexts))
     omega2, supported = [], []
     for _ in range(studies):
-        planted = PlantedContexts(rng, rng.permutation(effects))
-        study = synthetic_study(shape, scenario, planted, analysis, signals=False)
-        if planted.drawn != len(shape.contexts):
-            raise RuntimeError(f"synthetic_study drew {planted.drawn} normals for {len(shape.contexts)} contexts: the planting no longer fits it")
+        # Planted, not drawn: the effects spread by exactly context_sd in every study, as a grid's
+        # contexts have the effects they have (what the design line's ω² is of).
+        study = synthetic_study(shape, scenario, rng, analysis, signals=False, context_effects=context_sd * rng.permutation(effects))
         row = claims_table(study, analysis.confidence, [2]).iloc[0]
         shown = SHOWN.search(row["evidence"] or "")
         omega2.append(float(shown.group(1)) if shown else 0.0)

@@ -171,20 +171,27 @@ def cliff_height(trials: int) -> float:
 
 
 def synthetic_study(
-    shape: GridShape, scenario: Scenario, rng: np.random.Generator, analysis: Analysis, signals: bool = True
+    shape: GridShape, scenario: Scenario, rng: np.random.Generator, analysis: Analysis, signals: bool = True,
+    context_effects: np.ndarray | None = None,
 ) -> PerCell:
     """One synthetic study of ``shape`` under ``scenario``: its per-cell records as the claims read them.
-    ``signals``: also the gradient signals and what the mechanism table makes of them (claims 6, 7)."""
+    ``signals``: also the gradient signals and what the mechanism table makes of them (claims 6, 7).
+    ``context_effects``: each context's effect on the gain, in the shape's order, in place of the
+    scenario's draw ``normal(0, context_sd)`` (a grid's contexts have the effects they have)."""
     steps = list(shape.steps)
     last = steps[-1]
     updates = np.arange(1, last + 1)
     after_window = analysis.mechanism_baseline_steps + 1  # the first update a rise can be seen at
     rows = []
-    for workflow, task, scale in shape.contexts:
+    for i, (workflow, task, scale) in enumerate(shape.contexts):
         trials = shape.trials[task]
         true_base = rng.uniform(*BASE_RANGE)
         base = rng.binomial(trials, true_base) / trials  # the one base evaluation, shared by every cell below
-        context_gain = scenario.gain + (rng.normal(0, scenario.context_sd) if scenario.context_sd else 0.0)
+        if context_effects is not None:
+            effect = float(context_effects[i])
+        else:
+            effect = rng.normal(0, scenario.context_sd) if scenario.context_sd else 0.0
+        context_gain = scenario.gain + effect
         for policy in POLICIES:
             side = 0 if policy == "isolated" else 1
             signal = _signal_name(workflow, policy, shape) if signals else None
