@@ -36,7 +36,7 @@ from matrixrl.config import (
     Workflows,
     science,
 )
-from matrixrl.config.sweeps import canonical, value_at, with_settings
+from matrixrl.config.sweeps import canonical, key_parts, value_at, with_settings
 from matrixrl.memory.specs import (
     BankSpec,
     MemoryPlan,
@@ -64,9 +64,15 @@ class Cell:
     seed: int
     sweep: tuple[tuple[str, str], ...] = field(default=(), metadata=RUNTIME)
     """``(dotted key, canonical JSON value)`` per extra axis whose setting the cell reads, in
-    the grid's order. Not science on its own: the swept settings are in the cell's spec."""
+    the grid's order: the values its spec is computed under (:func:`cell_spec`), the file's
+    own for an axis that does not multiply the cell. Not science on its own: the swept
+    settings are in the cell's spec."""
     label: str = field(default="", compare=False, metadata=RUNTIME)
     """What the id shows of ``sweep``: the values that differ from the file's own setting."""
+    settings: tuple[tuple[str, str], ...] | None = field(default=None, compare=False, metadata=RUNTIME)
+    """The same keys, each with the value the cell's spec has (:func:`setting_of`): under a
+    ``train.loss_type`` axis, a scale whose own ``train:`` sets the loss has its cells' loss
+    here, not the file's. What :meth:`sweep_values`, and so the report, shows; None: ``sweep``."""
 
     @property
     def id(self) -> str:
@@ -77,8 +83,8 @@ class Cell:
         return {axis: getattr(self, axis) for axis in AXES}
 
     def sweep_values(self) -> dict[str, Any]:
-        """The extra axes' values of this cell, by dotted key."""
-        return {key: json.loads(value) for key, value in self.sweep}
+        """The extra axes' settings as this cell computes with them, by dotted key (``settings``)."""
+        return {key: json.loads(value) for key, value in (self.sweep if self.settings is None else self.settings)}
 
 
 def cells(config: Config) -> list[Cell]:
@@ -86,8 +92,10 @@ def cells(config: Config) -> list[Cell]:
 
     An extra axis multiplies only the cells whose spec it changes (``workflows.voting.n_votes``
     leaves ``single`` cells alone), so each distinct computation is one cell. A cell that
-    reads the setting but is not multiplied (the axis lists only the file's own value)
-    still carries that value, for the report's column.
+    reads the setting but is not multiplied is computed under the file's own value, and its
+    id does not show the axis; for the report's column it carries the value its spec has
+    (``Cell.settings``): the file's own, or its scale's where the scale's ``train:`` sets the
+    key (``tiny-s-gspo``'s ``loss_type: grpo`` under a ``train.loss_type`` axis).
     """
     grid = config.grid
     fixed = [Cell(*values) for values in itertools.product(*(getattr(grid, a) for a in AXES))]
@@ -95,14 +103,47 @@ def cells(config: Config) -> list[Cell]:
         return fixed
     sweeps = _sweeps(config)
     found = []
+    settings: dict[tuple, tuple[tuple[str, str], ...] | None] = {}  # a scale's, per sweep and the axes held
     for cell in fixed:
         axes = [key for key in sweeps.keys if sweeps.reads(key, cell)]
         own = _science_digest(cell_spec(config, cell))
-        choices = [sweeps.values[key] if sweeps.affects(key, cell, own) else (sweeps.own[key],) for key in axes]
+        multiplies = {key: sweeps.affects(key, cell, own) for key in axes}
+        choices = [sweeps.values[key] if multiplies[key] else (sweeps.own[key],) for key in axes]
+        held = tuple(key for key in axes if not multiplies[key])
         for combination in itertools.product(*choices):
             sweep = tuple(zip(axes, combination))
-            found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep)))
+            swept = replace(cell, sweep=sweep, label=sweeps.label(sweep))
+            known = (cell.scale, sweep, held)  # what setting_of reads of the cell
+            if known not in settings:
+                settings[known] = _settings(config, swept, held)
+            found.append(replace(swept, settings=settings[known]))
     return found
+
+
+def setting_of(config: Config, cell: Cell, key: str) -> Any:
+    """The value (JSON data) that ``cell``'s spec has for the setting at dotted ``key``, e.g.
+    ``setting_of(c, cell, "train.loss_type")``: ``key``'s in the config under the cell's
+    extra-axis values, but a training setting as ``CellSpec.train`` has it, the cell's scale's
+    own ``train:`` over ``train:`` (``scales.SCALE.train.KEY`` too: ``train.KEY`` where the
+    scale leaves it unset)."""
+    swept = swept_config(config, cell.sweep)
+    section = key.split(".")[0].strip()
+    if section == "scales":
+        _, scale, *rest = key_parts(key, swept.model_dump(mode="json"))
+        if scale == cell.scale and rest[:1] == ["train"] and len(rest) > 1:
+            key, section = ".".join(["train", *rest[1:]]), "train"
+    if section == "train":
+        swept = swept.model_copy(update={"train": swept.train_for(cell.scale)})
+    return value_at(swept, key)
+
+
+def _settings(config: Config, cell: Cell, keys: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
+    """``cell.sweep`` with each of ``keys`` (axes held at the file's own value) as the cell's spec
+    has it; None where that is ``sweep`` itself."""
+    if not keys:
+        return None
+    settings = tuple((key, canonical(setting_of(config, cell, key)) if key in keys else v) for key, v in cell.sweep)
+    return None if settings == cell.sweep else settings
 
 
 @dataclass(frozen=True)

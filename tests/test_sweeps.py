@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,57 @@ def test_only_narrows_an_extra_axis_and_keeps_the_ids(experiment: Path) -> None:
     assert {c.id for c in narrowed} <= whole
 
 
+# A scale whose own train: sets the swept key, as examples/losses.yaml's GSPO scale: the axis
+# does not multiply its cells (their spec is the same under every value), so they are
+# computed under the file's own value and their ids do not show the axis, but they carry
+# the loss they trained with, not the file's.
+GSPO = [
+    "scales.tiny-s-gspo={kind: tiny, hidden_size: 128, num_layers: 2, num_heads: 4, num_kv_heads: 2, "
+    "intermediate_size: 256, max_length: 56, warmstart: {steps: 400, batch_size: 64, lr: 3.0e-3, seed: 0}, "
+    "train: {loss_type: grpo, importance_sampling_level: sequence}}",
+    "grid.scale=[tiny-s, tiny-s-gspo]",
+    "grid.seed=[0, 1]",
+]
+LOSSES = "grid.train.loss_type=[dapo, grpo, dr_grpo]"
+SINGLE = ["workflow=single", "task=arith", "policy=shared"]
+
+
+def test_a_scale_that_sets_the_swept_key_carries_its_own_value_under_the_same_ids(experiment: Path) -> None:
+    config = config_of(experiment, *GSPO, LOSSES, only=SINGLE)
+    cells = G.cells(config)
+    assert [c.id for c in cells] == [
+        "single-arith-tiny-s-shared-s0", "single-arith-tiny-s-shared-s0-loss_type=grpo",
+        "single-arith-tiny-s-shared-s0-loss_type=dr_grpo",
+        "single-arith-tiny-s-shared-s1", "single-arith-tiny-s-shared-s1-loss_type=grpo",
+        "single-arith-tiny-s-shared-s1-loss_type=dr_grpo",
+        "single-arith-tiny-s-gspo-shared-s0", "single-arith-tiny-s-gspo-shared-s1",
+    ]  # fmt: skip
+    shown = {c.id: c.sweep_values()["train.loss_type"] for c in cells}
+    assert shown == {
+        **{c.id: ("dapo", "grpo", "dr_grpo")[i % 3] for i, c in enumerate(cells[:6])},
+        "single-arith-tiny-s-gspo-shared-s0": "grpo", "single-arith-tiny-s-gspo-shared-s1": "grpo",
+    }  # fmt: skip
+    for cell in cells:  # the value shown is the spec's
+        spec = G.cell_spec(config, cell)
+        assert shown[cell.id] == spec.train.loss_type == G.setting_of(config, cell, "train.loss_type")
+    gspo = cells[-1]
+    assert (gspo.label, gspo.sweep) == ("", (("train.loss_type", '"dapo"'),))  # computed under the file's own value
+    assert G.cell_spec(config, gspo).train.importance_sampling_level == "sequence"
+    # The cells the axis leaves alone, and the file's-value cells, keep the digests they had
+    # without the axis: their result folders stay theirs.
+    before = config_of(experiment, *GSPO, only=SINGLE)
+    digests = {c.id: G.cell_spec(before, c).eval_digest() for c in G.cells(before)}
+    after = {c.id: G.cell_spec(config, c).eval_digest() for c in cells if c.id in digests}
+    assert after == digests and len(after) == 4
+    assert G.spec_digests(config, cells) == G.spec_digests(config, [replace(c, settings=None) for c in cells])
+    # A scale's own train: key as the axis: a held value shows what the spec trains with.
+    lr = config_of(experiment, *GSPO, "grid.scales.tiny-s-gspo.train.lr=[1.0e-4]", only=SINGLE)
+    assert {c.id: c.sweep_values() for c in G.cells(lr) if c.scale == "tiny-s-gspo"} == {
+        "single-arith-tiny-s-gspo-shared-s0": {"scales.tiny-s-gspo.train.lr": 1e-4},
+        "single-arith-tiny-s-gspo-shared-s1": {"scales.tiny-s-gspo.train.lr": 1e-4},
+    }
+
+
 # --- the report on a constructed store -----------------------------------------------------
 
 CURVES = {  # (train.lr, seed) → accuracy at steps 0, 10, 20
@@ -283,6 +335,46 @@ def test_against_needs_the_compare_table(study) -> None:
     _, config, _ = study
     with pytest.raises(ConfigError, match="use it with --table compare"):
         parse_against("train.lr=1e-4", config, "summary")
+
+
+GSPO_PEAKS = {  # (scale, train.loss_type) → each seed's accuracy at step 10 (the peak); 0.25 at 0 and 20
+    ("tiny-s", "dapo"): (0.5, 0.375),
+    ("tiny-s", "grpo"): (0.625, 0.625),
+    ("tiny-s", "dr_grpo"): (0.375, 0.375),
+    ("tiny-s-gspo", "grpo"): (0.875, 0.75),
+}
+
+
+def test_the_report_shows_and_pairs_a_scales_own_value_of_the_axis(experiment: Path) -> None:
+    config = config_of(experiment, *GSPO, LOSSES, only=SINGLE)
+    results = Path(config.results_dir)
+    for cell in G.cells(config):
+        train_file(results, config, cell, 20)
+        peaks = GSPO_PEAKS[(cell.scale, cell.sweep_values()["train.loss_type"])]
+        for step, accuracy in zip((0, 10, 20), (0.25, peaks[cell.seed], 0.25)):
+            eval_file(results, config, cell, step, accuracy)
+    assert ingest(results) == 32
+    args = [a for s in (*GSPO, LOSSES) for a in ("--set", s)] + [a for o in SINGLE for a in ("--only", o)]
+
+    summary = report_json(experiment, args)
+    assert [(r["scale"], r["train.loss_type"], r["seed"], r["peak"]) for r in summary if r["scale"] == "tiny-s-gspo"] == [
+        ("tiny-s-gspo", "grpo", 0, 0.875), ("tiny-s-gspo", "grpo", 1, 0.75),
+    ]  # fmt: skip
+    # Against dapo: the GSPO cells are not dapo, so they are no control, and have none.
+    rows = report_json(experiment, args, "--table", "compare", "--against", "train.loss_type=dapo")
+    assert [(r["scale"], r["train.loss_type"], r["n_pairs"], r["peak_diff"]) for r in rows] == [
+        ("tiny-s", "grpo", 2, pytest.approx(0.1875)), ("tiny-s", "dr_grpo", 2, pytest.approx(-0.0625)),
+    ]  # fmt: skip
+    # Against the other scale: paired with the same loss, grpo, so the row is sequence − token level.
+    (row,) = report_json(experiment, args, "--table", "compare", "--against", "scale=tiny-s")
+    assert (row["scale"], row["train.loss_type"], row["comparison"], row["n_pairs"]) == (
+        "tiny-s-gspo", "grpo", "scale=tiny-s-gspo - scale=tiny-s", 2,
+    )  # fmt: skip
+    assert row["peak_diff"] == pytest.approx(0.1875)  # (0.875 − 0.625 + 0.75 − 0.625) / 2
+    # --only on the axis selects by that value too.
+    only = report_json(experiment, args, "--only", "train.loss_type=grpo")
+    assert [(r["scale"], r["seed"]) for r in only] == [("tiny-s", 0), ("tiny-s", 1), ("tiny-s-gspo", 0), ("tiny-s-gspo", 1)]
+    assert {r["scale"] for r in report_json(experiment, args, "--only", "train.loss_type=dapo")} == {"tiny-s"}
 
 
 def test_a_removed_value_leaves_the_report_but_stays_in_the_store(study) -> None:
