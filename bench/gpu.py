@@ -58,8 +58,28 @@ PEAK_BF16_TFLOPS = (
 )
 
 
+# Memory bandwidth in TB/s (10^12 bytes per second), from the same data sheets (the smaller
+# figure where a name covers two memories: A100 40GB, GH200 with HBM3); matched as above.
+PEAK_BANDWIDTH_TBS = (
+    ("H100 PCIe", 2.0),
+    ("H100", 3.35),  # SXM
+    ("GH200", 4.0),  # before H200, which its name contains
+    ("H200", 4.8),
+    ("B200", 8.0),
+    ("A100", 1.555),
+    ("L40S", 0.864),
+    ("L4", 0.3),
+)
+
+
 def peak_tflops(device_name: str) -> float | None:
     return next((peak for name, peak in PEAK_BF16_TFLOPS if name in device_name), None)
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """The device's memory bandwidth in bytes per second, from ``PEAK_BANDWIDTH_TBS``; None where unknown."""
+    found = next((tbs for name, tbs in PEAK_BANDWIDTH_TBS if name in device_name), None)
+    return found * 1e12 if found is not None else None
 
 
 def matmul_parameters(model) -> int:
