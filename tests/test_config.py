@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from matrixrl.config import (
     validate,
 )
 
-from conftest import EXPERIMENTS
+from conftest import EXPERIMENTS, REPO
 
 TRAIN_KEYS = (
     "steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, group_size, lr, ppo_epochs, temperature, "
@@ -171,6 +174,24 @@ def test_a_loss_at_a_level_it_does_not_run_at_is_refused_with_the_fix(raw: dict,
     )
     raw["train"].update(loss_type="luspo", importance_sampling_level="sequence")
     assert validate(raw, "E.yaml").train.loss_type == "luspo"
+
+
+def test_the_schema_reads_the_losses_registry_without_importing_torch() -> None:
+    """train.loss_type's names and each loss's refusals come from matrixrl.train.losses, which the
+    schema imports; neither may import torch (seconds, on every config check and `matrixrl plan`)."""
+    code = (
+        "import sys\n"
+        "from matrixrl.config.schema import LOSS_TYPES, Train, loss_problem\n"
+        "from matrixrl.train.losses import LOSSES\n"
+        "assert LOSS_TYPES == tuple(LOSSES) and LOSS_TYPES[0] == 'dapo', LOSS_TYPES\n"
+        "refused = sorted((loss, level) for loss in LOSS_TYPES for level in ('token', 'sequence')\n"
+        "    if loss_problem(Train.model_construct(loss_type=loss, importance_sampling_level=level, epsilon_high=5.0)))\n"
+        "assert refused == [('luspo', 'token'), ('vespo', 'sequence')], refused\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # this checkout's
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
 
 
 def test_unknown_key_in_a_named_scale_keeps_its_name(raw: dict) -> None:

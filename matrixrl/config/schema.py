@@ -29,15 +29,16 @@ from pydantic.fields import FieldInfo
 from matrixrl.errors import ConfigError, did_you_mean
 from matrixrl.settings import ADDED, RUNTIME, Strict
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
+from matrixrl.train.losses import LOSSES
 from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 POLICIES = ("shared", "isolated")
 
-# train.loss_type's values: TRL 1.16's GRPOConfig.loss_type, each a function of
-# matrixrl.train.losses (which checks that its LOSSES lists exactly these), the default first.
-LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+# train.loss_type's values: TRL 1.16's GRPOConfig.loss_type, the names of matrixrl.train.losses's
+# registry, the default first (that module imports no torch, so the schema stays quick to import).
+LOSS_TYPES = tuple(LOSSES)
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
@@ -287,27 +288,9 @@ class Train(Strict):
 
 
 def loss_problem(train: Train) -> str | None:
-    """Why ``train``'s loss settings cannot run together (one line with the fix), or None.
-
-    TRL 1.16 warns about the first two and computes them anyway; a sweep here would
-    spend a run on each, so they are refused before anything runs."""
-    loss, level = train.loss_type, train.importance_sampling_level
-    if loss == "luspo" and level != "sequence":
-        return (
-            "loss_type luspo scales a sequence ratio's loss by the turn's length, so it needs "
-            "importance_sampling_level: sequence (got token); set it, or use another loss_type"
-        )
-    if loss == "vespo" and level != "token":
-        return (
-            "loss_type vespo weighs each turn by its own sequence ratio whatever the level, so "
-            "importance_sampling_level: sequence would repeat token's run; set it to token"
-        )
-    if loss == "cispo" and train.epsilon_high < 1:
-        return (
-            f"loss_type cispo caps each token's importance weight at epsilon_high ({train.epsilon_high:g}), below 1, "
-            "so every token would be capped from the first pass; set epsilon_high: 5.0 (ScaleRL's ε_max, TRL's advice)"
-        )
-    return None
+    """Why ``train``'s loss settings cannot run together (one line with the fix), or None:
+    what its loss's line of ``LOSSES`` refuses (matrixrl.train.losses, beside the loss)."""
+    return LOSSES[train.loss_type].refuses(train)
 
 
 def _unset(field: FieldInfo) -> FieldInfo:
