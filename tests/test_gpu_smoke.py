@@ -1,14 +1,42 @@
 """bench/gpu_smoke.py, the GPU smoke test, runs on CPU with its tiny chat model: every
 workflow × policy × adapter trains two steps and is evaluated, and what needs CUDA says it
-was skipped. docs/performance.md, "GPU smoke test"."""
+was skipped. The paper's shapes run scaled down (the same code), their estimates and time on
+paper print without building anything (``--dry``), and ``--budget-s`` skips what would not
+fit. docs/performance.md, "GPU smoke test"."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
+from conftest import REPO
 from matrixrl.workflows import WORKFLOWS
+
+QWEN3 = json.loads((REPO / "tests" / "fixtures" / "qwen3_configs.json").read_text())
+SHAPES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
+SMALL = (
+    "--set", "train.max_new_tokens=8", "--set", "eval.max_new_tokens=8", "--set", "train.problems_per_step=2",
+    "--set", "train.group_size=2", "--set", "eval.batch_size=4", "--set", "tasks.humaneval.n_eval=2",
+    "--set", "tasks.gsm8k.n_eval=2", "--set", "train.micro_batch_tokens=1024", "--set", "train.threads=1",
+    "--set", "eval.threads=1",
+)  # fmt: skip
+"""examples/paper.yaml's steps made small enough for a CPU (the shapes' code is the same), on one thread."""
+
+
+def smoke_module():
+    """bench/gpu_smoke.py's functions (its ``main`` not run)."""
+    import runpy
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return runpy.run_path(str(REPO / "bench" / "gpu_smoke.py"))
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def test_every_case_trains_and_evaluates_on_cpu(run_bench):
@@ -77,3 +105,185 @@ def test_a_rollout_that_decodes_without_its_cache_fails_on_the_gap(run_bench, mo
     )  # fmt: skip
     assert failure, lines[-1]
     assert 0.05 <= float(failure[1]) < 0.5  # what the old limit let through
+
+
+# --- the paper's shapes ---------------------------------------------------------------------------
+
+
+def test_the_shapes_are_the_published_configs():
+    shapes = smoke_module()["SHAPES"]
+    assert list(shapes) == list(SHAPES)
+    for name in SHAPES:
+        assert {"model_type": "qwen3", **shapes[name]} == QWEN3[name], name
+
+
+def test_the_stand_in_tokenizer_has_the_real_vocabulary_and_a_chat_template():
+    from chat_models import stand_in_tokenizer
+
+    tokenizer = stand_in_tokenizer(151_936)
+    assert len(tokenizer) == 151_936
+    text = "Abc09xyz"
+    assert len(tokenizer(text, add_special_tokens=False).input_ids) == len(text)  # one token per character
+    assert tokenizer.decode([151_935]) == "<|t151935|>"
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|user|>hi<|end|>\n<|assistant|>"
+
+
+def test_the_op_counts_on_paper_are_the_models():
+    """DECODE_OPS and UPDATE_OPS, what the time on paper launches, are what count_ops counts."""
+    smoke = smoke_module()
+    for adapter in ("full", "lora"):
+        counted = smoke["count_ops"](adapter)
+        assert counted == {"decode": smoke["DECODE_OPS"][adapter], "update": smoke["UPDATE_OPS"][adapter]}, adapter
+
+
+def _plan_largest(tmp_path, scale_down: int = 1) -> dict:
+    """Per shape, the largest training and evaluation job as `matrixrl plan` finds them
+    (gpu_memory.fits.largest_jobs) with the shape's config.json in a folder: scale → job → Estimate."""
+    from matrixrl.config import load_config
+    from matrixrl.gpu_memory.fits import largest_jobs
+
+    smoke = smoke_module()
+    sets = []
+    for name in SHAPES:
+        folder = tmp_path / name
+        folder.mkdir(parents=True)
+        fields = QWEN3[name] if scale_down == 1 else smoke["shape_fields"](name, scale_down)
+        (folder / "config.json").write_text(json.dumps(fields))
+        sets.append(f"scales.{name}.path={folder}")
+    largest, unknown = largest_jobs(load_config(REPO / "examples" / "paper.yaml", sets=sets))
+    assert not unknown
+    return largest
+
+
+def test_dry_mode_prints_each_shapes_estimates_without_building_anything(tmp_path):
+    """--dry for the three real shapes: every figure is the estimator's, for the job `plan` names,
+    in a second or two and without importing torch."""
+    from matrixrl.gpu_memory import gib
+
+    out = tmp_path / "dry.json"
+    code = (
+        "import runpy, sys; sys.path.insert(0, 'bench');"
+        f"sys.argv = ['gpu_smoke.py', '--shape', 'all', '--dry', '--json', {str(out)!r}];"
+        "runpy.run_path('bench/gpu_smoke.py', run_name='__main__');"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("examples/paper.yaml on paper for one H200 (989 TFLOP/s, 4.8 TB/s, host 8 µs per op)")
+    largest = _plan_largest(tmp_path)
+    parameters = {"qwen3-0.6b": "596,049,920", "qwen3-1.7b": "1,720,574,976", "qwen3-4b": "4,022,468,096"}
+    written = json.loads(out.read_text())
+    for name in SHAPES:
+        at = lines.index(next(line for line in lines if line.startswith(f"{name}: ")))
+        assert lines[at].startswith(f"{name}: {parameters[name]} parameters: hidden {QWEN3[name]['hidden_size']}, ")
+        for k, job in enumerate(("training", "evaluation")):
+            found = largest[name][job]
+            dominant = max(found.parts, key=found.parts.__getitem__)
+            assert lines[at + 1 + k] == (
+                f"  {job}: {found.cell}: {gib(found.total)} GiB (tensors {gib(found.tensors)} GiB), mostly {dominant} "
+                f"({gib(found.parts[dominant])} GiB), at {found.at}"
+            )
+            estimate = written["shapes"][name]["estimates"][job]
+            assert (estimate["cell"], estimate["total_bytes"], estimate["tensors_bytes"]) == (found.cell, found.total, found.tensors)
+        paper = written["shapes"][name]["paper"]
+        for k, part in enumerate(("model", "training step", "evaluation batch")):
+            assert lines[at + 3 + k].startswith(f"  {part}: ") and lines[at + 3 + k].endswith(f": {paper[part]['seconds']:,.1f} s")
+            assert paper[part]["seconds"] > 0
+    total = sum(p["seconds"] for shape in written["shapes"].values() for p in shape["paper"].values())
+    assert lines[-1].startswith(f"on paper in all: {total:,.0f} s (qwen3-0.6b ")
+    # the largest jobs at the paper's settings: the worker call's KV cache and the synthesizer's
+    assert "orch_workers-humaneval-qwen3-4b-isolated-s0: 65.0 GiB" in proc.stdout
+
+
+def check_scaled_shape(written: dict, name: str, tmp_path) -> None:
+    """A scaled-down shape's JSON row: the jobs `plan` names, run and checked on CPU."""
+    shape = next(row for row in written["shapes"] if row["shape"] == f"{name}/16")
+    assert not shape["failures"] and not shape["skipped"], shape["failures"]
+    fields = shape["fields"]
+    heads = (QWEN3[name]["num_attention_heads"], QWEN3[name]["num_key_value_heads"])
+    assert (fields["num_attention_heads"], fields["num_key_value_heads"]) == heads  # the structure kept
+    assert fields["hidden_size"] == QWEN3[name]["hidden_size"] // 16 and fields["vocab_size"] == 151_936 // 16
+    largest = _plan_largest(tmp_path / name, scale_down=16)[name]
+    for job in ("training", "evaluation"):  # the jobs `plan` names (CPU: float32)
+        assert shape["estimates"][job]["cell"] == largest[job].cell
+    train, evaluation = shape["measured"]["training step"], shape["measured"]["evaluation batch"]
+    roles = set(WORKFLOWS[largest["training"].cell.split("-")[0]].roles)
+    assert set(train["logp_gap"]) == roles
+    assert all(0 <= gap["mean"] < 0.05 for gap in train["logp_gap"].values())
+    sets = {set_name: entry for set_name, entry in train["parameters"].items() if set_name != "frozen"}
+    assert all(entry["lora_B_changed"] == entry["lora_B"] > 0 for entry in sets.values())  # paper.yaml trains LoRA
+    assert train["parameters"]["frozen"]["changed"] == 0 < train["parameters"]["frozen"]["tensors"]
+    assert train["completion_tokens"] > 0 and train["rollout_tok_s"] > 0 and train["update_tok_s"] > 0
+    assert train["memory_check"]["allocated_bytes"] is None and train["mfu"] == {"rollout": None, "update": None}
+    assert evaluation["completion_tokens"] == 4 * 8  # eval.batch_size rows, every one to max_new_tokens
+    assert evaluation["chunk"].startswith("the synthesizer call: 4 rows")
+
+
+def test_a_scaled_down_shape_trains_and_evaluates_on_cpu(run_bench, tmp_path):
+    """--shape with the shape scaled down: built, loaded as an hf scale, its largest training step
+    and evaluation batch run once, reported in the table and the JSON."""
+    out = tmp_path / "smoke.json"
+    lines = run_bench("gpu_smoke.py", "--shape", "qwen3-0.6b", "--scale-down", "16", *SMALL, "--json", str(out))
+    assert lines[-1] == "shapes: 1 passed, 0 failed, 0 skipped"
+    assert "no CUDA here: skipped for every shape: the memory peaks (allocated and reserved) and MFU" in lines
+    header = next(i for i, line in enumerate(lines) if line.startswith("shape  "))
+    row = lines[header + 1]
+    assert row.startswith("qwen3-0.6b/16 ") and " ok " in row and "n/a (CPU)" in row and "base same" in row, row
+    assert row.split(" ok  ")[1].startswith("orchestrator ")  # the log-prob gap per role, last
+    check_scaled_shape(json.loads(out.read_text()), "qwen3-0.6b", tmp_path)
+
+
+@pytest.mark.slow
+def test_the_whole_check_scaled_down_within_its_budget(run_bench, tmp_path):
+    """A case and the three shapes scaled down, under a budget they fit: nothing skipped, one table
+    row each, one JSON file."""
+    out = tmp_path / "smoke.json"
+    lines = run_bench(
+        "gpu_smoke.py", "--cases", "--only", "single shared full", "--shape", "all", "--scale-down", "16", *SMALL,
+        "--budget-s", "900", "--json", str(out),
+    )  # fmt: skip
+    assert not [line for line in lines if line.startswith("skipped ")]
+    assert "all 1 cases passed" in lines and lines[-1] == "shapes: 3 passed, 0 failed, 0 skipped"
+    written = json.loads(out.read_text())
+    assert [row["case"] for row in written["cases"]] == ["single shared full"] and written["skipped"] == []
+    for name in SHAPES:
+        check_scaled_shape(written, name, tmp_path)
+
+
+def test_a_budget_too_small_skips_every_part_with_its_line(run_bench):
+    lines = run_bench("gpu_smoke.py", "--cases", "--only", "single shared", "--shape", "all", "--scale-down", "16", *SMALL, "--budget-s", "0.5")
+    skipped = [line for line in lines if line.startswith("skipped ")]
+    pattern = r"skipped {}: expected ([\d.,]+) s \(on paper\), ([\d.]+) s of --budget-s 0.5 left"
+    parts = ["case single shared full", "case single shared lora"]
+    parts += [f"{name}/16 (model, training step, evaluation batch)" for name in SHAPES]
+    assert len(skipped) == len(parts)
+    for line, part in zip(skipped, parts):
+        found = re.fullmatch(pattern.format(re.escape(part)), line)
+        assert found, line
+        assert float(found[1].replace(",", "")) > 0.5 >= float(found[2])
+    assert "no case ran (2 skipped)" in lines
+    assert lines[-1] == "shapes: 0 passed, 0 failed, 3 skipped; parts skipped: 5"
+
+
+def test_the_budget_counts_with_what_was_measured_so_far():
+    """Expected: the time on paper times measured over paper of the parts run so far (of the kind,
+    else of every shape part; cases apart); a part expected past what is left is skipped."""
+    budget_class = smoke_module()["Budget"]
+    now = [0.0]
+    budget = budget_class(10.0, clock=lambda: now[0])
+    assert budget.admit("qwen3-0.6b training step", "training step", 4.0)
+    now[0] = 8.0
+    budget.record("training step", 4.0, 8.0)  # twice what the paper said
+    assert budget.expected("case", 3.0) == (3.0, "on paper")
+    assert budget.expected("evaluation batch", 0.5)[0] == 1.0  # no evaluation measured: every shape part's ratio
+    assert budget.admit("qwen3-0.6b evaluation batch", "evaluation batch", 0.9)  # 1.8 s of 2 s left
+    assert not budget.admit("qwen3-1.7b training step", "training step", 1.5)
+    assert budget.skipped[-1]["line"] == (
+        "skipped qwen3-1.7b training step: expected 3 s (1.5 s on paper × 2.00, measured over paper so far), "
+        "2 s of --budget-s 10 left"
+    )
+    unlimited = budget_class(None)
+    assert unlimited.admit("anything", "training step", 1e9) and unlimited.left() is None
