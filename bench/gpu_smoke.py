@@ -762,8 +762,48 @@ def dry_run(args, names: list[str]) -> dict:
             "paper": {part: work.as_dict() for part, work in plan["paper"].items()},
         }
     each = ", ".join(f"{label} {seconds:,.0f} s" for label, seconds in total.items())
-    print(f"on paper in all: {sum(total.values()):,.0f} s ({each})")
+    cases = case_names(args.only) if args.cases else []
+    if cases:
+        print(f"the cases on paper: {len(cases)} × {CASE_S:g} s = {len(cases) * CASE_S:,.0f} s")
+    print(f"on paper in all: {sum(total.values()) + len(cases) * CASE_S:,.0f} s ({each})")
+    if args.budget_s is not None:
+        papers = {label: {part: work["seconds"] for part, work in shape["paper"].items()} for label, shape in out["shapes"].items()}
+        out["budget"] = budget_on_paper(args.budget_s, cases, papers)
     return out
+
+
+def budget_on_paper(seconds: float, cases: list[str], papers: dict[str, dict[str, float]]) -> dict:
+    """What ``--budget-s`` would run and skip if every part took its time on paper: the run's
+    order and admissions (``run_cases``, ``run_shape``) on a clock that advances by those times."""
+    now = [0.0]
+    budget = Budget(seconds, clock=lambda: now[0])
+
+    def ran(kind: str, paper: float) -> None:
+        now[0] += paper
+        budget.record(kind, paper, paper)
+
+    for case in cases:
+        if budget.admit(f"case {case}", "case", CASE_S):
+            ran("case", CASE_S)
+    for label, paper in papers.items():
+        parts = ("model", "training step", "evaluation batch")
+        if not budget.admit(f"{label} ({', '.join(parts)})", "model", paper["model"] + min(paper[p] for p in parts[1:])):
+            continue
+        ran("model", paper["model"])
+        for part in parts[1:]:
+            if budget.admit(f"{label} {part}", part, paper[part]):
+                ran(part, paper[part])
+    skipped = len(budget.skipped)
+    print(f"on paper within --budget-s {seconds:g}: {now[0]:,.0f} s run, {skipped} part{'' if skipped == 1 else 's'} skipped")
+    return {"seconds": seconds, "run_s": now[0], "skipped": budget.skipped}
+
+
+def case_names(only: str | None) -> list[str]:
+    """The cases, ``workflow policy adapter``, whose name contains ``only``."""
+    from matrixrl.workflows import WORKFLOWS
+
+    cases = [f"{w} {p} {a}" for w in WORKFLOWS for p in POLICIES for a in ADAPTERS]
+    return [c for c in cases if only is None or only in c]
 
 
 def _shown_path(path) -> str:
@@ -1424,8 +1464,6 @@ def run_cases(args, tmp: Path, cuda: bool, peak: float | None, budget: Budget) -
     """Every workflow × policy × adapter case (``--only``), one row each, printed as it ends."""
     import torch
 
-    from matrixrl.workflows import WORKFLOWS
-
     threads = torch.get_num_threads()
     if args.model:
         model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
@@ -1436,12 +1474,10 @@ def run_cases(args, tmp: Path, cuda: bool, peak: float | None, budget: Budget) -
           f"evaluation of {args.problems} problems x 2 samples")  # fmt: skip
     if not cuda:
         print("no CUDA here: skipped in every case: the memory peaks (torch.cuda.max_memory_allocated) and MFU")
-    cases = [(w, p, a) for w in WORKFLOWS for p in POLICIES for a in ADAPTERS]
-    cases = [c for c in cases if args.only is None or args.only in " ".join(c)]
     print("  ".join(f"{n:>{w}s}" if i else f"{n:{w}s}" for i, (n, w) in enumerate(COLUMNS)), flush=True)
     rows = []
-    for i, (workflow, policy, adapter) in enumerate(cases):
-        case = f"{workflow} {policy} {adapter}"
+    for i, case in enumerate(case_names(args.only)):
+        workflow, policy, adapter = case.split()
         if not budget.admit(f"case {case}", "case", CASE_S):
             rows.append({"case": case, "skipped": True})
             continue

@@ -222,6 +222,26 @@ def check_scaled_shape(written: dict, name: str, tmp_path) -> None:
     assert evaluation["chunk"].startswith("the synthesizer call: 4 rows")
 
 
+def test_dry_mode_shows_what_a_budget_would_skip(run_bench, tmp_path):
+    """--dry --budget-s: the run's admissions on a clock that advances by each part's time on paper."""
+    out = tmp_path / "dry.json"
+    lines = run_bench("gpu_smoke.py", "--dry", "--cases", "--shape", "all", "--budget-s", "460", "--json", str(out))
+    written = json.loads(out.read_text())
+    budget = written["budget"]
+    papers = {f"{name} {part}": paper["seconds"] for name, shape in written["shapes"].items() for part, paper in shape["paper"].items()}
+    assert "the cases on paper: 16 × 3 s = 48 s" in lines
+    assert budget["skipped"], "the whole check does not fit 460 s on paper at 8 µs per op"
+    skipped = 0.0
+    for part in budget["skipped"]:
+        assert part["line"] in lines and part["expected_s"] > part["left_s"]
+        shape = part["part"].split()[0]  # "qwen3-4b training step", or the whole "qwen3-4b (model, ...)"
+        skipped += papers[part["part"]] if part["part"] in papers else sum(v for k, v in papers.items() if k.startswith(f"{shape} "))
+    assert budget["run_s"] <= 460
+    assert budget["run_s"] + skipped == pytest.approx(48 + sum(papers.values()))
+    n = len(budget["skipped"])
+    assert lines[-1] == f"on paper within --budget-s 460: {budget['run_s']:,.0f} s run, {n} part{'' if n == 1 else 's'} skipped"
+
+
 def test_a_scaled_down_shape_trains_and_evaluates_on_cpu(run_bench, tmp_path):
     """--shape with the shape scaled down: built, loaded as an hf scale, its largest training step
     and evaluation batch run once, reported in the table and the JSON."""
