@@ -222,6 +222,15 @@ def check_scaled_shape(written: dict, name: str, tmp_path) -> None:
     assert evaluation["chunk"].startswith("the synthesizer call: 4 rows")
 
 
+def test_the_documented_dry_runs_are_the_scripts(run_bench):
+    """docs/performance.md, "GPU smoke test", prints the dry mode's output and its budget on paper."""
+    docs = (REPO / "docs" / "performance.md").read_text()
+    lines = run_bench("gpu_smoke.py", "--shape", "all", "--dry")
+    assert "$ python bench/gpu_smoke.py --shape all --dry\n" + "\n".join(lines) + "\n```" in docs
+    lines = run_bench("gpu_smoke.py", "--dry", "--cases", "--shape", "qwen3-4b,qwen3-0.6b,qwen3-1.7b", "--budget-s", "460")
+    assert "--budget-s 460 | tail -4\n" + "\n".join(lines[-4:]) + "\n```" in docs
+
+
 def test_dry_mode_shows_what_a_budget_would_skip(run_bench, tmp_path):
     """--dry --budget-s: the run's admissions on a clock that advances by each part's time on paper."""
     out = tmp_path / "dry.json"
