@@ -8,6 +8,7 @@ import os
 import runpy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,8 @@ def _measured_ratio(bench: dict, name: str, smollm2: Path | None, tmp_path: Path
     from matrixrl.gpu_memory.peak import estimate
 
     case = next(c for c in bench["CASES"] if c.name == name)
+    if name in FLOAT32_HERE:
+        case = replace(case, dtype="float32")
     base = bench["tiny_base"](tmp_path / "tiny")
     # the bench measures at 2 threads on an idle machine; here, this worker's share of the cores
     # (conftest.py): the peak is the same, and extra threads beside another worker cost 5x
@@ -178,6 +181,11 @@ SMOLLM2_CASES = [
     "single shared lora", "single shared full", "single shared full fp32", "voting isolated lora",
     "voting shared full eval", "single shared lora eval",
 ]
+FLOAT32_HERE = {"smollm2 voting isolated lora"}
+"""Cases measured here in float32, the bench's whole-model run keeps bfloat16: what this case adds
+is one adapter and micro-batch per agent, which float32 counts the same way; its 8 bfloat16
+backward passes took 85 of its 107 s on AVX2-only CPUs. The bfloat16 accounting (16-bit
+weights, float32 masters) is the single cases'."""
 
 
 @pytest.mark.slow
