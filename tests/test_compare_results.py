@@ -1,4 +1,4 @@
-"""tools/compare_results.py: two results folders, file by file, timings aside."""
+"""tools/compare_results.py: two results folders, file by file, what jobs measure of themselves aside."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ def compare(a: Path, b: Path, *options: str) -> tuple[int, list[str]]:
 def test_equal_results_but_for_their_timings_are_equal_and_a_difference_is_named(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for root, seconds in ((a, 1.5), (b, 9.0)):
-        write(root, "cells/c/eval/step_10.json", {"accuracy": 0.25, "seconds": seconds, "roles": [{"value": 0.5}]})
+        cost = {"seconds": seconds, "peak_rss_bytes": int(seconds * 1e8), "peak_gpu_bytes": None, "tokens": 40}
+        write(root, "cells/c/eval/step_10.json", {"accuracy": 0.25, "seconds": seconds, "roles": [{"value": 0.5}], "cost": cost})
         write(root, "cells/c/checkpoints/step_10/shared/model.safetensors", b"weights")
         write(root, "cells/c/checkpoints/step_10/shared/config.json", {"seconds": seconds})  # a model's, not a result
     assert compare(a, b) == (0, ["2 files compared (1 checkpoint weight files): all equal"])
 
-    write(b, "cells/c/eval/step_10.json", {"accuracy": 0.25, "seconds": 2.0, "roles": [{"value": 0.5000001}]})
+    write(b, "cells/c/eval/step_10.json", {"accuracy": 0.25, "seconds": 2.0, "roles": [{"value": 0.5000001}], "cost": {"tokens": 40}})
     write(b, "cells/c/checkpoints/step_10/shared/model.safetensors", b"weighty")
     write(b, "summary.json", {})
     code, lines = compare(a, b)

@@ -4,9 +4,9 @@
 
 Every result file (a base model's summary and evaluations, each cell's training,
 evaluations, memory evaluations and retention record, the memory jobs' files and
-the summary) is read as JSON and compared field by field, without the fields that
-time a job (``seconds``). The weights of every checkpoint both folders kept are
-compared byte for byte (``*.safetensors``). Numbers must be equal, or, with
+the summary) is read as JSON and compared field by field, without the fields in
+which a job measures itself (``seconds``, ``peak_rss_bytes``, ``peak_gpu_bytes``). The
+weights of every checkpoint both folders kept are compared byte for byte (``*.safetensors``). Numbers must be equal, or, with
 ``--rtol``, within that relative tolerance; ``--ignore diagnostics`` leaves out
 whole fields of that name (e.g. when a change is known to reround them); ``--exclude``
 leaves out a folder of either (another study's results kept inside this one's).
@@ -25,7 +25,9 @@ import math
 import sys
 from pathlib import Path
 
-VOLATILE = {"seconds"}  # wall-clock time of a job or step: never the same twice
+# What a job measures of itself, never the same twice: wall-clock time of a job or step, and
+# the peak memory its process held (the cost record's; allocator and page-cache noise).
+VOLATILE = {"seconds", "peak_rss_bytes", "peak_gpu_bytes"}
 
 
 def result_files(root: Path, exclude: tuple[str, ...] = ()) -> list[str]:
