@@ -27,6 +27,8 @@ per call, so its float32 weights are cast once per call, not once per token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import LogitsProcessorList
 
@@ -45,6 +47,43 @@ MIN_BATCH_ROWS = 4
 # Dropping rows copies the whole cache; it waits until this share of the rows computed has finished.
 COMPACT_SHARE = 1 / 8
 
+# On a GPU (docs/performance.md, "Decode compaction on a GPU"). A step there is mostly
+# host-bound: its ~70-120 kernel launches per layer take longer than the device's work at
+# the paper's batches, so a finished row riding along costs no time until the batch is
+# device-bound, where it costs its share of the KV cache's traffic (attention reads its
+# cache, torch.cat reads and writes it: 3 or more passes a step). A compaction costs
+# 2 x layers + about 12 launches (about 1/50 of a step) and one read and write of the kept
+# cache. A model of both (bench/decode_compaction.py: a step takes the longer of its
+# launches at 8 us and its bytes at 4.8 TB/s; 32-768 rows, 64-4,096 new tokens) puts the
+# best share near 1/32-1/16 for 1,024-token calls and 1/8 for 64-token ones; 1/8 is the
+# share whose worst loss over them all is smallest (6%; 1/16: 12%, 1/4: 15%, 1/2: 37%):
+# the CPU's value, reached from the GPU's costs, kept apart so a GPU measurement can move it.
+COMPACT_SHARE_GPU = 1 / 8
+# No exactness to keep on a GPU (cuBLAS's kernels follow the batch's shape anyway). Riding
+# rows are free only while a step is host-bound; a long cache makes even a few rows
+# device-bound, and there a higher floor loses (same model: 8 rows up to 0.9%, 16 up to 35%).
+MIN_BATCH_ROWS_GPU = 4
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """When ``decode`` drops finished rows: once ``share`` of the rows computed have finished,
+    keeping ``floor`` rows (finished ones ride along below it)."""
+
+    device: str
+    share: float
+    floor: int
+
+
+CPU_COMPACTION = Compaction("cpu", COMPACT_SHARE, MIN_BATCH_ROWS)
+GPU_COMPACTION = Compaction("cuda", COMPACT_SHARE_GPU, MIN_BATCH_ROWS_GPU)
+
+
+def compaction_for(device) -> Compaction:
+    """The compaction thresholds of ``device``: a CUDA device's (``GPU_COMPACTION``), else the
+    CPU's, which every CPU result was computed with (``CPU_COMPACTION``)."""
+    return GPU_COMPACTION if torch.device(device).type == "cuda" else CPU_COMPACTION
+
 
 @torch.no_grad()
 def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, choose) -> list[list[int]]:
@@ -57,7 +96,8 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
     generate drops an all-ones mask), with one difference: rows that have emitted
     their EOS leave the batch and their cache rows are dropped, instead of being fed
     padding to the end of the call (once ``COMPACT_SHARE`` of the batch has finished,
-    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along). The
+    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along; on a CUDA
+    device ``COMPACT_SHARE_GPU`` and ``MIN_BATCH_ROWS_GPU``: ``compaction_for``). The
     remaining rows' logits are bit for bit those generate computes (on this project's
     CPUs: the default grid's training and evaluation results reproduce exactly).
 
@@ -72,7 +112,8 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
 
     batch = input_ids.shape[0]
     device = input_ids.device
-    floor = min(batch, MIN_BATCH_ROWS)
+    compaction = compaction_for(device)
+    floor = min(batch, compaction.floor)
     padded = not bool(attention_mask.all())
     mask = attention_mask
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -113,7 +154,7 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
         if step + 1 == max_new_tokens or going == 0:
             break
         computed = rows.shape[0]
-        if computed - max(going, floor) >= max(1, computed * COMPACT_SHARE):
+        if computed - max(going, floor) >= max(1, computed * compaction.share):
             keep = live.nonzero().squeeze(1)
             if going < floor:  # the first finished rows ride along
                 keep = torch.cat([keep, (~live).nonzero().squeeze(1)[: floor - going]]).sort().values
