@@ -296,9 +296,12 @@ def test_a_profile_declares_the_gpu_memory_per_rule(tmp_path):
         "executor: slurm\nset-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 40\n"
     )
     budget = gpu_budget(profile)
-    assert (budget.training, budget.evaluation) == (80 * GIB, 40 * GIB)
+    assert (budget.training, budget.evaluation, budget.memory) == (80 * GIB, 40 * GIB, None)  # collect etc.: none declared
     (profile / "config.yaml").write_text("executor: slurm\ndefault-resources:\n  - gpu_memory_gib=141\n")
     assert (gpu_budget(profile).training, gpu_budget(profile).evaluation) == (141 * GIB, 141 * GIB)
+    assert [gpu_budget(profile).of(rule) for rule in ("collect", "label", "distill", "memory")] == [141 * GIB] * 4
+    (profile / "config.yaml").write_text("set-resources:\n  collect:\n    gpu_memory_gib: 24\n  train:\n    gpu_memory_gib: 80\n")
+    assert (gpu_budget(profile).of("collect"), gpu_budget(profile).of("training")) == (24 * GIB, 80 * GIB)
     (profile / "config.yaml").write_text("executor: slurm\n")
     budget = gpu_budget(profile)
     assert (budget.training, budget.evaluation) == (None, None)
@@ -467,8 +470,8 @@ def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
 
 
 def test_a_model_without_its_config_here_has_no_estimate(tmp_path):
-    """Nor has a memory's job (the estimate covers training and evaluation), while the memory's
-    bank, built on CPU, claims no GPU."""
+    """Nor has an evaluation with a memory, while a memory job has one and the memory's bank,
+    built on CPU, claims no GPU."""
     from matrixrl.config import load_config
     from matrixrl.dag import Graph
     from matrixrl.gpu_memory.fits import job_memory
@@ -483,10 +486,11 @@ def test_a_model_without_its_config_here_has_no_estimate(tmp_path):
     memcollab = load_config(REPO / "examples" / "memcollab.yaml", sets=[f"scales.qwen3-4b.path={tmp_path / 'qwen3-4b'}"])
     jobs = Graph(memcollab).jobs
     memory = {job.rule: found for job, found in zip(jobs, job_memory(memcollab, H100, jobs)) if job.scale == "qwen3-4b"}
-    assert [memory[rule]["unknown"] for rule in ("collect", "evaluate_memory")] == [
-        "no estimate for a memory's jobs (collect, label, distill, evaluations with a memory) yet",
-    ] * 2
-    assert (memory["collect"]["total_bytes"], memory["collect"]["budget_bytes"], memory["collect"]["fits"]) == (None, None, None)
+    assert memory["evaluate_memory"]["unknown"] == (
+        "no estimate for an evaluation with a memory (its guidance blocks lengthen the prompts) yet"
+    )
+    assert (memory["evaluate_memory"]["total_bytes"], memory["evaluate_memory"]["budget_bytes"]) == (None, None)
+    assert (memory["collect"]["unknown"], memory["collect"]["budget_bytes"], memory["collect"]["fits"]) == (None, H100, True)
     assert memory["train"]["total_bytes"] > 0
     assert {found for job, found in zip(jobs, job_memory(memcollab, H100, jobs)) if job.rule == "bank"} == {None}
 
@@ -517,3 +521,102 @@ def test_plan_json_marks_the_jobs_their_gpu_cannot_hold(tmp_path, experiment):
     tiny = json.loads(run_cli("plan", "-c", experiment, "--format", "json").stdout)
     assert {"gpu_memory"} <= set(tiny[0]) and all(job["gpu_memory"] is None for job in tiny)
     assert "gpu_memory" not in run_cli("plan", "-c", experiment, "--format", "csv").stdout
+
+
+# --- memory jobs (collect, label, distill) ---------------------------------------------------------
+
+
+def _memcollab(tmp_path: Path, *sets: str):
+    """examples/memcollab.yaml with Qwen3-0.6B's and -4B's config.json in folders of their own."""
+    from matrixrl.config import load_config
+
+    paths = []
+    for name in ("qwen3-0.6b", "qwen3-4b"):
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(QWEN3[name]))
+        paths.append(f"scales.{name}.path={folder}")
+    return load_config(REPO / "examples" / "memcollab.yaml", sets=[*paths, *sets])
+
+
+def test_memory_jobs_store_their_model_in_the_compute_dtype_on_a_gpu_only(monkeypatch):
+    """On a GPU a memory job's model (and a training's labeller) is loaded as LoRA's frozen base,
+    in the compute dtype; on CPU in float32, as every CPU result was computed."""
+    from matrixrl.config import HfScale
+    from matrixrl.jobs import memory as jobs_memory
+    from matrixrl.memory.specs import ModelRef
+    from matrixrl.models import hf
+    from matrixrl.models.hf import ModelSource
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    class Source(ModelSource):
+        def load_tokenizer(self):
+            return None
+
+        def load_model(self, folder=None, frozen=False):
+            asked.append((self.device, self.dtype, frozen))
+            raise Stop
+
+    ref = ModelRef(name="m", scale=HfScale(kind="hf", path="some/model", dtype="auto", device="auto"), base="b", base_scale="m")
+    for device in ("cuda", "cpu"):
+        dtype = hf.resolve_dtype("auto", device)
+        monkeypatch.setattr(hf, "model_source", lambda *args, device=device, dtype=dtype: Source("m", "some/model", dtype, device))
+        with pytest.raises(Stop):
+            jobs_memory._load(ref, Path("unused"), "math", None, batch_size=4, threads=1)
+    assert asked == [("cuda", "bfloat16", True), ("cpu", "float32", False)]
+    assert not jobs_memory.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cpu"))  # a 16-bit CPU scale: float32 weights
+    assert jobs_memory.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cuda:0"))
+
+
+def test_memory_jobs_have_an_estimate(tmp_path):
+    """collect, label and distill of examples/memcollab.yaml: one set of weights in bfloat16 on a
+    GPU (float32 on CPU), their calls of memory.batch_size rows, and in plan's JSON an object
+    against the GPU memory jobs get, with a smaller memory.batch_size as the fix."""
+    from matrixrl.dag import Graph
+    from matrixrl.gpu_memory import workload
+    from matrixrl.gpu_memory.budget import GpuBudget
+    from matrixrl.gpu_memory.fits import job_memory
+    from matrixrl.gpu_memory.peak import memory_estimate
+
+    config = _memcollab(tmp_path)
+    jobs = {(job.rule, job.output): job for job in Graph(config).jobs if job.rule in ("collect", "label", "distill")}
+    spec = {rule: job.spec for (rule, output), job in jobs.items() if "qwen3-4b" in output or rule != "collect"}
+    params = {"qwen3-4b": 4_022_468_096, "qwen3-0.6b": 596_049_920}
+    collect = jobs["collect", "memory/gsm8k/trajectories/qwen3-4b-k1.json"].spec
+    label, distill = spec["label"], spec["distill"]
+    sampled = jobs["collect", "memory/gsm8k/trajectories/qwen3-4b-k4.json"].spec
+    # The calls: 64 rows each (memory.batch_size); self-contrast's 4 samples of a problem side by side.
+    assert workload.memory_calls(collect, "collect") == ([workload.Call("generator", 64, 64, 245)], 1024, "greedy")
+    assert workload.memory_calls(sampled, "collect") == ([workload.Call("generator", 64, 16, 245)], 1024, "keyed")
+    (call,), reply, chooser = workload.memory_calls(label, "label")
+    from matrixrl.memory.labels import labeller_messages
+
+    chars = sum(map(len, labeller_messages("", "math")))
+    assert (call.rows, call.prompt, reply, chooser) == (64, 24 + -(-chars // 3) + 200, 16, "greedy")
+    (call,), reply, _ = workload.memory_calls(distill, "distill")
+    assert (call.rows, reply) == (64, 384) and call.prompt > 2 * 500 + 200  # two quotes of 1,500 characters and the question
+    for job, s in (("collect", collect), ("label", label), ("distill", distill)):
+        gpu, cpu = memory_estimate(s, job), memory_estimate(s, job, device="cpu")
+        assert (gpu.device, gpu.job, cpu.device) == ("cuda", job, "cpu")
+        assert gpu.parts["weights"] == 2 * params[s.model.name] and "autocast copies" not in gpu.parts
+        assert cpu.parts["weights"] == 4 * params[s.model.name] and "CUDA runtime" not in cpu.parts
+    assert memory_estimate(collect, "collect").at == "decoding of the generator call: 64 rows × 245 + 1,024 tokens"
+    keyed = memory_estimate(sampled, "collect").parts["sampling"]
+    assert keyed == 64 * 151_936 * (2 + 4 + 40)  # the bfloat16 logits, their float32 copy, the keyed noise
+    # plan's JSON: each memory job against the GPU memory jobs get.
+    graph = list(jobs.values())
+    found = {job.output: memory for job, memory in zip(graph, job_memory(config, GpuBudget.every(H100, "given"), graph))}
+    assert {memory["unknown"] for memory in found.values()} == {None} and all(m["fits"] for m in found.values())
+    assert found["memory/gsm8k/trajectories/qwen3-4b-k1.json"]["total_bytes"] == memory_estimate(collect, "collect").total
+    small = 16 * GIB
+    tight = {job.output: memory for job, memory in zip(graph, job_memory(config, GpuBudget(None, None, "profile", small), graph))}
+    distilled = tight[next(output for (rule, output) in jobs if rule == "distill")]
+    assert (distilled["budget_bytes"], distilled["fits"]) == (small, False)
+    size = int(distilled["fix"].split("memory.batch_size: ")[1].split()[0])
+    fitted = memory_estimate(distill.model_copy(update={"batch_size": size}), "distill").total
+    assert distilled["fix"] == f"use memory.batch_size: {size} (about {fitted / GIB:.1f} GiB)" and fitted <= small
+    assert memory_estimate(distill.model_copy(update={"batch_size": 2 * size}), "distill").total > small

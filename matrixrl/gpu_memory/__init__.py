@@ -14,8 +14,8 @@ One module per concern:
   token and row, from its config.json;
 - ``workload``: what a workflow asks of the model, its ``generate`` calls and its agents'
   turns in rows and tokens, and the token counts it assumes;
-- ``peak``: every phase of a job, its parts in bytes and the largest (:func:`estimate`),
-  with what each part holds;
+- ``peak``: every phase of a job, its parts in bytes and the largest (:func:`estimate`;
+  a memory job's: :func:`memory_estimate`), with what each part holds;
 - ``budget``: the memory of the GPU a job will get (:func:`gpu_budget`);
 - ``fits``: the jobs that would not fit it, each in one line with its fixes
   (:func:`refusals`, :func:`check_fits`), what ``plan`` prints about GPU memory
@@ -25,7 +25,7 @@ One module per concern:
 from matrixrl.gpu_memory.budget import GpuBudget, gpu_budget
 from matrixrl.gpu_memory.fits import check_fits, fixes, job_memory, memory_lines, refusal, refusals
 from matrixrl.gpu_memory.model import JobModel, job_model
-from matrixrl.gpu_memory.peak import GIB, Estimate, estimate, gib
+from matrixrl.gpu_memory.peak import GIB, Estimate, estimate, gib, memory_estimate
 
 __all__ = [
     "GIB",
@@ -39,6 +39,7 @@ __all__ = [
     "gpu_budget",
     "job_memory",
     "job_model",
+    "memory_estimate",
     "memory_lines",
     "refusal",
     "refusals",

@@ -13,23 +13,35 @@ PROFILE_RESOURCE = "gpu_memory_gib"
 """The resource a Snakemake profile declares, per rule, for the memory of the GPUs its jobs get
 (``set-resources: {train: {gpu_memory_gib: 80}, evaluate: {...}}``); matrixrl reads it, SLURM ignores it."""
 
-BUDGET_RULES = {"training": ("train",), "evaluation": ("evaluate", "evaluate_base")}
+BUDGET_RULES = {"training": ("train",), "evaluation": ("evaluate", "evaluate_base"), "memory": ("collect", "label", "distill")}
 
 
 @dataclass(frozen=True)
 class GpuBudget:
-    """The memory (bytes) of the GPU a training and an evaluation job will get; None where unknown."""
+    """The memory (bytes) of the GPU a training, an evaluation and a memory job (collect, label,
+    distill) will get; None where unknown."""
 
     training: int | None
     evaluation: int | None
     source: str  # where the numbers come from, or why they are unknown
+    memory: int | None = None
 
     def of(self, job: str) -> int | None:
-        return self.training if job == "training" else self.evaluation
+        """The GPU of a ``job``: "training", "evaluation", or "memory" (or a memory job's rule)."""
+        if job == "training":
+            return self.training
+        if job in ("memory", *BUDGET_RULES["memory"]):
+            return self.memory
+        return self.evaluation
 
     @property
     def known(self) -> bool:
         return self.training is not None or self.evaluation is not None
+
+    @classmethod
+    def every(cls, size: int | None, source: str) -> GpuBudget:
+        """The same GPU for every job."""
+        return cls(size, size, source, size)
 
 
 def local_gpu_memory() -> tuple[int | None, str]:
@@ -63,7 +75,7 @@ def local_gpu_memory() -> tuple[int | None, str]:
 
 
 def profile_gpu_memory(profile: Path) -> GpuBudget:
-    """The GPU memory a profile declares for the training and evaluation rules (``PROFILE_RESOURCE``, GiB)."""
+    """The GPU memory a profile declares for the training, evaluation and memory rules (``PROFILE_RESOURCE``, GiB)."""
     from matrixrl.errors import ProfileError
     from matrixrl.snake.profiles import rule_resources
 
@@ -86,7 +98,7 @@ def profile_gpu_memory(profile: Path) -> GpuBudget:
         found[job] = int(min(declared) * GIB) if declared else None
     if not any(v is not None for v in found.values()):
         return GpuBudget(None, None, f"profile {profile} declares no {PROFILE_RESOURCE} for train or evaluate")
-    return GpuBudget(found["training"], found["evaluation"], f"profile {profile}: {PROFILE_RESOURCE}")
+    return GpuBudget(found["training"], found["evaluation"], f"profile {profile}: {PROFILE_RESOURCE}", found["memory"])
 
 
 def gpu_budget(profile: Path | None = None) -> GpuBudget:
@@ -95,4 +107,4 @@ def gpu_budget(profile: Path | None = None) -> GpuBudget:
     if profile is not None:
         return profile_gpu_memory(Path(profile))
     memory, source = local_gpu_memory()
-    return GpuBudget(memory, memory, source)
+    return GpuBudget.every(memory, source)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from matrixrl.gpu_memory.budget import GpuBudget
-from matrixrl.gpu_memory.peak import Estimate, estimate, gib
+from matrixrl.gpu_memory.peak import MEMORY_JOBS, Estimate, estimate, gib, memory_estimate
 
 _CACHE: dict = {}
 
@@ -126,7 +126,7 @@ def refused_jobs(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | 
     if budget is None:
         return []
     if isinstance(budget, int):
-        budget = GpuBudget(budget, budget, "given")
+        budget = GpuBudget.every(budget, "given")
     found_pairs = []
     for spec, job in _gpu_jobs(config, jobs):
         limit = budget.of(job)
@@ -175,7 +175,7 @@ def memory_lines(
     from matrixrl.models.hf import needs_gpu
 
     if isinstance(budget, int):
-        budget = GpuBudget(budget, budget, "given")
+        budget = GpuBudget.every(budget, "given")
     largest, unknown = largest_jobs(config)
     lines = []
     for scale in config.grid.scale:
@@ -211,10 +211,11 @@ def memory_lines(
 
 ESTIMATED_RULES = {"train": "training", "evaluate": "evaluation", "evaluate_base": "evaluation"}
 """The rules whose jobs have an estimate, and which estimate (a base evaluation is its first cell's
-evaluation as a seed-0 shared cell, ``grid.base_eval_spec``)."""
+evaluation as a seed-0 shared cell, ``grid.base_eval_spec``); a memory job's rule (``MEMORY_JOBS``)
+has :func:`memory_estimate`."""
 
 
-MEMORY_JOBS_UNKNOWN = "no estimate for a memory's jobs (collect, label, distill, evaluations with a memory) yet"
+MEMORY_JOBS_UNKNOWN = "no estimate for an evaluation with a memory (its guidance blocks lengthen the prompts) yet"
 
 
 def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[dict | None]:
@@ -228,12 +229,16 @@ def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[d
     - ``budget_bytes``, ``budget_source``: the GPU the job will get (:func:`gpu_budget`);
     - ``fits``: total ≤ budget (None where either is unknown); ``fix``: where it does not fit, the
       settings that lower it (as ``plan`` refuses a pending job);
-    - ``unknown``: why there is no estimate (no config.json here; a memory's jobs), else None.
+    - ``unknown``: why there is no estimate (no config.json here; an evaluation with a memory),
+      else None.
+
+    A memory job (collect, label, distill) has :func:`memory_estimate` against the GPU the
+    budget gives memory jobs, its fix a smaller ``memory.batch_size``.
     """
     from matrixrl import grid as G
 
     if isinstance(budget, int):
-        budget = GpuBudget(budget, budget, "given")
+        budget = GpuBudget.every(budget, "given")
     budget = budget or GpuBudget(None, None, "not asked")
     found: list[dict | None] = []
     held: dict[tuple[int, str], dict] = {}  # (id of the spec, rule) → its object: a cell's evaluations share one
@@ -244,7 +249,9 @@ def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[d
         key = (id(job.spec), job.rule)
         if key not in held:
             kind = ESTIMATED_RULES.get(job.rule)
-            if kind is None:
+            if job.rule in MEMORY_JOBS:
+                held[key] = _memory_job_memory(job.spec, job.rule, budget)
+            elif kind is None:
                 held[key] = _memory_object(None, None, budget.source, unknown=MEMORY_JOBS_UNKNOWN)
             else:
                 spec = G.base_eval_spec(job.spec) if job.rule == "evaluate_base" else job.spec
@@ -265,6 +272,32 @@ def _job_memory(spec, kind: str, budget: GpuBudget) -> dict:
     fix = None
     if limit is not None and found.total > limit:
         fix = refusal_parts(spec, kind, found, limit)[1]
+    return _memory_object(found, limit, budget.source, fix=fix)
+
+
+def _memory_job_memory(spec, rule: str, budget: GpuBudget) -> dict:
+    """:func:`job_memory`'s object for a memory job; where it does not fit, the largest
+    ``memory.batch_size`` that does (a memory job's one setting of its own that lowers it)."""
+    limit = budget.of(rule)
+    found = memory_estimate(spec, rule)
+    if found is None:
+        path = spec.model.scale.path
+        return _memory_object(
+            None, limit, budget.source,
+            unknown=f"no config.json of {path} on this machine (`hf download {path} config.json` fetches it)",
+        )  # fmt: skip
+    fix = None
+    if limit is not None and found.total > limit:
+        fix = "no setting lowers it: use a GPU with more memory"
+        tried = None
+        for size in _halvings(spec.batch_size, 1):
+            tried = memory_estimate(spec.model_copy(update={"batch_size": size}), rule, device=found.device)
+            if tried is not None and tried.total <= limit:
+                fix = f"use memory.batch_size: {size} (about {gib(tried.total)} GiB)"
+                break
+        else:
+            if tried is not None and tried.total < found.total:
+                fix = f"use memory.batch_size: 1 (about {gib(tried.total)} GiB), or a GPU with more memory"
     return _memory_object(found, limit, budget.source, fix=fix)
 
 

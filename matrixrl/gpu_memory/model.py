@@ -26,7 +26,7 @@ class JobModel:
 
     shape: ModelShape
     compute: int  # bytes of the compute dtype: 2 (bfloat16) or 4 (float32)
-    adapter: str  # "full" or "lora"
+    adapter: str  # "full", "lora", or "frozen" (never trains; stored in the compute dtype: a memory job's on a GPU)
     rank: int
     targets: frozenset[str]
     sets: int  # parameter sets: 1 (shared) or one per role (isolated)
@@ -45,7 +45,7 @@ class JobModel:
 
     @property
     def adapter_parameters(self) -> int:
-        return self.shape.lora_parameters(self.rank, self.targets)
+        return 0 if self.adapter == "frozen" else self.shape.lora_parameters(self.rank, self.targets)
 
     @property
     def trained(self) -> int:
@@ -162,6 +162,19 @@ def compute_bytes(scale, device: str) -> int:
 def model_config(scale) -> dict | None:
     """The config.json fields of ``scale``'s model, or None where this machine has none."""
     return tiny_config(scale) if scale.kind == "tiny" else hf_config(scale)
+
+
+def memory_job_model(scale, config: dict | None = None, device: str | None = None) -> JobModel | None:
+    """The model of a memory job (collect, label, distill) of ``scale`` as it holds it (None: no
+    config.json here): one set of weights that never trains, stored in the compute dtype on a GPU
+    ("frozen") and in float32 on CPU ("full", one set), as ``jobs.memory.stored_in_compute_dtype``."""
+    config = config if config is not None else model_config(scale)
+    shape = decoder_shape(config) if config is not None else None
+    if shape is None:
+        return None
+    device = device or job_device(scale)
+    adapter = "frozen" if device == "cuda" else "full"
+    return JobModel(shape=shape, compute=compute_bytes(scale, device), adapter=adapter, rank=0, targets=frozenset(), sets=1, device=device)
 
 
 def job_model(spec, config: dict | None = None, device: str | None = None) -> JobModel | None:

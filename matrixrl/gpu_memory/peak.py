@@ -76,8 +76,13 @@ Assumptions of the update (the worst case, as a workflow's calls and prompts are
 - a micro-batch holds as many turns as ``train.micro_batch_tokens`` allows at the
   agent's longest turn (all of them when it is null), every row padded to that length.
 
-Not counted: a memory's guidance blocks in training prompts and its labeller model
-(``memory.train``), and memory jobs (collect, label, distill).
+A memory job (collect, label, distill: :func:`memory_estimate`) is an evaluation's
+phases over its own calls (:func:`matrixrl.gpu_memory.workload.memory_calls`): one set of
+weights that never trains, stored in the compute dtype on a GPU (no autocast copies), in
+float32 on CPU, and the KV cache, prefill or sampling of its largest call.
+
+Not counted: a memory's guidance blocks in training and evaluation prompts, and the
+labeller model that training with a memory loads beside the policy (``memory.train``).
 """
 
 from __future__ import annotations
@@ -86,8 +91,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from matrixrl.gpu_memory.model import JobModel, job_model
-from matrixrl.gpu_memory.workload import Call, chunks, workflow_plan
+from matrixrl.gpu_memory.model import JobModel, job_model, memory_job_model
+from matrixrl.gpu_memory.workload import Call, chunks, memory_calls, workflow_plan
 
 GIB = 1 << 30
 """Every line printed gives GPU memory in GiB (2^30 bytes), as nvidia-smi (MiB) and torch do."""
@@ -108,8 +113,8 @@ PARTS = (
 class Estimate:
     """A job's memory at its peak: named parts in bytes, and where the peak is."""
 
-    cell: str
-    job: str  # "training" or "evaluation"
+    cell: str  # the cell; a memory job's title (its model or bank, and its task)
+    job: str  # "training" or "evaluation"; a memory job's rule (collect, label, distill)
     parts: dict[str, int]
     at: str  # the phase of the peak
     device: str
@@ -248,6 +253,37 @@ def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None 
             phases.append((where, _phase(static, **_keys(parts))))
     at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
     return Estimate(spec.cell.id, "evaluation", _ordered(_with_runtime(parts, model.device)), at, model.device)
+
+
+MEMORY_JOBS = ("collect", "label", "distill")
+
+
+def memory_job_title(spec, job: str) -> str:
+    """What a memory job is called in a line: its model or bank, and its task."""
+    if job == "collect":
+        return f"{spec.model.name} on {spec.task_name}"
+    if job == "distill":
+        return f"{spec.bank} on {spec.task_name}"
+    return f"{spec.task_name} labelled by {spec.model.name}"
+
+
+def memory_estimate(spec, job: str, *, config: dict | None = None, device: str | None = None) -> Estimate | None:
+    """The peak of a memory job (``job``: collect, label or distill; ``spec``: its
+    matrixrl.memory.specs spec); None when its model's config.json is not on this machine.
+    ``config``, ``device``: as :func:`estimate`'s."""
+    if job not in MEMORY_JOBS:
+        raise ValueError(f"memory jobs are {', '.join(MEMORY_JOBS)}, not {job!r}")
+    model = memory_job_model(spec.model.scale, config, device)
+    if model is None:
+        return None
+    calls, reply, chooser = memory_calls(spec, job)
+    static = {"weights": model.weights(), "autocast copies": model.autocast_copies()}
+    phases = []
+    for call in calls:
+        for where, parts in _generate_phases(model, call, reply, chooser):
+            phases.append((where, _phase(static, **_keys(parts))))
+    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
+    return Estimate(memory_job_title(spec, job), job, _ordered(_with_runtime(parts, model.device)), at, model.device)
 
 
 def _keys(parts: dict[str, int]) -> dict[str, int]:

@@ -12,13 +12,17 @@ Assumptions (the worst case a job can meet, so that a refusal is never too late)
   what the role quotes: voting's aggregator and orch_workers' synthesizer every agent's
   reply, eval_opt's evaluator the draft, its refine the draft and the verdict, a worker
   its strategy. The compact style's prompts are characters (tokens of a tiny model);
+- a memory job's prompt (``memory_calls``): collect's is a single cell's generator prompt;
+  label's and distill's are their messages' fixed text (matrixrl.memory) at
+  ``CHARS_PER_TOKEN``, the chat template (``CHAT_TEMPLATE_TOKENS``), the question and, in
+  distill's, two quoted trajectories cut to ``prompts.quote_chars`` and the reply's prefix;
 - a call's rows are its stage's rows, at most ``train.rollout_batch_size`` (training) or
   ``eval.batch_size`` (evaluation): voting's generators ``n_votes`` × episodes, a
   worker call ``n_workers`` × episodes, every other call one row per episode; an
   episode is one of ``problems_per_step`` × ``group_size`` rollouts in training and of
   the evaluation set's problems × ``eval.samples`` (the whole batch when ``n_eval`` is
-  unknown) in evaluation; prompts that repeat (a group's, a problem's samples) are
-  prefilled once.
+  unknown) in evaluation, and at most ``memory.batch_size`` in a memory job; prompts
+  that repeat (a group's, a problem's samples) are prefilled once.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ CHAT_ROLE_TOKENS = {
 user message's labels and the chat template. Counted with SmolLM2's tokenizer (generator 37,
 refine 70, evaluator 80, aggregator of 3 replies 72, orchestrator 61, worker 50, synthesizer
 of 3 replies 76), plus Qwen3's empty think block (4) and a margin."""
+
+CHAT_TEMPLATE_TOKENS = 24
+"""Tokens of a chat template around a system and a user message and the assistant's opening
+(Qwen3: 3 markers and a role per message, newlines, an empty think block), with a margin."""
 
 CANDIDATE_LABEL_TOKENS = 5  # "\n\nSolution i:\n" before each quoted reply
 ELLIPSIS_TOKENS = 3  # "[...] " before a quote that was cut
@@ -155,3 +163,61 @@ def chunks(call: Call, cap: int | None) -> Call:
     """The largest chunk of ``call`` that one ``decode`` runs (at most ``cap`` rows)."""
     rows = min(call.rows, cap) if cap else call.rows
     return replace(call, rows=rows, distinct=max(1, min(call.distinct, rows)))
+
+
+# --- memory jobs (matrixrl.jobs.memory) -----------------------------------------------------------
+
+
+def task_family(task) -> str:
+    return "code" if task.kind in CODE_KINDS else "math"
+
+
+def _text_tokens(*texts: str) -> int:
+    return math.ceil(sum(len(t) for t in texts) / CHARS_PER_TOKEN)
+
+
+def label_prompt_tokens(task) -> int:
+    """Tokens of the labeller's longest prompt: its messages (the options of the task's
+    family), the chat template and the question."""
+    from matrixrl.memory.labels import labeller_messages
+
+    return CHAT_TEMPLATE_TOKENS + _text_tokens(*labeller_messages("", task_family(task))) + question_tokens(task)
+
+
+def distill_prompt_tokens(spec) -> int:
+    """Tokens of the distiller's longest prompt: its messages for a contrast pair, two
+    trajectories quoted at ``prompts.quote_chars``, the question, the template and the prefix."""
+    from matrixrl.memory.data import Pair, Trajectory
+    from matrixrl.memory.distill import distiller_messages
+
+    right, wrong = (Trajectory("p", "", "m", "", "", correct, 0) for correct in (True, False))
+    family = task_family(spec.task)
+    messages = distiller_messages(Pair("p", "", right, wrong), family, spec.entries_per_problem, spec.prompts.quote_chars)
+    quote = math.ceil(spec.prompts.quote_chars / CHARS_PER_TOKEN) + ELLIPSIS_TOKENS
+    return CHAT_TEMPLATE_TOKENS + _text_tokens(*messages, spec.prefix) + question_tokens(spec.task) + 2 * quote
+
+
+def memory_calls(spec, job: str) -> tuple[list[Call], int, str]:
+    """A memory job's ``generate`` calls (chunks of at most ``spec.batch_size`` rows), the new
+    tokens of each reply and the chooser (``model.SAMPLING_BYTES``) of ``spec`` (a CollectSpec,
+    LabelSpec or DistillSpec of matrixrl.memory.specs).
+
+    - collect: each building problem's generator prompt, ``samples`` times side by side (one
+      distinct prompt per problem), greedy at temperature 0 and keyed sampling above;
+    - label: each building and evaluation problem once, greedy;
+    - distill: one pair per building problem at most, greedy.
+    """
+    batch = spec.batch_size
+    if job == "collect":
+        prompt = CHAT_ROLE_TOKENS["generator"] + question_tokens(spec.task)
+        chunk = chunks(Call("generator", spec.problems * spec.samples, spec.problems, prompt), batch)
+        chunk = replace(chunk, distinct=max(1, math.ceil(chunk.rows / spec.samples)))
+        return [chunk], spec.max_new_tokens, "keyed" if spec.temperature > 0 else "greedy"
+    if job == "label":
+        rows = spec.problems + (getattr(spec.task, "n_eval", None) or 0)
+        call = Call("labeller", rows, rows, label_prompt_tokens(spec.task))
+        return [chunks(call, batch)], spec.max_new_tokens, "greedy"
+    if job == "distill":
+        call = Call("distiller", spec.problems, spec.problems, distill_prompt_tokens(spec))
+        return [chunks(call, batch)], spec.max_new_tokens, "greedy"
+    raise ValueError(f"memory jobs are collect, label and distill, not {job!r}")

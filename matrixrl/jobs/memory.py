@@ -2,14 +2,14 @@
 
 Each job (matrixrl.memory.specs says what it reads) is its own process, forked from
 the job server like training and evaluation (jobs/forked.py), and writes one result
-file (matrixrl.results) atomically. Models are base models, loaded as ``evaluate``
-loads them, decoding with matrixrl's own loop (``train.rollout.make_generate``); a
-job whose model's scale runs on a GPU claims one first, and sees it alone
-(``models.devices.claimed_gpu``). The evaluation of a checkpoint under a memory is
-``jobs.evaluate``'s, with a :class:`Guide` applied to the cell's prompts; a cell
-trained with a memory has each step's prompts guided by a :class:`TrainingGuide`
-(``jobs.train`` makes it). Both are ``workflows.styles.PromptGuide``s: training and
-evaluation call them and import nothing of memory.
+file (matrixrl.results) atomically. Models are base models, decoding with matrixrl's
+own loop (``train.rollout.make_generate``), stored in their compute dtype on a GPU and in
+float32 on CPU (:func:`stored_in_compute_dtype`); a job whose model's scale runs on a
+GPU claims one first, and sees it alone (``models.devices.claimed_gpu``). The evaluation
+of a checkpoint under a memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to
+the cell's prompts; a cell trained with a memory has each step's prompts guided by a
+:class:`TrainingGuide` (``jobs.train`` makes it). Both are ``workflows.styles.PromptGuide``s:
+training and evaluation call them and import nothing of memory.
 
 - ``collect``: the chat style's generator prompt for each building problem, as a
   ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys
@@ -108,7 +108,8 @@ def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, 
     torch.set_num_threads(threads)
     source = model_source(ref.name, ref.scale, base_dir)
     tokenizer = source.load_tokenizer()
-    policy = build_policy("shared", source.load_model(), ("generator",), Policies())
+    model = source.load_model(frozen=stored_in_compute_dtype(source))
+    policy = build_policy("shared", model, ("generator",), Policies())
     style = build_style("chat", family, tokenizer, prompts)
 
     def generate_with(max_new_tokens: int, temperature: float, seed: int | None):
@@ -119,6 +120,18 @@ def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, 
         )
 
     return _Model(tokenizer, style, generate_with)
+
+
+def stored_in_compute_dtype(source) -> bool:
+    """Whether a memory job's model (or a training's labeller) is stored in its compute dtype.
+
+    It never trains, so float32 weights would keep nothing but a float32 residual stream: on
+    a GPU it is stored as a LoRA cell's frozen base is (bfloat16 under ``dtype: auto``) and
+    computes as that base does, in half the bytes and without autocast's 16-bit copies of
+    float32 weights (gpu_memory's estimate counts it so). On CPU it keeps float32 weights
+    under a 16-bit compute dtype, as every CPU result was computed (a float32 scale, every
+    tiny one, loads the same either way)."""
+    return source.device.startswith("cuda")
 
 
 def _on_its_gpu(job):
