@@ -620,3 +620,55 @@ def test_memory_jobs_have_an_estimate(tmp_path):
     fitted = memory_estimate(distill.model_copy(update={"batch_size": size}), "distill").total
     assert distilled["fix"] == f"use memory.batch_size: {size} (about {fitted / GIB:.1f} GiB)" and fitted <= small
     assert memory_estimate(distill.model_copy(update={"batch_size": 2 * size}), "distill").total > small
+
+
+# --- the caching allocator while the KV cache grows (peak.decode_slack) ------------------------------
+
+
+def test_the_allocator_slack_of_a_growing_kv_cache_is_what_a_model_of_the_allocator_needs():
+    """decode's allocations (tests/cuda_allocator.py) at Qwen3-0.6B's shapes, replayed through a
+    model of PyTorch's caching allocator capped at the tensors plus ``decode_slack``: every call
+    runs; each of the allowance's three terms is needed by one of them; and without a cap the
+    allocator reserves far more than any of it, so peak reserved memory is not what a job needs."""
+    from cuda_allocator import ROUND_LARGE, Allocator, OutOfMemory, decode_allocations
+
+    from matrixrl.disk import decoder_shape
+    from matrixrl.gpu_memory.model import SAMPLING_BYTES, JobModel
+    from matrixrl.gpu_memory.peak import ALLOCATOR_ROUNDING, decode_slack
+    from matrixrl.gpu_memory.workload import Call
+
+    assert ALLOCATOR_ROUNDING == ROUND_LARGE
+    shape = decoder_shape(QWEN3["qwen3-0.6b"])
+    model = JobModel(shape, 2, "lora", 8, frozenset({"q_proj"}), 1, "cuda")  # keys and values in bfloat16
+    hidden, _, kv_width, mlp = model.widths
+    reply, rounding = 48, 2 * shape.layers * ROUND_LARGE
+
+    def replay(rows, prompt, chooser, cap=None):
+        allocator = Allocator(cap)
+        tensors = decode_allocations(
+            allocator, rows=rows, prompt=prompt, reply=reply, layers=shape.layers, kv_width=kv_width, hidden=hidden,
+            mlp=mlp, vocab=shape.vocab, chooser=chooser,
+        )  # fmt: skip
+        return tensors, allocator
+
+    for rows, prompt, chooser in [(192, 2000, "greedy"), (192, 600, "sampled"), (64, 40, "greedy"), (4, 600, "sampled"), (192, 300, "keyed")]:
+        tensors, _ = replay(rows, prompt, chooser)
+        length = prompt + reply
+        # the tensors replayed peak within the estimate's decoding parts (the cache, a layer's growth, the sampler)
+        counted = rows * length * model.kv_per_token() * (1 + 1 / (2 * shape.layers)) + rows * shape.vocab * (6 + SAMPLING_BYTES[chooser])
+        assert rows * length * model.kv_per_token() < tensors <= counted
+        slack = decode_slack(model, Call("generator", rows, rows, prompt), reply, chooser)
+        replay(rows, prompt, chooser, cap=tensors + slack)  # runs within the allowance
+    # Each term is needed: the 2 MiB rounding of every cache block (a short cache); one cache block
+    # at full length (a long one); the temporaries' segments a cache block can pin (a short prompt
+    # whose cache blocks are smaller than the keyed chooser's float64 noise).
+    with pytest.raises(OutOfMemory):
+        replay(4, 600, "sampled", cap=replay(4, 600, "sampled")[0] + rounding // 2)
+    longest = 192 * 2048 * kv_width * 2
+    with pytest.raises(OutOfMemory):
+        replay(192, 2000, "greedy", cap=replay(192, 2000, "greedy")[0] + rounding)
+    with pytest.raises(OutOfMemory):
+        replay(192, 300, "keyed", cap=replay(192, 300, "keyed")[0] + rounding + longest)
+    # Unbounded, the blocks outgrown stay reserved: many times the tensors at a long cache.
+    tensors, free = replay(192, 600, "sampled")
+    assert free.peak_reserved > 5 * tensors

@@ -58,9 +58,10 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
   int64 and float64 tensors; greedy: the logits alone).
 - **optimizer step**: AdamW's temporaries: on a GPU (foreach) one float32 tensor the size
   of a set; on CPU (one tensor at a time) two of the largest trained tensor.
-- **CUDA runtime** (GPU jobs only; assumed, not measured: no GPU was available): 1 GiB
-  of context and library workspaces plus 10% of the tensors for the caching allocator's
-  fragmentation.
+- **CUDA runtime** (GPU jobs only; not measured: no GPU was available): 1 GiB of context
+  and library workspaces (assumed), plus what the caching allocator reserves beyond the
+  tensors: 10% of them (assumed), or, in a decoding phase, the allowance derived from
+  the KV cache's growth by concatenation where that is more (:func:`decode_slack`).
 
 A job's peak is the largest phase: a rollout or evaluation ``generate`` call (weights,
 gradients and optimizer state of the last step, autocast copies, its KV cache and
@@ -101,6 +102,8 @@ PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22  # matrixrl.train.grpo's threshold (kept i
 DIAGNOSTIC_CHUNK = 1 << 20  # matrixrl.train.diagnostics.CHUNK
 CUDA_CONTEXT = 1 * GIB
 CUDA_FRAGMENTATION = 0.10
+ALLOCATOR_ROUNDING = 2 << 20  # the caching allocator's kRoundLarge: a request of 10 MiB or more gets a segment rounded up to it
+SLACK = "allocator slack"  # a phase's decode_slack while it is worked out (part of the CUDA runtime's share, never a part)
 
 PARTS = (
     "weights", "reference", "gradients", "optimizer", "gradient snapshots", "damper", "autocast copies",
@@ -148,10 +151,51 @@ def _phase(static: dict[str, int], **more: int) -> dict[str, int]:
     return parts
 
 
-def _with_runtime(parts: dict[str, int], device: str) -> dict[str, int]:
+def _runtime(parts: dict[str, int], device: str) -> int:
+    """The CUDA runtime's share of a phase: the context, and what the caching allocator reserves
+    beyond the tensors: 10% of them, or the phase's :func:`decode_slack` where that is more."""
     if device != "cuda":
-        return parts
-    return {**parts, "CUDA runtime": CUDA_CONTEXT + int(CUDA_FRAGMENTATION * sum(parts.values()))}
+        return 0
+    tensors = sum(v for k, v in parts.items() if k != SLACK)
+    return CUDA_CONTEXT + max(int(CUDA_FRAGMENTATION * tensors), parts.get(SLACK, 0))
+
+
+def _peak(phases: list[tuple[str, dict[str, int]]], device: str) -> tuple[str, dict[str, int]]:
+    """The phase whose tensors and CUDA runtime are the largest, and its parts with the runtime's share."""
+    def total(phase):
+        return sum(v for k, v in phase[1].items() if k != SLACK) + _runtime(phase[1], device)
+
+    at, parts = max(phases, key=total)
+    runtime = _runtime(parts, device)
+    parts = {k: v for k, v in parts.items() if k != SLACK}
+    return at, _ordered({**parts, "CUDA runtime": runtime} if runtime else parts)
+
+
+def decode_slack(model: JobModel, call: Call, reply: int, chooser: str) -> int:
+    """What PyTorch's caching allocator (default settings) must reserve beyond the tensors for a
+    decoding call to run, from the decode loop's allocation pattern (docs/performance.md,
+    "Reserved memory while the KV cache grows"). Every step, transformers' ``DynamicCache``
+    replaces each layer's keys and values by a block one position longer (``torch.cat``), then
+    frees the old one, which cannot hold its successor:
+
+    - each of the 2 × layers cache blocks sits in a segment rounded up to 2 MiB
+      (``ALLOCATOR_ROUNDING``), whose rest no other request of the call fits;
+    - one cache block at the call's full length: the block just freed that is too short for
+      the next request, held while the next segment is reserved;
+    - where the step's largest temporary (the logits' float32 copy, or the keyed chooser's
+      float64 noise) is larger than a cache block at the prompt's length, a cache block that
+      outgrows its segment is placed in a temporary's freed segment (the smallest free block
+      that holds it) and pins the rest of it: at most the difference, for each cache block.
+
+    tests/test_gpu_memory.py replays decode's allocations through a model of the allocator
+    (tests/cuda_allocator.py) and checks that this suffices, and that less does not."""
+    layers = model.shape.layers
+    kv_width, compute = model.widths[2], model.compute
+    key = 4 if (compute == 4 or model.full) else compute
+    longest = call.rows * (call.prompt + reply) * kv_width * max(key, compute)
+    shortest = call.rows * call.prompt * kv_width * min(key, compute)
+    temporary = call.rows * model.shape.vocab * (8 if chooser == "keyed" else 4)
+    return 2 * layers * ALLOCATOR_ROUNDING + longest + 2 * layers * max(0, temporary - shortest)
 
 
 def _ordered(parts: dict[str, int]) -> dict[str, int]:
@@ -171,6 +215,7 @@ def _generate_phases(model: JobModel, call: Call, reply: int, chooser: str) -> l
     decoding = {
         "KV cache": call.rows * length * kv + call.rows * length * kv // (2 * model.shape.layers),
         "sampling": call.rows * model.logits_per_row(chooser),
+        SLACK: decode_slack(model, call, reply, chooser),
     }
     where = f"{call.kind} call: {call.rows} rows × {call.prompt:,} + {reply:,} tokens"
     return [(f"prefill of the {where}", prefill), (f"decoding of the {where}", decoding)]
@@ -230,8 +275,8 @@ def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = 
             phases.append(("the damper", _phase(static, damper=(2 * len(acting) - 1) * copy)))
     temp = trained * 4 if model.device == "cuda" else 2 * model.largest_trained_tensor() * 4
     phases.append(("optimizer step", _phase(static, optimizer_step=temp)))
-    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
-    return Estimate(spec.cell.id, "training", _ordered(_with_runtime(parts, model.device)), at, model.device)
+    at, parts = _peak(phases, model.device)
+    return Estimate(spec.cell.id, "training", parts, at, model.device)
 
 
 def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None) -> Estimate:
@@ -251,8 +296,8 @@ def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None 
             chunk = replace(chunk, distinct=max(1, math.ceil(chunk.rows * call.distinct / call.rows)))
         for where, parts in _generate_phases(model, chunk, reply, chooser):
             phases.append((where, _phase(static, **_keys(parts))))
-    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
-    return Estimate(spec.cell.id, "evaluation", _ordered(_with_runtime(parts, model.device)), at, model.device)
+    at, parts = _peak(phases, model.device)
+    return Estimate(spec.cell.id, "evaluation", parts, at, model.device)
 
 
 MEMORY_JOBS = ("collect", "label", "distill")
@@ -282,8 +327,8 @@ def memory_estimate(spec, job: str, *, config: dict | None = None, device: str |
     for call in calls:
         for where, parts in _generate_phases(model, call, reply, chooser):
             phases.append((where, _phase(static, **_keys(parts))))
-    at, parts = max(phases, key=lambda phase: sum(phase[1].values()))
-    return Estimate(memory_job_title(spec, job), job, _ordered(_with_runtime(parts, model.device)), at, model.device)
+    at, parts = _peak(phases, model.device)
+    return Estimate(memory_job_title(spec, job), job, parts, at, model.device)
 
 
 def _keys(parts: dict[str, int]) -> dict[str, int]:
