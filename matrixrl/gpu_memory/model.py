@@ -12,8 +12,24 @@ from dataclasses import dataclass
 
 from matrixrl.disk import ModelShape, decoder_shape, hf_config, tiny_config
 
-LOGIT_BYTES = 12
-"""Bytes per completion position and vocabulary entry at the update's backward peak (see matrixrl.gpu_memory.peak)."""
+LOGIT_BYTES_TORCH = 12
+"""Bytes per completion position and vocabulary entry at the update's backward peak on TRL's torch
+path of ``selective_log_softmax`` (CPU, and a GPU without Triton), measured on CPU (12.1-12.2
+in float32 and bfloat16, full and LoRA: bench/gpu_memory.py): the float32 logits divided by the
+temperature, saved, and the float32 gradients of the gather and of the per-row log-sum-exp."""
+
+LOGIT_BYTES_TRITON = 8
+"""The same on a CUDA device with Triton, where TRL 1.16 runs its fused kernel
+(trl.kernels.logprob_entropy), derived from the kernel's allocations (not measured: no GPU was
+available; tests/test_trl_triton.py measures it where one is): it saves the float32 logits (4)
+and four float32 values per row, and its backward writes the logits' gradient into one float32
+tensor (4), which the division by the temperature then replaces (4 while the saved logits are
+freed): 8 at either point. The forward pass's transient is the same on both paths (the float32
+copy and its division: 8, beside the 16-bit logits)."""
+
+LOGIT_BYTES = max(LOGIT_BYTES_TORCH, LOGIT_BYTES_TRITON)
+"""What the estimate counts (see matrixrl.gpu_memory.peak): the larger of the two paths, so that it
+holds wherever a job runs."""
 
 SAMPLING_BYTES = {"sampled": 24, "keyed": 40, "greedy": 0}
 """Bytes per row and vocabulary entry of a decoding step's chooser beyond the logits and their

@@ -41,7 +41,8 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
   vocabulary, at 12 bytes per element at the backward pass's peak: the float32 logits
   divided by the temperature, saved for the log-softmax, and the float32 gradients of
   the gather and of the per-row log-sum-exp (measured: 12.1–12.2 bytes in float32 and
-  bfloat16, full and LoRA).
+  bfloat16, full and LoRA), on TRL's torch path; on CUDA with Triton TRL's fused kernel
+  needs 8 (``model.LOGIT_BYTES_TRITON``), and the estimate takes the larger.
 - **layer gradients**: a decoder layer's gradients in the backward pass (two of the MLP's
   width and a few of the residual stream's per token): the peak instead of the logits'
   at a tiny vocabulary (an approximation, within 10% of the activations on tiny models).
