@@ -152,16 +152,16 @@ install; .ci/run installs every extra and runs these tests again (``-m "slow or 
 missing one fails."""
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"smollm2", "smollm2_shallow"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.extra("smollm2"))
-        if item.get_closest_marker("slurm"):
-            # One worker runs every SLURM test (pyproject's `--dist loadgroup`): clusters start one
-            # at a time anyway (tests/slurm_cluster.py), and a worker waiting for another's cluster
-            # would sit idle for minutes.
-            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+        # One worker runs every SLURM test (pyproject's `--dist loadgroup`): clusters start one at
+        # a time anyway (tests/slurm_cluster.py), and a worker waiting for another's cluster would
+        # sit idle for minutes. Each SLURM test names the group itself; this checks that none forgot.
+        groups = {mark.args[0] if mark.args else None for mark in item.iter_markers("xdist_group")}
+        if item.get_closest_marker("slurm") and groups != {"slurm-cluster"}:
+            raise pytest.UsageError(f'{item.nodeid}: a slurm test needs @pytest.mark.xdist_group("slurm-cluster") too')
 
 
 def pytest_runtest_setup(item):

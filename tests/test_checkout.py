@@ -73,3 +73,27 @@ def test_tests_import_their_siblings_by_name_not_as_a_tests_package() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found += [f"{path.name}:{node.lineno}: {name}" for name in names if name == "tests" or name.startswith("tests.")]
     assert not found
+
+
+def test_xdist_groups_keep_a_group_on_one_worker(tmp_path) -> None:
+    """The SLURM tests share one worker through `--dist loadgroup` (tests/conftest.py); with a
+    pytest that pytest-xdist cannot group under (9.2 with xdist 3.8) they spread over the
+    workers and wait minutes for each other's cluster. pyproject.toml's dev pins keep a pair
+    that groups: a group's tests run on one worker, named with the group."""
+    import sys
+
+    (tmp_path / "test_groups.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.xdist_group('one')\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_grouped(i):\n"
+        "    print(os.environ['PYTEST_XDIST_WORKER'])\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # not this repository's options
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "test_groups.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = re.findall(r"\[(gw\d)\].*PASSED test_groups.py::test_grouped\[(\d)\]@one", done.stdout)
+    assert len(ran) == 4 and len({worker for worker, _ in ran}) == 1, done.stdout

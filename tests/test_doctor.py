@@ -676,6 +676,7 @@ def test_a_profile_partition_the_cluster_lacks_fails(experiment, tmp_path, monke
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.xdist_group("slurm-cluster")  # one worker runs every SLURM test (tests/conftest.py)
 @pytest.mark.extra("slurm")
 def test_a_real_slurm_cluster_passes(experiment, tmp_path):
     from slurm_cluster import slurm_cluster

@@ -272,6 +272,7 @@ def test_jobs_run_the_matrixrl_that_started_the_run_whatever_the_current_folder_
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.xdist_group("slurm-cluster")  # one worker runs every SLURM test (tests/conftest.py)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill-9"])
 def test_a_stopped_run_under_a_slurm_profile_cancels_its_cluster_jobs(reference, tmp_path, signum):
     """Under a cluster profile the jobs are no processes of this machine: Snakemake gets SIGINT and scancels them.

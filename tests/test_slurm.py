@@ -18,7 +18,7 @@ import yaml
 from slurm_cluster import slurm_cluster, unavailable
 from test_e2e import CELL0, jobs_started, small_experiment
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm-cluster"), pytest.mark.slow]  # one worker: tests/conftest.py
 
 
 def write_profile(folder: Path, partition: str) -> Path:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from slurm_cluster import ETC_SLURM, slurm_cluster, unavailable
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm-cluster"), pytest.mark.slow]  # one worker: tests/conftest.py
 
 
 def alive(pid: int, name: str) -> bool:
