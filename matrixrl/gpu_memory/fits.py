@@ -260,15 +260,19 @@ def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[d
     return found
 
 
+def _without_config(path, limit, budget: GpuBudget) -> dict:
+    """:func:`job_memory`'s object for a model whose config.json this machine lacks."""
+    return _memory_object(
+        None, limit, budget.source,
+        unknown=f"no config.json of {path} on this machine (`hf download {path} config.json` fetches it)",
+    )  # fmt: skip
+
+
 def _job_memory(spec, kind: str, budget: GpuBudget) -> dict:
     limit = budget.of(kind)
     found = _estimate_cached(spec, kind)
     if found is None:
-        path = spec.scale.path
-        return _memory_object(
-            None, limit, budget.source,
-            unknown=f"no config.json of {path} on this machine (`hf download {path} config.json` fetches it)",
-        )  # fmt: skip
+        return _without_config(spec.scale.path, limit, budget)
     fix = None
     if limit is not None and found.total > limit:
         fix = refusal_parts(spec, kind, found, limit)[1]
@@ -281,11 +285,7 @@ def _memory_job_memory(spec, rule: str, budget: GpuBudget) -> dict:
     limit = budget.of(rule)
     found = memory_estimate(spec, rule)
     if found is None:
-        path = spec.model.scale.path
-        return _memory_object(
-            None, limit, budget.source,
-            unknown=f"no config.json of {path} on this machine (`hf download {path} config.json` fetches it)",
-        )  # fmt: skip
+        return _without_config(spec.model.scale.path, limit, budget)
     fix = None
     if limit is not None and found.total > limit:
         fix = "no setting lowers it: use a GPU with more memory"
