@@ -1209,6 +1209,19 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
         row["failures"].append(f"{part}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         print(f"  {part}: FAILED ({row['failures'][-1]})", flush=True)
 
+    def run_part(part: str, measure, shown=lambda out: "") -> None:
+        """One part, if the budget admits it: its figures into ``row``, a failure named, not raised."""
+        if not budget.admit(f"{label} {part}", part, paper[part]):
+            row["skipped"].append(part)
+            return
+        try:
+            row["measured"][part] = out = measure()
+            budget.record(part, paper[part], out["seconds"])
+            row["failures"] += out["failures"]
+            print(f"  {part}{shown(out)}: {out['seconds']:.1f} s ({paper[part]:.1f} s on paper)", flush=True)
+        except Exception as exc:
+            failed(part, exc)
+
     memory = DeviceMemory(cuda)
     policy = tokenizer = None
     try:
@@ -1221,16 +1234,7 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
         budget.record("model", paper["model"], measured)
         print(f"  model: built, saved and loaded in {measured:.1f} s ({paper['model']:.1f} s on paper)", flush=True)
 
-        if budget.admit(f"{label} training step", "training step", paper["training step"]):
-            try:
-                row["measured"]["training step"] = out = training_part(train_spec, train_found, fields, device, policy, tokenizer, memory, peak)
-                budget.record("training step", paper["training step"], out["seconds"])
-                row["failures"] += out["failures"]
-                print(f"  training step: {out['seconds']:.1f} s ({paper['training step']:.1f} s on paper)", flush=True)
-            except Exception as exc:
-                failed("training step", exc)
-        else:
-            row["skipped"].append("training step")
+        run_part("training step", lambda: training_part(train_spec, train_found, fields, device, policy, tokenizer, memory, peak))
 
         same = (eval_spec.cell.workflow, eval_spec.cell.policy) == (train_spec.cell.workflow, train_spec.cell.policy)
         if not same:  # the evaluation's own policy (other roles or sets)
@@ -1238,16 +1242,10 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
             memory.baseline()
             policy, tokenizer = load_shape_policy(eval_spec, name, device)
         memory.release()  # the training's optimizer state and gradients
-        if budget.admit(f"{label} evaluation batch", "evaluation batch", paper["evaluation batch"]):
-            try:
-                row["measured"]["evaluation batch"] = out = evaluation_part(eval_spec, eval_found, fields, device, policy, tokenizer, memory, peak)
-                budget.record("evaluation batch", paper["evaluation batch"], out["seconds"])
-                row["failures"] += out["failures"]
-                print(f"  evaluation batch ({out['chunk']}): {out['seconds']:.1f} s ({paper['evaluation batch']:.1f} s on paper)", flush=True)
-            except Exception as exc:
-                failed("evaluation batch", exc)
-        else:
-            row["skipped"].append("evaluation batch")
+        run_part(
+            "evaluation batch", lambda: evaluation_part(eval_spec, eval_found, fields, device, policy, tokenizer, memory, peak),
+            shown=lambda out: f" ({out['chunk']})",
+        )  # fmt: skip
     finally:
         policy = tokenizer = None
         gc.collect()
