@@ -958,17 +958,33 @@ class DeviceMemory:
             self.base = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
 
     @contextlib.contextmanager
-    def peak(self, found: dict, key: str):
+    def peak(self, found: dict, key: str, estimate=None):
+        """``found[key]``: the block's peaks (allocated, reserved) beyond the baseline. With an
+        ``estimate``, the caching allocator is capped for the block at what the estimate gives it
+        (its total less the CUDA context, which lives outside the allocator): uncapped, blocks a
+        growing KV cache outgrew stay reserved until the GPU is full (docs/performance.md,
+        "Reserved memory while the KV cache grows"), so only a capped run tests the estimate's
+        reserved share. Over the cap, the allocator frees its cached blocks, then raises
+        OutOfMemoryError: the part fails."""
         if not self.cuda:
             found[key] = None
             yield
             return
         import torch
 
+        from matrixrl.gpu_memory.peak import CUDA_CONTEXT
+
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        yield
-        torch.cuda.synchronize()
+        if estimate is not None:
+            device_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, (self.base[1] + estimate.total - CUDA_CONTEXT) / device_bytes))
+        try:
+            yield
+            torch.cuda.synchronize()
+        finally:
+            if estimate is not None:
+                torch.cuda.set_per_process_memory_fraction(1.0)
         found[key] = (torch.cuda.max_memory_allocated() - self.base[0], torch.cuda.max_memory_reserved() - self.base[1])
 
 
@@ -1053,7 +1069,7 @@ def load_shape_policy(spec, scale: str, device: str):
     return policy, tokenizer
 
 
-def run_training(spec, policy, tokenizer, memory: DeviceMemory) -> dict:
+def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> dict:
     """The largest training step, once: its optimizers primed (every set's gradients and AdamW
     moments exist, as in every step after the first: one optimizer step on zero gradients,
     which moves nothing), the rollout's calls replayed with the plan's rows and prompt lengths
@@ -1086,7 +1102,7 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory) -> dict:
     torch.manual_seed(0)
     episodes = [Episode(problem=None, group=e // cfg.group_size) for e in range(count)]
     out: dict = {"processed_tokens": 0}
-    with memory.peak(out, "memory"):
+    with memory.peak(out, "memory", found):
         policy.train(False)
         synchronize(device)
         began = time.perf_counter()
@@ -1136,7 +1152,7 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory) -> dict:
     return out
 
 
-def run_evaluation(spec, policy, tokenizer, chunk: Replayed, memory: DeviceMemory) -> dict:
+def run_evaluation(spec, policy, tokenizer, chunk: Replayed, memory: DeviceMemory, found=None) -> dict:
     """The evaluation's largest batch, once: ``chunk``'s rows decoded as an evaluation decodes
     (keyed sampling at ``eval.temperature``, ``eval.batch_size``), every row to ``max_new_tokens``."""
     import random
@@ -1156,7 +1172,7 @@ def run_evaluation(spec, policy, tokenizer, chunk: Replayed, memory: DeviceMemor
     policy.train(False)
     prompts = call_prompts(chunk, random.Random(1))
     out: dict = {}
-    with memory.peak(out, "memory"):
+    with memory.peak(out, "memory", found):
         synchronize(policy.device)
         began = time.perf_counter()
         completions = generate(chunk.role, prompts)
@@ -1169,9 +1185,10 @@ def run_evaluation(spec, policy, tokenizer, chunk: Replayed, memory: DeviceMemor
     return out
 
 
-def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, budget: Budget, tmp: Path) -> dict:
+def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, budget: Budget, tmp: Path, save=lambda row: None) -> dict:
     """Shape ``name``: a random model of it, then its largest training step and evaluation batch
-    (each once, if the budget leaves time), checked; its row's figures. A part that raises (an
+    (each once, if the budget leaves time), checked; its row's figures, also given to ``save``
+    after each part (a window that closes mid-shape keeps what ran). A part that raises (an
     out-of-memory error, say) is a failure of its own: the next part still runs."""
     import shutil
 
@@ -1218,9 +1235,10 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
             row["measured"][part] = out = measure()
             budget.record(part, paper[part], out["seconds"])
             row["failures"] += out["failures"]
-            print(f"  {part}{shown(out)}: {out['seconds']:.1f} s ({paper[part]:.1f} s on paper)", flush=True)
+            print(f"  {part}{shown(out)}: {out['seconds']:.1f} s ({paper[part]:.1f} s on paper){_memory_shown(out)}", flush=True)
         except Exception as exc:
             failed(part, exc)
+        save(row)
 
     memory = DeviceMemory(cuda)
     policy = tokenizer = None
@@ -1255,13 +1273,24 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
     return row
 
 
+def _memory_shown(out: dict) -> str:
+    """A part's measured peaks against its estimate, for its progress line ('' on CPU)."""
+    check = out.get("memory_check") or {}
+    if check.get("allocated_bytes") is None:
+        return ""
+    from matrixrl.gpu_memory import gib
+
+    return (f"; allocated {gib(check['allocated_bytes'])} of the estimate's tensors {gib(check['estimate_tensors_bytes'])} GiB, "
+            f"reserved {gib(check['reserved_bytes'])} of its total {gib(check['estimate_total_bytes'])} GiB")  # fmt: skip
+
+
 def training_part(spec, found, fields: dict, device: str, policy, tokenizer, memory: DeviceMemory, peak) -> dict:
     """The training step run and checked: throughput, MFU, memory against ``found``."""
     from matrixrl.gpu_memory import job_model
 
     n = flop_parameters(job_model(spec, fields, device))
     began = time.perf_counter()
-    out = run_training(spec, policy, tokenizer, memory)
+    out = run_training(spec, policy, tokenizer, memory, found)
     out["seconds"] = time.perf_counter() - began
     out["rollout_tok_s"] = out["completion_tokens"] / out["rollout_s"]
     out["update_tok_s"] = out["update_tokens"] / out["update_s"]
@@ -1280,7 +1309,7 @@ def evaluation_part(spec, found, fields: dict, device: str, policy, tokenizer, m
 
     model = job_model(spec, fields, device)
     chunk = evaluation_chunk(spec, model)
-    out = run_evaluation(spec, policy, tokenizer, chunk, memory)
+    out = run_evaluation(spec, policy, tokenizer, chunk, memory, found)
     out["chunk"] = f"the {chunk.kind} call: {chunk.rows} rows × {chunk.prompt:,} + {spec.eval.max_new_tokens:,} tokens"
     if out["chunk"].removeprefix("the ") not in found.at:  # the batch run is the one at the estimate's peak
         out["failures"].append(f"the evaluation batch run ({out['chunk']}) is not where the estimate's peak is ({found.at})")
@@ -1432,7 +1461,10 @@ def main() -> None:
             shapes = []
             for shape in args.shape:
                 try:
-                    row = run_shape(shape, args, cuda, hw, peak, budget, tmp)
+                    def save(partial, done=list(shapes)):
+                        write_json(args.json, {**payload, "shapes": [*done, partial], "skipped": budget.skipped})
+
+                    row = run_shape(shape, args, cuda, hw, peak, budget, tmp, save)
                 except Exception as exc:  # one shape's failure is a row; the others still run
                     traceback.print_exc(file=sys.stderr)
                     error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
