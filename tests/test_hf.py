@@ -543,3 +543,18 @@ def test_train_and_evaluate_jobs_run_a_chat_cell_on_smollm2(smollm2, tmp_path):
     result = evaluate(spec, 1, checkpoint, results / L.base_model_dir("smollm2"), results / L.eval_result(cell.id, 1), log=lambda m: None)
     assert (result.n, result.step) == (2, 1) and 0 <= result.accuracy <= 1
     assert {r.role for r in result.roles} >= {"generator"}
+
+
+def test_a_loaded_model_never_swaps_in_hub_kernels(tmp_path):
+    """transformers 5.25 kernelizes a model by default (the `kernels` package is one of its
+    requirements), and on CUDA model.train() then fetches kernels-community/rotary from the hub:
+    on an offline GPU node every training case of bench/gpu_smoke.py failed that way. The
+    loader turns it off, so no layer is swapped on any device and train() fetches nothing."""
+    from chat_models import random_chat_model
+
+    from matrixrl.models.hf import load_causal_lm
+
+    model = load_causal_lm(random_chat_model(tmp_path / "model", seed=0))
+    assert model.use_kernels is False and model.kernels_mode is None
+    model.train()
+    assert model.use_kernels is False and model.kernels_mode is None

@@ -65,7 +65,13 @@ def load_causal_lm(
 
     # SDPA: torch's fused attention (flash / memory-efficient kernels on a GPU), with no
     # extra package (flash-attn is not a dependency); transformers' default, made explicit.
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), revision=revision, attn_implementation="sdpa")
+    # use_kernels=False: transformers 5.25 requires the `kernels` package and, by default, swaps
+    # layers for kernels fetched from the hub whenever a CUDA model changes mode (model.train()):
+    # on an offline GPU node every training then fails (kernels-community/rotary is not cached),
+    # and online it would run downloaded code with numerics no CPU test saw (docs/real-models.md).
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=getattr(torch, dtype), revision=revision, attn_implementation="sdpa", use_kernels=False
+    )
     model.to(device)
     model.eval()
     return with_compute_dtype(model, compute_dtype or dtype)
