@@ -1441,9 +1441,14 @@ def main() -> None:
     cases = args.shape is None or args.cases
     print(f"device: {name}; {f'compute dtype {args.dtype}; ' if cases else ''}torch {torch.__version__}; "
           f"peak {f'{peak:.0f} TFLOP/s' if peak else 'unknown'}")  # fmt: skip
+    if cuda:  # the caching allocator's settings decide the reserved peaks (docs/performance.md)
+        print(f"allocator: PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r}")
     if args.budget_s is not None:
         print(f"budget: {args.budget_s:g} s; expected times on paper for {hw.line()}, then as measured so far")
-    payload: dict = {"device": name, "torch": torch.__version__, "peak_tflops": peak, "budget_s": args.budget_s, "hardware": hw.__dict__}
+    payload: dict = {
+        "device": name, "torch": torch.__version__, "peak_tflops": peak, "budget_s": args.budget_s, "hardware": hw.__dict__,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+    }  # fmt: skip
     failed_cases = failed_shapes = 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -1490,6 +1495,67 @@ def main() -> None:
         raise SystemExit(1)
 
 
+@contextlib.contextmanager
+def torch_log_softmax():
+    """TRL's log-probabilities and entropies on its torch path, not its Triton kernel (which
+    it takes on CUDA: docs/performance.md, "TRL's Triton log-softmax")."""
+    from trl.trainer import utils
+
+    kept = utils._supports_trl_loss_kernel
+    utils._supports_trl_loss_kernel = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        utils._supports_trl_loss_kernel = kept
+
+
+@contextlib.contextmanager
+def math_attention():
+    """Attention through SDPA's reference (math) kernel, not the fused flash or memory-efficient ones."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+DIVERGENCE_VARIANTS = {
+    "torch log-softmax": ((torch_log_softmax,), None),
+    "math attention": ((math_attention,), None),
+    "both": ((torch_log_softmax, math_attention), None),
+    "float32": ((), "float32"),
+}
+"""A case whose training diverges on CUDA is trained again under each of these (contexts, and
+a compute dtype in place of ``--dtype``): the table then names the GPU-only path that makes
+the NaN, so one GPU window finds it."""
+
+
+def divergence_variants(case: str, model: str, args, folder: Path) -> dict[str, str]:
+    """Each of ``DIVERGENCE_VARIANTS``: does the case's training still diverge under it?"""
+    import copy
+
+    from matrixrl.errors import DivergedError
+    from matrixrl.train.trainer import train_cell
+
+    workflow, policy, adapter = case.split()
+    outcomes = {}
+    for k, (name, (contexts, dtype)) in enumerate(DIVERGENCE_VARIANTS.items()):
+        varied = copy.copy(args)
+        varied.dtype = dtype or args.dtype
+        where = folder / str(k)
+        where.mkdir(parents=True)
+        try:
+            with contextlib.ExitStack() as stack:
+                for context in contexts:
+                    stack.enter_context(context())
+                train_cell(case_spec(model, workflow, policy, adapter, varied, where), where, where / "cell", log=lambda m: None)
+            outcomes[name] = "trains"
+        except DivergedError:
+            outcomes[name] = "diverges"
+        except Exception as exc:
+            outcomes[name] = type(exc).__name__
+    return outcomes
+
+
 def run_cases(args, tmp: Path, cuda: bool, peak: float | None, budget: Budget) -> list[dict]:
     """Every workflow × policy × adapter case (``--only``), one row each, printed as it ends."""
     import torch
@@ -1519,6 +1585,9 @@ def run_cases(args, tmp: Path, cuda: bool, peak: float | None, budget: Budget) -
         except Exception as exc:  # one case's failure is a row; the others still run
             traceback.print_exc(file=sys.stderr)
             row = {"case": case, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            if cuda and type(exc).__name__ == "DivergedError":
+                row["variants"] = divergence_variants(case, model, args, tmp / f"case{i}-variants")
+                row["error"] += "; " + ", ".join(f"{v}: {outcome}" for v, outcome in row["variants"].items())
         finally:
             torch.set_num_threads(threads)  # each job sets its own
         budget.record("case", CASE_S, time.perf_counter() - began)

@@ -316,3 +316,18 @@ def test_the_budget_counts_with_what_was_measured_so_far():
     )
     unlimited = budget_class(None)
     assert unlimited.admit("anything", "training step", 1e9) and unlimited.left() is None
+
+
+def test_a_diverging_case_is_trained_again_under_each_gpu_only_variant(tmp_path):
+    """On the H200, every eval_opt case's first step gave a NaN gradient (the loss finite). A case
+    that diverges on CUDA is trained again with TRL's torch log-softmax, SDPA's math kernel,
+    both, and float32: each variant context works (here, on CPU, every one trains)."""
+    smoke = smoke_module()
+    args = smoke["parse_args"](["--device", "cpu"])
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        model, _ = smoke["default_model"](tmp_path / "model", False)
+        outcomes = smoke["divergence_variants"]("eval_opt shared lora", model, args, tmp_path / "variants")
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert outcomes == {"torch log-softmax": "trains", "math attention": "trains", "both": "trains", "float32": "trains"}
