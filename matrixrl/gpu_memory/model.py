@@ -98,9 +98,19 @@ class JobModel:
 
     def prefill_per_token(self) -> int:
         """A no-grad forward pass's live tensors per token beside the cache: the MLP's
-        activation, up projection and product, and two residual-stream tensors."""
+        activation, up projection and product, and two residual-stream tensors. A LoRA
+        adapter on up_proj holds more while the activation waits: PEFT's ``result +
+        lora_B(lora_A(x)) * scaling`` has one more MLP-width tensor beside the base
+        projection's result, and casts ``x`` to the adapter's float32 first (a copy under a
+        16-bit compute dtype). Measured on CPU with the profiler (16 rows × 512 tokens,
+        Qwen3-0.6B and -4B shapes scaled down); on the H200 both LoRA evaluations ran out of
+        their estimate's memory inside that projection (docs/performance.md, "The first GPU
+        window")."""
         residual = 4 if (self.full or self.compute == 4) else self.compute
-        return 3 * self.compute * self.widths[3] + 2 * residual * self.shape.hidden
+        per_token = 3 * self.compute * self.widths[3] + 2 * residual * self.shape.hidden
+        if self.adapter == "lora" and "up_proj" in self.targets:
+            per_token += self.compute * self.widths[3] + (4 * self.shape.hidden if self.compute != 4 else 0)
+        return per_token
 
     def logits_per_row(self, chooser: str) -> int:
         """A decoding step's bytes per row: last-position logits, their float32 copy, the chooser's temporaries."""
