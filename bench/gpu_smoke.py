@@ -1231,13 +1231,18 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
         if not budget.admit(f"{label} {part}", part, paper[part]):
             row["skipped"].append(part)
             return
+        began = time.perf_counter()
         try:
             row["measured"][part] = out = measure()
             budget.record(part, paper[part], out["seconds"])
             row["failures"] += out["failures"]
             print(f"  {part}{shown(out)}: {out['seconds']:.1f} s ({paper[part]:.1f} s on paper){_memory_shown(out)}", flush=True)
         except Exception as exc:
+            # How long it ran before failing: a lower bound the budget does not learn from
+            # (an out-of-memory error may come at any point of the part).
+            row.setdefault("failed_after_s", {})[part] = time.perf_counter() - began
             failed(part, exc)
+            print(f"  {part}: failed after {row['failed_after_s'][part]:.1f} s ({paper[part]:.1f} s on paper)", flush=True)
         save(row)
 
     memory = DeviceMemory(cuda)

@@ -331,3 +331,26 @@ def test_a_diverging_case_is_trained_again_under_each_gpu_only_variant(tmp_path)
     finally:
         sys.path.remove(str(REPO / "bench"))
     assert outcomes == {"torch log-softmax": "trains", "math attention": "trains", "both": "trains", "float32": "trains"}
+
+
+def test_a_shape_part_that_raises_is_named_with_its_time_and_the_next_part_runs(run_bench, monkeypatch, capsys, tmp_path):
+    """As on the H200, where each shape part met an out-of-memory error: the part fails with its
+    error and how long it ran, the JSON keeps both, the evaluation batch still runs, exit 1."""
+    import matrixrl.train.update as update
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("CUDA out of memory (made up by the test)")
+
+    monkeypatch.setattr(update, "update_policy", out_of_memory)
+    out = tmp_path / "smoke.json"
+    with pytest.raises(SystemExit) as exc:
+        run_bench("gpu_smoke.py", "--shape", "qwen3-0.6b", "--scale-down", "16", *SMALL, "--json", str(out))
+    assert exc.value.code == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "  training step: FAILED (training step: MemoryError: CUDA out of memory (made up by the test))" in lines
+    failed = next(line for line in lines if line.startswith("  training step: failed after "))
+    assert re.fullmatch(r"  training step: failed after \d+\.\d s \(\d+\.\d s on paper\)", failed), failed
+    assert any(line.startswith("  evaluation batch (the synthesizer call") for line in lines)
+    (row,) = json.loads(out.read_text())["shapes"]
+    assert list(row["failed_after_s"]) == ["training step"] and "evaluation batch" in row["measured"]
+    assert lines[-2:] == ["shapes: 0 passed, 1 failed, 0 skipped", "  qwen3-0.6b/16: training step: MemoryError: CUDA out of memory (made up by the test)"]
