@@ -939,6 +939,7 @@ class DeviceMemory:
     def __init__(self, cuda: bool):
         self.cuda = cuda
         self.base = (0, 0)
+        self.last: tuple[int, int] | None = None  # the last block's peaks, also when it raised
 
     def release(self) -> None:
         """What is no longer held goes back: Python's garbage and CUDA's cached blocks."""
@@ -985,7 +986,9 @@ class DeviceMemory:
         finally:
             if estimate is not None:
                 torch.cuda.set_per_process_memory_fraction(1.0)
-        found[key] = (torch.cuda.max_memory_allocated() - self.base[0], torch.cuda.max_memory_reserved() - self.base[1])
+            # Kept also when the block raised: how far a part that ran out of memory had got.
+            self.last = (torch.cuda.max_memory_allocated() - self.base[0], torch.cuda.max_memory_reserved() - self.base[1])
+        found[key] = self.last
 
 
 def memory_check(job: str, measured: tuple[int, int] | None, found) -> tuple[dict, list[str]]:
@@ -1231,7 +1234,7 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
         if not budget.admit(f"{label} {part}", part, paper[part]):
             row["skipped"].append(part)
             return
-        began = time.perf_counter()
+        began, memory.last = time.perf_counter(), None
         try:
             row["measured"][part] = out = measure()
             budget.record(part, paper[part], out["seconds"])
@@ -1242,7 +1245,13 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
             # (an out-of-memory error may come at any point of the part).
             row.setdefault("failed_after_s", {})[part] = time.perf_counter() - began
             failed(part, exc)
-            print(f"  {part}: failed after {row['failed_after_s'][part]:.1f} s ({paper[part]:.1f} s on paper)", flush=True)
+            reached = ""
+            if memory.last is not None:  # the peaks it reached before failing (CUDA only)
+                from matrixrl.gpu_memory import gib
+
+                row.setdefault("failed_peaks_bytes", {})[part] = {"allocated": memory.last[0], "reserved": memory.last[1]}
+                reached = f"; peaks reached: allocated {gib(memory.last[0])} GiB, reserved {gib(memory.last[1])} GiB"
+            print(f"  {part}: failed after {row['failed_after_s'][part]:.1f} s ({paper[part]:.1f} s on paper){reached}", flush=True)
         save(row)
 
     memory = DeviceMemory(cuda)

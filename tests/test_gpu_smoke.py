@@ -354,3 +354,36 @@ def test_a_shape_part_that_raises_is_named_with_its_time_and_the_next_part_runs(
     (row,) = json.loads(out.read_text())["shapes"]
     assert list(row["failed_after_s"]) == ["training step"] and "evaluation batch" in row["measured"]
     assert lines[-2:] == ["shapes: 0 passed, 1 failed, 0 skipped", "  qwen3-0.6b/16: training step: MemoryError: CUDA out of memory (made up by the test)"]
+
+
+def test_a_capped_part_sets_the_allocators_cap_restores_it_and_keeps_its_peaks_when_it_raises(monkeypatch):
+    """DeviceMemory.peak on CUDA (torch.cuda's calls stood in for: no GPU here): the caching
+    allocator is capped at the baseline's reserved bytes plus the estimate's total less the CUDA
+    context, the cap is lifted after the block, and a block that runs out of memory still
+    leaves the peaks it reached (as the H200's parts did)."""
+    import torch
+
+    from matrixrl.gpu_memory.peak import CUDA_CONTEXT, GIB
+
+    smoke = smoke_module()
+    fractions = []
+    fake = {
+        "synchronize": lambda: None, "reset_peak_memory_stats": lambda: None, "current_device": lambda: 0,
+        "get_device_properties": lambda device: type("Properties", (), {"total_memory": 140 * GIB})(),
+        "set_per_process_memory_fraction": lambda fraction: fractions.append(fraction),
+        "max_memory_allocated": lambda: 50 * GIB, "max_memory_reserved": lambda: 57 * GIB,
+    }  # fmt: skip
+    for name, stand_in in fake.items():
+        monkeypatch.setattr(torch.cuda, name, stand_in)
+    memory = smoke["DeviceMemory"](True)
+    memory.base = (1 * GIB, 2 * GIB)
+    estimate = type("Estimate", (), {"total": 65 * GIB})()
+    found: dict = {}
+    with pytest.raises(torch.OutOfMemoryError):
+        with memory.peak(found, "memory", estimate):
+            raise torch.OutOfMemoryError("CUDA out of memory (made up by the test)")
+    assert fractions == [(2 * GIB + 65 * GIB - CUDA_CONTEXT) / (140 * GIB), 1.0]
+    assert memory.last == (49 * GIB, 55 * GIB) and "memory" not in found
+    with memory.peak(found, "memory", estimate):
+        pass
+    assert found["memory"] == (49 * GIB, 55 * GIB) and fractions[-1] == 1.0
