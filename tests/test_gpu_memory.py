@@ -678,7 +678,7 @@ def test_the_allocator_slack_of_a_growing_kv_cache_is_what_a_model_of_the_alloca
 def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp_path):
     """A LoRA policy's no-grad prefill of 8 rows × 256 tokens at Qwen3-0.6B's shape scaled
     down, measured with the profiler, against the estimate's prefill phase (weights, their
-    autocast copies, the KV cache and the prefill's activations) within 3%. LoRA on up_proj
+    autocast copies, the KV cache and the prefill's activations) within 4%. LoRA on up_proj
     holds one more MLP-width tensor there, and in bfloat16 a float32 copy of its input: without
     them the estimate was 6% (float32) and 7% (bfloat16) short here, and on the H200 both
     LoRA evaluations of the paper's shapes ran out of memory inside that projection
@@ -716,4 +716,5 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     assert where.startswith("prefill")
     estimated = model.weights() + model.autocast_copies() + sum(prefill.values())
     measured = held + live.peak
-    assert 0.97 <= measured / estimated <= 1.03, (measured / 2**20, estimated / 2**20)
+    # Here 1.012 (bfloat16) and 1.017 (float32); 1.068 and 1.059 without the two terms.
+    assert 0.97 <= measured / estimated <= 1.04, (measured / 2**20, estimated / 2**20)
