@@ -1478,11 +1478,12 @@ def main() -> None:
             if not cuda:
                 print("no CUDA here: skipped for every shape: the memory peaks (allocated and reserved) and MFU")
             shapes = []
+
+            def save(partial: dict) -> None:  # the shapes done and the current one's row so far
+                write_json(args.json, {**payload, "shapes": [*shapes, partial], "skipped": budget.skipped})
+
             for shape in args.shape:
                 try:
-                    def save(partial, done=list(shapes)):
-                        write_json(args.json, {**payload, "shapes": [*done, partial], "skipped": budget.skipped})
-
                     row = run_shape(shape, args, cuda, hw, peak, budget, tmp, save)
                 except Exception as exc:  # one shape's failure is a row; the others still run
                     traceback.print_exc(file=sys.stderr)
