@@ -173,7 +173,7 @@ CASES = (
     ),
     Case(
         "tiny voting shared lora rollout", "tiny", "voting", "shared", "lora", "training",
-        train={**TINY_TRAIN, "max_new_tokens": 96, "micro_batch_tokens": 256},
+        train={**TINY_TRAIN, "max_new_tokens": 96, "micro_batch_tokens": 1024},
     ),
     Case("tiny voting isolated full eval", "tiny", "voting", "isolated", "full", "evaluation", eval=TINY_EVAL),
     Case("tiny eval_opt shared lora eval", "tiny", "eval_opt", "shared", "lora", "evaluation", eval=TINY_EVAL),
