@@ -691,12 +691,9 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     from matrixrl.gpu_memory.workload import Call
     from matrixrl.train.rollout import make_generate
 
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        smoke = runpy.run_path(str(REPO / "bench" / "gpu_smoke.py"))
-        measuring = _bench()
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    from test_gpu_smoke import smoke_module
+
+    smoke, measuring = smoke_module(), _bench()
     name, rows, prompt = "qwen3-0.6b", 8, 256
     fields = smoke["shape_fields"](name, 4)
     folder = tmp_path / name
