@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from trl.trainer.utils import pad, selective_log_softmax
 
+from matrixrl.train.attention import differentiable_attention
 from matrixrl.workflows.base import Turn
 
 
@@ -91,15 +92,19 @@ def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tenso
     A model computing in bfloat16 gives bfloat16 logits, and their log-softmax in
     bfloat16 would move in steps of about 1.6%: the PPO ratio, and the KL anchor's
     k3 = exp(r) − r − 1, which rounds to exactly 0 for per-token differences up to
-    about 0.1. So the logits are taken to float32 first, as the sampler does."""
+    about 0.1. So the logits are taken to float32 first, as the sampler does.
+
+    The forward pass leaves cuDNN's attention out on CUDA (matrixrl.train.attention: its
+    backward makes NaN gradients from left-padded rows)."""
     rows, length = batch.input_ids.shape
     width = batch.completion_ids.shape[1]
     prompt_logits = rows * (length - width - 1) * model.config.vocab_size
-    logits = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=width + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else 0,  # 0: every position
-    ).logits
+    with differentiable_attention(batch.input_ids.device):
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=width + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else 0,  # 0: every position
+        ).logits
     logits = logits[:, -width - 1 : -1, :].float() / temperature  # .float(): a no-op in float32
     return selective_log_softmax(logits, batch.completion_ids)
