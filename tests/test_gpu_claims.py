@@ -20,7 +20,7 @@ from matrixrl import grid as G
 from matrixrl.config import HfScale, TinyScale, load_config
 from matrixrl.errors import GpuClaimError
 from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, Retrieval, TrainMemory
-from matrixrl.models.devices import claim_gpu, claimed_gpu
+from matrixrl.models.devices import ALLOCATOR_ENVS, claim_gpu, claimed_gpu
 from matrixrl.settings import science, settings_digest
 
 from conftest import EXPERIMENTS, REPO
@@ -56,14 +56,20 @@ def cell_specs(cfg) -> dict[str, G.CellSpec]:
 # --- the claim ----------------------------------------------------------------------------
 
 
-def test_a_gpu_job_claims_a_free_gpu_and_sees_it_alone(two_gpus):
+def test_a_gpu_job_claims_a_free_gpu_and_sees_it_alone(two_gpus, monkeypatch):
+    for name in ALLOCATOR_ENVS:
+        monkeypatch.delenv(name, raising=False)
     held = claim_gpu(wait_s=0)  # another job holds GPU 0
     try:
         logs = []
         with claimed_gpu(TinyScale(kind="tiny"), GPU, log=logs.append) as device:
             assert (device, os.environ["CUDA_VISIBLE_DEVICES"]) == ("cuda", "1")
-        assert logs == ["claimed GPU 1 (CUDA_VISIBLE_DEVICES=1 in this job)"]
+            assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+        assert logs == [
+            "claimed GPU 1 (CUDA_VISIBLE_DEVICES=1 in this job; allocator PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)"
+        ]
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"  # restored, and GPU 1 free again
+        assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
         claim_gpu(wait_s=0).release()
         for scales in [(TinyScale(kind="tiny"),), (ON_CPU,), ()]:  # nothing to claim: the scale's own device
             with claimed_gpu(*scales) as device:
@@ -73,6 +79,19 @@ def test_a_gpu_job_claims_a_free_gpu_and_sees_it_alone(two_gpus):
     with pytest.raises(GpuClaimError, match=r"all 2 GPUs \(0, 1\) stayed claimed"):  # both held: none for a third
         with claim_gpu(wait_s=0), claim_gpu(wait_s=0), claimed_gpu(GPU):
             pass
+
+
+@pytest.mark.parametrize("name", ALLOCATOR_ENVS)
+def test_a_gpu_job_keeps_the_allocator_settings_the_environment_gives(two_gpus, monkeypatch, name):
+    for other in ALLOCATOR_ENVS:
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "max_split_size_mb:512")
+    logs = []
+    with claimed_gpu(GPU, log=logs.append):
+        assert {n: os.environ.get(n) for n in ALLOCATOR_ENVS} == {
+            n: "max_split_size_mb:512" if n == name else None for n in ALLOCATOR_ENVS
+        }
+    assert logs == [f"claimed GPU 0 (CUDA_VISIBLE_DEVICES=0 in this job; allocator {name}=max_split_size_mb:512 (from the environment))"]
 
 
 def test_a_claim_refuses_once_cuda_has_started(two_gpus, monkeypatch):

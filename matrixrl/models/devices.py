@@ -40,6 +40,12 @@ from pathlib import Path
 from matrixrl.errors import GpuClaimError
 
 LOCK_DIR_ENV = "MATRIXRL_GPU_LOCK_DIR"
+# PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and
+# what a job sets when neither is: docs/performance.md, "Reserved memory while the KV
+# cache grows" (the KV cache grows by concatenation every decoding step, and the default
+# allocator strands gigabytes between its outgrown blocks).
+ALLOCATOR_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+ALLOCATOR_DEFAULT = "expandable_segments:True"
 WAIT_ENV = "MATRIXRL_GPU_WAIT_S"
 DEFAULT_WAIT_S = 600.0
 
@@ -154,7 +160,9 @@ def claimed_gpu(*scales, log=print) -> Iterator[str | None]:
     When any of ``scales`` needs a GPU (``models.hf.needs_gpu``) and one is visible,
     the job claims one (:func:`claim_gpu`) and sets ``CUDA_VISIBLE_DEVICES`` to it,
     so CUDA, once it starts, shows this process that GPU alone: yields ``cuda``. At
-    the end it restores ``CUDA_VISIBLE_DEVICES`` and releases the claim. Otherwise
+    the end it restores ``CUDA_VISIBLE_DEVICES`` and releases the claim. Unless the
+    environment already sets PyTorch's allocator, the job's allocator grows its segments
+    in place (:func:`allocator_defaults`). Otherwise
     it yields None: each scale's own choice (``models.hf.resolve_device``).
     Raises ``GpuClaimError`` if CUDA has already started in this process.
     """
@@ -169,17 +177,31 @@ def claimed_gpu(*scales, log=print) -> Iterator[str | None]:
             "CUDA started in this job before it claimed its GPU, so CUDA_VISIBLE_DEVICES can no longer confine it "
             "to one GPU; claim the GPU (matrixrl.models.devices.claimed_gpu) before anything touches CUDA"
         )
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    before = {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", ALLOCATOR_ENVS[0])}
     with claim_gpu() as claim:
         os.environ["CUDA_VISIBLE_DEVICES"] = claim.gpu
-        log(f"claimed GPU {claim.gpu} (CUDA_VISIBLE_DEVICES={claim.gpu} in this job)")
+        allocator = allocator_defaults()
+        log(f"claimed GPU {claim.gpu} (CUDA_VISIBLE_DEVICES={claim.gpu} in this job; allocator {allocator})")
         try:
             yield "cuda"
         finally:
-            if before is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = before
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def allocator_defaults() -> str:
+    """PyTorch's CUDA allocator settings for this process, as it will read them when CUDA
+    starts: the environment's, or else ``ALLOCATOR_DEFAULT`` (segments that grow in place,
+    so that a KV cache grown a position at a time does not strand memory), set here.
+    Call it before CUDA starts; afterwards the allocator has read its settings."""
+    for name in ALLOCATOR_ENVS:
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]} (from the environment)"
+    os.environ[ALLOCATOR_ENVS[0]] = ALLOCATOR_DEFAULT
+    return f"{ALLOCATOR_ENVS[0]}={ALLOCATOR_DEFAULT}"
 
 
 def _cuda_started() -> bool:
