@@ -84,8 +84,7 @@ def test_decode_on_cpu_drops_rows_at_the_cpu_thresholds(monkeypatch) -> None:
 
 
 def test_decode_on_a_cuda_device_drops_rows_at_the_gpu_thresholds(monkeypatch) -> None:
-    # The GPU thresholds equal the CPU's today (rollout.COMPACT_SHARE_GPU's reasoning): other
-    # values here show that decode follows the GPU's, not the CPU's constants.
+    # Values unlike either device's show that decode follows the GPU's constants, not the CPU's.
     monkeypatch.setattr(rollout, "GPU_COMPACTION", Compaction("cuda", 1 / 2, 6))
     sizes, tokens = run_decode(monkeypatch, "cuda")
     assert sizes == expected_batches(16, list(range(16)), 20, 1 / 2, 6)

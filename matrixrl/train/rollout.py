@@ -54,14 +54,14 @@ COMPACT_SHARE = 1 / 8
 # cache, torch.cat reads and writes it: 3 or more passes a step). A compaction costs
 # 2 x layers + about 12 launches (about 1/50 of a step) and one read and write of the kept
 # cache. A model of both (bench/decode_compaction.py: a step takes the longer of its
-# launches at 8 us and its bytes at 4.8 TB/s; 32-768 rows, 64-4,096 new tokens) puts the
-# best share near 1/32-1/16 for 1,024-token calls and 1/8 for 64-token ones; 1/8 is the
-# share whose worst loss over them all is smallest (6%; 1/16: 12%, 1/4: 15%, 1/2: 37%):
-# the CPU's value, reached from the GPU's costs, kept apart so a GPU measurement can move it.
-COMPACT_SHARE_GPU = 1 / 8
+# launches at 29 us, as measured on an H200 node, and its bytes at 4.8 TB/s; 32-768 rows,
+# 64-4,096 new tokens) puts the best share near 1/32-1/16 for calls of 256 tokens or more
+# and 1/8 for 64-token ones; 1/16 is the share whose worst loss over them all is smallest
+# (2.9%; 1/8: 5.1%, 1/32: 5.9%, 1/4: 12.6%). At the 8 us guessed before measuring, 1/8 was.
+COMPACT_SHARE_GPU = 1 / 16
 # No exactness to keep on a GPU (cuBLAS's kernels follow the batch's shape anyway). Riding
 # rows are free only while a step is host-bound; a long cache makes even a few rows
-# device-bound, and there a higher floor loses (same model: 8 rows up to 0.9%, 16 up to 35%).
+# device-bound, and there a higher floor can lose (same model: 4, 8 and 16 rows alike, 32 up to 0.15%).
 MIN_BATCH_ROWS_GPU = 4
 
 
