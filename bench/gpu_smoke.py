@@ -92,7 +92,7 @@ imported), for ``--gpu`` (default H200) of bench/gpu.py's tables.
 at ``MATMUL_EFFICIENCY`` where compute-bound, or its bytes at the memory bandwidth) and the
 host's: ``DECODE_OPS``/``UPDATE_OPS`` ATen ops (counted by ``count_ops``) at ``HOST_OP_S``
 each. A decoding step launches about 3,500 ops at 28 layers (LoRA), so at these batch sizes
-decoding is host-bound. **``--budget-s N``**: before each part (a case, a shape's model, its
+decoding is host-bound (measured: about 100 ms a step on an H200 node). **``--budget-s N``**: before each part (a case, a shape's model, its
 training step, its evaluation batch), its expected time (on paper, times the ratio of
 measured to paper of the parts run so far) is compared with what is left of N seconds; a part
 that would not fit is skipped with one line naming it and why.
@@ -390,9 +390,13 @@ PROMPT_CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456
 # The time on paper (docs/performance.md, "GPU smoke test"). Each phase takes the longer of
 # the device's time (FLOPs at a share of the peak, or bytes at the memory bandwidth) and the
 # host's (PyTorch launches every ATen op from Python, one after the other).
-HOST_OP_S = 8e-6
-"""Seconds of host time per ATen op launched (eager PyTorch's dispatch and kernel launch:
-commonly 5-10 µs on a server CPU; an assumption until a GPU run measures it)."""
+HOST_OP_S = 29e-6
+"""Seconds of host time per ATen op launched: eager PyTorch's dispatch and launch, and the
+Python around each op (transformers' and PEFT's modules). Measured on the H200 node of the
+second GPU window (docs/performance.md): a training rollout's decoding step at 28 layers
+(3,472 ops under LoRA) took 99-110 ms at Qwen3-0.6B and -1.7B alike, with 64 rows or 192,
+so 29 µs an op; at 36 layers (4B) 104-141 ms. The first guess, 8 µs (eager PyTorch's
+dispatch alone), was 3.6 times too few."""
 MATMUL_EFFICIENCY = 0.5
 """The share of the peak that prefill and the update's matrix products reach (an assumption)."""
 KV_PASSES = 3
@@ -1109,13 +1113,19 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> d
         policy.train(False)
         synchronize(device)
         began = time.perf_counter()
-        for call in calls:
+        for number, call in enumerate(calls, 1):
+            started = time.perf_counter()
             for j, completion in enumerate(generate(call.role, call_prompts(call, rng))):
                 episode, agent = episodes[j % count], call.agents[j // count]
                 index = sum(t.agent == agent for t in episode.turns)
                 advantage = 1.0 if (j % count) % 2 == 0 else -1.0
                 episode.turns.append(Turn(call.role, agent, index, "", completion, advantage=advantage))
             out["processed_tokens"] += call.distinct * call.prompt + call.rows * reply
+            synchronize(device)
+            took = time.perf_counter() - started
+            # As it goes: a window that closes mid-step still learns how fast decoding was.
+            print(f"    rollout call {number} of {len(calls)} ({call.role}): {call.rows} rows × {call.prompt} + {reply} "
+                  f"tokens in {took:.1f} s ({took / reply * 1e3:.1f} ms per decoding step)", flush=True)  # fmt: skip
         synchronize(device)
         out["rollout_s"] = time.perf_counter() - began
         policy.train(True)
@@ -1126,6 +1136,7 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> d
         )  # fmt: skip
         synchronize(device)
         out["update_s"] = time.perf_counter() - began
+        print(f"    update: {sum(len(e.turns) for e in episodes)} turns in {out['update_s']:.1f} s", flush=True)
     turns = [t for e in episodes for t in e.turns]
     out["completion_tokens"] = sum(len(t.completion.completion_ids) for t in turns)
     out["update_tokens"] = sum(len(t.completion.prompt_ids) + len(t.completion.completion_ids) for t in turns)
@@ -1442,6 +1453,9 @@ def main() -> None:
         write_json(args.json, dry_run(args, args.shape))
         return
 
+    from matrixrl.models.devices import allocator_defaults
+
+    allocator = allocator_defaults()  # as a GPU job sets it, before CUDA starts (it reads them then)
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -1455,13 +1469,14 @@ def main() -> None:
     cases = args.shape is None or args.cases
     print(f"device: {name}; {f'compute dtype {args.dtype}; ' if cases else ''}torch {torch.__version__}; "
           f"peak {f'{peak:.0f} TFLOP/s' if peak else 'unknown'}")  # fmt: skip
+    expandable = expandable_segments(torch) if cuda else None
     if cuda:  # the caching allocator's settings decide the reserved peaks (docs/performance.md)
-        print(f"allocator: PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r}")
+        print(f"allocator: {allocator}; segments {'expandable' if expandable else 'fixed'} (as a GPU job's)")
     if args.budget_s is not None:
         print(f"budget: {args.budget_s:g} s; expected times on paper for {hw.line()}, then as measured so far")
     payload: dict = {
         "device": name, "torch": torch.__version__, "peak_tflops": peak, "budget_s": args.budget_s, "hardware": hw.__dict__,
-        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "alloc_conf": allocator, "expandable_segments": expandable,
     }  # fmt: skip
     failed_cases = failed_shapes = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -1508,6 +1523,15 @@ def main() -> None:
     write_json(args.json, {**payload, "skipped": budget.skipped})
     if failed_cases or failed_shapes:
         raise SystemExit(1)
+
+
+def expandable_segments(torch) -> bool:
+    """Whether the caching allocator's segments grow in place (what its settings made of
+    ``expandable_segments``): read from a segment it reserves now."""
+    probe = torch.empty(1, device="cuda")
+    found = any(segment.get("is_expandable", False) for segment in torch.cuda.memory._snapshot()["segments"])
+    del probe
+    return found
 
 
 @contextlib.contextmanager

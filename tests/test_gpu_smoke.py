@@ -172,7 +172,7 @@ def test_dry_mode_prints_each_shapes_estimates_without_building_anything(tmp_pat
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("examples/paper.yaml on paper for one H200 (989 TFLOP/s, 4.8 TB/s, host 8 µs per op)")
+    assert lines[0].startswith("examples/paper.yaml on paper for one H200 (989 TFLOP/s, 4.8 TB/s, host 29 µs per op)")
     largest = _plan_largest(tmp_path)
     parameters = {"qwen3-0.6b": "596,049,920", "qwen3-1.7b": "1,720,574,976", "qwen3-4b": "4,022,468,096"}
     written = json.loads(out.read_text())
@@ -227,8 +227,9 @@ def test_the_documented_dry_runs_are_the_scripts(run_bench):
     docs = (REPO / "docs" / "performance.md").read_text()
     lines = run_bench("gpu_smoke.py", "--shape", "all", "--dry")
     assert "$ python bench/gpu_smoke.py --shape all --dry\n" + "\n".join(lines) + "\n```" in docs
-    lines = run_bench("gpu_smoke.py", "--dry", "--cases", "--shape", "qwen3-4b,qwen3-0.6b,qwen3-1.7b", "--budget-s", "460")
-    assert "--budget-s 460 | tail -4\n" + "\n".join(lines[-4:]) + "\n```" in docs
+    window = ("--budget-s", "430", "--set", "train.max_new_tokens=256", "--set", "eval.max_new_tokens=256")  # gpu_window.sh's
+    lines = run_bench("gpu_smoke.py", "--dry", "--cases", "--shape", "qwen3-4b,qwen3-0.6b,qwen3-1.7b", *window)
+    assert " ".join(window) + " | tail -4\n" + "\n".join(lines[-4:]) + "\n```" in docs
 
 
 def test_dry_mode_shows_what_a_budget_would_skip(run_bench, tmp_path):
@@ -239,7 +240,7 @@ def test_dry_mode_shows_what_a_budget_would_skip(run_bench, tmp_path):
     budget = written["budget"]
     papers = {f"{name} {part}": paper["seconds"] for name, shape in written["shapes"].items() for part, paper in shape["paper"].items()}
     assert "the cases on paper: 16 × 3 s = 48 s" in lines
-    assert budget["skipped"], "the whole check does not fit 460 s on paper at 8 µs per op"
+    assert budget["skipped"], "the whole check does not fit 460 s on paper at 29 µs per op"
     skipped = 0.0
     for part in budget["skipped"]:
         assert part["line"] in lines and part["expected_s"] > part["left_s"]
