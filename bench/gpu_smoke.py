@@ -84,6 +84,10 @@ against the estimate (allocated within ±15% of the estimate's tensors, reserved
 its total), rollout, update and evaluation tokens/s and MFU. ``--scale-down F`` divides the
 widths, layers and vocabulary (heads kept): the same code on CPU, for tests.
 
+``--profile-decode N`` then decodes the evaluation batch's call under the training's sampler and
+the evaluation's, N and 2N steps, and prints per step the time, the ATen ops and the ops that
+take the host longest (``profile_decoding``).
+
 ``--dry`` prints each shape's estimates (memory per job, what dominates, where the peak is)
 and the time on paper of its parts, without building or running anything (torch is not
 imported), for ``--gpu`` (default H200) of bench/gpu.py's tables.
@@ -1289,6 +1293,15 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
             "evaluation batch", lambda: evaluation_part(eval_spec, eval_found, fields, device, policy, tokenizer, memory, peak),
             shown=lambda out: f" ({out['chunk']})",
         )  # fmt: skip
+        if args.profile_decode:  # not budgeted: a few seconds, asked for
+            memory.release()
+            try:
+                chunk = evaluation_chunk(eval_spec, job_model(eval_spec, fields, device))
+                row["profile"] = profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk, args.profile_decode)
+                print("\n".join(profile_lines(row["profile"])), flush=True)
+            except Exception as exc:
+                failed("decoding profile", exc)
+            save(row)
     finally:
         policy = tokenizer = None
         gc.collect()
@@ -1343,6 +1356,88 @@ def evaluation_part(spec, found, fields: dict, device: str, policy, tokenizer, m
     out["memory_check"], failures = memory_check("evaluation", out.pop("memory"), found)
     out["failures"] += failures
     return out
+
+
+def profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk: Replayed, steps: int) -> dict:
+    """Where a decoding step's time goes (``--profile-decode N``): the evaluation batch's call
+    (``chunk``) decoded with each sampler, the training's (entropies and log-probabilities
+    recorded) and the evaluation's (keyed), on the same policy, rows and prompts, uncapped. Per
+    step, from calls of N and 2N steps (their difference leaves the prefill out; each timed
+    twice, the faster kept): the wall time, the ATen ops launched (views aside, as ``count_ops`` counts them) and so the host's
+    time per op; and the ops taking the most time on the host, from the profiler.
+    The second GPU window found a training rollout's step twice an evaluation's on the same
+    call; this says whether the sampler or the conditions of the training part make it."""
+    import random
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from matrixrl.jobs.evaluate import eval_seed
+    from matrixrl.train.rollout import make_generate
+
+    class Counted(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    prompts = call_prompts(chunk, random.Random(2))
+    samplers = {
+        "training sampler": dict(temperature=train_spec.train.temperature, sample=True),
+        "evaluation sampler": dict(  # as run_evaluation: keyed sampling, or greedy at temperature 0
+            temperature=eval_spec.eval.temperature or 1.0, sample=eval_spec.eval.temperature > 0,
+            seed=eval_seed(eval_spec.cell.seed, eval_spec.train.steps) if eval_spec.eval.temperature > 0 else None,
+        ),
+    }  # fmt: skip
+    policy.train(False)
+    out = {"call": f"the {chunk.kind} call: {chunk.rows} rows × {chunk.prompt:,} tokens", "steps": steps}
+    for name, how in samplers.items():
+
+        def run(n: int):
+            torch.manual_seed(0)
+            return make_generate(policy, HiddenEos(tokenizer), max_new_tokens=n, batch_size=chunk.rows, **how)(chunk.role, prompts)
+
+        run(2)  # warm: cuBLAS handles, Triton's compilation, the allocator's segments
+        seconds, ops = {}, {}
+        for n in (steps, 2 * steps):
+            seconds[n] = math.inf
+            for _ in range(2):  # the faster of two: the difference of two noisy times is noisier
+                synchronize(policy.device)
+                began = time.perf_counter()
+                run(n)
+                synchronize(policy.device)
+                seconds[n] = min(seconds[n], time.perf_counter() - began)
+            counted = Counted()
+            with counted:
+                run(n)
+            ops[n] = counted.n
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if policy.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            run(2 * steps)
+        step_s = (seconds[2 * steps] - seconds[steps]) / steps
+        step_ops = (ops[2 * steps] - ops[steps]) / steps
+        top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+        out[name] = {
+            "step_ms": step_s * 1e3, "ops_per_step": step_ops, "us_per_op": step_s / step_ops * 1e6 if step_ops else None,
+            "top_self_cpu": [
+                {"op": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in top
+            ],
+        }  # fmt: skip
+    return out
+
+
+def profile_lines(found: dict) -> list[str]:
+    """``profile_decoding``'s figures, a line per sampler and its top ops."""
+    lines = [f"  decoding profile ({found['call']}, {found['steps']} and {2 * found['steps']} steps):"]
+    for name in ("training sampler", "evaluation sampler"):
+        f = found[name]
+        per_op = f"{f['us_per_op']:.1f} µs an op" if f["us_per_op"] else "no ops counted"
+        lines.append(f"    {name}: {f['step_ms']:.1f} ms a step, {f['ops_per_step']:,.0f} ops a step ({per_op}); on the host, most: "
+                     + ", ".join(f"{t['op']} {t['self_cpu_ms']:.0f} ms/{t['calls']}" for t in f["top_self_cpu"][:5]))  # fmt: skip
+    return lines
 
 
 SHAPE_COLUMNS = (
@@ -1435,6 +1530,7 @@ def parse_args(argv=None):
     parser.add_argument("--dry", action="store_true", help="print each shape's estimates and time on paper; build and run nothing")
     parser.add_argument("--budget-s", type=float, default=None, help="skip, with a line, each part whose expected time exceeds what is left")
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
+    parser.add_argument("--profile-decode", type=int, default=0, metavar="N", help="with --shape: after each shape's parts, profile N decoding steps under each sampler (profile_decoding)")
     parser.add_argument("--config", type=Path, default=PAPER, help="the config whose plan names each shape's largest jobs")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting of --config (as matrixrl's --set)")
     parser.add_argument("--scale-down", type=int, default=1, help="divide the shapes' widths, layers and vocabulary (CPU tests)")

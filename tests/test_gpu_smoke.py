@@ -256,9 +256,17 @@ def test_a_scaled_down_shape_trains_and_evaluates_on_cpu(run_bench, tmp_path):
     """--shape with the shape scaled down: built, loaded as an hf scale, its largest training step
     and evaluation batch run once, reported in the table and the JSON."""
     out = tmp_path / "smoke.json"
-    lines = run_bench("gpu_smoke.py", "--shape", "qwen3-0.6b", "--scale-down", "16", *SMALL, "--json", str(out))
+    lines = run_bench("gpu_smoke.py", "--shape", "qwen3-0.6b", "--scale-down", "16", *SMALL, "--json", str(out), "--profile-decode", "2")
     assert lines[-1] == "shapes: 1 passed, 0 failed, 0 skipped"
     assert "no CUDA here: skipped for every shape: the memory peaks (allocated and reserved) and MFU" in lines
+    # --profile-decode: the evaluation batch's call decoded under each sampler, per step
+    profile = json.loads(out.read_text())["shapes"][0]["profile"]
+    assert profile["call"].startswith("the synthesizer call: 4 rows × ") and profile["steps"] == 2
+    at = lines.index(f"  decoding profile ({profile['call']}, 2 and 4 steps):")
+    for k, sampler in enumerate(("training sampler", "evaluation sampler")):
+        found = profile[sampler]
+        assert found["ops_per_step"] > 0 and len(found["top_self_cpu"]) == 8, found
+        assert lines[at + 1 + k].startswith(f"    {sampler}: {found['step_ms']:.1f} ms a step, {found['ops_per_step']:,.0f} ops a step")
     header = next(i for i, line in enumerate(lines) if line.startswith("shape  "))
     row = lines[header + 1]
     assert row.startswith("qwen3-0.6b/16 ") and " ok " in row and "n/a (CPU)" in row and "base same" in row, row
