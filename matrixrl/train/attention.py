@@ -6,8 +6,10 @@ in the queries' gradient when a query row's log-sum-exp is very low (below about
 at some sequence lengths (pytorch/pytorch#196678; TRL met it in DPO, huggingface/trl#7181).
 The update's batches are left-padded prompts (``grpo.TurnBatch``), so they always carry
 a mask, and a padding position attends to nothing at all: the lowest log-sum-exp
-there is. The forward pass stays finite and the loss with it; the gradient norm is NaN
-(docs/performance.md, "The first GPU window": every eval_opt case on an H200).
+there is. The forward pass stays finite and the loss with it; the gradient norm is NaN:
+every eval_opt case on an H200, whose torch 2.11 gave NaN queries' gradients for a
+left-padded row at lengths 192 and 704, none at 256 and 640, and none with cuDNN's kernel
+left out (docs/performance.md, "The second GPU window").
 
 So the forward passes the update differentiates run with cuDNN's kernel left out: SDPA
 picks among flash, memory-efficient and math attention as it did before torch 2.11. The
