@@ -819,6 +819,23 @@ def _shown_path(path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
+def ops_launched(run) -> int:
+    """The ATen ops (views aside) that ``run()`` launches, counted as they are dispatched."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counted(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    mode = Counted()
+    with mode:
+        run()
+    return mode.n
+
+
 def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
     """The ATen ops (views aside) a decoding step and an update's micro-batch launch, per decoder
     layer and outside the layers: counted on CPU in a one- and a two-layer Qwen3 computing in
@@ -826,7 +843,6 @@ def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
     training sampler on a padded batch, and ``completion_logps`` forward and backward.
     What ``DECODE_OPS`` and ``UPDATE_OPS`` hold (tests/test_gpu_smoke.py keeps them in step)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from matrixrl.config import Policies
@@ -836,21 +852,6 @@ def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
     from matrixrl.train.rollout import decode
     from matrixrl.train.samplers import SampledChooser
     from matrixrl.workflows.base import Completion, Turn
-
-    class Counted(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += not func.is_view
-            return func(*args, **(kwargs or {}))
-
-    def counted(run) -> int:
-        mode = Counted()
-        with mode:
-            run()
-        return mode.n
 
     found = {}
     for layers in (1, 2):
@@ -875,11 +876,11 @@ def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
                     choose = SampledChooser(1.0, 4, steps, "cpu")
                     decode(model, ids, mask, None, max_new_tokens=steps, eos=-1, pad=0, choose=choose)
 
-            return counted(run)
+            return ops_launched(run)
 
         completion = Completion("", list(range(5, 17)), list(range(20, 28)), sampled_logps=[0.0] * 8)
         batch = TurnBatch.from_turns([Turn("generator", "generator0", 0, "", completion, advantage=1.0)] * 2, 0)
-        update = counted(lambda: completion_logps(model, batch, 1.0).sum().backward())
+        update = ops_launched(lambda: completion_logps(model, batch, 1.0).sum().backward())
         found[layers] = (decoding(2) - decoding(1), update)
     return {
         kind: (found[2][k] - found[1][k], 2 * found[1][k] - found[2][k]) for k, kind in enumerate(("decode", "update"))
@@ -1363,24 +1364,16 @@ def profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk: Replayed, 
     (``chunk``) decoded with each sampler, the training's (entropies and log-probabilities
     recorded) and the evaluation's (keyed), on the same policy, rows and prompts, uncapped. Per
     step, from calls of N and 2N steps (their difference leaves the prefill out; each timed
-    twice, the faster kept): the wall time, the ATen ops launched (views aside, as ``count_ops`` counts them) and so the host's
+    twice, the faster kept): the wall time, the ATen ops launched (``ops_launched``, as ``count_ops`` counts them) and so the host's
     time per op; and the ops taking the most time on the host, from the profiler.
     The second GPU window found a training rollout's step twice an evaluation's on the same
     call; this says whether the sampler or the conditions of the training part make it."""
     import random
 
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from matrixrl.jobs.evaluate import eval_seed
     from matrixrl.train.rollout import make_generate
-
-    class Counted(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += not func.is_view
-            return func(*args, **(kwargs or {}))
 
     prompts = call_prompts(chunk, random.Random(2))
     samplers = {
@@ -1408,10 +1401,7 @@ def profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk: Replayed, 
                 run(n)
                 synchronize(policy.device)
                 seconds[n] = min(seconds[n], time.perf_counter() - began)
-            counted = Counted()
-            with counted:
-                run(n)
-            ops[n] = counted.n
+            ops[n] = ops_launched(lambda: run(n))
         activities = [torch.profiler.ProfilerActivity.CPU]
         if policy.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
