@@ -11,7 +11,7 @@
 # failure is reported and the next still runs; the exit status is the smoke test's.
 # GPU_SMOKE_ARGS adds arguments to bench/gpu_smoke.py (the CPU test scales the shapes down).
 # SHAPE_NEW_TOKENS (default 256) is the shapes' max_new_tokens: decoding is host-bound at about
-# 100 ms a step on an H200 node, so the paper's 1,024 would take 5-8 minutes per training step
+# 100 ms a step on an H200 node, so the paper's 1,024 would take 6-8 minutes per training step
 # alone; at 256 the three shapes fit the window, and each checks the same estimator that gives
 # the paper's figures (docs/performance.md, "The GPU window").
 set -u
