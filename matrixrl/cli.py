@@ -327,6 +327,10 @@ def run(
     running jobs end, their checkpoints stay, Snakemake's lock is released, and
     `matrixrl run` resumes. A kill -9 of matrixrl takes Snakemake and its jobs with it.
 
+    Local jobs fork from a job server that imported torch once; it stays
+    $MATRIXRL_JOB_SERVER_LINGER_S seconds (default 300, 0: not at all) after the
+    run, so the next run's jobs start at once (docs/architecture.md).
+
     Examples:
 
         matrixrl run --cores 2

@@ -257,10 +257,15 @@ def _kill(pid: int, signum: int) -> None:
 
 
 def _killpg(pgid: int, signum: int) -> None:
+    """Signal Snakemake's process group and the jobs it asked the job server for, which are
+    the server's children, not in the group (matrixrl/jobs/forked.py)."""
     try:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+    from matrixrl.jobs.forked import signal_jobs
+
+    signal_jobs(pgid, signum)
 
 
 def _option(command: list[str], name: str) -> str | None:
