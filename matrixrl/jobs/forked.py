@@ -139,15 +139,13 @@ def run_in_server(request: dict, preload: list[str] | None = None) -> int:
         with conn:
             _send(conn, request)
             reply = _receive(conn)
-            if reply is None or reply.get("stale"):
-                continue  # its code changed since it imported it: the next _connect starts a fresh one
-            if "error" in reply:
-                raise JobServerError(reply["error"])
+            if reply is None or "pid" not in reply:  # it answered "stale" (and stopped listening) or ended
+                continue
             done = _receive(conn)
             if done is None:
-                raise JobServerError(f"the job server ended while {request.get('title', 'a job')} ran; see {_server_log(env)}")
+                raise JobServerError(f"the job server ended while {request['title']} ran; see {_server_log(env, preload)}")
             return int(done["exitcode"])
-    raise JobServerError(f"no job server would take {request.get('title', 'a job')}; see {_server_log(env, preload)}")
+    raise JobServerError(f"no job server would take {request['title']}; see {_server_log(env, preload)}")
 
 
 def signal_jobs(pgid: int, signum: int) -> int:
@@ -319,10 +317,15 @@ class _Server:
                 self._handle(conn)
 
     def _handle(self, conn: socket.socket) -> None:
-        request = _receive(conn)
+        conn.settimeout(10)  # a requester that connected and never wrote must not hold up the others
+        try:
+            request = _receive(conn)
+        except OSError:
+            request = None
         if request is None:
             conn.close()
             return
+        conn.settimeout(None)
         if request["op"] == "signal":
             signalled = 0
             for pid, (_, pgid) in self.children.items():
