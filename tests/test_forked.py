@@ -101,7 +101,7 @@ def test_one_server_serves_the_runs_that_follow_and_ends_once_idle(tmp_path) -> 
     assert client(tmp_path, [(5, 0)], linger=3) == [5]
     assert servers(tmp_path) == [first]  # the second run asked the first run's server
     wait_until(lambda: servers(tmp_path) == [], timeout=20)  # nobody asks for 3 s: it ends
-    assert list((tmp_path / "run").rglob("*.sock")) == []
+    assert list((tmp_path / "run").rglob("*.sock")) == list((tmp_path / "run").rglob("*.log")) == []
 
 
 def test_a_changed_module_gets_a_fresh_server(tmp_path) -> None:
@@ -169,3 +169,14 @@ def test_the_server_outlives_the_run_that_started_it_in_no_way_tied_to_it(tmp_pa
     assert b"MATRIXRL_RUN_PID" not in environ
     assert os.readlink(f"/proc/{server}/cwd") == "/"
     assert os.getsid(server) == server  # a session of its own: no signal to a run's group reaches it
+
+
+def test_a_batch_jobs_server_is_its_own_and_ends_with_it(tmp_path) -> None:
+    # On a cluster node a job must not run its work in another allocation's server, nor leave one behind.
+    assert client(tmp_path, [(0, 0)], linger=60) == [0]
+    (outside,) = servers(tmp_path)
+    in_job = client(tmp_path, [(0, 3)], linger=60, wait=False, SLURM_JOB_ID="41")
+    wait_until(lambda: len(servers(tmp_path)) == 2)  # the job asked a server of its own
+    out, _ = in_job.communicate(timeout=30)
+    assert json.loads(out) == [0]
+    wait_until(lambda: servers(tmp_path) == [outside])  # which ended with it, linger or not

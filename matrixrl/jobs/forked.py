@@ -9,6 +9,8 @@ fresh child per job. One server serves every run of the same Python, code and
 environment one after another, and several at once: it outlives the run that started
 it by :data:`LINGER_ENV` seconds (default :data:`DEFAULT_LINGER_S`), so that the next
 `matrixrl run` (a sweep's next value, a test suite's next run) starts its jobs at once.
+Inside a SLURM (PBS, LSF) job the server is that job's own and ends with it
+(:data:`BATCH_JOB_VARS`).
 
 The child is still its own process, exactly as a shell job's:
 
@@ -93,6 +95,9 @@ KEY_PREFIXES = (
     "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON_", "LD_", "VIRTUAL_ENV",
 )  # fmt: skip
 PER_RUN = ("MATRIXRL_RUN_PID", "MATRIXRL_RUN_LOG", LINGER_ENV)
+BATCH_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+"""Set inside a batch system's job: there the server is that job's own and ends with it, so
+that no job's work runs outside its allocation (its cgroup, its GPUs) and nothing outlives it."""
 SERVER_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ")
 
 _PR_SET_PDEATHSIG = 1
@@ -172,7 +177,7 @@ def server_key(env: dict[str, str], preload: list[str] | None = None) -> str:
     ``OMP_NUM_THREADS``, ...) is another server."""
     digest = hashlib.sha256(sys.executable.encode())
     for name in sorted(env):
-        if name.startswith(KEY_PREFIXES) and name not in PER_RUN:
+        if (name.startswith(KEY_PREFIXES) and name not in PER_RUN) or name in BATCH_JOB_VARS:
             digest.update(f"\0{name}={env[name]}".encode())
     digest.update(json.dumps(PRELOAD if preload is None else preload).encode())
     return digest.hexdigest()[:20]
@@ -234,7 +239,7 @@ def _start_server(address: Path, env: dict[str, str], preload: list[str] | None)
     for name in PER_RUN[:2]:
         server_env.pop(name, None)
     server_env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    linger = env.get(LINGER_ENV)
+    linger = "0" if any(env.get(name) for name in BATCH_JOB_VARS) else env.get(LINGER_ENV)
     command = [sys.executable, "-m", "matrixrl.jobs.forked", str(address), linger or str(DEFAULT_LINGER_S)]
     command += [",".join(PRELOAD if preload is None else preload), str(os.getpid())]
     with open(_server_log(env, preload), "w") as log:
@@ -286,6 +291,7 @@ class _Server:
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its requester's connection, the requester's pgid)
         self.requesters = {starter}  # pids of processes that asked for a job: the server lingers after the last
         self.idle_since = time.monotonic()
+        self.stale = False
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(address))
         self.listener.listen(64)
@@ -304,6 +310,8 @@ class _Server:
                 self.idle_since = time.monotonic()
             elif time.monotonic() - self.idle_since >= self.linger_s:
                 self._stop_listening()
+                if not self.stale:  # a clean end leaves no log (a newer server of the same key writes its own)
+                    self.address.with_suffix(".log").unlink(missing_ok=True)
                 return
             listening = [self.listener] if self.listener.fileno() != -1 else []
             readable, _, _ = select.select([*listening, self.wakeup_r, *self.pending], [], [], 1.0)
@@ -341,6 +349,7 @@ class _Server:
             _send(conn, {"stale": changed})
             conn.close()
             self._stop_listening()  # the requester starts a fresh server; this one ends with its children
+            self.stale = True
             self.linger_s = 0
             return
         peer_pid, peer_uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
