@@ -290,6 +290,7 @@ class _Server:
         self.linger_s = linger_s
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its requester's connection, the requester's pgid)
         self.requesters = {starter}  # pids of processes that asked for a job: the server lingers after the last
+        self.pending: list[socket.socket] = []  # accepted, request not read yet
         self.idle_since = time.monotonic()
         self.stale = False
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -302,7 +303,6 @@ class _Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through the wakeup fd
 
     def serve(self) -> None:
-        self.pending: list[socket.socket] = []  # accepted, request not read yet
         while True:
             self._reap()
             self.requesters = {pid for pid in self.requesters if _alive(pid)}
@@ -416,20 +416,12 @@ def _module_files() -> dict[str, int]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (a Snakemake its run has not reaped yet) does not."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and _state(pid) not in ("Z", "X")
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return "X"
+        return False
+    return state not in ("Z", "X")
 
 
 def _child(conn: socket.socket, request: dict) -> None:
