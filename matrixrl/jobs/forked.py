@@ -94,7 +94,8 @@ KEY_PREFIXES = (
     "PYTHON", "MATRIXRL_", "OMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_",
     "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON_", "LD_", "VIRTUAL_ENV",
 )  # fmt: skip
-PER_RUN = ("MATRIXRL_RUN_PID", "MATRIXRL_RUN_LOG", LINGER_ENV)
+RUN_VARS = ("MATRIXRL_RUN_PID", "MATRIXRL_RUN_LOG")
+PER_RUN = (*RUN_VARS, LINGER_ENV)
 BATCH_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 """Set inside a batch system's job: there the server is that job's own and ends with it, so
 that no job's work runs outside its allocation (its cgroup, its GPUs) and nothing outlives it."""
@@ -201,22 +202,22 @@ def _server_log(env: dict[str, str], preload: list[str] | None = None) -> Path:
 
 def _connect(env: dict[str, str], preload: list[str] | None) -> socket.socket:
     """A connection to the server for ``env``, started first if none listens."""
-    key = server_key(env, preload)
-    address = _socket_dir() / f"{key}.sock"
+    folder, key = _socket_dir(), server_key(env, preload)
+    address, log = folder / f"{key}.sock", folder / f"{key}.log"
     conn = _try_connect(address)
     if conn is not None:
         return conn
-    with open(_socket_dir() / f"{key}.lock", "w") as lock:
+    with open(folder / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one requester starts it; the others wait here, then connect
         conn = _try_connect(address)
         if conn is not None:
             return conn
         address.unlink(missing_ok=True)  # a dead server's
-        server = _start_server(address, env, preload)
+        server = _start_server(address, log, env, preload)
         deadline = time.monotonic() + PRELOAD_TIMEOUT_S
         while (conn := _try_connect(address)) is None:
             if server.poll() is not None or time.monotonic() > deadline:
-                tail = _server_log(env, preload).read_text(errors="replace").strip().splitlines()[-5:]
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise JobServerError(f"the job server did not start: {' | '.join(tail) or 'no output'}")
             time.sleep(0.05)
         return conn
@@ -232,19 +233,19 @@ def _try_connect(address: Path) -> socket.socket | None:
     return conn
 
 
-def _start_server(address: Path, env: dict[str, str], preload: list[str] | None) -> subprocess.Popen:
+def _start_server(address: Path, log: Path, env: dict[str, str], preload: list[str] | None) -> subprocess.Popen:
     """Fork + exec a server in a session of its own, from the root folder, with only the
     variables that steer imports: nothing ties it to the run that started it."""
     server_env = {k: v for k, v in env.items() if (k.startswith(KEY_PREFIXES) or k in SERVER_ENV_KEEP or k.startswith("LC_"))}
-    for name in PER_RUN[:2]:
+    for name in RUN_VARS:
         server_env.pop(name, None)
     server_env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     linger = "0" if any(env.get(name) for name in BATCH_JOB_VARS) else env.get(LINGER_ENV)
     command = [sys.executable, "-m", "matrixrl.jobs.forked", str(address), linger or str(DEFAULT_LINGER_S)]
     command += [",".join(PRELOAD if preload is None else preload), str(os.getpid())]
-    with open(_server_log(env, preload), "w") as log:
+    with open(log, "w") as output:
         return subprocess.Popen(
-            command, env=server_env, cwd="/", stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            command, env=server_env, cwd="/", stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
         )
 
 
