@@ -52,8 +52,12 @@ GPUS = {"80 GB": 81_559 * 2**20, "141 GB": 143_771 * 2**20}
 class LiveTensors:
     """Live tensor bytes over a region: torch's profiler records every allocation and free
     with ``profile_memory``; their running sum, plus what was live before, is the live
-    memory. Allocations made before the region and freed in it go unrecorded, so the
-    region starts before anything the job allocates (only the loaded weights precede it)."""
+    memory. Only the blocks allocated in the region count: the CPU allocator also reports
+    the free of a block allocated under an earlier profiler (one an earlier measurement left
+    in a reference cycle that the garbage collector frees here), which would take its bytes
+    off this region's sum. Allocations made before the region and freed in it go
+    unrecorded too, so the region starts before anything the job allocates (only the loaded
+    weights precede it)."""
 
     def __enter__(self):
         from torch.profiler import ProfilerActivity, profile
@@ -64,10 +68,35 @@ class LiveTensors:
 
     def __exit__(self, *exc):
         self.profiler.__exit__(*exc)
-        events = sorted(
-            (e.start_ns(), e.nbytes()) for e in self.profiler.profiler.kineto_results.events() if e.name() == "[memory]"
-        )
-        self.peak = max(itertools.accumulate(nbytes for _, nbytes in events), default=0)
+        self.peak = peak_of(allocations(self.profiler.profiler.kineto_results.experimental_event_tree()))
+
+
+def allocations(roots) -> list[tuple[int, int, int]]:
+    """(time, bytes, address) of every allocation (bytes > 0) and free (< 0) in a profiler's event tree."""
+    from torch._C._profiler import _EventType
+
+    found, stack = [], list(roots)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == _EventType.Allocation:
+            found.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.ptr))
+    return found
+
+
+def peak_of(events) -> int:
+    """The highest running sum of ``events``' bytes in time order, counting a free only where the
+    region allocated its block (a free first where both fall on the same nanosecond)."""
+    live: dict[int, int] = {}
+    total = peak = 0
+    for _, nbytes, address in sorted(events):
+        if nbytes > 0:
+            live[address] = nbytes
+            total += nbytes
+            peak = max(peak, total)
+        else:
+            total -= live.pop(address, 0)
+    return peak
 
 
 def tensor_bytes(modules) -> int:
