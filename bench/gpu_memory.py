@@ -8,10 +8,11 @@ SmolLM2-135M-Instruct (chat prompts, bfloat16 autocast on CPU unless the case sa
 float32), on CPU, one thread. The measured peak is that of live tensor memory: the
 bytes of the policy's weights (and reference) when the job starts, plus the highest
 running sum of every allocation and free torch's profiler records (``profile_memory``)
-over the job (on CPU, 16-bit output layers read a contiguous input, as on a GPU: see
-``contiguous_output_layer``). Each case is measured where the estimate's worst case holds: every reply
-runs to ``max_new_tokens`` (the tokenizer's EOS is hidden from the decoder) and every
-turn learns (rewards alternate within each group, so every advantage is non-zero).
+over the job (on CPU, 16-bit output layers read a contiguous input, as on a GPU:
+``matrixrl.models.hf._contiguous_input``). Each case is measured where the estimate's
+worst case holds: every reply runs to ``max_new_tokens`` (the tokenizer's EOS is hidden
+from the decoder) and every turn learns (rewards alternate within each group, so every
+advantage is non-zero).
 
 The table gives, in MiB (2^20 bytes), the estimate of the tensors (no CUDA runtime:
 this is CPU), the measured peak, their ratio, the estimate with the prompt lengths the
@@ -132,16 +133,6 @@ def alternating_rewards(episodes, task, mode, scores=None) -> None:
         episode.reward = float(k % 2)
         for turn in episode.turns:
             turn.reward = episode.reward
-
-
-def contiguous_output_layer(model) -> None:
-    """Make the output layer's input contiguous. On CPU, torch multiplies a non-contiguous 3-D
-    16-bit input (the last positions ``logits_to_keep`` slices out of a prefill or an update)
-    by the output layer's weight through ``bmm`` with that weight copied once per row (rows ×
-    vocabulary × hidden × 2 bytes: 1.7 GiB for 32 rows of SmolLM2); CUDA's strided batched
-    GEMM reads the one weight for every row. With the input contiguous, the CPU holds what a
-    GPU would (plus that input's small copy)."""
-    model.get_output_embeddings().register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
 
 
 @contextlib.contextmanager
@@ -268,13 +259,10 @@ def measure(case: Case, spec, base: Path) -> tuple[int, dict]:
     cell = replace(cell, tokenizer=HiddenEos(cell.tokenizer))
     longest: dict[str, int] = {}
     torch.manual_seed(0)
-    sixteen_bit = cell.source.dtype != "float32"
     if case.job == "training":
         policy = cell.new_policy(reference=needs_reference(spec.train))
         held = [*policy._models(), *filter(None, [getattr(policy, "reference_model", None)])]
         before = tensor_bytes(held)
-        for model in held if sixteen_bit else ():
-            contiguous_output_layer(model)
         cfg = spec.train
         original = trainer.assign_rewards
         trainer.assign_rewards = alternating_rewards
@@ -297,8 +285,6 @@ def measure(case: Case, spec, base: Path) -> tuple[int, dict]:
 
         policy = cell.new_policy()
         before = tensor_bytes(policy._models())
-        for model in policy._models() if sixteen_bit else ():
-            contiguous_output_layer(model)
         cfg = spec.eval
         with recording_prompts(cell.workflow, longest), LiveTensors() as live:
             generate = cell.make_generate(

@@ -138,6 +138,28 @@ def test_every_lora_adapter_is_float32_on_a_bfloat16_base(model_dir, tmp_path, m
     assert dtypes(loaded) == {(True, "torch.float32"), (False, "torch.bfloat16")}
 
 
+@pytest.mark.parametrize("mode,adapter", [("shared", "full"), ("isolated", "full"), ("isolated", "lora")])
+def test_a_16_bit_output_layer_on_cpu_reads_a_contiguous_input(model_dir, mode, adapter):
+    """The last positions a forward keeps (``logits_to_keep``: a decoding step, an update's
+    completions) are a strided view; a 16-bit output layer on CPU gets them contiguous, or
+    CPUs with 16-bit matrix units copy its weight once per row (matrixrl.models.hf). Float32
+    keeps the view: the input these tests give is the strided case."""
+    inputs = torch.arange(4 * 6).reshape(4, 6) % 40 + 4
+
+    def contiguity(policy) -> set[bool]:
+        seen = set()
+        for role in ROLES:
+            output_layer = policy.model_for(role).get_output_embeddings()
+            hook = output_layer.register_forward_pre_hook(lambda module, args: seen.add(args[0].is_contiguous()))
+            with torch.no_grad():
+                policy.model_for(role)(input_ids=inputs, logits_to_keep=1)
+            hook.remove()
+        return seen
+
+    assert contiguity(policy_of(model_dir, "bfloat16", mode, adapter)) == {True}
+    assert contiguity(policy_of(model_dir, "float32", mode, adapter)) == {False}
+
+
 def test_a_full_checkpoint_keeps_float32_master_weights(model_dir, tmp_path):
     policy = policy_of(model_dir, "bfloat16")
     policy.train(True)
