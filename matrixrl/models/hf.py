@@ -109,7 +109,8 @@ def _contiguous_input(module, args):
     prefill, a decoding step or an update are a strided view; on CPUs with native 16-bit
     matrix units (AMX, AVX512-BF16) torch multiplies such a 3-D 16-bit input through oneDNN's
     ``bmm`` with the output layer's weight copied once per row: rows × vocabulary × hidden × 2
-    bytes (1.7 GiB for 32 rows of SmolLM2), written again at every decoding step. CUDA's batched GEMM reads the one weight for every row, so a GPU needs no copy."""
+    bytes (1.7 GiB for 32 rows of SmolLM2), written again at every decoding step. CUDA's
+    batched GEMM reads the one weight for every row, so a GPU needs no copy."""
     return (args[0].contiguous(), *args[1:])
 
 
