@@ -37,23 +37,37 @@ def fresh_cache():
     sandbox.clear_cache()
 
 
+def command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def sandbox_processes() -> set[int]:
     """PIDs of live sandbox children (any test's), by their command line."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if str(sandbox.CHILD_SCRIPT).encode() in cmdline:
-                found.add(int(entry.name))
-    return found
+    return {
+        int(entry.name) for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and str(sandbox.CHILD_SCRIPT).encode() in command_line(int(entry.name))
+    }  # fmt: skip
+
+
+def runner_of(pid: int) -> int | None:
+    """The nearest ancestor of ``pid`` outside every sandbox (launcher, worker, program): the
+    process that runs its sandbox, or init for a program orphaned out of it."""
+    scripts = (str(sandbox.CHILD_SCRIPT).encode(), str(sandbox.WORKER_SCRIPT).encode())
+    while pid > 1 and any(script in command_line(pid) for script in scripts):
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None  # gone meanwhile
+    return pid
 
 
 def assert_no_leftover_processes(before: set[int]) -> None:
-    # Other tests may run sandboxes meanwhile; a leftover is one that stays.
-    first = sandbox_processes() - before
+    # A leftover is a sandbox process of this process's (or an orphan) that stays; other
+    # pytest-xdist workers' tests run sandboxes meanwhile, some looping to a 3 s limit.
+    first = {pid for pid in sandbox_processes() - before if runner_of(pid) in (os.getpid(), 1)}
     if first:
         time.sleep(1.0)
         assert not (first & sandbox_processes()), "sandbox processes outlived their run"
