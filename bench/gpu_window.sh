@@ -27,7 +27,7 @@ step() { echo; echo "== $1 ($((SECONDS - began)) s into the window)"; }
 
 step "device and libraries"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-$python - <<'EOF'
+"$python" - <<'EOF'
 import importlib.metadata as md, platform
 names = ("torch", "transformers", "trl", "peft", "accelerate", "huggingface-hub", "tokenizers", "triton", "pydantic", "typer")
 def version(name):
@@ -41,11 +41,11 @@ print(f"cuDNN {torch.backends.cudnn.version()}")
 EOF
 
 step "doctor, as examples/paper.yaml stands (offline: its model lines fail, the shapes need no model)"
-timeout 120 $python -m matrixrl doctor -c examples/paper.yaml
+timeout 120 "$python" -m matrixrl doctor -c examples/paper.yaml
 
 step "doctor with only each model's config.json (what a memory plan reads)"
 configs=$(mktemp -d)
-$python - "$configs" <<'EOF'
+"$python" - "$configs" <<'EOF'
 import json, sys
 from pathlib import Path
 shapes = json.loads(Path("tests/fixtures/qwen3_configs.json").read_text())
@@ -54,19 +54,19 @@ for name, fields in shapes.items():
         (Path(sys.argv[1]) / name).mkdir()
         (Path(sys.argv[1]) / name / "config.json").write_text(json.dumps({"model_type": "qwen3", **fields}))
 EOF
-timeout 120 $python -m matrixrl doctor -c examples/paper.yaml \
+timeout 120 "$python" -m matrixrl doctor -c examples/paper.yaml \
     --set "scales.qwen3-0.6b.path=$configs/qwen3-0.6b" --set "scales.qwen3-1.7b.path=$configs/qwen3-1.7b" \
     --set "scales.qwen3-4b.path=$configs/qwen3-4b"
 rm -rf "$configs"
 
 step "the GPU-only kernels: TRL's Triton log-softmax against the torch path, the update's attention without cuDNN's"
-timeout 180 $python -m pytest tests/test_trl_triton.py tests/test_cuda_attention.py -q -rs -p no:cacheprovider
+timeout 180 "$python" -m pytest tests/test_trl_triton.py tests/test_cuda_attention.py -q -rs -p no:cacheprovider
 
 left=$((window - (SECONDS - began) - 10))  # 10 s: the smoke test's own start (imports, CUDA)
 step "the smoke test: cases, then the shapes, within --budget-s $left"
-# shellcheck disable=SC2086  # GPU_SMOKE_ARGS is a list of words
 tokens=${SHAPE_NEW_TOKENS:-256}
-$python bench/gpu_smoke.py --cases --shape qwen3-4b,qwen3-0.6b,qwen3-1.7b --budget-s "$left" \
+# shellcheck disable=SC2086  # GPU_SMOKE_ARGS is a list of words
+"$python" bench/gpu_smoke.py --cases --shape qwen3-4b,qwen3-0.6b,qwen3-1.7b --budget-s "$left" \
     --set "train.max_new_tokens=$tokens" --set "eval.max_new_tokens=$tokens" --json "$out/gpu_smoke.json" ${GPU_SMOKE_ARGS:-}
 status=$?
 step "done (exit $status)"
