@@ -2,16 +2,23 @@
 
 Kept apart from :mod:`matrixrl.cli` so that a Ctrl-C while the CLI and its
 libraries load, or while a command that holds no signal handler of its own runs
-(``run`` has its own), ends with one line and exit 130, never a traceback.
+(``run`` has its own), ends with one line and exit 130, never a traceback; and so
+that a plugin that cannot be imported as the CLI loads its registries
+(``MATRIXRL_PLUGINS``) is one line and exit 2, as any other bad input.
 """
 
 import sys
 
 
 def main() -> None:
-    try:
-        from matrixrl.cli import main as cli_main
+    from matrixrl.errors import PluginError
 
+    try:
+        try:
+            from matrixrl.cli import main as cli_main
+        except PluginError as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            raise SystemExit(exc.exit_code) from None
         cli_main()
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")

@@ -92,6 +92,11 @@ class GpuClaimError(UserError):
     """No GPU could be claimed for a job."""
 
 
+class PluginError(UserError, ImportError):
+    """A module ``MATRIXRL_PLUGINS`` names that cannot be imported (an ImportError too, for code
+    that imports a registry)."""
+
+
 _DISK_FIXES = {
     errno.ENOSPC: "no space left on the device; free some space, or point results_dir at a larger disk",
     errno.EDQUOT: "the disk quota is exhausted; free some space, or point results_dir elsewhere",

@@ -47,7 +47,9 @@ def load_plugins() -> None:
             except ModuleNotFoundError as exc:
                 if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
                     raise  # the plugin imports something that is missing: its own traceback says what
-                raise ImportError(
+                from matrixrl.errors import PluginError
+
+                raise PluginError(
                     f"{ENV} names {name!r}, which is not importable here; put the folder that holds it on "
                     "PYTHONPATH (docs/extending.md)"
                 ) from exc

@@ -154,6 +154,17 @@ def test_a_plugin_that_is_not_on_the_path_is_named(monkeypatch):
     assert plugins._loaded == ""
 
 
+def test_the_command_names_a_plugin_that_is_not_on_the_path_in_one_line():
+    # The CLI imports the registries as it starts, before any command's own error handling.
+    env = {**os.environ, ENV: "matrixrl_no_such_plugin"}
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        "Error: MATRIXRL_PLUGINS names 'matrixrl_no_such_plugin', which is not importable here; put the folder that "
+        "holds it on PYTHONPATH (docs/extending.md)\n"
+    )
+
+
 def test_without_the_plugin_its_workflow_is_unknown(experiment):
     result = run_cli("plan", "-c", experiment, "--set", "grid.workflow=[echo]")
     assert result.exit_code != 0
