@@ -116,6 +116,11 @@ def test_an_unknown_workflow_under_workflows_suggests_the_nearest(raw: dict) -> 
     assert error_of(raw) == "E.yaml: workflows.votng: unknown key; did you mean voting?"
 
 
+def test_a_key_under_a_workflow_with_no_settings_says_so(raw: dict) -> None:
+    raw["workflows"] = {"single": {"n_votes": 3}}
+    assert error_of(raw) == "E.yaml: workflows.single.n_votes: unknown key; workflows.single has no settings, remove it"
+
+
 def test_unknown_key_in_a_grid(raw: dict) -> None:
     raw["grid"]["seeds"] = [0]
     assert error_of(raw) == "E.yaml: grid.seeds: unknown key; did you mean seed?"
@@ -524,6 +529,30 @@ def test_only_repeated_value() -> None:
     with pytest.raises(ConfigError) as info:
         parse_only("seed=0,1,0")
     assert str(info.value) == "--only 'seed=0,1,0': 0 given more than once; list each value once"
+
+
+def test_only_with_two_axes_in_one_option_shows_the_two_options() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_only("scale=tiny-s,tiny-m,task=arith,pyfunc")
+    assert str(info.value) == (
+        "--only 'scale=tiny-s,tiny-m,task=arith,pyfunc': one axis per --only; repeat the option: "
+        "--only scale=tiny-s,tiny-m --only task=arith,pyfunc"
+    )
+
+
+def test_only_takes_a_swept_number_as_the_file_spells_it(experiment: Path) -> None:
+    # The file says 1.0e-4 and tables say 0.0001: either spelling (or 1e-4) is the value.
+    sets = ["grid.train.lr=[1.0e-4, 5.0e-5]"]
+    for spelling in ("1.0e-4", "1e-4", "0.0001", "10e-5"):
+        assert load_config(experiment, sets=sets, only=[f"train.lr={spelling}"]).grid.sweeps == {"train.lr": [1.0e-4]}
+    assert load_config(experiment, sets=sets, only=["train.lr=5.0e-5,1e-4"]).grid.sweeps == {"train.lr": [5.0e-5, 1.0e-4]}
+    assert load_error(experiment, sets=sets, only=["train.lr=1e-4,0.0001"]) == (
+        "--only 'train.lr=1e-4,0.0001': 0.0001 is another spelling of a value given before; list each value once"
+    )
+    assert load_error(experiment, sets=sets, only=["train.lr=2e-4"]) == (
+        "--only 'train.lr=2e-4': 2e-4 not in grid.train.lr [0.0001, 5e-05]; --only narrows the grid, "
+        "use --set grid.train.lr=[...] to change it"
+    )
 
 
 def test_only_value_not_in_grid(raw: dict) -> None:

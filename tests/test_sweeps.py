@@ -76,9 +76,10 @@ BAD = [
     ),
     (
         "grid.analysis.cliff_delta=[0.1, 0.2]",
-        "grid.analysis.cliff_delta: analysis settings are not part of what a cell computes, so they cannot be an "
-        "axis; sweep a key under one of: train, eval, policies, workflows, tasks, scales, prompts, memory",
+        "grid.analysis.cliff_delta: analysis settings are the report's thresholds, not part of what a cell "
+        "computes, so they cannot be an axis; try each value with --set analysis.cliff_delta=VALUE (it reruns only analyse)",
     ),
+
     (
         "grid.scales.tiny-s.num_layers=[2, 3]",
         "grid.scales.tiny-s.num_layers: a scale's definition chooses its base model, so it cannot be an axis; "

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
-from matrixrl.config.sweeps import check_sweeps, key_parts, spelled
+from matrixrl.config.sweeps import check_sweeps, is_value, key_parts, spelled
 from matrixrl.errors import ConfigError, DataError, closest, did_you_mean
 from matrixrl.tasks.files import locate
 
@@ -87,6 +87,15 @@ def parse_only(assignment: str) -> tuple[str, list[str]]:
             f"--only {assignment!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(AXES)}, "
             "e.g. --only seed=0,1"
         )
+    if any("=" in w for w in wanted):  # --only scale=tiny-s,task=arith: the values after task= are task's
+        groups = [[axis, []]]
+        for w in wanted:
+            if "=" in w:
+                name, _, w = w.partition("=")
+                groups.append([name.strip(), []])
+            groups[-1][1] += [w.strip()] if w.strip() else []
+        split = " ".join(f"--only {name}={','.join(values)}" for name, values in groups)
+        raise ConfigError(f"--only {assignment!r}: one axis per --only; repeat the option: {split}")
     repeated = sorted({w for w in wanted if wanted.count(w) > 1}, key=wanted.index)
     if repeated:
         raise ConfigError(f"--only {assignment!r}: {', '.join(repeated)} given more than once; list each value once")
@@ -107,6 +116,9 @@ def apply_only(raw: dict, assignment: str, earlier: str | None = None) -> None:
     if not isinstance(values, list):
         return  # validation will report the missing axis
     by_text = {spelled(v): v for v in values}
+    for w in wanted:  # another spelling of a grid's value (1.0e-4 for 0.0001) means that value
+        if w not in by_text and (same := [v for v in values if is_value(w, v)]):
+            by_text[w] = same[0]
     missing = [w for w in wanted if w not in by_text]
     if missing and earlier is not None:
         raise ConfigError(
@@ -126,7 +138,10 @@ def apply_only(raw: dict, assignment: str, earlier: str | None = None) -> None:
             f"[{', '.join(map(str, values))}]; --only narrows the grid, "
             f"use --set grid.{axis}=[...] to change it"
         )
-    grid[axis] = [by_text[w] for w in wanted]
+    chosen = [by_text[w] for w in wanted]
+    if twice := [w for i, w in enumerate(wanted) if any(is_value(w, v) for v in chosen[:i])]:
+        raise ConfigError(f"--only {assignment!r}: {twice[0]} is another spelling of a value given before; list each value once")
+    grid[axis] = chosen
 
 
 def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) -> Config:

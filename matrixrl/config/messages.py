@@ -88,6 +88,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         if owner is None:
             return f"{source}: {path}: unknown key; remove it"
         keys = [name for name in owner.model_fields if not (owner is Grid and name == "sweeps")]
+        if not keys:  # workflows.single: a section with no settings at all
+            return f"{source}: {path}: unknown key; {_path(loc[:-1])} has no settings, remove it"
         fix = did_you_mean(loc[-1], keys, "valid keys here")
         if owner is Grid and closest(loc[-1], keys) is None:
             fix += ", or a setting's dotted key as an extra axis (e.g. train.lr)"

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from matrixrl.config.messages import format_validation_error
@@ -34,6 +35,24 @@ def spelled(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def is_value(raw: str, value: Any) -> bool:
+    """Is ``raw``, as a user typed it after ``--only AXIS=`` or ``--against AXIS=``, the grid's
+    ``value``? Its spelling (:func:`spelled`), or the same number: ``1.0e-4`` and ``1e-4`` are
+    ``0.0001``."""
+    if spelled(value) == raw:
+        return True
+    try:
+        typed = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(typed) == float(value)  # YAML reads 1e-4 (no dot) as text; float() does not
+        except (TypeError, ValueError):
+            return False
+    return typed == value
 
 
 def key_parts(key: str, node: Any) -> list[str]:
@@ -68,6 +87,11 @@ def check_sweeps(config: Config) -> Config:
         parts = key_parts(key, dumped)
         if parts[0] not in Config.model_fields:  # a slip, as train.lr for trian.lr
             raise ConfigError(f"{where}: unknown section {parts[0]!r}; {did_you_mean(parts[0], SWEEPABLE)}")
+        if parts[0] == "analysis":
+            raise ConfigError(
+                f"{where}: analysis settings are the report's thresholds, not part of what a cell computes, so they "
+                f"cannot be an axis; try each value with --set {key}=VALUE (it reruns only analyse)"
+            )
         if parts[0] not in SWEEPABLE:
             raise ConfigError(
                 f"{where}: {parts[0]} settings are not part of what a cell computes, so they cannot be an axis; "

@@ -30,6 +30,7 @@ from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import seeds_table
 from matrixrl.analysis.summary import diagnostics_rows, summary_rows
 from matrixrl.config import AXES, Config
+from matrixrl.config.sweeps import is_value
 from matrixrl.config.sweeps import spelled as _shown
 from matrixrl.errors import ConfigError, closest, did_you_mean
 from matrixrl.report import TABLES
@@ -301,7 +302,7 @@ def parse_against(text: str, config: Config, table: str = "compare") -> tuple[st
         raise ConfigError(f"--against {text!r}: unknown axis {axis!r}; {did_you_mean(axis, axes)}")
     values = config.grid.sweeps[axis] if axis in config.grid.sweeps else getattr(config.grid, axis)
     for value in values:
-        if _shown(value) == raw or _same(value, raw):
+        if is_value(raw, value):
             return axis, value
     names = [value for value in values if isinstance(value, str)]  # a number is another value, not a slip
     if (near := closest(raw, names)) is not None:
@@ -311,17 +312,3 @@ def parse_against(text: str, config: Config, table: str = "compare") -> tuple[st
     )
 
 
-def _same(value, raw: str) -> bool:
-    """Is ``raw`` (as typed) the grid's ``value``? ``1e-4`` is ``0.0001``."""
-    import yaml
-
-    try:
-        typed = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return False
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return float(typed) == float(value)
-        except (TypeError, ValueError):
-            return False
-    return typed == value
