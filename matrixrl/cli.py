@@ -673,7 +673,7 @@ def convert_smollm2_command(
 
     with output_named("--to", to):
         folder = convert_smollm2(to, log=lambda message: err.print(message, markup=False))
-    err.print(f"Use it as a scale: {{kind: hf, path: {folder}, prompt_style: chat}}", markup=False)
+    err.print(f"Use it as a scale: {{kind: hf, path: {folder}, device: cpu}} (device: auto to use a GPU)", markup=False)
     print(folder)
 
 
