@@ -27,6 +27,7 @@ the Snakefile, the jobs, the store and the report agree on one layout:
     logs/{rule}/...                     one log per job; logs/snakemake/ per run
     .matrixrl/config.yaml               the resolved config Snakemake reads
     .matrixrl/runs/{pid}.json           each `matrixrl run` going on: its pid and Snakemake's
+    .matrixrl/run.lock                  held (flock) by the run using the folder, start to end
     .snakemake/locks/                   Snakemake's lock while it runs
     plots/                              `matrixrl plot`'s default folder
 """
@@ -42,6 +43,8 @@ CONFIG_FILE = ".matrixrl/config.yaml"
 PLOTS_DIR = "plots"
 SNAKEMAKE_LOGS = "logs/snakemake"
 RUNS_DIR = ".matrixrl/runs"
+RUN_LOCK_FILE = ".matrixrl/run.lock"
+"""Held (``flock``) by the `matrixrl run` that uses the folder, from its first look at it to its end."""
 LAST_RUN_FILE = ".matrixrl/last-run.json"
 """What the last `matrixrl run` took beyond its jobs (Snakemake's start, the job server's imports): plan's estimate adds it."""
 SNAKEMAKE_LOCKS = ".snakemake/locks"

@@ -82,6 +82,66 @@ def locked_by(results: Path, runs: list[dict]) -> str:
     return f"{results} is locked by a run that is still going ({which}); stop {it} (kill {' '.join(pids)}) or wait for {it}, then run again"
 
 
+class FolderLock:
+    """This process's hold on a results folder (``flock`` on :data:`layout.RUN_LOCK_FILE`), from
+    its first look at the folder to the end of its Snakemake.
+
+    Snakemake builds its job graph before it takes its own lock, and matrixrl reads the
+    folder (what is stale) before Snakemake starts: a second run that did either while
+    the first was finishing would then redo jobs the first had just done. So a run
+    takes this lock before it reads the folder, where the folder exists, and at the
+    latest before it writes to it (:meth:`take` again once it made the folder). The
+    kernel drops the lock with the process, however it ends; the descriptor is not
+    inherited by Snakemake or its jobs.
+    """
+
+    def __init__(self, results: Path):
+        self.results = results
+        self._fd: int | None = None
+
+    def take(self) -> None:
+        """Hold the lock, if the folder exists (a no-op once held); RunLockedError if another run holds it."""
+        import fcntl
+        import os
+
+        path = self.results / L.RUN_LOCK_FILE
+        if self._fd is not None or not self.results.is_dir():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise RunLockedError(self._held_by(holder)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def _held_by(self, holder: str) -> str:
+        from matrixrl.snake.process import live_runs
+
+        if going := live_runs(self.results):
+            return locked_by(self.results, going)
+        which = f" (pid {holder})" if holder.isdigit() else ""
+        return f"{self.results} is in use by another matrixrl run{which} that is starting or ending; wait for it, then run again"
+
+    def release(self) -> None:
+        import os
+
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        self.take()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def run_grid(
     config: Config,
     *,
@@ -95,24 +155,31 @@ def run_grid(
     run's progress, ``on_note`` what the run says before it starts (a cell that retrains to
     rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
     results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
+    from matrixrl.snake.profiles import check_profile
+
+    extra = ["--keep-going"] if keep_going else []
+    if profile is not None:
+        extra += ["--profile", str(check_profile(profile).resolve())]
+    results = Path(config.results_dir)
+    with FolderLock(results) as lock:
+        return _run_locked(config, lock, cores, extra, profile, on_event, on_note)
+
+
+def _run_locked(config: Config, lock: FolderLock, cores: int, extra: list[str], profile, on_event, on_note) -> RunOutcome:
     from matrixrl.dag import Graph
     from matrixrl.gpu_memory.budget import gpu_budget
     from matrixrl.gpu_memory.fits import check_fits
     from matrixrl.models.devices import gpu_count
     from matrixrl.snake.command import snakemake_command
-    from matrixrl.snake.profiles import check_profile
     from matrixrl.status import job_statuses, stale_outputs
 
-    extra = ["--keep-going"] if keep_going else []
-    if profile is not None:
-        extra += ["--profile", str(check_profile(profile).resolve())]
     results = Path(config.results_dir)
     # What is stale is matrixrl's to say, as `plan` said it (matrixrl.status); locally, Snakemake's
     # gpu resource is bounded by this machine's GPUs; under a profile the cluster decides.
     graph = Graph(config)
     statuses = job_statuses(config, graph.jobs)
     check_fits(config, gpu_budget(profile), statuses)  # a job its GPU cannot hold: refused before anything runs
-    configfile = _prepare(config)
+    configfile = _prepare(config, lock)
     for job in statuses:
         if job["reason"] == "rebuild" and on_note is not None:
             on_note(
@@ -176,19 +243,22 @@ def unlock(config: Config) -> RunOutcome:
     results = Path(config.results_dir)
     if going := live_runs(results):  # its lock is not stale: leave it, and its config
         raise RunLockedError(locked_by(results, going))
-    configfile = _prepare(config)
-    outcome = _snakemake(snakemake_command(config, configfile, 1, ["--unlock"]), results, lambda event: None)
+    with FolderLock(results) as lock:
+        configfile = _prepare(config, lock)
+        outcome = _snakemake(snakemake_command(config, configfile, 1, ["--unlock"]), results, lambda event: None)
     if not outcome.ok:
         raise RunLockedError(f"snakemake --unlock failed; see {outcome.log_path}")
     return outcome
 
 
-def _prepare(config: Config) -> Path:
-    """The results folder ready for Snakemake (its store repaired, if damaged); the configfile it reads."""
+def _prepare(config: Config, lock: FolderLock) -> Path:
+    """The results folder ready for Snakemake (its store repaired, if damaged), and held by ``lock``;
+    the configfile it reads."""
     from matrixrl.snake.command import write_configfile
 
     results = Path(config.results_dir)
     results.mkdir(parents=True, exist_ok=True)
+    lock.take()  # a folder this run made: held before the first write
     if L.store_path(results).exists():
         from matrixrl.store import engine_at
 

@@ -389,6 +389,43 @@ def test_only_live_runs_hold_a_results_folder(tmp_path):
     assert live_runs(tmp_path) == []
 
 
+HOLD_THE_FOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, b"%d\\n" % os.getpid())
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_run_refuses_a_folder_that_another_run_is_starting_or_ending_in(experiment, tmp_path):
+    # Snakemake builds its job graph before it locks, and matrixrl reads what is stale before
+    # Snakemake starts: a run that did either while another was ending redid that run's last jobs.
+    from conftest import run_cli
+
+    from matrixrl.runner import FolderLock
+
+    results = tmp_path / "results"
+    (results / ".matrixrl").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FOLDER, str(results / L.RUN_LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        ran = run_cli("run", "-c", str(experiment), "--cores", "1")
+        assert (ran.exit_code, ran.stderr.splitlines()) == (1, [
+            f"Error: {results} is in use by another matrixrl run (pid {holder.pid}) that is starting or ending; "
+            "wait for it, then run again"
+        ])  # fmt: skip
+        assert sorted(p.name for p in results.rglob("*")) == [".matrixrl", "run.lock"]  # nothing read into, nothing run
+    finally:
+        holder.kill()
+        holder.wait()
+    with FolderLock(results) as lock:  # the kernel dropped the holder's lock with it
+        assert lock._fd is not None and not os.get_inheritable(lock._fd)  # Snakemake and its jobs never hold it
+    with FolderLock(tmp_path / "not-yet") as lock:  # a folder that does not exist holds nothing yet
+        assert lock._fd is None and not (tmp_path / "not-yet").exists()
+
+
 def test_the_stop_line_names_the_signal_and_what_resumes():
     from matrixrl.snake.process import RunStopped
 
