@@ -305,7 +305,7 @@ def test_report_for_cells_without_evaluations(stored: Path) -> None:
     before = snapshot(results)
     assert_user_error(
         run_cli("report", "-c", stored, "--only", "scale=tiny-m"),
-        f"{results}: no evaluations stored for the cells of this grid; run `matrixrl run` first",
+        f"{results}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first",
     )
     assert snapshot(results) == before
 

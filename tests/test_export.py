@@ -24,7 +24,7 @@ from matrixrl.results import write_result
 
 import study_files as S
 from conftest import run_cli, skip_or_fail
-from test_cli_errors import assert_user_error, snapshot
+from test_cli_errors import assert_user_error, results_of, snapshot
 
 ONLY_ARGS = [arg for option in S.ONLY for arg in ("--only", option)]
 CLIFF = "voting-arith-tiny-s-shared-s0"
@@ -193,6 +193,12 @@ def test_export_user_errors(experiment2: Path, tmp_path: Path, monkeypatch) -> N
     fresh = empty / "experiments.yaml"
     fresh.write_text(experiment2.read_text())
     assert_user_error(run_cli("export", "tensorboard", "-c", fresh), f"{empty / 'results'}: no results yet; run `matrixrl run` first")
+    other_settings = tmp_path / "out-steps"  # results are stored, but none of the cells at these settings
+    assert_user_error(
+        run_cli("export", "tensorboard", "-c", experiment2, "--set", "train.steps=20", "--out", other_settings),
+        f"{results_of(experiment2)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first",
+    )
+    assert not other_settings.exists()
 
 
 # --- W&B ------------------------------------------------------------------------------------

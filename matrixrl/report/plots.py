@@ -99,7 +99,7 @@ def load_study(config: Config) -> Study:
     current = current_specs(config)
     evals = stored_rows(config, "evaluations", current)
     if evals.empty:
-        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first")
     cells = grid_cells(config).drop(columns="run")
     return Study(cells, evals, stored_rows(config, "diagnostics", current), config.analysis)
 

@@ -257,8 +257,8 @@ def report_table(
                 if modes
                 else "list memory modes in grid.memory (docs/memory.md) and run `matrixrl run`"
             )
-            raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; {fix}")
-        raise ConfigError(f"{results}: no {needs} stored for the cells of this grid; run `matrixrl run` first")
+            raise ConfigError(f"{results}: no {needs} stored for the cells of this grid at these settings; {fix}")
+        raise ConfigError(f"{results}: no {needs} stored for the cells of this grid at these settings; run `matrixrl run` first")
     return table
 
 

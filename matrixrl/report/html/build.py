@@ -42,7 +42,7 @@ def build_report(
     current = current_specs(shown_config)
     evals = stored_rows(shown_config, "evaluations", current)
     if evals.empty:
-        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid; run `matrixrl run` first")
+        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first")
     cells = grid_cells(shown_config).drop(columns="run")
     only = selection(selected)
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
