@@ -110,14 +110,37 @@ def cells(config: Config) -> list[Cell]:
         multiplies = {key: sweeps.affects(key, cell, own) for key in axes}
         choices = [sweeps.values[key] if multiplies[key] else (sweeps.own[key],) for key in axes]
         held = tuple(key for key in axes if not multiplies[key])
-        for combination in itertools.product(*choices):
-            sweep = tuple(zip(axes, combination))
+        combined = [tuple(zip(axes, combination)) for combination in itertools.product(*choices)]
+        for sweep, shown in _distinct(config, cell, combined, sweeps.own, held) if sum(multiplies.values()) > 1 else ():
+            found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep), settings=shown))
+        for sweep in combined if sum(multiplies.values()) <= 1 else ():
             swept = replace(cell, sweep=sweep, label=sweeps.label(sweep))
             known = (cell.scale, sweep, held)  # what setting_of reads of the cell
             if known not in settings:
                 settings[known] = _settings(config, swept, held)
             found.append(replace(swept, settings=settings[known]))
     return found
+
+
+def _distinct(config: Config, cell: Cell, combined: list, own: dict[str, str], held: tuple[str, ...]) -> list[tuple[tuple, tuple | None]]:
+    """The combinations of two or more axes that multiply ``cell`` that compute distinct things,
+    each with the settings the report shows (None: its sweep). One axis can override another
+    (``scales.tiny-s.train.lr`` over ``train.lr``), so two combinations can be one computation:
+    each axis whose value changes nothing, given the others', is put back to the file's own
+    value (as the id leaves it out), the same whichever values ``--only`` left; such an axis,
+    as one ``held`` at that value from the start, shows the value the cell's spec has."""
+    def digest(sweep):
+        return _science_digest(cell_spec(config, replace(cell, sweep=sweep)))
+
+    found: dict[tuple, set[str]] = {}  # each distinct sweep -> the axes put back to their own value
+    for sweep in combined:
+        computed, canonical, put_back = digest(sweep), list(sweep), set()
+        for i, (key, value) in enumerate(sweep):
+            trial = [*canonical[:i], (key, own[key]), *canonical[i + 1 :]]
+            if value != own[key] and digest(tuple(trial)) == computed:
+                canonical, put_back = trial, put_back | {key}
+        found.setdefault(tuple(canonical), set(held)).update(put_back)
+    return [(sweep, _settings(config, replace(cell, sweep=sweep), sorted(keys))) for sweep, keys in found.items()]
 
 
 def setting_of(config: Config, cell: Cell, key: str) -> Any:

@@ -179,9 +179,35 @@ def test_a_new_axis_holding_the_files_value_keeps_every_existing_id_and_digest(e
 
 
 def test_keys_with_the_same_last_part_are_told_apart(experiment: Path) -> None:
+    config = config_of(experiment, "grid.train.lr=[1.0e-4, 2.0e-4]", "grid.workflows.voting.n_votes=[3, 5]", "grid.eval.samples=[2, 4]")
+    ids = {c.id for c in G.cells(config)}
+    assert "voting-arith-tiny-s-shared-s0-lr=0.0002-n_votes=5-samples=4" in ids
     config = config_of(experiment, "grid.train.lr=[1.0e-4, 2.0e-4]", "grid.scales.tiny-s.train.lr=[1.0e-4, 3.0e-4]")
     ids = {c.id for c in G.cells(config)}
-    assert "single-arith-tiny-s-shared-s0-train.lr=0.0002-tiny-s.train.lr=0.0003" in ids
+    assert {"single-arith-tiny-m-shared-s0-train.lr=0.0002", "single-arith-tiny-s-shared-s0-tiny-s.train.lr=0.0003"} <= ids
+
+
+def test_an_axis_that_another_overrides_adds_no_cell(experiment: Path) -> None:
+    # A scale's own rate overrides train.lr, so for tiny-s the two axes are one: 2 cells, not 4
+    # (tiny-s at 1e-4 is the file's own cell), under any --only of either axis.
+    sets = ("grid.train.lr=[1.0e-4, 2.0e-4]", "grid.scales.tiny-s.train.lr=[1.0e-4, 3.0e-4]")
+    only = ["workflow=single", "task=arith", "policy=shared"]
+    cells = {c.id: c for c in G.cells(config_of(experiment, *sets, only=only))}
+    assert set(cells) == {
+        "single-arith-tiny-s-shared-s0",
+        "single-arith-tiny-s-shared-s0-tiny-s.train.lr=0.0003",
+        "single-arith-tiny-m-shared-s0",
+        "single-arith-tiny-m-shared-s0-train.lr=0.0002",
+    }
+    config = config_of(experiment, *sets, only=only)
+    assert len({G.cell_spec(config, c).model_dump_json() for c in cells.values()}) == 4
+    # The report shows the rate each cell trained with, whatever the overridden axis said.
+    assert cells["single-arith-tiny-s-shared-s0-tiny-s.train.lr=0.0003"].sweep_values() == {
+        "train.lr": 3.0e-4, "scales.tiny-s.train.lr": 3.0e-4,
+    }  # fmt: skip
+    for narrowed in (["train.lr=2.0e-4"], ["scales.tiny-s.train.lr=3.0e-4"]):
+        ids = {c.id for c in G.cells(config_of(experiment, *sets, only=only + narrowed))}
+        assert ids and ids <= set(cells), narrowed
 
 
 def test_only_narrows_an_extra_axis_and_keeps_the_ids(experiment: Path) -> None:
