@@ -98,6 +98,8 @@ def test_a_pilot_seed_records_every_jobs_cost_and_times_a_second_seed(tmp_path: 
     assert (rows["prepare_base"].jobs, rows["evaluate_base"].jobs, rows["train"].jobs, rows["evaluate"].jobs) == (1, 2, 2, 4)
     assert rows["train"].tokens_per_s > 0 and rows["evaluate"].tokens_per_s > 0 and rows["train"].device == "cpu"
     assert rows["train"].peak_rss_gb > 0.1  # a job process holds torch and the model: hundreds of MB
+    as_json = run_cli("report", "-c", str(path), "--table", "cost", "--format", "json")
+    assert list(table.columns) == list(json.loads(as_json.stdout)[0])  # the API's columns are the JSON's, in order
     printed = run_cli("report", "-c", str(path), "--table", "cost")
     assert printed.exit_code == 0, printed.output
     lines = printed.stdout.splitlines()

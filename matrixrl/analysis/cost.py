@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-COLUMNS = [
-    "rule", "scale", "jobs", "seconds_total", "seconds_mean", "seconds_max", "peak_rss_gb", "peak_gpu_gb",
+COLUMNS = [  # the scale first, as every table puts its axes (report.formats.row_keys)
+    "scale", "rule", "jobs", "seconds_total", "seconds_mean", "seconds_max", "peak_rss_gb", "peak_gpu_gb",
     "tokens", "tokens_per_s", "device",
 ]  # fmt: skip
 GB = 1e9
