@@ -199,6 +199,20 @@ class StepMetrics(ResultModel):
     completion_tokens: Count = 0  # absent from files written before it was recorded
 
 
+DIAGNOSTIC_KINDS = (
+    "agent_norm",
+    "agent_tokens",
+    "role_norm",
+    "role_tokens",
+    "role_share",
+    "agent_cosine",
+    "role_cosine",
+    "amplification",
+    "role_total_cosine",
+)
+"""The kinds of :class:`DiagnosticRow` (matrixrl.train.diagnostics computes them)."""
+
+
 class DiagnosticRow(ResultModel):
     """One gradient diagnostic of one update (see matrixrl.train.diagnostics)."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matrixrl.config import Config, load_config
-from matrixrl.errors import ConfigError
+from matrixrl.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -299,9 +299,13 @@ class Study:
         Pivot for one number per role and step, e.g.
         ``d[d.kind == "role_norm"].pivot_table(index=["cell", "step"], columns="role", values="value")``.
         """
+        from matrixrl.results import DIAGNOSTIC_KINDS
+
+        kinds = [] if kind is None else [kind] if isinstance(kind, str) else list(kind)
+        for unknown in (k for k in kinds if k not in DIAGNOSTIC_KINDS):
+            raise ConfigError(f"kind={unknown!r}: no such diagnostic; {did_you_mean(unknown, DIAGNOSTIC_KINDS)}")
         frame = self._stored("diagnostics", ["step"])
-        if kind is not None:
-            kinds = [kind] if isinstance(kind, str) else list(kind)
+        if kinds:
             frame = frame[frame["kind"].isin(kinds)].reset_index(drop=True)
         return frame
 

@@ -171,6 +171,8 @@ def test_curves_training_diagnostics_and_role_metrics(study: Path) -> None:
     generator = norms[(norms["cell"] == "voting-arith-tiny-s-shared-s0") & (norms["role"] == "generator")]
     assert generator["value"].tolist() == [S.grad_norm(runs["voting-arith-tiny-s-shared-s0"], "generator", s) for s in range(1, 41)]
     assert set(api.diagnostics()["kind"]) == {"agent_norm", "agent_cosine", "amplification", "role_norm", "role_share"}
+    with pytest.raises(ConfigError, match=r"^kind='role_nrom': no such diagnostic; did you mean role_norm\?$"):
+        api.diagnostics(["role_share", "role_nrom"])  # a misspelt kind is an error, not an empty frame
 
     evals = api.role_metrics("eval")
     assert set(evals["source"]) == {"eval"} and {"answer_acc", "pass@1", "pass@2"} == set(evals["metric"])

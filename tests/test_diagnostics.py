@@ -10,7 +10,8 @@ import torch
 
 from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS, summarize_diagnostics
 from matrixrl.train import diagnostics as D
-from matrixrl.train.diagnostics import KINDS, AgentGrad, AgentGradients, gradient_diagnostics
+from matrixrl.results import DIAGNOSTIC_KINDS as KINDS
+from matrixrl.train.diagnostics import AgentGrad, AgentGradients, gradient_diagnostics
 
 
 def g(role: str, agent: str, values, tokens: int = 1) -> AgentGrad:

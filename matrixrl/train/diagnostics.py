@@ -70,18 +70,6 @@ from itertools import combinations
 import numpy as np
 import torch
 
-KINDS = (
-    "agent_norm",
-    "agent_tokens",
-    "role_norm",
-    "role_tokens",
-    "role_share",
-    "agent_cosine",
-    "role_cosine",
-    "amplification",
-    "role_total_cosine",
-)
-
 CHUNK = 1 << 20
 """Elements of one parameter's gradient turned into float64 at a time (8 MB per agent)."""
 
