@@ -504,6 +504,16 @@ def test_latex_is_exact_and_escaped() -> None:
     )
 
 
+def test_latex_writes_the_tables_symbols_as_latex() -> None:
+    # The claims table's tests say ω², × and η; pdfLaTeX stops at Unicode it has no definition for.
+    frame = pd.DataFrame({"test": ["ω² of workflow × task", "η² ± 0.1", "$5 ± 1"]})
+    assert render(frame, "latex").splitlines()[4:7] == [
+        "$\\omega^{2}$ of workflow $\\times$ task \\\\",
+        "$\\eta^{2}$ $\\pm$ 0.1 \\\\",
+        "\\$5 $\\pm$ 1 \\\\",
+    ]
+
+
 def test_json_is_exact() -> None:
     assert render(FRAME, "json") == (
         "[\n"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -136,11 +137,27 @@ def to_markdown(frame: pd.DataFrame, right: Collection[str] = ()) -> str:
     return text + "\n"
 
 
+LATEX_SYMBOLS = {"±": r"$\pm$", "×": r"$\times$", "²": r"$^{2}$", "−": "-", "→": r"$\to$", "≥": r"$\geq$", "≤": r"$\leq$", "…": r"\dots{}"}
+"""Symbols the tables' text uses, as LaTeX writes them (pdfLaTeX stops at a Unicode character it has no definition for)."""
+
+
+def _latex_symbol(char: str) -> str:
+    if char in LATEX_SYMBOLS:
+        return LATEX_SYMBOLS[char]
+    name = unicodedata.name(char, "")
+    if name.startswith("GREEK SMALL LETTER ") and " " not in name[19:]:  # ω, η: $\omega$, $\eta$
+        return f"$\\{name[19:].lower()}$"
+    return char
+
+
 def to_latex(frame: pd.DataFrame, right: Collection[str] = ()) -> str:
-    """A booktabs ``tabular`` (``\\usepackage{booktabs}``); text is escaped."""
+    """A booktabs ``tabular`` (``\\usepackage{booktabs}``); text is escaped, and the symbols the
+    tables use are LaTeX's (``ω²`` is ``$\\omega^{2}$``)."""
     column_format = "".join("r" if a == "right" else "l" for a in _alignments(frame, right))
     texts = _texts(frame, LATEX_MISSING).replace(MISSING, LATEX_MISSING)  # joined columns' missing values
-    return texts.to_latex(index=False, escape=True, column_format=column_format).replace("±", "$\\pm$")
+    text = texts.to_latex(index=False, escape=True, column_format=column_format)
+    text = "".join(_latex_symbol(c) if ord(c) > 127 else c for c in text)
+    return re.sub(r"(?<!\\)\$\$", "", text)  # two symbols side by side: one math group (a $ of the text is \$)
 
 
 # No vertical lines: a rule under the header and between groups; columns two spaces apart
