@@ -26,7 +26,12 @@ from matrixrl.report import FORMATS, TABLE_NAMES, TABLES
 
 app = typer.Typer(
     cls=OneLineErrors,  # a mistyped option or value is one `Error:` line too, as user errors are
-    help="Run and report experiment matrices of RL-trained multi-agent LLM workflows.",
+    help=(
+        "Run and report experiment matrices of RL-trained multi-agent LLM workflows.\n\n"
+        "A grid in experiments.yaml (workflow × task × scale × policy × seed): `matrixrl plan` "
+        "previews its jobs, `matrixrl run --cores 2` runs the pending ones, `matrixrl report` "
+        "prints the tables. On a GPU node, `matrixrl doctor` first. Each command's --help has examples."
+    ),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
@@ -426,7 +431,7 @@ def report(
         bool, typer.Option("--wide", help="Every column (--columns all); the terminal table stacks them in sections to fit.")
     ] = False,
 ):
-    """Print a report table: per-cell accuracies and cliffs, or seeds, comparisons, diagnostics, mechanism.
+    """Print a report table: per-cell accuracies and cliffs, seeds, comparisons, diagnostics, claims, cost...
 
     `--table summary` (default): per cell base, peak, final, final_tail, gain, cliff
     and its onset, how the run ended (signature: a cliff after a real peak, a
@@ -445,7 +450,9 @@ def report(
     `--table claims`: each finding of the study (multi-agent RL helps; gains depend
     on workflow × task × scale; isolated peaks higher and cliffs more; shared fails
     otherwise; the mechanism precedes cliffs) tested on these cells: its test,
-    evidence, n and verdict by a rule fixed in docs/report.md.
+    evidence, n and verdict by a rule fixed in docs/report.md. `--table cost`: per
+    kind of job and scale, how many jobs ran, their total, mean and longest time,
+    peak memory, tokens per second and device (what `plan` times pending jobs from).
 
     Columns: `table`, `markdown` and `latex` show the columns that answer each
     table's question (summary: base, peak@step, final, gain, cliff@onset);
@@ -480,7 +487,7 @@ def report(
 
         matrixrl report --table compare --format latex > compare.tex
 
-        matrixrl report --table compare --against train.lr=1.0e-4
+        matrixrl report -c examples/lr-sweep.yaml --table compare --against train.lr=1.0e-4
 
         matrixrl report --table mechanism --format json > mechanism.json
 
