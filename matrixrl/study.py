@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from matrixrl.planning import Plan
     from matrixrl.runner import RunOutcome
 
-    from matrixrl.report.plots import Study as PlotData
+    from matrixrl.report.plots import PlotData
 
 FIGURE_KINDS = ("curves", "diagnostics")
 """What :meth:`Study.figure` draws."""
@@ -366,7 +366,7 @@ class Study:
         return plots.learning_curve_figures(of_task, data.evals, data.analysis, lines)[plots.curves_name(task)]
 
     def plot_data(self) -> PlotData:
-        """What the figures are drawn from (``matrixrl.report.plots.Study``): ``cells`` (the
+        """What the figures are drawn from (``matrixrl.report.plots.PlotData``): ``cells`` (the
         selected cells and their axes), ``evals`` (their evaluations), ``diagnostics`` and
         ``analysis`` (the cliff rule's thresholds); for figures of your own with the
         functions of ``matrixrl.report.plots``. Raises ConfigError when nothing is evaluated yet."""

@@ -76,7 +76,7 @@ def diagnostics_name(cell: str) -> str:
 
 
 @dataclass(frozen=True)
-class Study:
+class PlotData:
     """What the figures are drawn from: the grid's cells and the store's rows for them."""
 
     cells: pd.DataFrame  # cell + the grid axes, in the grid's order
@@ -85,7 +85,7 @@ class Study:
     analysis: Analysis  # the cliff rule's thresholds
 
 
-def load_study(config: Config) -> Study:
+def load_study(config: Config) -> PlotData:
     """Ingest new result files into the store and read the grid's rows back: those
     computed under each cell's current spec (as ``matrixrl report``'s tables).
 
@@ -101,10 +101,10 @@ def load_study(config: Config) -> Study:
     if evals.empty:
         raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first")
     cells = grid_cells(config).drop(columns="run")
-    return Study(cells, evals, stored_rows(config, "diagnostics", current), config.analysis)
+    return PlotData(cells, evals, stored_rows(config, "diagnostics", current), config.analysis)
 
 
-def cliff_cells(study: Study) -> list[str]:
+def cliff_cells(study: PlotData) -> list[str]:
     """Cells (grid order) whose curve ends in a terminal cliff and that have diagnostics."""
     summaries = summarize_cells(study.evals[["cell", "step", "accuracy", "n", "se"]], study.analysis)
     with_cliff = set(summaries.loc[summaries["cliff"], "cell"])
@@ -113,7 +113,7 @@ def cliff_cells(study: Study) -> list[str]:
 
 
 def study_figures(
-    study: Study, diagnostics_cells: Sequence[str] = (), line_by: str = "policy", *, options: tuple[str, str] = ("--cell", "--lines")
+    study: PlotData, diagnostics_cells: Sequence[str] = (), line_by: str = "policy", *, options: tuple[str, str] = ("--cell", "--lines")
 ) -> dict[str, Figure]:
     """The learning curves of every task (a line per value of ``line_by``), then the
     diagnostics of each cell asked for.
@@ -130,7 +130,7 @@ def study_figures(
     return figures
 
 
-def check_line_by(study: Study, line_by: str, option: str = "--lines") -> None:
+def check_line_by(study: PlotData, line_by: str, option: str = "--lines") -> None:
     """ConfigError unless the curves can draw one line per value of ``line_by``."""
     choices = ["policy", *extra_axes(study.cells.columns)]
     if line_by not in choices:
@@ -140,7 +140,7 @@ def check_line_by(study: Study, line_by: str, option: str = "--lines") -> None:
         )
 
 
-def check_diagnostics_cells(study: Study, cells: Sequence[str], option: str = "--cell") -> None:
+def check_diagnostics_cells(study: PlotData, cells: Sequence[str], option: str = "--cell") -> None:
     """ConfigError unless every cell of ``cells`` is in the grid and has diagnostics stored."""
     known = list(study.cells["cell"])
     for cell in cells:

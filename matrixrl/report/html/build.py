@@ -109,7 +109,7 @@ def report_pngs(
     its cells' results, the grid's cells, the thresholds, the drawing code and the
     versions of matplotlib and Pillow) and drawn again only when that changes: drawing
     is most of the time of a page, and after a new evaluation only its task's curves
-    change. ``cells`` (grid order) and ``evals`` as in ``plots.Study``; ``current``:
+    change. ``cells`` (grid order) and ``evals`` as in ``plots.PlotData``; ``current``:
     ``rows.current_specs`` of ``config``.
     """
     from matrixrl import grid as G
