@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import os
 import re
 import shutil
 import sqlite3
@@ -207,9 +208,10 @@ def output_named(option: str, path: Path | None):
         if cause is None:  # a DiskError without an OS error behind it: its own words
             raise
         why = os_error_reason(cause)
-        # A file in the way on the path is worth naming; a temporary file beside it is not.
-        blocked = cause.filename and Path(cause.filename) in Path(path).parents
-        where = f" ({cause.filename})" if blocked else ""
+        # A file in the way on the path is worth naming, as the user spelled it: the deepest
+        # part of the path that exists, when it is not a folder.
+        existing = next((part for part in Path(path).parents if os.path.lexists(part)), None)
+        where = f" ({existing})" if existing is not None and not existing.is_dir() else ""
         raise DiskError(f"{option} {path}: cannot write there{where}: {why}; choose another path", "choose another path") from exc
 
 

@@ -405,8 +405,11 @@ def test_an_output_path_under_a_file_names_the_option_and_the_file(stored: Path,
     blocker.write_text("a file")
     why = f"cannot write there ({blocker}): a file is where a folder must go; choose another path"
     assert_write_error(run_cli("report", "-c", stored, *ONE_CELL, "--html", str(blocker / "x.html")), f"--html {blocker / 'x.html'}: {why}")
-    why = "cannot write there: a part of the path is a file, not a folder; choose another path"
+    why = f"cannot write there ({blocker}): a part of the path is a file, not a folder; choose another path"
     assert_write_error(run_cli("plot", "-c", stored, *ONE_CELL, "--out", str(blocker / "plots")), f"--out {blocker / 'plots'}: {why}")
+    relative = os.path.relpath(blocker / "deeper" / "x.html")  # the file in the way as the user spelled the path
+    why = f"cannot write there ({os.path.relpath(blocker)}): a part of the path is a file, not a folder; choose another path"
+    assert_write_error(run_cli("report", "-c", stored, *ONE_CELL, "--html", relative), f"--html {relative}: {why}")
     assert blocker.read_text() == "a file"
 
 
