@@ -12,6 +12,11 @@
 # before bench/gpu_window.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case ${1:-} in
+    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+    ""|[0-9]*) ;;
+    *) echo "bench/gpu_wheels.sh: PYTHON_VERSION is a version such as 3.12, not '$1' (--help for usage)" >&2; exit 2 ;;
+esac
 python_version=${1:-3.12}
 out=${2:-.whl}
 # What the node lacked on 2026-12-03 (its image had torch 2.11+cu130, numpy, safetensors,

@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="a warm-started tiny model folder")
     parser.add_argument("--steps", type=int, default=3, help="GRPO steps timed per workflow and way")
     args = parser.parse_args()
+    if args.base is not None and not (args.base / "config.json").is_file():
+        parser.error(f"--base {args.base}: no model folder there (no config.json); run `matrixrl run` first, or leave --base out")
     with tempfile.TemporaryDirectory() as scratch:
         base = args.base or warm_started_base(Path(scratch))
         print(f"base model: {base}; {args.steps} steps per workflow; pyfunc task of experiments.yaml\n")
