@@ -104,6 +104,7 @@ def cells(config: Config) -> list[Cell]:
     sweeps = _sweeps(config)
     found = []
     settings: dict[tuple, tuple[tuple[str, str], ...] | None] = {}  # a scale's, per sweep and the axes held
+    distinct: dict[tuple, list] = {}  # _distinct's, per cell but its seed (which overrides nothing)
     for cell in fixed:
         axes = [key for key in sweeps.keys if sweeps.reads(key, cell)]
         own = _science_digest(cell_spec(config, cell))
@@ -111,9 +112,14 @@ def cells(config: Config) -> list[Cell]:
         choices = [sweeps.values[key] if multiplies[key] else (sweeps.own[key],) for key in axes]
         held = tuple(key for key in axes if not multiplies[key])
         combined = [tuple(zip(axes, combination)) for combination in itertools.product(*choices)]
-        for sweep, shown in _distinct(config, cell, combined, sweeps.own, held) if sum(multiplies.values()) > 1 else ():
-            found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep), settings=shown))
-        for sweep in combined if sum(multiplies.values()) <= 1 else ():
+        if sum(multiplies.values()) > 1:  # two axes may be one computation: one can override the other
+            key = (cell.workflow, cell.task, cell.scale, cell.policy)
+            if key not in distinct:
+                distinct[key] = _distinct(config, cell, combined, sweeps.own, held)
+            for sweep, shown in distinct[key]:
+                found.append(replace(cell, sweep=sweep, label=sweeps.label(sweep), settings=shown))
+            continue
+        for sweep in combined:
             swept = replace(cell, sweep=sweep, label=sweeps.label(sweep))
             known = (cell.scale, sweep, held)  # what setting_of reads of the cell
             if known not in settings:
