@@ -207,7 +207,7 @@ def test_a_read_only_results_folder_is_named_and_still_reported(reference: Path,
         # More work (a new seed) in a folder that cannot take it: named, nothing started.
         proc = matrixrl("run", "-c", str(config), "--cores", "2", "--set", "grid.seed=[0, 1]")
         assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
-        assert proc.stderr == f"Error: writing {results / L.CONFIG_FILE}: {READ_ONLY}\n"
+        assert proc.stderr == f"Error: writing {results / L.RUN_LOCK_FILE}: {READ_ONLY}\n"  # the first write: the run's lock
         # Reading needs no write: the plan (from the result files alone) and the tables, as before.
         proc = matrixrl("plan", "-c", str(config))
         assert (proc.returncode, proc.stderr) == (0, "") and proc.stdout.endswith("Nothing to run.\n"), proc.stderr
