@@ -10,6 +10,7 @@ says (its jobs end, their checkpoints stay, the lock is released).
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,10 @@ def locked_by(results: Path, runs: list[dict]) -> str:
     return f"{results} is locked by a run that is still going ({which}); stop {it} (kill {' '.join(pids)}) or wait for {it}, then run again"
 
 
+NO_FLOCK = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+"""What ``flock`` raises on a file system that does not support it: the run goes on without :class:`FolderLock`."""
+
+
 class FolderLock:
     """This process's hold on a results folder (``flock`` on :data:`layout.RUN_LOCK_FILE`), from
     its first look at the folder to the end of its Snakemake.
@@ -115,6 +120,11 @@ class FolderLock:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
             raise RunLockedError(self._held_by(holder)) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in NO_FLOCK:  # a file system without flock (Lustre mounted without it): Snakemake's lock alone
+                return
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd

@@ -426,6 +426,21 @@ def test_a_run_refuses_a_folder_that_another_run_is_starting_or_ending_in(experi
         assert lock._fd is None and not (tmp_path / "not-yet").exists()
 
 
+def test_a_file_system_without_flock_runs_on_snakemakes_lock_alone(tmp_path, monkeypatch):
+    # Lustre mounted without -o flock answers ENOSYS; a cluster's results folder may be there.
+    import errno
+    import fcntl
+
+    from matrixrl.runner import FolderLock
+
+    def unsupported(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", unsupported)
+    with FolderLock(tmp_path) as lock:
+        assert lock._fd is None  # not held, and no error
+
+
 def test_the_stop_line_names_the_signal_and_what_resumes():
     from matrixrl.snake.process import RunStopped
 
