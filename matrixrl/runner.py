@@ -125,9 +125,9 @@ class FolderLock:
             if exc.errno in NO_FLOCK:  # a file system without flock (Lustre mounted without it): Snakemake's lock alone
                 return
             raise
+        self._fd = fd  # held from here: release() drops it, also when the pid below cannot be written
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
 
     def _held_by(self, holder: str) -> str:
         from matrixrl.snake.process import live_runs
@@ -145,7 +145,11 @@ class FolderLock:
             self._fd = None
 
     def __enter__(self) -> FolderLock:
-        self.take()
+        try:
+            self.take()
+        except BaseException:
+            self.release()  # a with statement does not exit what did not enter
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

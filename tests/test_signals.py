@@ -441,6 +441,25 @@ def test_a_file_system_without_flock_runs_on_snakemakes_lock_alone(tmp_path, mon
         assert lock._fd is None  # not held, and no error
 
 
+def test_a_lock_whose_pid_cannot_be_written_is_not_kept(tmp_path, monkeypatch):
+    # A full disk as the run writes its pid: the error goes up, and the lock goes with it (a
+    # Python session that calls Study.run() again must not find its own folder held).
+    import errno
+
+    from matrixrl.runner import FolderLock
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", full)
+        with pytest.raises(OSError, match="No space left"):
+            with FolderLock(tmp_path):
+                pass
+    with FolderLock(tmp_path) as lock:
+        assert lock._fd is not None
+
+
 def test_the_stop_line_names_the_signal_and_what_resumes():
     from matrixrl.snake.process import RunStopped
 
