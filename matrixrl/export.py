@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matrixrl import atomic
-from matrixrl.errors import ConfigError, UserError, did_you_mean
+from matrixrl.errors import UserError, did_you_mean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -288,10 +288,9 @@ def export_study(
     writer_class.check_installed()
     points = study_points(study)
     if points.empty:  # before anything is written: nothing of this grid at these settings to export
-        raise ConfigError(
-            f"{study.results_dir}: no evaluations stored for the cells of this grid at these settings; "
-            "run `matrixrl run` first"
-        )
+        from matrixrl.report.rows import nothing_stored
+
+        raise nothing_stored(study.results_dir)
     key, cells = state if state is not None else (secrets.token_hex(4), {})
     summary = ExportSummary(tracker, out)
     if state is None:

@@ -91,7 +91,7 @@ def load_study(config: Config) -> PlotData:
 
     Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
     """
-    from matrixrl.report.rows import grid_cells, stored_rows
+    from matrixrl.report.rows import grid_cells, nothing_stored, stored_rows
     from matrixrl.report.rows import current_specs
     from matrixrl.store import ingest_for_report
 
@@ -99,7 +99,7 @@ def load_study(config: Config) -> PlotData:
     current = current_specs(config)
     evals = stored_rows(config, "evaluations", current)
     if evals.empty:
-        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first")
+        raise nothing_stored(config.results_dir)
     cells = grid_cells(config).drop(columns="run")
     return PlotData(cells, evals, stored_rows(config, "diagnostics", current), config.analysis)
 

@@ -21,6 +21,7 @@ from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
 from matrixrl.analysis.cell import rows_of_cells
 from matrixrl.config import AXES, Config
+from matrixrl.errors import ConfigError
 from matrixrl.store import read_table
 
 STORED = ("evaluations", "train_steps", "diagnostics", "role_metrics")
@@ -28,6 +29,12 @@ STORED = ("evaluations", "train_steps", "diagnostics", "role_metrics")
 
 _DROPPED = {"evaluations": ["spec_digest"], "diagnostics": ["id"]}
 """Store bookkeeping columns that are no result."""
+
+
+def nothing_stored(results_dir: str | Path, needs: str = "evaluations", fix: str = "run `matrixrl run` first") -> ConfigError:
+    """The error of a table, plot or export that finds no rows computed under the grid's current
+    specs (results of other settings are there but do not count)."""
+    return ConfigError(f"{Path(results_dir)}: no {needs} stored for the cells of this grid at these settings; {fix}")
 
 
 def current_specs(config: Config, runs: Sequence[str] | None = None) -> dict[str, tuple[str, str]]:

@@ -38,7 +38,7 @@ from matrixrl.layout import store_path
 from matrixrl.report.from_store import _cost_frame, _cost_owners, _memory_frame, _memory_rows, memory_modes
 from matrixrl.report.grid_frames import _grid, _grid_frame, _runs_frame, _selected, _sorted_cells, same_run_caption, sort_rows
 from matrixrl.report.records import cell_records
-from matrixrl.report.rows import current_specs
+from matrixrl.report.rows import current_specs, nothing_stored
 from matrixrl.store import Store, ingest_for_report, repairing
 
 CLAIMS_CAPTION = "Each verdict by its rule, fixed in advance (docs/report.md, claims); why: the decisive figures."
@@ -257,8 +257,8 @@ def report_table(
                 if modes
                 else "list memory modes in grid.memory (docs/memory.md) and run `matrixrl run`"
             )
-            raise ConfigError(f"{results}: no {needs} stored for the cells of this grid at these settings; {fix}")
-        raise ConfigError(f"{results}: no {needs} stored for the cells of this grid at these settings; run `matrixrl run` first")
+            raise nothing_stored(results, needs, fix)
+        raise nothing_stored(results, needs)
     return table
 
 

@@ -32,7 +32,7 @@ def build_report(
     from matrixrl import grid as G
     from matrixrl.layout import store_path
     from matrixrl.report.columns import shown
-    from matrixrl.report.rows import current_specs, grid_cells, stored_rows
+    from matrixrl.report.rows import current_specs, grid_cells, nothing_stored, stored_rows
     from matrixrl.report.tables import TABLES, build_tables, parse_group_by, selection
     from matrixrl.store import ingest_for_report
 
@@ -42,7 +42,7 @@ def build_report(
     current = current_specs(shown_config)
     evals = stored_rows(shown_config, "evaluations", current)
     if evals.empty:
-        raise ConfigError(f"{Path(config.results_dir)}: no evaluations stored for the cells of this grid at these settings; run `matrixrl run` first")
+        raise nothing_stored(config.results_dir)
     cells = grid_cells(shown_config).drop(columns="run")
     only = selection(selected)
     # --group-by sorts the tables that have those axes; the others (seeds aggregates over seed) keep their order.
