@@ -37,6 +37,10 @@ DENIED_EVENTS = frozenset({
     "sys.settrace", "sys.setprofile", "sys._current_frames", "sys._current_exceptions",
     "sys.addaudithook", "code.__new__", "cpython.PyInterpreterState_New",
     "sqlite3.enable_load_extension", "sqlite3.load_extension",
+    # Code objects from bytes: crafted bytecode reads and writes memory past every
+    # check here. Imports of modules the worker did not load compile their source
+    # instead (``sys.pycache_prefix`` points where no .pyc is).
+    "marshal.loads", "marshal.load",
 })
 DENIED_PREFIXES = ("socket.", "ctypes.", "syslog.", "_winapi.", "winreg.")
 # Modules that reach around the audit hook: native calls, unaudited process
@@ -49,7 +53,15 @@ DENIED_MODULES = frozenset({
     # Named shared memory and semaphores: files in /dev/shm, made without an audit
     # event, that outlive the program (a channel to the programs after it).
     "_posixshmem", "_multiprocessing",
+    # C libraries that open files themselves, so the hook never sees the path: Tcl
+    # (any file, read or written; /proc/self/mem where the worker may read anything),
+    # readline's history files, SQLite's ATTACH, curses' terminfo, OpenSSL's
+    # certificate and key files, the shadow password file.
+    "_tkinter", "readline", "_sqlite3", "_curses", "_curses_panel", "_ssl", "spwd",
 })
+# New files and folders a program may make in its directory: with 16 MiB per file,
+# a bound on its disk use (and on a tmpfs, memory) within the time limit.
+MAX_CREATED = 64
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
 # Events whose listed argument positions are paths the event writes to.
 WRITE_EVENTS = {
@@ -68,6 +80,12 @@ CREATE_BUILTIN = compile(
     "def create_builtin(spec):\n"
     "    holder = []\n"
     "    audit('sandbox.create_builtin', spec, holder)\n"
+    "    return holder[0]\n"
+    # The frozen importer passes a name only; a second argument would be bytes to
+    # unmarshal into a code object, without marshal's audit event.
+    "def get_frozen_object(name):\n"
+    "    holder = []\n"
+    "    audit('sandbox.get_frozen_object', name, holder)\n"
     "    return holder[0]\n",
     "<sandbox>", "exec",
 )
@@ -87,7 +105,8 @@ def install_guard(sandbox_dir, violations):
     """
     type_, str_, bytes_, int_ = type, str, bytes, int
     getcwd, getcwdb, stat_, append = os.getcwd, os.getcwdb, os.stat, violations.append
-    is_dir, readable_by_all = stat.S_ISDIR, stat.S_IROTH
+    is_dir, readable_by_all, searchable_by_all = stat.S_ISDIR, stat.S_IROTH, stat.S_IXOTH
+    create_flag, max_created, not_found = os.O_CREAT, MAX_CREATED, FileNotFoundError
     denied_events, denied_prefixes, denied_modules = DENIED_EVENTS, DENIED_PREFIXES, DENIED_MODULES
     frame_attributes, write_events = FRAME_ATTRIBUTES, WRITE_EVENTS
     readable_devices, hidden_trees, write_flags = READABLE_DEVICES, HIDDEN_TREES, WRITE_FLAGS
@@ -96,9 +115,16 @@ def install_guard(sandbox_dir, violations):
     # Extension modules load only from the standard library's own directory, not
     # from a shared object the program wrote into its sandbox directory.
     extension_dir = os.path.dirname(resource.__file__)
+    # The standard library's tree is the one place outside the sandbox directory the
+    # import system lists and reads from, wherever the interpreter is installed (the
+    # worker may run as a uid that reaches it only through CAP_DAC_READ_SEARCH).
+    library_root = os.path.dirname(os.__file__)
+    searchable = {}  # folder -> whether every user may pass through it
+    new_entries = [0]
     # Builtin modules are made through the hook, once each: a second, fresh copy of
     # _signal or posix would bring back the functions removed from them.
     create_builtin, plain_spec, list_ = _imp.create_builtin, type(sys.implementation), list
+    get_frozen_object = _imp.get_frozen_object
     created = set(sys.modules)
 
     def absolute(path):
@@ -129,6 +155,24 @@ def install_guard(sandbox_dir, violations):
     def inside(path):
         return path == root or path.startswith(root + "/")
 
+    def in_library(path):
+        return path == library_root or path.startswith(library_root + "/")
+
+    def reachable_by_all(path):
+        """Whether every folder above ``path`` lets every user through: a capability
+        that reads anything must not open a world-readable file in a private folder."""
+        folder = ""
+        for part in path.split("/")[1:-1]:
+            folder += "/" + part
+            if folder not in searchable:
+                try:
+                    searchable[folder] = bool(stat_(folder).st_mode & searchable_by_all)
+                except error_types:
+                    searchable[folder] = True  # the open itself fails
+            if not searchable[folder]:
+                return False
+        return True
+
     def deny(event, what=""):
         entry = event + " " + what if what else event
         if not violations:  # the first one is the verdict's detail; keep memory flat
@@ -137,20 +181,34 @@ def install_guard(sandbox_dir, violations):
 
     def check_write(event, path):
         if type_(path) is int_:
-            return
+            return None
         resolved = absolute(path)
         if resolved is None or not inside(resolved):
             deny(event, resolved or uncheckable)
+        return resolved
+
+    def count_new_entry(event):
+        new_entries[0] += 1
+        if new_entries[0] > max_created:
+            deny(event, "more than " + str(max_created) + " new files and folders")
 
     def check_open(path, flags):
         if type_(path) is int_:
             return  # wraps a descriptor the process already has
         if type_(flags) is not int_ or flags & write_flags:
-            return check_write("open", path)
+            resolved = check_write("open", path)
+            if resolved is not None and type_(flags) is int_ and flags & create_flag:
+                try:
+                    stat_(resolved)
+                except not_found:
+                    count_new_entry("open")
+                except error_types:
+                    pass
+            return
         resolved = absolute(path)
         if resolved is None:
             deny("open", uncheckable)
-        if inside(resolved) or resolved in readable_devices:
+        if inside(resolved) or resolved in readable_devices or in_library(resolved):
             return
         for tree in hidden_trees:
             if resolved == tree or resolved.startswith(tree + "/"):
@@ -159,8 +217,16 @@ def install_guard(sandbox_dir, violations):
             mode = stat_(resolved).st_mode
         except error_types:
             return  # the open itself fails
-        if is_dir(mode) or not mode & readable_by_all:
+        if is_dir(mode) or not mode & readable_by_all or not reachable_by_all(resolved):
             deny("open", resolved)
+
+    def check_listing(event, path):
+        """Folders are listed only in the sandbox directory and the standard library."""
+        if type_(path) is int_:
+            return  # a descriptor the process already has
+        resolved = absolute("." if path is None else path)
+        if resolved is None or not (inside(resolved) or in_library(resolved)):
+            deny(event, resolved or uncheckable)
 
     def hook(event, args):
         if event in denied_events or event.startswith(denied_prefixes):
@@ -170,6 +236,10 @@ def install_guard(sandbox_dir, violations):
         elif event in write_events:
             for index in write_events[event]:
                 check_write(event, args[index])
+            if event == "os.mkdir" or event == "os.link":
+                count_new_entry(event)
+        elif event == "os.listdir" or event == "os.scandir":
+            check_listing(event, args[0])
         elif event == "import":
             name, path = args[0], args[1]
             if type_(name) is not str_ or name.partition(".")[0] in denied_modules:
@@ -184,6 +254,11 @@ def install_guard(sandbox_dir, violations):
                 deny("import", "a second " + name if type_(name) is str_ else uncheckable)
             created.add(name)
             holder.append(create_builtin(plain_spec(name=name)))
+        elif event == "sandbox.get_frozen_object":
+            name, holder = args[0], args[1]
+            if type_(name) is not str_ or type_(holder) is not list_:
+                deny("import", uncheckable)
+            holder.append(get_frozen_object(name))
         elif event == "sys._getframe" or (
             event == "object.__getattr__" and args[1] in frame_attributes
         ):
@@ -194,7 +269,66 @@ def install_guard(sandbox_dir, violations):
     sys.addaudithook(hook)
     namespace = {"__builtins__": {}, "audit": sys.audit}
     exec(CREATE_BUILTIN, namespace)
-    _imp.create_builtin = namespace["create_builtin"]  # the original lives on only in the hook
+    _imp.create_builtin = namespace["create_builtin"]  # the originals live on only in the hook
+    _imp.get_frozen_object = namespace["get_frozen_object"]
+
+
+def answer_guard():
+    """``guard(function)``: the function, its return values made plain data.
+
+    Tests compare what the entry point returns with ``==``, which the returned
+    object answers itself: one whose ``__eq__`` always says True would pass every
+    ``assert f(x) == y``. So a value reaches the tests only as numbers, strings,
+    bytes, None and lists, tuples, dicts and sets of them, rebuilt from what the
+    object really holds (a list subclass's items as ``list`` stores them, whatever
+    its ``__iter__`` says); anything else is a TypeError, a failed test. Every name
+    is bound here, before the program runs, and types are compared by identity.
+    """
+    type_, is_subclass, error = type, issubclass, TypeError
+    list_, tuple_, dict_, set_, frozenset_ = list, tuple, dict, set, frozenset
+    none_type, bool_, int_, float_, complex_, str_, bytes_ = type(None), bool, int, float, complex, str, bytes
+    as_int, as_float, as_str = int.__int__, float.__float__, str.__str__
+    list_items, tuple_items, set_items, frozenset_items = list.__iter__, tuple.__iter__, set.__iter__, frozenset.__iter__
+    dict_items = dict.items
+    deepest = 100
+
+    def plain(value, depth):
+        kind = type_(value)
+        if kind is none_type or kind is bool_ or kind is int_ or kind is float_ or kind is str_:
+            return value
+        if kind is complex_ or kind is bytes_:
+            return value
+        if depth > deepest:
+            raise error("the answer is nested deeper than " + str_(deepest) + " levels")
+        depth += 1
+        # Subclasses as what the base type stores (bool cannot be subclassed).
+        if is_subclass(kind, int_):
+            return as_int(value)
+        if is_subclass(kind, float_):
+            return as_float(value)
+        if is_subclass(kind, str_):
+            return as_str(value)
+        if is_subclass(kind, list_):
+            return [plain(item, depth) for item in list_items(value)]
+        if is_subclass(kind, tuple_):
+            return tuple_(plain(item, depth) for item in tuple_items(value))
+        if is_subclass(kind, dict_):
+            return {plain(key, depth): plain(item, depth) for key, item in dict_items(value)}
+        if is_subclass(kind, frozenset_):
+            return frozenset_(plain(item, depth) for item in frozenset_items(value))
+        if is_subclass(kind, set_):
+            return {plain(item, depth) for item in set_items(value)}
+        raise error(
+            "the answer returned a value of a type the tests cannot trust; return numbers, "
+            "strings, bytes, None, or lists, tuples, dicts and sets of them"
+        )
+
+    def guard(function):
+        def answer(*args, **kwargs):
+            return plain(function(*args, **kwargs), 0)
+        return answer
+
+    return guard
 
 
 def refuse_signal_handlers():
@@ -204,8 +338,9 @@ def refuse_signal_handlers():
     namespace = {"__builtins__": {"PermissionError": PermissionError}}
     exec(REFUSE_SIGNAL, namespace)
     _signal.signal = namespace["signal"]
-    # Unaudited ways to create files outside the sandbox directory.
-    for name in ("mkfifo", "mknod"):
+    # Unaudited ways to create files outside the sandbox directory, and memory files
+    # that the address-space limit does not count.
+    for name in ("mkfifo", "mknod", "memfd_create"):
         for module in (os, sys.modules["posix"]):
             if hasattr(module, name):
                 delattr(module, name)
@@ -231,7 +366,7 @@ def describe(error):
 
 def main():
     """One program in this fresh interpreter: the job from stdin, the verdict to stdout."""
-    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard = read_job()
+    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, entry_point = read_job()
     # stdin is closed for the program; stdout becomes the verdict channel and the
     # program's own stdout joins stderr (the output file the parent reads on crashes).
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -240,16 +375,20 @@ def main():
     verdict_fd = os.dup(1)
     os.dup2(2, 1)
     run_program(
-        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd
+        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
+        entry_point,
     )
 
 
 def run_program(
-    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd
+    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
+    entry_point=None,
 ):
     """Limit this process, run ``program`` then ``tests``, write the verdict to
     ``verdict_fd`` and end the process. Its working directory is ``sandbox_dir``,
-    stdin is empty and stdout/stderr are the output the parent reads on crashes."""
+    stdin is empty and stdout/stderr are the output the parent reads on crashes.
+    With ``entry_point``, the tests see the program's function of that name, as that
+    name and as ``__answer__``, through :func:`answer_guard`."""
     mib = 1 << 20
     for limit, value in (
         (resource.RLIMIT_AS, memory_mb * mib),
@@ -266,12 +405,15 @@ def run_program(
     # Everything the harness uses from here on, bound before the program can rebind it.
     run, write, exit_now, is_instance, type_, str_ = exec, os.write, os._exit, isinstance, type, str
     base_error, memory_error, exit_request = BaseException, MemoryError, SystemExit
-    describe_ = describe
+    describe_, guard_answers, lookup = describe, answer_guard(), dict.get
     pristine_builtins = dict(vars(builtins))
     builtin_names = frozenset(name for name in pristine_builtins if not name.startswith("__"))
 
     violations = []
     refuse_signal_handlers()
+    # No .pyc there: a module the worker did not load compiles from its source, since
+    # unmarshalling bytecode is refused.
+    sys.pycache_prefix = sandbox_dir + "/.no-bytecode"
     if guard:
         install_guard(sandbox_dir, violations)
     namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
@@ -284,6 +426,9 @@ def run_program(
             if not (type_(name) is str_ and name in builtin_names)
         }
         test_namespace["__builtins__"] = dict(pristine_builtins)
+        function = None if entry_point is None else lookup(namespace, entry_point)
+        if function is not None:  # absent, the tests fail on the name
+            test_namespace[entry_point] = test_namespace["__answer__"] = guard_answers(function)
         run(tests, test_namespace)
     except base_error as error:
         if is_instance(error, memory_error):

@@ -34,7 +34,13 @@ import time
 # Loaded once here, so children find them imported: the harness, and the standard
 # library modules that HumanEval/MBPP programs import most (typing alone costs a
 # fresh interpreter about 20 ms).
-PRELOAD = ("typing", "collections", "re", "math", "heapq", "itertools", "functools", "string")
+# Loaded once here, shared by every child: a child cannot unmarshal a cached .pyc (the
+# harness refuses marshal), so anything else it imports compiles from source (2-40 ms
+# each). Not random: loaded here, every child would draw the same numbers.
+PRELOAD = (
+    "typing", "collections", "re", "math", "heapq", "itertools", "functools", "string",
+    "bisect", "copy", "operator", "hashlib", "fractions", "datetime", "decimal",
+)
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Spelled as the parent spells it (matrixrl.sandbox.CHILD_SCRIPT): beside this
 # script's path as the parent passed it.
@@ -121,7 +127,7 @@ def send(fd, value):
 
 def start_program(job, harness, devnull, output, verdict_fd, title):
     """In the forked child: become the program's process, then run the harness (never returns)."""
-    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, _seconds = job
+    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, entry_point, _seconds = job
     # Its own process group, killed as one afterwards. Not a session of its own: the
     # worker's has no terminal already, and setsid() costs milliseconds where the
     # kernel makes a scheduler autogroup per session.
@@ -138,7 +144,8 @@ def start_program(job, harness, devnull, output, verdict_fd, title):
     sys.argv[:] = [CHILD_SCRIPT]
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as in a fresh interpreter
     harness.run_program(
-        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd
+        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
+        entry_point,
     )
 
 

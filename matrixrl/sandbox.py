@@ -7,8 +7,11 @@ child's and the worker's sides of it are ``_sandbox_child.py`` and ``_sandbox_wo
 ``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Verdict`:
 ``passed`` is true only when the tests ran to their end without an exception.
 ``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):
-...`` plus a ``check(entry_point)`` line the caller appends; MBPP: bare ``assert``
-lines). ``run_many`` scores a batch with several sandboxes at once.
+...`` plus a ``check(__answer__)`` line the caller appends; MBPP: bare ``assert``
+lines). With ``entry_point`` the tests call the program's function through a guard
+that returns plain data only (``_sandbox_child.answer_guard``: no object of the
+program's answers the tests' ``==``). ``run_many`` scores a batch with several
+sandboxes at once.
 
 Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
 ``syntax`` (code or tests do not compile; found in the host by ``compile``, which
@@ -59,8 +62,8 @@ builtin.
 Isolation, strongest available first (:func:`isolation` tells which is in use):
 - Namespaces (``unshare --net --pid --fork --kill-child``; ``--user`` added when
   not root), one set per worker: a network namespace with only a down loopback, so
-  nothing is reachable; a PID namespace, so the parent is invisible and the worker
-  is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
+  nothing is reachable; a PID namespace, so the parent has no PID there to signal
+  (/proc is still the host's: the hook refuses it) and the worker is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
   sent inside the namespace; after each program the worker kills every other
   process in it, and its death ends them all.
 - As root, the worker drops to a random unprivileged uid of its own (``setpriv``),
@@ -78,29 +81,32 @@ Isolation, strongest available first (:func:`isolation` tells which is in use):
   system, subprocess), signals to other processes, sockets of any kind (the network
   cut where namespaces are unavailable), native code (ctypes, extension modules from
   outside the standard library's directory), subinterpreters, rlimit changes,
-  symlinks, named shared memory and semaphores, writing outside the sandbox
-  directory, and reading /proc, /sys, /dev (but null, zero, urandom), directories
-  outside the sandbox, or any file not readable by every user. Reading
-  world-readable files (``/etc/passwd``) is allowed: nothing leaves the sandbox
-  but the verdict and its short ``detail``.
+  symlinks, named shared memory and semaphores, memory files, code objects from
+  bytes (``marshal``), the C libraries that open files without an audit event (Tcl,
+  readline, SQLite, curses, OpenSSL, ``spwd``), writing outside the sandbox
+  directory or more than 64 new files in it, and reading /proc, /sys, /dev (but
+  null, zero, urandom), directories outside the sandbox and the standard library,
+  or any file not readable by every user or in a folder not every user may pass
+  through. Reading world-readable files (``/etc/passwd``) is allowed: nothing leaves
+  the sandbox but the verdict and its short ``detail``.
 
 Not defended: an audit hook is not a security boundary against native code. A
-program that crafts its own bytecode (``marshal.loads`` stays allowed because
-imports use it) or exploits an interpreter memory bug runs outside the hook's
-reach and could read the token and forge the verdict; then the kernel layers
+program that exploits an interpreter memory bug, or a C library that opens files
+without an audit event and is missing from the hook's list, runs outside the hook's
+reach and could read the token and forge the verdict (where the worker keeps
+CAP_DAC_READ_SEARCH, a library's read of ``/proc/self/mem`` is enough: Tcl did it
+before it was refused); then the kernel layers
 above are what still holds (no network, no processes but its worker's, no writes
 outside world-writable places as root). Such a program shares its worker's uid and
 namespaces with the programs after it in that worker: it could tamper with the
 worker (ptrace, or a kill where the worker is not process 1) and so with their
 verdicts, or leave files in world-writable places for them. Without namespaces and
 as root only the hook guards the host. Tests are trusted code that run with
-whatever the program left in ``sys.modules``, and an object whose ``__eq__`` always
-answers True passes an ``assert f(x) == y``; write tests that check types where it
-matters. Programs cannot use subprocesses, signal handlers, sockets, third-party
-packages, threads (unless the caller is root without a uid drop) or traceback
-formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
-"__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``). Disk use within
-the time limit is bounded only per file.
+whatever the program left in ``sys.modules``; without ``entry_point``, an object
+whose ``__eq__`` always answers True passes an ``assert f(x) == y``. Programs
+cannot use subprocesses, signal handlers, sockets, third-party packages, threads
+(unless the caller is root without a uid drop) or traceback formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
+"__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``).
 
 Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
 at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many
@@ -159,28 +165,40 @@ class Verdict:
     seconds: float = 0.0
 
 
-def run(code: str, tests: str, *, timeout_s: float, memory_mb: int) -> Verdict:
-    """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache)."""
+def run(
+    code: str, tests: str, *, timeout_s: float, memory_mb: int, entry_point: str | None = None
+) -> Verdict:
+    """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache).
+
+    With ``entry_point``, the tests call the program's function of that name (by that
+    name, or as ``__answer__``) through a guard that hands them its return values as
+    plain data: numbers, strings, bytes, None and lists, tuples, dicts and sets of
+    them, so that no object of the program's answers the tests' ``==``.
+    """
     _check_limits(timeout_s, memory_mb)
-    return _run_cached(code, tests, float(timeout_s), int(memory_mb))
+    return _run_cached(code, tests, float(timeout_s), int(memory_mb), entry_point)
 
 
 def run_many(
-    jobs: Sequence[tuple[str, str]], *, timeout_s: float, memory_mb: int, workers: int
+    jobs: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+    *, timeout_s: float, memory_mb: int, workers: int,
 ) -> list[Verdict]:
-    """``run`` for each ``(code, tests)``, up to ``workers`` at once; results in input order."""
+    """``run`` for each ``(code, tests)`` or ``(code, tests, entry_point)``, up to
+    ``workers`` at once; results in input order."""
     _check_limits(timeout_s, memory_mb)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    unique = list(dict.fromkeys((code, tests) for code, tests in jobs))
+    keys = [(job[0], job[1], job[2] if len(job) > 2 else None) for job in jobs]
+    unique = list(dict.fromkeys(keys))
     if not unique:
         return []
     with ThreadPoolExecutor(max_workers=min(workers, len(unique))) as pool:
         verdicts = pool.map(
-            lambda job: run(*job, timeout_s=timeout_s, memory_mb=memory_mb), unique
+            lambda job: run(job[0], job[1], timeout_s=timeout_s, memory_mb=memory_mb, entry_point=job[2]),
+            unique,
         )
         by_job = dict(zip(unique, verdicts))
-    return [by_job[(code, tests)] for code, tests in jobs]
+    return [by_job[key] for key in keys]
 
 
 def clear_cache() -> None:
@@ -201,7 +219,7 @@ def _check_limits(timeout_s: float, memory_mb: int) -> None:
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Verdict:
+def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int, entry_point: str | None) -> Verdict:
     compiled = []
     for label, source in (("program", code), ("tests", tests)):
         try:
@@ -210,7 +228,7 @@ def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int) -> Verd
             where = f" line {error.lineno}" if getattr(error, "lineno", None) else ""
             message = getattr(error, "msg", None) or str(error) or type(error).__name__
             return Verdict(False, "syntax", f"{label}{where}: {message}"[:300], 0.0)
-    return _execute(*compiled, timeout_s, memory_mb)
+    return _execute(*compiled, timeout_s, memory_mb, entry_point)
 
 
 @functools.cache
@@ -281,7 +299,7 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
     return [part.replace("{uid}", str(uid)) for part in prefix]
 
 
-def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
+def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None) -> Verdict:
     """Run in one of this process's workers, or in a fresh interpreter where none can start.
 
     A worker that dies during a program (killed from outside, or by a program that
@@ -296,9 +314,11 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
     while lost < 2:
         worker = workers.take(mode, prefix)
         if worker is None:
-            return _execute_fresh(program, tests, timeout_s, memory_mb)
+            return _execute_fresh(program, tests, timeout_s, memory_mb, entry_point)
         try:
-            verdict, healthy = _execute_in(worker, program, tests, timeout_s, memory_mb, started)
+            verdict, healthy = _execute_in(
+                worker, program, tests, timeout_s, memory_mb, started, entry_point
+            )
         except _WorkerLost:
             workers.discard(worker)
             lost += worker.served == 0
@@ -316,7 +336,8 @@ def _execute(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
 
 
 def _execute_in(
-    worker: _Worker, program, tests, timeout_s: float, memory_mb: int, started: float
+    worker: _Worker, program, tests, timeout_s: float, memory_mb: int, started: float,
+    entry_point: str | None = None,
 ) -> tuple[Verdict, bool]:
     """The verdict of one run in ``worker``, and whether the worker can run the next."""
     attempt_started = time.perf_counter()
@@ -330,7 +351,7 @@ def _execute_in(
         left = timeout_s - (time.perf_counter() - attempt_started)
         job = marshal.dumps(
             (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
-             math.ceil(timeout_s) + 1, _audit_guard, left)
+             math.ceil(timeout_s) + 1, _audit_guard, entry_point, left)
         )
         try:
             report, returncode, timed_out, tail = worker.run(job, deadline + _WORKER_GRACE_S)
@@ -599,7 +620,9 @@ os.register_at_fork(after_in_child=_forget_parent_workers)
 atexit.register(_close_workers)
 
 
-def _execute_fresh(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
+def _execute_fresh(
+    program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None
+) -> Verdict:
     """Run in a fresh interpreter under the launcher: the way where no worker can start."""
     started = time.perf_counter()
     mode, prefix = isolation()
@@ -613,7 +636,7 @@ def _execute_fresh(program, tests, timeout_s: float, memory_mb: int) -> Verdict:
             raise OSError(f"cannot hand the sandbox directory {sandbox_dir} to uid {uid}")
         job = marshal.dumps(
             (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
-             math.ceil(timeout_s) + 1, _audit_guard)
+             math.ceil(timeout_s) + 1, _audit_guard, entry_point)
         )
         argv = _fill_uid(prefix, uid) + [sys.executable, "-I", "-S", "-B", "-u", str(CHILD_SCRIPT)]
         env = {**_ENVIRONMENT, "HOME": sandbox_dir, "TMPDIR": sandbox_dir}

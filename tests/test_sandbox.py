@@ -395,6 +395,174 @@ def test_caught_violation_still_fails():
     assert (result.passed, result.reason, result.detail) == (False, "blocked", "os.fork")
 
 
+# What the audit hook alone would miss: C libraries that open files themselves. The
+# Tcl program finds every 32-hex-digit string in its own memory (the tokens among
+# them) through /proc/self/mem, which a worker keeping CAP_DAC_READ_SEARCH may read,
+# and writes them all to every pipe: before these libraries were refused, it passed a
+# wrong answer every time on a machine whose interpreter lives under /root.
+FORGE_BY_TCL = textwrap.dedent("""
+    import os, stat, tkinter
+    tcl = tkinter.Tcl()
+    tcl.eval(r'''
+    set found {}; set maps [open /proc/self/maps r]; set memory [open /proc/self/mem r]
+    fconfigure $memory -translation binary
+    foreach line [split [read $maps] "\\n"] {
+      if {![regexp {^([0-9a-f]+)-([0-9a-f]+) rw-p} $line -> a b]} continue
+      set a [expr 0x$a]; set b [expr 0x$b]; if {$b - $a > 64 * 1024 * 1024} continue
+      if {[catch {seek $memory $a; set data [read $memory [expr $b - $a]]}]} continue
+      foreach x [regexp -all -inline {[0-9a-f]{32}\\x00} $data] { dict set found [string range $x 0 31] 1 }
+    }''')
+    tokens = ''.join(token + '\\n' for token in tcl.eval('dict keys $found').split()).encode()
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, tokens)
+        except OSError:
+            pass
+    os._exit(0)
+""")
+
+
+@pytest.mark.parametrize(
+    ("code", "detail"),
+    [
+        (FORGE_BY_TCL, "import _tkinter"),
+        ("import readline\nreadline.read_history_file('/etc/hostname')\n", "import readline"),
+        ("import sqlite3\nsqlite3.connect(':memory:').execute(\"attach database '/tmp/x.db' as x\")\n",
+         "import _sqlite3"),
+        ("import ssl\nssl.create_default_context().load_verify_locations('/etc/hostname')\n", "import _ssl"),
+        ("import spwd\nspwd.getspall()\n", "import spwd"),
+        ("import curses\n", "import _curses"),
+    ],
+    ids=["tcl-forge", "readline", "sqlite-attach", "ssl-files", "spwd", "curses"],
+)
+def test_libraries_that_open_files_past_the_hook_are_refused(code, detail):
+    result = run(code, "assert False\n", **LIMITS)
+    assert (result.passed, result.reason, result.detail) == (False, "blocked", detail), result
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "detail"),
+    [
+        ("import marshal\nmarshal.loads(marshal.dumps(compile('1', 'x', 'eval')))\n",
+         "blocked", "marshal.loads"),
+        ("import _imp\n_imp.get_frozen_object('x', b'\\xe3' + bytes(40))\n",
+         "failed", "TypeError: get_frozen_object() takes 1 positional argument but 2 were given"),
+    ],
+    ids=["marshal", "frozen-object-from-bytes"],
+)
+def test_no_code_objects_from_bytes(code, reason, detail):
+    result = run(code, "assert True\n", **LIMITS)
+    assert (result.passed, result.reason, result.detail) == (False, reason, detail), result
+
+
+def test_modules_the_worker_did_not_load_still_import_from_source():
+    code = "import statistics, random, json, textwrap, runpy, __hello__\nassert statistics.mean([1, 3]) == 2\n"
+    assert run(code, "assert True\n", **LIMITS).passed
+
+
+def test_folders_are_listed_only_in_the_sandbox_and_the_standard_library():
+    here = "import os\nos.makedirs('a/b')\nassert [w[0] for w in os.walk('.')] == ['.', './a', './a/b']\n"
+    library = "import os\nassert 'os.py' in os.listdir(os.path.dirname(os.__file__))\n"
+    assert run(here, "assert True\n", **LIMITS).passed
+    assert run(library, "assert True\n", **LIMITS).passed
+    for code, detail in [("import os\nos.listdir('/etc')\n", "os.listdir /etc"),
+                         ("import os\nlist(os.scandir('/'))\n", "os.scandir /")]:
+        result = run(code, "assert True\n", **LIMITS)
+        assert (result.reason, result.detail) == ("blocked", detail), result
+
+
+def test_a_readable_file_in_a_private_folder_is_not_readable(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir()
+    secret = private / "secret"
+    secret.write_text("not for programs")
+    secret.chmod(0o644)
+    private.chmod(0o700)
+    result = run(f"open({str(secret)!r}).read()\n", "assert True\n", **LIMITS)
+    assert (result.reason, result.detail) == ("blocked", f"open {secret}"), result
+
+
+def test_new_files_are_bounded_and_rewriting_one_is_not_a_new_one():
+    rewrite = "for _ in range(10):\n    for i in range(64):\n        open(f'f{i}', 'a').write('x')\n"
+    assert run(rewrite, "assert True\n", **LIMITS).passed
+    for code, event in [("for i in range(65):\n    open(f'f{i}', 'w').close()\n", "open"),
+                        ("import os\nfor i in range(65):\n    os.mkdir(f'd{i}')\n", "os.mkdir")]:
+        result = run(code, "assert True\n", **LIMITS)
+        assert (result.reason, result.detail) == ("blocked", f"{event} more than 64 new files and folders")
+
+
+def test_no_memory_files_outside_the_address_space_limit():
+    result = run("import os\nos.memfd_create('x')\n", "assert True\n", **LIMITS)
+    assert (result.reason, result.detail) == (
+        "failed", "AttributeError: module 'os' has no attribute 'memfd_create'"
+    ), result
+
+
+# -- answers as plain data -------------------------------------------------------
+
+GAMING_EQUALITY = {
+    "always-equal": "class A:\n    def __eq__(self, other): return True\ndef f(x):\n    return A()\n",
+    "list-subclass": "class L(list):\n    def __eq__(self, other): return True\ndef f(x):\n    return L()\n",
+    "int-subclass": "class I(int):\n    def __eq__(self, other): return True\ndef f(x):\n    return I(0)\n",
+    "str-subclass": "class S(str):\n    def __eq__(self, other): return True\ndef f(x):\n    return S('')\n",
+    "inside-a-list": "class A:\n    def __eq__(self, other): return True\ndef f(x):\n    return [A()]\n",
+    "metaclass": "class M(type):\n    def __eq__(cls, other): return True\n    __hash__ = type.__hash__\n"
+                 "class A(metaclass=M):\n    def __eq__(self, other): return True\ndef f(x):\n    return A()\n",
+}
+HONEST_TESTS = ("assert f(1) == [3]\n", "def check(c):\n    assert c(1) == [3]\ncheck(__answer__)\n")
+
+
+@pytest.mark.parametrize("code", GAMING_EQUALITY.values(), ids=GAMING_EQUALITY.keys())
+def test_an_answer_that_games_equality_fails(code):
+    # Without the entry point's guard the same answer passes: the tests cannot tell.
+    assert run(code, HONEST_TESTS[0], **LIMITS).passed
+    for tests in HONEST_TESTS:
+        result = run(code, tests, **LIMITS, entry_point="f")
+        assert (result.passed, result.reason) == (False, "failed"), result
+
+
+def test_a_container_is_read_as_the_base_type_stores_it():
+    lies = "class D(dict):\n    def items(self): return [(1, [2])]\n    __iter__ = lambda self: iter([1])\n" \
+           "def f():\n    return D()\n"
+    assert run(lies, "assert f() == {}\n", **LIMITS, entry_point="f").passed
+    assert not run(lies, "assert f() == {1: [2]}\n", **LIMITS, entry_point="f").passed
+
+
+def test_honest_answers_of_standard_library_types_pass_as_their_values():
+    code = textwrap.dedent("""
+        import collections
+        Point = collections.namedtuple('Point', 'x y')
+        def f(kind):
+            return {
+                'defaultdict': collections.defaultdict(int, {'a': 2}),
+                'ordered': collections.OrderedDict(a=2),
+                'counter': collections.Counter(a=2),
+                'point': Point(1, 2),
+                'nested': [(1, 'a'), {frozenset({1}): {2.5, None}}, b'x', 3j, True],
+            }[kind]
+    """)
+    tests = textwrap.dedent("""
+        for kind in ('defaultdict', 'ordered', 'counter'):
+            assert f(kind) == {'a': 2} and type(f(kind)) is dict
+        assert f('point') == (1, 2) and type(f('point')) is tuple
+        assert f('nested') == [(1, 'a'), {frozenset({1}): {2.5, None}}, b'x', 3j, True]
+    """)
+    assert run(code, tests, **LIMITS, entry_point="f").passed
+
+
+def test_a_value_of_another_type_or_too_deep_is_a_failed_test():
+    other = "import fractions\ndef f():\n    return fractions.Fraction(1, 2)\n"
+    deep = "def f():\n    v = []\n    for _ in range(200):\n        v = [v]\n    return v\n"
+    for code, message in [
+        (other, "TypeError: the answer returned a value of a type the tests cannot trust; return numbers, "
+                "strings, bytes, None, or lists, tuples, dicts and sets of them"),
+        (deep, "TypeError: the answer is nested deeper than 100 levels"),
+    ]:
+        result = run(code, "f()\n", **LIMITS, entry_point="f")
+        assert (result.reason, result.detail) == ("failed", message), result
+
+
 # -- limits ------------------------------------------------------------------
 
 @pytest.mark.parametrize(

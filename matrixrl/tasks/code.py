@@ -13,7 +13,10 @@ Record formats (one ``kind`` each):
 An answer is a whole program that defines ``entry_point``, or else the code that
 completes the prompt (a function body after HumanEval's signature); a prompt that is
 code is put in front of either (see ``program``). It passes when the tests, run in the
-sandbox after it, raise nothing.
+sandbox after it, raise nothing. The tests call the answer's function through the
+sandbox's guard (``matrixrl.sandbox.run``'s ``entry_point``), which hands them plain
+values only, and a ``check`` function gets it with the prompt's own helpers run again
+(see ``test_code``): what the answer returns, not what it redefines, is tested.
 """
 
 from __future__ import annotations
@@ -77,9 +80,19 @@ def program(spec: CodeSpec, answer: str) -> str:
     return spec.prompt + answer
 
 
-def test_code(tests: str, entry_point: str) -> str:
-    """The tests, plus ``check(entry_point)`` when they define ``check`` (HumanEval's form)."""
-    return f"{tests}\n\ncheck({entry_point})\n" if defines(tests, "check") else tests
+def test_code(tests: str, prompt: str, entry_point: str) -> str:
+    """The tests, plus ``check(__answer__)`` when they define ``check`` (HumanEval's form).
+
+    ``__answer__`` is the answer's entry point as the sandbox guards it. Before
+    ``check``, a prompt that is code runs again, so that the helpers ``check`` uses
+    (HumanEval/32's ``poly``) are the prompt's and not ones the answer redefined;
+    its stub of the entry point is then bound to the guarded answer again
+    (HumanEval/33's ``check`` calls the entry point by name).
+    """
+    if not defines(tests, "check"):
+        return tests  # asserts that call the entry point by name, guarded too
+    helpers = f"{prompt.rstrip()}\n\n\n{entry_point} = __answer__\n\n\n" if parses(prompt) else ""
+    return f"{helpers}{tests}\n\ncheck(__answer__)\n"
 
 
 class CodeTask(FileTask):
@@ -112,7 +125,7 @@ class CodeTask(FileTask):
         if not parses(tests):
             raise DataError("path", f"{where}: its tests are not valid Python")
         problem = Problem(id=question_key(prompt), question=prompt, answer=reference)
-        self._specs.setdefault(problem.id, CodeSpec(prompt, test_code(tests, entry_point), entry_point))
+        self._specs.setdefault(problem.id, CodeSpec(prompt, test_code(tests, prompt, entry_point), entry_point))
         return problem
 
     def spec(self, problem: Problem) -> CodeSpec:
@@ -130,7 +143,7 @@ class CodeTask(FileTask):
             code = program(spec, answer)
             if answer.strip() and parses(code):  # code that does not parse fails without a run
                 runnable.append(i)
-                jobs.append((code, spec.tests))
+                jobs.append((code, spec.tests, spec.entry_point))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
         for i, result in zip(runnable, results):
             scores[i] = 1.0 if result.passed else 0.0
