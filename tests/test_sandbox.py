@@ -10,9 +10,11 @@ dead host rather than a dead pytest.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -1017,12 +1019,16 @@ def test_a_killed_job_takes_its_programs_along(mode):
         "sandbox.isolation = lambda: (sys.argv[1], tuple(sys.argv[2:]))\n" if prefix is not None else ""
     )
     before = sandbox_processes()
+    # The killed job cannot remove its program's directory: it goes in a folder of
+    # this test's (one every uid may pass through, as TMPDIR is), removed afterwards.
+    scratch = Path(tempfile.mkdtemp(prefix="matrixrl-killed-job-"))
+    scratch.chmod(0o711)
     job = subprocess.Popen([
         sys.executable, "-c",
         "import sys\nfrom matrixrl import sandbox\n" + forced +
         "sandbox.run('while True:\\n    pass\\n', '', timeout_s=60, memory_mb=256)\n",
         mode, *(prefix or ()),
-    ])
+    ], env={**os.environ, "TMPDIR": str(scratch)})
     try:
         deadline = time.monotonic() + 30
         while not sandbox_processes() - before and time.monotonic() < deadline:
@@ -1036,6 +1042,7 @@ def test_a_killed_job_takes_its_programs_along(mode):
     while started & sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not started & sandbox_processes(), "sandboxed programs outlived their killed job"
+    shutil.rmtree(scratch)
 
 
 HOST_WITH_WORKERS = """
