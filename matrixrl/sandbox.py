@@ -66,10 +66,11 @@ Isolation, strongest available first (:func:`isolation` tells which is in use):
   (/proc is still the host's: the hook refuses it) and the worker is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
   sent inside the namespace; after each program the worker kills every other
   process in it, and its death ends them all.
-- As root, the worker drops to a random unprivileged uid of its own (``setpriv``),
-  so the kernel refuses its programs writes outside world-writable places, signals
-  to any process of another uid, and every new process or thread (``RLIMIT_NPROC``
-  0, which the kernel enforces for every uid but root). Only if that uid cannot
+- As root, the worker drops to a random unprivileged uid of its own (``setpriv``,
+  with no new privileges, so no setuid binary raises it), so the kernel refuses its
+  programs writes outside world-writable places, signals to any process of another
+  uid, and every new process or thread (``RLIMIT_NPROC`` 0, which the kernel
+  enforces for every uid but root). Only if that uid cannot
   start the interpreter (installed where only root may enter) does it keep
   CAP_DAC_READ_SEARCH.
 - Always: rlimits per program (address space ``memory_mb``, CPU ``ceil(timeout_s)
@@ -244,7 +245,8 @@ def isolation() -> tuple[str, tuple[str, ...]]:
         if os.geteuid() == 0
         else (unshare, "--user", "--net", "--pid", "--fork", "--kill-child")
     )
-    drop = (setpriv, "--reuid={uid}", "--regid={uid}", "--clear-groups")
+    # No new privileges: a program past the hook that execs a setuid binary gains nothing.
+    drop = (setpriv, "--reuid={uid}", "--regid={uid}", "--clear-groups", "--no-new-privs")
     read_any = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
     # The child must be this very interpreter (an unprivileged uid that cannot read
     # its libpython silently gets the system's one, another patch release) and must

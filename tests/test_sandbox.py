@@ -1001,6 +1001,13 @@ def uid_drop_alone() -> tuple[str, ...] | None:
     return prefix[prefix.index("--reuid={uid}") - 1:]
 
 
+def test_past_the_hook_a_program_gains_no_privileges_by_exec():
+    if uid_drop_alone() is None:
+        pytest.skip("no uid drop on this machine")
+    code = "status = open('/proc/self/status').read()\nraise Exception(status.split('NoNewPrivs:')[1].split()[0])\n"
+    assert host_run(code, "", guard=False) == "failed Exception: 1"
+
+
 @pytest.mark.parametrize("mode", ["namespaces", "uid", "none"])
 def test_a_killed_job_takes_its_programs_along(mode):
     """SIGKILL of the job (the out-of-memory killer, a cluster's hard limit) leaves no
