@@ -141,6 +141,26 @@ def test_a_cell_without_its_base_evaluation_is_left_out_until_it_has_one(experim
     assert build_tables(path, config, ["summary"])["summary"]["seed"].tolist() == [0]
 
 
+def test_an_evaluation_with_no_noise_has_the_se_of_one_problem_and_a_finite_z(experiment: Path) -> None:
+    # Greedy decoding of 8 problems, all wrong at the base and all right (seed 0) or all
+    # wrong again (seed 1) at the end: each evaluation's SE is 0, which made gain_z
+    # infinite, and caching the record (JSON without infinities) crashed the report.
+    config = config_for(experiment, workflow="[single]", policy="[shared]", seed="[0, 1]")
+    stored = []
+    for seed, final in ((0, 1.0), (1, 0.0)):
+        for e in evaluations(cell("single", "shared", seed), [0.0, final], n=8):
+            stored.append(e.model_copy(update={"se": 0.0}))
+    fill(config, stored)
+    rose, flat = records(build_tables(store_of(config), config, ["summary"])["summary"])
+    # Each SE is taken as 1/n, an evaluation with one of its 8 problems scored otherwise.
+    assert rose["gain_z"] == approx(1.0 / math.hypot(1 / 8, 1 / 8)) == rose["peak_gain_z"]
+    assert rose["signature"] == "gain" and (flat["gain_z"], flat["signature"]) == (0.0, "no gain")
+    grid = ["grid.workflow=[single]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.policy=[shared]", "grid.seed=[0, 1]"]
+    result = run_cli("report", "-c", experiment, *[a for s in grid for a in ("--set", s)], "--columns", "gain_z", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert [float(line.split(",")[-1]) for line in result.stdout.splitlines()[1:]] == [approx(rose["gain_z"]), 0.0]
+
+
 # --- seeds ---------------------------------------------------------------------------------
 
 

@@ -3,7 +3,12 @@
 For each training run ("cell") we have the accuracy at each evaluated checkpoint,
 step 0 (the base model) included, each measured on ``n`` evaluation problems with
 its standard error ``se`` (of the mean of per-problem accuracies over k samples per
-problem; without one, the binomial sqrt(a(1-a)/n) of a single sample).
+problem; without one, the binomial sqrt(a(1-a)/n) of a single sample). An SE of 0
+(every problem scored alike: all right or all wrong, as greedy decoding of a small set
+often gives) is taken as 1/n, the SE of the same evaluation with one of its n problems
+scored otherwise: n problems resolve no finer, and a difference from an evaluation
+with no noise would otherwise be infinitely many SEs (one problem of one flipped from
+wrong to right is no evidence of a gain). So every z below is a finite number.
 
 - ``base``: accuracy at step 0, which must be the first checkpoint.
 - ``peak`` / ``peak_step``: best accuracy and the step where it first happened
@@ -94,9 +99,7 @@ def _as_int(value: object, what: str) -> int:
 
 
 def _z(difference: float, se: float) -> float:
-    if se > 0:
-        return difference / se
-    return 0.0 if difference == 0 else math.copysign(math.inf, difference)
+    return difference / se  # se > 0: each checkpoint's is at least 1/n (the module docstring)
 
 
 def summarize_curve(
@@ -155,8 +158,9 @@ def summarize_curve(
     def error(i: int) -> float:
         given = errors[i]
         if given is None or given != given:  # None or NaN: a result without its own SE
-            return math.sqrt(acc[i] * (1 - acc[i]) / ns[i])
-        return float(given)
+            given = math.sqrt(acc[i] * (1 - acc[i]) / ns[i])
+        # An SE of 0 is the resolution of n problems, 1/n (the module docstring): never an infinite z.
+        return float(given) if given > 0 else 1.0 / ns[i]
 
     noise = analysis.cliff_noise_se
     drop = peak - final
