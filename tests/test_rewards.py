@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import pytest
+
+from matrixrl.errors import UserError
 from matrixrl.tasks.arith import ArithTask
 from matrixrl.tasks.arith import Settings as ArithSettings
-from matrixrl.tasks.base import Problem
-from matrixrl.train.rewards import assign_rewards
+from matrixrl.tasks.base import Problem, checked_scores
+from matrixrl.train.rewards import assign_rewards, score_episodes
 from matrixrl.workflows.base import Completion, Episode, Turn
 
 TASK = ArithTask("arith", ArithSettings(kind="arith"))
@@ -62,3 +68,49 @@ def test_per_agent_reward_falls_back_to_the_outcome_for_plans():
     )
     assign_rewards([episode], TASK, "per_agent")
     assert [t.reward for t in episode.turns] == [1.0, 1.0]
+
+
+class Scorer(ArithTask):
+    """The arith task with a plugin's scorer: ``_score_distinct`` returns ``values``."""
+
+    def __init__(self, values):
+        super().__init__("arith", ArithSettings(kind="arith"))
+        self.values = values
+
+    def _score_distinct(self, pairs):
+        return list(self.values)
+
+
+@pytest.mark.parametrize(
+    ("values", "shown"),
+    [([0.5], "0.5"), ([None], "None"), ([math.nan], "nan"), ([2.0], "2.0"), ([-1.0], "-1.0"), ([np.float64(0.25)], "0.25"), (["1"], "'1'")],
+)
+def test_a_score_that_is_not_0_or_1_stops_scoring_with_the_task_kind_and_the_rule(values, shown):
+    # Partial credit made accuracy count 0.5 as half right while pass@k, n_correct and
+    # a judge's verdict counted it wrong; None or NaN failed later, naming neither.
+    with pytest.raises(UserError) as caught:
+        assign_rewards([voting_episode()], Scorer(values * 2), "outcome")
+    assert str(caught.value) == f"task kind 'arith' scored {shown}; a score must be 0.0 or 1.0 (see docs/extending.md)"
+
+
+def test_a_score_list_of_the_wrong_length_names_the_task_kind():
+    with pytest.raises(UserError) as caught:
+        score_episodes(Scorer([1.0]), [voting_episode()])  # two distinct answers, 21 and 20
+    assert str(caught.value) == (
+        "task kind 'arith': _score_distinct returned 1 scores for 2 (problem, answer) pairs; "
+        "it must return one per pair (see docs/extending.md)"
+    )
+
+    class Batch:  # a task of its own, not a BatchScorer
+        config = ArithSettings(kind="arith")
+
+        def score_batch(self, problems, answers):
+            return [1.0] * (len(answers) + 1)
+
+    with pytest.raises(UserError) as caught:
+        checked_scores(Batch(), [PROBLEM], ["21"])
+    assert str(caught.value) == "task kind 'arith': score_batch returned 2 scores for 1 answers; it must return one per answer (see docs/extending.md)"
+
+
+def test_bools_and_integers_0_and_1_are_scores():
+    assert checked_scores(Scorer([True, np.int64(0)]), [PROBLEM, PROBLEM], ["21", "20"]) == [1.0, 0.0]

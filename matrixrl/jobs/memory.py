@@ -62,7 +62,7 @@ from matrixrl.results import (
     write_result,
 )
 from matrixrl.settings import settings_digest
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Problem, checked_scores
 
 _BUILDING_KEY = 0x3E3C  # the building problems' stream, apart from any training draw
 
@@ -172,7 +172,7 @@ def collect(spec: CollectSpec, base_dir: Path, output: Path, log=print) -> Traje
         collect_seed(spec.seed, spec.model.name),
     )
     answers = [model.style.answer(c.text) for c in completions]
-    scores = task.score_batch(batch, answers)
+    scores = checked_scores(task, batch, answers)
     trajectories = [
         Trajectory(p.id, p.question, spec.model.name, c.text, a, s == 1.0, len(c.completion_ids), i % k)
         for i, (p, c, a, s) in enumerate(zip(batch, completions, answers, scores))

@@ -46,10 +46,53 @@ class Task(Protocol):
         """Problems for the supervised warm-start of a base model (easier than training)."""
 
     def score(self, problem: Problem, answer: str) -> float:
-        """1.0 when ``answer`` is correct for ``problem``, else 0.0."""
+        """1.0 when ``answer`` is correct for ``problem``, else 0.0: nothing else (no partial
+        credit, no None or NaN). The reward is binary (docs/design.md §2), and accuracy,
+        pass@k, ``n_correct`` and a judge's verdict score count right answers;
+        :func:`checked_scores` holds every task to it."""
 
     def score_batch(self, problems: Sequence[Problem], answers: Sequence[str]) -> list[float]:
-        """``score`` for many (problem, answer) pairs at once, in order."""
+        """``score`` for many (problem, answer) pairs at once, in order: one per answer."""
+
+
+def _kind(task) -> str:
+    return getattr(getattr(task, "config", None), "kind", None) or type(task).__name__
+
+
+def _shown(value) -> str:
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        return repr(float(value))  # 0.5, nan, inf: not numpy's np.float64(0.5)
+    return repr(value)
+
+
+def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) -> list[float]:
+    """``task.score_batch(problems, answers)``, held to the scoring contract (``Task.score``):
+    one score per answer, each 0.0 or 1.0 (a bool too); the way training and evaluation
+    get scores from a task. A task that breaks it stops the job with one line naming the
+    task kind, the value and the rule, not an error deep in numpy or pydantic later (or,
+    for partial credit, figures that count it as right and wrong at once)."""
+    from matrixrl.errors import UserError
+
+    scores = task.score_batch(problems, answers)
+    try:
+        count = len(scores)
+    except TypeError:
+        raise UserError(
+            f"task kind {_kind(task)!r}: score_batch returned {_shown(scores)}; it must return a list of scores, "
+            "one per answer (see docs/extending.md)"
+        ) from None
+    if count != len(answers):
+        raise UserError(
+            f"task kind {_kind(task)!r}: score_batch returned {count} scores for {len(answers)} answers; "
+            "it must return one per answer (see docs/extending.md)"
+        )
+    checked = []
+    for value in scores:
+        number = value if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)) else None
+        if number is None or number not in (0, 1):  # NaN is neither
+            raise UserError(f"task kind {_kind(task)!r} scored {_shown(value)}; a score must be 0.0 or 1.0 (see docs/extending.md)")
+        checked.append(float(number))
+    return checked
 
 
 class BatchScorer(ABC):
@@ -77,7 +120,15 @@ class BatchScorer(ABC):
         for problem, answer in zip(problems, answers):
             distinct.setdefault((problem.id, answer), (problem, answer))
         pairs = list(distinct.values())
-        scores = dict(zip(distinct, self._score_distinct(pairs))) if pairs else {}
+        found = self._score_distinct(pairs) if pairs else []
+        if len(found) != len(pairs):  # zip would drop the rest, and a lookup fail with a KeyError
+            from matrixrl.errors import UserError
+
+            raise UserError(
+                f"task kind {_kind(self)!r}: _score_distinct returned {len(found)} scores for {len(pairs)} "
+                "(problem, answer) pairs; it must return one per pair (see docs/extending.md)"
+            )
+        scores = dict(zip(distinct, found))
         return [scores[(p.id, a)] for p, a in zip(problems, answers)]
 
     @abstractmethod

@@ -5,7 +5,8 @@ A training step takes its episodes through three functions, in this order
 
 1. ``score_episodes``: every answer the episodes propose, judge or end with, scored
    by one ``task.score_batch`` call (a code task runs the whole batch in the sandbox
-   at once). Evaluation scores its episodes the same way.
+   at once), each score checked to be 0.0 or 1.0 (``tasks.base.checked_scores``).
+   Evaluation scores its episodes the same way.
 2. ``assign_rewards``: ``episode.reward`` is the score of the final answer, and each
    turn's ``turn.reward`` follows ``train.reward``: ``outcome`` gives every turn the
    episode's reward; ``per_agent`` scores a turn on its own output
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import torch
 from trl.trainer.utils import nanstd
 
-from matrixrl.tasks.base import Problem
+from matrixrl.tasks.base import Problem, checked_scores
 from matrixrl.workflows.base import Episode, Turn
 
 EPS = 1e-4
@@ -47,7 +48,7 @@ def score_episodes(task, episodes) -> Scores:
             if text is not None:
                 pairs.setdefault((episode.problem.id, text), episode.problem)
     keys = list(pairs)
-    scores = dict(zip(keys, task.score_batch([pairs[k] for k in keys], [answer for _, answer in keys])))
+    scores = dict(zip(keys, checked_scores(task, [pairs[k] for k in keys], [answer for _, answer in keys])))
     return lambda problem, answer: scores[(problem.id, answer)]
 
 
