@@ -143,6 +143,65 @@ def test_a_registration_the_schema_would_miss_is_an_error():
         workflows.register_workflow(type("Bad", (workflows.WorkflowBase,), {"name": "Bad-Name"}))
 
 
+def two_roles(**attributes) -> type:
+    """A drafter -> checker workflow, changed by ``attributes``; ``second``: the role its
+    stage 2 asks generate for, ``label``: the role its stage-2 turns name."""
+    from matrixrl.workflows import Episode, RolePrompt, Turn
+
+    def run(self, problems, groups, generate):
+        drafts = generate("drafter", [self.prompt("drafter", p) for p in problems])
+        checks = generate(self.second, [self.prompt("checker", p, [d.text]) for p, d in zip(problems, drafts)])
+        return [
+            Episode(p, g, [Turn("drafter", "drafter0", 0, "", d), Turn(self.label, f"{self.label}0", 0, "", c)], c.text)
+            for p, g, d, c in zip(problems, groups, drafts, checks)
+        ]
+
+    prompts = {"drafter": RolePrompt("You draft.", compact="{question}>"), "checker": RolePrompt("You check.", compact="{question}~{shown}=")}
+    body = {
+        "name": "draft_check", "description": "a drafter, then a checker", "roles": ("drafter", "checker"), "prompts": prompts,
+        "second": "checker", "label": "checker", "run": run, **attributes,
+    }  # fmt: skip
+    return type("DraftCheck", (workflows.WorkflowBase,), body)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "error"),
+    [
+        # A role used but not declared: under isolated it had no parameters, and a one-role
+        # workflow's isolated cells were reported as copies of its shared ones.
+        ({"roles": ("drafter",)}, "DraftCheck.prompts names role 'checker', which is not in its roles ('drafter',); add it to roles"),
+        ({"parallel_roles": ("judge",)}, "DraftCheck.parallel_roles names role 'judge', which is not in its roles ('drafter', 'checker'); add it to roles"),
+        ({"roles": ("drafter", "checker", "critic")}, "DraftCheck has no prompt for its role 'critic'; declare it in prompts as a RolePrompt "
+         "(the styles write only the built-in roles: generator, evaluator, aggregator, orchestrator, worker, synthesizer)"),
+        ({"roles": "drafter"}, "DraftCheck.roles must be a tuple of distinct role names (lower-case letters, digits, _), got 'drafter'"),
+    ],
+)  # fmt: skip
+def test_a_workflows_roles_are_checked_when_it_is_registered(attributes, error):
+    with pytest.raises(ValueError) as caught:
+        workflows.register_workflow(two_roles(**attributes))
+    assert str(caught.value) == f"workflow 'draft_check': {error}"
+
+
+@pytest.mark.parametrize(
+    ("attributes", "what"), [({"second": "judge"}, "called generate for"), ({"label": "judge"}, "returned a turn of")]
+)
+def test_a_rollout_refuses_a_role_the_workflow_does_not_declare(attributes, what):
+    from matrixrl.errors import UserError
+    from matrixrl.workflows.base import rollout
+
+    def generate(role, prompts):
+        return [Completion(role, [1], [2]) for _ in prompts]
+
+    assert [t.role for t in rollout(two_roles()(), [PROBLEM], [0], generate)[0].turns] == ["drafter", "checker"]
+    # Isolated failed with a bare KeyError: 'judge'; shared trained judge's turns as no one's.
+    with pytest.raises(UserError) as caught:
+        rollout(two_roles(**attributes)(), [PROBLEM], [0], generate)
+    assert str(caught.value) == (
+        f"workflow 'draft_check' {what} role 'judge', which is not one of its roles ('drafter', 'checker'); "
+        "add it to DraftCheck.roles, or use one of those (docs/extending.md)"
+    )
+
+
 def test_a_plugin_that_is_not_on_the_path_is_named(monkeypatch):
     monkeypatch.setenv(ENV, " matrixrl_no_such_plugin ")
     monkeypatch.setattr(plugins, "_loaded", None)

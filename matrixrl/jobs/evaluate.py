@@ -153,6 +153,7 @@ def _evaluate(
     from matrixrl.train.cell import build_cell
     from matrixrl.train.metrics import role_metrics
     from matrixrl.train.rewards import score_episodes
+    from matrixrl.workflows.base import rollout
 
     torch.set_num_threads(spec.eval.threads)
     meter = Meter(spec.cell.scale)
@@ -173,7 +174,7 @@ def _evaluate(
     recorded = guide.apply(cell.style, problems) if guide is not None else {}
     k = cfg.samples
     batch = [p for p in problems for _ in range(k)]  # a problem's k samples side by side
-    episodes = workflow.run(batch, [i // k for i in range(len(batch))], generate)
+    episodes = rollout(workflow, batch, [i // k for i in range(len(batch))], generate)
     scores = score_episodes(task, episodes)  # every answer of the evaluation in one batch
     correct = np.array([scores(e.problem, e.answer) for e in episodes]).reshape(len(problems), k).sum(axis=1)
     per_problem = correct / k

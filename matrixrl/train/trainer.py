@@ -63,7 +63,7 @@ from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
 from matrixrl.train.update import update_policy
 from matrixrl.workflows import Workflow
-from matrixrl.workflows.base import Generate
+from matrixrl.workflows.base import Generate, rollout
 from matrixrl.workflows.styles import PromptGuide
 
 STATE_FILE = "trainer_state.pt"
@@ -316,7 +316,7 @@ def grpo_step(run: GrpoRun, step: int):
     groups = [g for g in range(len(problems)) for _ in range(cfg.group_size)]
 
     policy.train(False)
-    episodes = run.workflow.run(batch, groups, run.generate)
+    episodes = rollout(run.workflow, batch, groups, run.generate)
     scores = score_episodes(task, episodes)  # every answer of the step in one batch
     assign_rewards(episodes, task, cfg.reward, scores)
     roles = [{"step": step + 1, **r} for r in role_metrics(episodes, task, scores)]

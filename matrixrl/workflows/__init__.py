@@ -17,7 +17,7 @@ import re
 from matrixrl.plugins import Registry, load_plugins
 from matrixrl.workflows import eval_opt, orch_workers, single, voting
 from matrixrl.workflows.base import Completion, Episode, Turn, Workflow, WorkflowBase, WorkflowSettings
-from matrixrl.workflows.styles.roles import RolePrompt
+from matrixrl.workflows.styles.roles import STYLE_ROLES, RolePrompt
 
 WORKFLOWS: Registry = Registry(
     "workflow",
@@ -42,7 +42,29 @@ def register_workflow(cls: type[WorkflowBase]) -> type[WorkflowBase]:
         raise ValueError(f"workflow {cls.__qualname__}: name {name!r} must be lower-case letters, digits and _")
     if not getattr(cls, "description", "").strip() or not getattr(cls, "roles", ()):
         raise ValueError(f"workflow {name!r}: give {cls.__qualname__} a one-line description and its roles")
+    _check_roles(name, cls)
     return WORKFLOWS.add(name, cls)
+
+
+def _check_roles(name: str, cls: type[WorkflowBase]) -> None:
+    """What can be told of a workflow's roles before it runs: each one has a prompt, and
+    every role it prompts or runs in parallel is one of them. A role left out of ``roles``
+    has no parameters of its own under isolated: its turns would be trained as no one's,
+    or (a one-role workflow) isolated reported as a copy of shared. (Run time checks the
+    rest: ``workflows.base.rollout``.)"""
+    roles, where = cls.roles, f"workflow {name!r}: {cls.__qualname__}"
+    if not isinstance(roles, tuple) or not all(isinstance(r, str) and _NAME.fullmatch(r) for r in roles) or len(set(roles)) != len(roles):
+        raise ValueError(f"{where}.roles must be a tuple of distinct role names (lower-case letters, digits, _), got {roles!r}")
+    for attribute, listed in (("prompts", tuple(cls.prompts)), ("parallel_roles", tuple(cls.parallel_roles))):
+        for role in listed:
+            if role not in roles:
+                raise ValueError(f"{where}.{attribute} names role {role!r}, which is not in its roles {roles}; add it to roles")
+    for role in roles:
+        if role not in cls.prompts and role not in STYLE_ROLES:
+            raise ValueError(
+                f"{where} has no prompt for its role {role!r}; declare it in prompts as a RolePrompt "
+                f"(the styles write only the built-in roles: {', '.join(STYLE_ROLES)})"
+            )
 
 
 def build_workflow(name: str, settings=None, style=None) -> Workflow:

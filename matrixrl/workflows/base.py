@@ -128,6 +128,34 @@ def decide(episodes: list[Episode], role: str, prompts: list[str], generate: "Ge
         episode.turns.append(Turn(role, f"{role}0", 0, prompt, completion, answer=episode.answer))
 
 
+def rollout(workflow: "Workflow", problems: list[Problem], groups: list[int], generate: "Generate") -> list[Episode]:
+    """``workflow.run(problems, groups, generate)``, as training and evaluation call it,
+    refusing a ``generate`` call or a turn for a role the workflow does not declare in
+    ``roles``: under isolated such a role has no parameters (a bare KeyError), and its
+    turns would be left out of the update while counted in its token totals."""
+    from matrixrl.errors import UserError
+
+    roles = tuple(workflow.roles)
+
+    def undeclared(role: str, what: str) -> UserError:
+        return UserError(
+            f"workflow {workflow.name!r} {what} role {role!r}, which is not one of its roles {roles}; "
+            f"add it to {type(workflow).__qualname__}.roles, or use one of those (docs/extending.md)"
+        )
+
+    def checked(role: str, prompts: list[str]) -> list[Completion]:
+        if role not in roles:
+            raise undeclared(role, "called generate for")
+        return generate(role, prompts)
+
+    episodes = workflow.run(problems, groups, checked)
+    for episode in episodes:
+        for turn in episode.turns:
+            if turn.role not in roles:
+                raise undeclared(turn.role, "returned a turn of")
+    return episodes
+
+
 class WorkflowBase:
     """What every workflow class shares: its validated settings and its prompt style
     (the compact style when none is given).

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+STYLE_ROLES = ("generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer")
+"""The built-in roles: each has a method in every style (``style.generator(problem)``, ...)."""
+
 
 @dataclass(frozen=True)
 class RolePrompt:
