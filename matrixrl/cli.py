@@ -531,21 +531,27 @@ def report(
 
 
 def _unfinished_note(study) -> str | None:
-    """On stderr under a report while a run works: the cells whose rows hold only part
-    of their results, so far."""
+    """On stderr under a report whenever cells of the grid have no complete results: while a
+    run works, and as much after one failed or was stopped (or before any reached them),
+    when the tables, which leave out or cut short those cells, are as easily taken for
+    the study's."""
     from matrixrl.snake.process import live_runs
 
-    if not live_runs(study.results_dir):
-        return None
     progress = study.progress()
     unfinished = progress[progress["status"] != "done"]
     if unfinished.empty:
         return None
     shown = [f"{row.cell} ({row.evaluated}/{row.checkpoints} checkpoints)" for row in unfinished.head(4).itertuples()]
     more = f" and {len(unfinished) - 4} more" if len(unfinished) > 4 else ""
+    if live_runs(study.results_dir):
+        return (
+            f"note: a run is going: {len(unfinished)} of {len(progress)} cells are not finished; the tables show what "
+            f"is done so far: {', '.join(shown)}{more}"
+        )
     return (
-        f"note: a run is going: {len(unfinished)} of {len(progress)} cells are not finished; the tables show what "
-        f"is done so far: {', '.join(shown)}{more}"
+        f"note: {len(unfinished)} of {len(progress)} cells are not finished and no run is going (one failed or was "
+        f"stopped, or none reached them; `matrixrl run` finishes them); the tables show only what is done: "
+        f"{', '.join(shown)}{more}"
     )
 
 

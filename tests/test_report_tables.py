@@ -161,6 +161,21 @@ def test_an_evaluation_with_no_noise_has_the_se_of_one_problem_and_a_finite_z(ex
     assert [float(line.split(",")[-1]) for line in result.stdout.splitlines()[1:]] == [approx(rose["gain_z"]), 0.0]
 
 
+def test_a_report_names_the_cells_without_complete_results_when_no_run_is_going(experiment: Path) -> None:
+    # After a failed run the summary showed 1 of 2 cells, and nothing said the other was missing.
+    config = config_for(experiment, workflow="[single]", policy="[shared]", seed="[0, 1]")
+    fill(config, evaluations(cell("single", "shared", 0), [0.2, 0.3]))
+    grid = ["grid.workflow=[single]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.policy=[shared]", "grid.seed=[0, 1]"]
+    result = run_cli("report", "-c", experiment, *[a for s in grid for a in ("--set", s)], "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 2  # the header and seed 0
+    assert result.stderr == (
+        "note: 2 of 2 cells are not finished and no run is going (one failed or was stopped, or none reached them; "
+        "`matrixrl run` finishes them); the tables show only what is done: single-arith-tiny-s-shared-s0 (0/5 checkpoints), "
+        "single-arith-tiny-s-shared-s1 (0/5 checkpoints)\n"
+    )
+
+
 # --- seeds ---------------------------------------------------------------------------------
 
 

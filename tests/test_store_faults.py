@@ -163,6 +163,12 @@ def moved_aside(db: Path, kind: str = "damaged") -> Path:
     return aside[0]
 
 
+def store_notes(result) -> str:
+    """A report's stderr without its note on the cells not finished, which the result files
+    written here by hand (no retention records, no summary) never are."""
+    return "".join(line for line in result.stderr.splitlines(keepends=True) if "cells are not finished" not in line)
+
+
 def note(db: Path, problem: str, aside: Path) -> str:
     return f"note: {db} {problem}; moved it to {aside}, {REBUILDING}\n"
 
@@ -179,7 +185,7 @@ def test_a_damaged_store_is_moved_aside_and_rebuilt_from_the_result_files(study,
     result = report(experiment)
     assert result.exit_code == 0, (result.output, result.exception)
     aside = moved_aside(db, "schema-1" if case == "older-version" else "damaged")
-    assert result.stderr == note(db, problem, aside)
+    assert store_notes(result) == note(db, problem, aside)
     assert json.loads(result.stdout) == tables["summary"]
     assert aside.read_bytes() == damaged  # kept as it was, next to the new store
     assert stored(db, "pragma user_version") == [(SCHEMA_VERSION,)]
@@ -188,7 +194,7 @@ def test_a_damaged_store_is_moved_aside_and_rebuilt_from_the_result_files(study,
     # The new store is sound: no note, the same tables.
     for name, expected in tables.items():
         again = report(experiment, table=name)
-        assert again.stderr == ""
+        assert store_notes(again) == ""
         assert rows(again) == expected
     assert moved_aside(db, "schema-1" if case == "older-version" else "damaged") == aside
 
@@ -199,7 +205,7 @@ def test_plot_on_a_damaged_store(study) -> None:
     result = run_cli("plot", "-c", experiment, *ONLY)
     assert result.exit_code == 0, (result.output, result.exception)
     aside = moved_aside(db)
-    assert result.stderr == note(db, "was damaged (file is not a database)", aside)
+    assert store_notes(result) == note(db, "was damaged (file is not a database)", aside)
     assert result.stdout == f"{results / 'plots' / 'curves-arith.png'}\n"
     assert stored(db, "select cell, step from evaluations order by cell, step") == [
         (c.id, s) for c in sorted(STUDY, key=lambda c: c.id) for s in (0, 10, 20)
@@ -225,7 +231,7 @@ def test_damage_found_when_reading_the_store_fails_is_repaired_too(study, table:
     _overwrite_table(db, table)
     result = report(experiment)
     assert result.exit_code == 0, (result.output, result.exception)
-    assert result.stderr == note(db, "was damaged (database disk image is malformed)", moved_aside(db))
+    assert store_notes(result) == note(db, "was damaged (database disk image is malformed)", moved_aside(db))
     assert json.loads(result.stdout) == expected
     assert contents(db) == undamaged
 
@@ -434,7 +440,7 @@ def test_the_report_shows_the_current_schedules_checkpoints_through_the_cli(expe
 
     run_schedule(results, second, (0, 4), (0.25, 0.375))
     result = run_cli("report", "-c", experiment, *only, *SECOND, "--format", "json")
-    assert result.stderr == ""
+    assert store_notes(result) == ""
     assert [(r["n_checkpoints"], r["peak"], r["final"]) for r in rows(result)] == [(2, 0.375, 0.375)]
 
 
