@@ -313,6 +313,10 @@ class CellSpec(BaseModel):
     train: Train  # train: with the scale's own train: over it
     eval: Evaluate
     memory: TrainMemory | None = Field(None, json_schema_extra=ADDED)  # memory.train's bank in training prompts
+    # The source digests of a plugin task kind's and workflow's code ({"task": ..., "workflow": ...}):
+    # results computed with old plugin code are not reused with new. Empty for built-ins, and then
+    # left out of the science (ADDED), so their digests stay what they were.
+    plugin_code: dict[str, str] = Field(default_factory=dict, json_schema_extra=ADDED)
 
     @functools.cached_property
     def science(self) -> dict:
@@ -367,7 +371,8 @@ def base_eval_science(spec: CellSpec) -> dict:
     """
     own = {**spec.science, "eval": eval_science(spec)}
     names = {"workflow_name": spec.cell.workflow, "task_name": spec.cell.task}
-    return {**names, **{key: own[key] for key in ("base", "scale", "task", "workflow", "policies", "prompts", "eval")}}
+    keys = ("base", "scale", "task", "workflow", "policies", "prompts", "eval", "plugin_code")
+    return {**names, **{key: own[key] for key in keys if key in own}}  # plugin_code: a plugin's cells only
 
 
 def base_eval_digest(spec: CellSpec) -> str:
@@ -414,7 +419,17 @@ def cell_spec(config: Config, cell: Cell, base: str | None = None) -> CellSpec:
         train=swept.train_for(cell.scale),
         eval=swept.eval,
         memory=train_memory(swept, cell.task, cell.scale, ref=functools.partial(memory_model, swept)),
+        plugin_code=plugin_code(kind=swept.tasks[cell.task].kind, workflow=cell.workflow),
     )
+
+
+def plugin_code(kind: str | None = None, workflow: str | None = None) -> dict[str, str]:
+    """The source digests of task kind ``kind`` and ``workflow`` where a plugin registered them."""
+    from matrixrl.tasks import task_code_digest
+    from matrixrl.workflows import workflow_code_digest
+
+    found = {"task": task_code_digest(kind) if kind else None, "workflow": workflow_code_digest(workflow) if workflow else None}
+    return {part: digest for part, digest in found.items() if digest is not None}
 
 
 def memory_model(config: Config, scale: str) -> ModelRef:
@@ -519,6 +534,9 @@ class BaseSpec(BaseModel):
     scale: Scale
     tasks: dict[str, TaskConfig]
     workflows: Workflows
+    # The warm-start draws every task's problems and every workflow's role formats: the source
+    # digests of those a plugin registered (name → digest; none: left out of the science).
+    plugin_code: dict[str, str] = Field(default_factory=dict, json_schema_extra=ADDED)
 
     def digest(self) -> str:
         """Digest of the whole science: written into the base model's ``base.json``."""
@@ -531,7 +549,14 @@ def base_spec(config: Config, scale: str) -> BaseSpec:
         scale=_without_train(config.scales[scale]),  # training settings do not change the base
         tasks=dict(sorted(config.tasks.items())),
         workflows=config.workflows,
+        plugin_code=_base_plugin_code(config),
     )
+
+
+def _base_plugin_code(config: Config) -> dict[str, str]:
+    found = {f"task {name}": plugin_code(kind=task.kind).get("task") for name, task in config.tasks.items()}
+    found |= {f"workflow {name}": plugin_code(workflow=name).get("workflow") for name in WORKFLOWS}
+    return {part: digest for part, digest in sorted(found.items()) if digest is not None}
 
 
 def base_digest(config: Config, scale: str) -> str:

@@ -20,8 +20,10 @@ This module imports nothing heavy: the CLI loads the plugins at start-up (for
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import sys
 
 ENV = "MATRIXRL_PLUGINS"
 
@@ -71,8 +73,9 @@ class Registry(dict):
         super().__init__(entries or {})
         self.kind = kind
         self.sealed_by: str | None = None
+        self.registered_by: dict[str, str] = {}  # name → the module that added it (built-ins: none)
 
-    def add(self, name: str, value):
+    def add(self, name: str, value, by: str | None = None):
         if self.sealed_by is not None and name not in self:
             raise RuntimeError(
                 f"{self.kind} {name!r} is registered after {self.sealed_by} was built from the {self.kind}s; "
@@ -81,7 +84,15 @@ class Registry(dict):
         if name in self and self[name] is not value:
             raise ValueError(f"{self.kind} {name!r} is registered already (by {_origin(self[name])})")
         self[name] = value
+        if by is not None:
+            self.registered_by.setdefault(name, by)
         return value
+
+    def code_digest(self, name: str, *classes: type) -> str | None:
+        """A digest of the plugin source ``name`` runs (None for a built-in entry): see :func:`code_digest`."""
+        if name not in self.registered_by:
+            return None
+        return code_digest([self.registered_by[name], *(m for cls in classes for m in _plugin_modules_of(cls))])
 
     def seal(self, by: str) -> None:
         if self.sealed_by is None:
@@ -90,3 +101,44 @@ class Registry(dict):
 
 def _origin(value) -> str:
     return getattr(value, "__module__", None) or type(value).__module__
+
+
+def caller_module(depth: int = 2) -> str | None:
+    """The name of the module whose code called the function that calls this (a registration's plugin)."""
+    try:
+        return sys._getframe(depth).f_globals.get("__name__")
+    except ValueError:
+        return None
+
+
+# Where a class's own code ends: the package's bases (WorkflowBase, SeededTask, Strict) and the libraries under them.
+_NOT_PLUGIN = ("matrixrl", "builtins", "abc", "typing", "pydantic")
+
+
+def _plugin_modules_of(cls: type) -> list[str]:
+    """The modules of ``cls`` and of its bases down to the first one of matrixrl's (or a library's)."""
+    modules = []
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in _NOT_PLUGIN:
+            break
+        modules.append(klass.__module__)
+    return modules
+
+
+def code_digest(modules) -> str | None:
+    """A digest of the source files of ``modules`` (plugin modules: a registration's and those of
+    the classes it registered), so that the results computed with a plugin's task kind or
+    workflow change digests when its code does (docs/extending.md); None when there are none.
+    A module without a file (``__main__`` run from a prompt) counts by its name alone."""
+    names = sorted({name for name in modules if name and name.split(".")[0] not in _NOT_PLUGIN})
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        digest.update(name.encode() + b"\0")
+        if path is not None and os.path.isfile(path):
+            with open(path, "rb") as source:
+                digest.update(source.read())
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]

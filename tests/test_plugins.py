@@ -202,6 +202,39 @@ def test_a_rollout_refuses_a_role_the_workflow_does_not_declare(attributes, what
     )
 
 
+def test_a_plugins_code_is_in_the_digests_of_what_it_computes(toy, experiment, monkeypatch):
+    # An edited plugin task generator reused the results of the old code ("Nothing to run").
+    import matrixrl.tasks as tasks
+    from matrixrl import grid as G
+    from matrixrl.config import load_config
+    from matrixrl.grid import Cell
+    from matrixrl.tasks.arith import ArithTask
+
+    source = Path(toy.__file__)
+    assert workflows.workflow_code_digest("single") is None and tasks.task_code_digest("arith") is None
+    echo = workflows.workflow_code_digest("echo")
+    source.write_text(source.read_text() + "# edited\n")
+    assert workflows.workflow_code_digest("echo") not in (None, echo)
+
+    cell = Cell("single", "arith", "tiny-s", "shared", 0)
+
+    def digests():
+        G._BASE_DIGESTS.clear()
+        config = load_config(experiment)
+        spec = G.cell_spec(config, cell)
+        return spec.train_digest(), spec.eval_digest(), G.base_eval_digest(spec), G.base_digest(config, "tiny-s")
+
+    builtin = digests()
+    # arith's kind as a plugin registers it (a subclass, in the plugin's module): every digest changes.
+    kinds = Registry("task kind", {k: v for k, v in tasks.TASK_KINDS.items() if k != "arith"})
+    kinds.add("arith", type("PluginArith", (ArithTask,), {"__module__": MODULE}), by=MODULE)
+    monkeypatch.setattr(tasks, "TASK_KINDS", kinds)
+    first = digests()
+    assert all(a != b for a, b in zip(first, builtin))
+    source.write_text(source.read_text() + "# edited again\n")
+    assert all(a != b for a, b in zip(digests(), first))
+
+
 def test_a_plugin_that_is_not_on_the_path_is_named(monkeypatch):
     monkeypatch.setenv(ENV, " matrixrl_no_such_plugin ")
     monkeypatch.setattr(plugins, "_loaded", None)

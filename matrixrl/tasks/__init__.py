@@ -15,7 +15,7 @@ prompt styles phrase their instructions and read answers by family. Nothing here
 imports ``matrixrl.config``.
 """
 
-from matrixrl.plugins import Registry, load_plugins
+from matrixrl.plugins import Registry, caller_module, load_plugins
 from matrixrl.settings import kind_values
 from matrixrl.tasks.arith import ArithTask
 from matrixrl.tasks.base import Problem, Task
@@ -47,9 +47,16 @@ def register_task_kind(kind: str, task: type) -> type:
     global TASK_SETTINGS
     if kind not in kind_values(task.Settings):
         raise ValueError(f"task kind {kind!r}: {task.__qualname__}.Settings has no kind {kind!r}")
-    TASK_KINDS.add(kind, task)
+    TASK_KINDS.add(kind, task, by=caller_module())
     TASK_SETTINGS = _settings()
     return task
+
+
+def task_code_digest(kind: str) -> str | None:
+    """The digest of a plugin task kind's source (the registering module's, its class's and its
+    Settings'), part of the digests of what it computes; None for a built-in kind."""
+    task = TASK_KINDS[kind]
+    return TASK_KINDS.code_digest(kind, task, task.Settings)
 
 
 def build_task(name: str, config) -> Task:
@@ -63,4 +70,4 @@ TASK_SETTINGS = _settings()
 the config's ``TaskConfig`` union (their ``kind`` values, in this order, are what an
 error lists as valid)."""
 
-__all__ = ["Problem", "Task", "TASK_KINDS", "TASK_SETTINGS", "build_task", "register_task_kind"]
+__all__ = ["Problem", "Task", "TASK_KINDS", "TASK_SETTINGS", "build_task", "register_task_kind", "task_code_digest"]

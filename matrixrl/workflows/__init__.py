@@ -14,7 +14,7 @@ declares (``WorkflowBase.prompts``): a new role touches no style.
 
 import re
 
-from matrixrl.plugins import Registry, load_plugins
+from matrixrl.plugins import Registry, caller_module, load_plugins
 from matrixrl.workflows import eval_opt, orch_workers, single, voting
 from matrixrl.workflows.base import Completion, Episode, Turn, Workflow, WorkflowBase, WorkflowSettings
 from matrixrl.workflows.styles.roles import STYLE_ROLES, RolePrompt
@@ -43,7 +43,14 @@ def register_workflow(cls: type[WorkflowBase]) -> type[WorkflowBase]:
     if not getattr(cls, "description", "").strip() or not getattr(cls, "roles", ()):
         raise ValueError(f"workflow {name!r}: give {cls.__qualname__} a one-line description and its roles")
     _check_roles(name, cls)
-    return WORKFLOWS.add(name, cls)
+    return WORKFLOWS.add(name, cls, by=caller_module())
+
+
+def workflow_code_digest(name: str) -> str | None:
+    """The digest of a plugin workflow's source (the registering module's, its class's and its
+    Settings'), part of the digests of what it computes; None for a built-in workflow."""
+    cls = WORKFLOWS[name]
+    return WORKFLOWS.code_digest(name, cls, cls.settings_model)
 
 
 def _check_roles(name: str, cls: type[WorkflowBase]) -> None:
@@ -84,4 +91,5 @@ __all__ = [
     "WORKFLOWS",
     "build_workflow",
     "register_workflow",
+    "workflow_code_digest",
 ]
