@@ -180,3 +180,29 @@ def test_a_batch_jobs_server_is_its_own_and_ends_with_it(tmp_path) -> None:
     out, _ = in_job.communicate(timeout=30)
     assert json.loads(out) == [0]
     wait_until(lambda: servers(tmp_path) == [outside])  # which ended with it, linger or not
+
+
+def test_a_server_for_plugins_has_the_whole_environment_and_folder_of_its_run(tmp_path) -> None:
+    # A plugin reads its own variables (and relative paths) as the server imports it: a
+    # filtered environment made one that needs REVTASK_DATA fail, and one with a default
+    # run every job under a value other than the run's.
+    client(tmp_path, [(0, 0)], MATRIXRL_PLUGINS="toy", REVTASK_DATA="/a", MATRIXRL_RUN_PID="12345")
+    (server,) = servers(tmp_path)
+    environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
+    assert b"REVTASK_DATA=/a" in environ and not any(v.startswith(b"MATRIXRL_RUN_PID=") for v in environ)
+    assert os.readlink(f"/proc/{server}/cwd") == os.path.realpath(os.getcwd())
+    client(tmp_path, [(0, 0)], MATRIXRL_PLUGINS="toy", REVTASK_DATA="/b")
+    assert len(servers(tmp_path)) == 2  # another value of the plugin's variable: another server
+
+
+def test_a_server_that_cannot_start_says_why_in_the_jobs_log(tmp_path, monkeypatch) -> None:
+    from matrixrl.jobs import forked
+
+    def fails(request, preload=None):
+        raise forked.JobServerError("the job server did not start: Traceback | KeyError: 'REVTASK_DATA'")
+
+    monkeypatch.setattr(forked, "run_in_server", fails)
+    log = tmp_path / "train.log"
+    with pytest.raises(forked.JobServerError):
+        forked.run_job(["train", "{}"], "a-cell", str(log))
+    assert log.read_text() == "the job server did not start: Traceback | KeyError: 'REVTASK_DATA'\n"

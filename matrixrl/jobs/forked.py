@@ -125,7 +125,12 @@ def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> 
     """
     title = f"matrixrl.jobs {argv[0]} {name}"
     request = {"op": "run", "argv": argv, "title": title, "log_path": log_path, "append": append}
-    exitcode = run_in_server(request)
+    try:
+        exitcode = run_in_server(request)
+    except JobServerError as exc:  # no child wrote the log: say why there, not only in Snakemake's log
+        with contextlib.suppress(OSError), open(log_path, "a") as log:
+            log.write(f"{exc}\n")
+        raise
     if exitcode != 0:
         how = f"was killed by signal {-exitcode}" if exitcode < 0 else f"exited {exitcode}"
         raise JobFailed(f"{title} {how}; see its log {log_path}")
@@ -177,9 +182,12 @@ def server_key(env: dict[str, str], preload: list[str] | None = None) -> str:
     another value of a variable that steers imports (``PYTHONPATH``, ``MATRIXRL_PLUGINS``,
     ``OMP_NUM_THREADS``, ...) is another server."""
     digest = hashlib.sha256(sys.executable.encode())
+    plugins = _with_plugins(env)
     for name in sorted(env):
-        if (name.startswith(KEY_PREFIXES) and name not in PER_RUN) or name in BATCH_JOB_VARS:
+        if (name.startswith(KEY_PREFIXES) and name not in PER_RUN) or name in BATCH_JOB_VARS or (plugins and name not in PER_RUN):
             digest.update(f"\0{name}={env[name]}".encode())
+    if plugins:
+        digest.update(f"\0cwd={os.getcwd()}".encode())
     digest.update(json.dumps(PRELOAD if preload is None else preload).encode())
     return digest.hexdigest()[:20]
 
@@ -233,10 +241,21 @@ def _try_connect(address: Path) -> socket.socket | None:
     return conn
 
 
+def _with_plugins(env: dict[str, str]) -> bool:
+    """Whether ``env`` names plugins (``MATRIXRL_PLUGINS``): the server imports them, and they may
+    read any variable, or a path relative to the current folder, as they are imported; the forked
+    jobs keep what they read then. Such a server gets the whole environment and the folder of the
+    run that starts it, and is keyed by them (:func:`server_key`): another value of any variable
+    is another server, one per run at worst, never a plugin set up under another run's values."""
+    return bool(env.get("MATRIXRL_PLUGINS", "").strip())
+
+
 def _start_server(address: Path, log: Path, env: dict[str, str], preload: list[str] | None) -> subprocess.Popen:
     """Fork + exec a server in a session of its own, from the root folder, with only the
-    variables that steer imports: nothing ties it to the run that started it."""
-    server_env = {k: v for k, v in env.items() if (k.startswith(KEY_PREFIXES) or k in SERVER_ENV_KEEP or k.startswith("LC_"))}
+    variables that steer imports: nothing ties it to the run that started it. With plugins,
+    the whole environment and the run's folder (:func:`_with_plugins`)."""
+    plugins = _with_plugins(env)
+    server_env = {k: v for k, v in env.items() if plugins or k.startswith(KEY_PREFIXES) or k in SERVER_ENV_KEEP or k.startswith("LC_")}
     for name in RUN_VARS:
         server_env.pop(name, None)
     server_env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
@@ -245,7 +264,8 @@ def _start_server(address: Path, log: Path, env: dict[str, str], preload: list[s
     command += [",".join(PRELOAD if preload is None else preload), str(os.getpid())]
     with open(log, "w") as output:
         return subprocess.Popen(
-            command, env=server_env, cwd="/", stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+            command, env=server_env, cwd=os.getcwd() if plugins else "/", stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+            start_new_session=True,
         )
 
 
