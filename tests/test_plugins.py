@@ -235,6 +235,46 @@ def test_a_plugins_code_is_in_the_digests_of_what_it_computes(toy, experiment, m
     assert all(a != b for a, b in zip(digests(), first))
 
 
+def test_a_task_kinds_settings_and_family_are_checked_when_it_is_registered():
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    from matrixrl.settings import Strict
+    from matrixrl.tasks import register_task_kind
+    from matrixrl.tasks.arith import ArithTask
+
+    class Loose(BaseModel):  # a misspelt key under tasks: would be ignored
+        kind: Literal["loose"] = "loose"
+
+    class Settings(Strict):
+        kind: Literal["loose"] = "loose"
+
+    with pytest.raises(ValueError) as caught:
+        register_task_kind("loose", type("LooseTask", (ArithTask,), {"Settings": Loose}))
+    assert str(caught.value) == (
+        "task kind 'loose': LooseTask.Settings must subclass matrixrl.settings.Strict (a plain pydantic BaseModel ignores unknown keys)"
+    )
+    # family 'text' failed only in a job, deep in eval_opt (KeyError: 'text').
+    with pytest.raises(ValueError) as caught:
+        register_task_kind("loose", type("TextTask", (ArithTask,), {"Settings": Settings, "family": "text"}))
+    assert str(caught.value) == (
+        "task kind 'loose': TextTask.family is 'text'; it must be one of math, code (a new family is more than a plugin: docs/extending.md)"
+    )
+
+
+def test_the_config_reference_is_not_written_with_plugins(monkeypatch, tmp_path, capsys):
+    from matrixrl.config import reference
+
+    monkeypatch.setenv(ENV, "toy")
+    target = tmp_path / "config.md"
+    assert reference.main(["--path", str(target)]) == 2 and not target.exists()
+    assert capsys.readouterr().err == (
+        "Error: MATRIXRL_PLUGINS is set (toy), and docs/config.md documents the package's own workflows and task "
+        "kinds only; unset MATRIXRL_PLUGINS and run python -m matrixrl.config.reference again\n"
+    )
+
+
 def test_a_plugin_that_is_not_on_the_path_is_named(monkeypatch):
     monkeypatch.setenv(ENV, " matrixrl_no_such_plugin ")
     monkeypatch.setattr(plugins, "_loaded", None)

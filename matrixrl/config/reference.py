@@ -253,6 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only check that the file is up to date")
     parser.add_argument("--path", type=Path, default=DOC, help="the file (default: docs/config.md of the repository)")
     args = parser.parse_args(argv)
+    from matrixrl.plugins import ENV, plugin_modules
+
+    if plugin_modules():  # their entries are in the schema now, and docs/config.md is the package's own
+        print(
+            f"Error: {ENV} is set ({', '.join(plugin_modules())}), and docs/config.md documents the package's own "
+            f"workflows and task kinds only; unset {ENV} and run {COMMAND} again",
+            file=sys.stderr,
+        )
+        return 2
     text = render()
     if args.check:
         current = args.path.read_text() if args.path.is_file() else None

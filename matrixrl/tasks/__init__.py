@@ -15,10 +15,12 @@ prompt styles phrase their instructions and read answers by family. Nothing here
 imports ``matrixrl.config``.
 """
 
+from typing import get_args
+
 from matrixrl.plugins import Registry, caller_module, load_plugins
-from matrixrl.settings import kind_values
+from matrixrl.settings import Strict, kind_values
 from matrixrl.tasks.arith import ArithTask
-from matrixrl.tasks.base import Problem, Task
+from matrixrl.tasks.base import Family, Problem, Task
 from matrixrl.tasks.code import CodeTask
 from matrixrl.tasks.mathdata import MathTask
 from matrixrl.tasks.pyfunc import PyfuncTask
@@ -47,6 +49,18 @@ def register_task_kind(kind: str, task: type) -> type:
     global TASK_SETTINGS
     if kind not in kind_values(task.Settings):
         raise ValueError(f"task kind {kind!r}: {task.__qualname__}.Settings has no kind {kind!r}")
+    # A plain BaseModel ignores a misspelt key in experiments.yaml; a family the styles and
+    # eval_opt do not know failed only deep in a job (KeyError: 'text').
+    if not issubclass(task.Settings, Strict):
+        raise ValueError(
+            f"task kind {kind!r}: {task.__qualname__}.Settings must subclass matrixrl.settings.Strict "
+            "(a plain pydantic BaseModel ignores unknown keys)"
+        )
+    if getattr(task, "family", None) not in get_args(Family):
+        raise ValueError(
+            f"task kind {kind!r}: {task.__qualname__}.family is {getattr(task, 'family', None)!r}; it must be one of "
+            f"{', '.join(get_args(Family))} (a new family is more than a plugin: docs/extending.md)"
+        )
     TASK_KINDS.add(kind, task, by=caller_module())
     TASK_SETTINGS = _settings()
     return task
