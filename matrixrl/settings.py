@@ -21,7 +21,9 @@ class Strict(BaseModel):
 
     # validate_default: a default is converted like a given value (16 → 16.0 for a float), so a
     # spec reads the same before and after a JSON round trip (digests compare specs across processes).
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan: no setting means anything at infinity (.inf), and JSON, which carries a spec to
+    # its job, has no infinity: it would arrive as null and fail there, far from the file's line.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 RUNTIME = {"runtime": True}

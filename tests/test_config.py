@@ -264,6 +264,27 @@ def test_an_infinite_analysis_threshold_is_refused(raw: dict) -> None:
     assert error_of(raw) == "E.yaml: analysis.cliff_noise_se: must be a finite number (got inf)"
 
 
+# Every float setting of every section: JSON, which carries a spec to its job, has no infinity.
+@pytest.mark.parametrize(
+    "key",
+    [
+        "train.lr", "train.epsilon_high", "eval.temperature", "scales.tiny-s.train.lr",
+        "scales.tiny-s.warmstart.lr", "tasks.pyfunc.timeout_s", "policies.lora.alpha",
+    ],
+)
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_a_setting_that_is_not_a_finite_number_is_refused(experiment: Path, key: str, value: str) -> None:
+    shown = {".inf": "inf", "-.inf": "-inf", ".nan": "nan"}[value]
+    assert load_error(experiment, sets=[f"{key}={value}"]) == (
+        f"{experiment} with --set '{key}={value}': {key}: must be a finite number (got {shown})"
+    )
+
+
+def test_an_infinite_value_of_an_extra_axis_is_refused(raw: dict) -> None:
+    raw["grid"]["train.lr"] = [1.0e-4, float("inf")]
+    assert error_of(raw) == "E.yaml: grid.train.lr: must be a finite number (got inf)"
+
+
 def test_wrong_boolean(raw: dict) -> None:
     raw["train"]["scale_rewards"] = "maybe"
     assert error_of(raw) == "E.yaml: train.scale_rewards: expected true or false (got 'maybe')"

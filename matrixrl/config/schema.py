@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    ConfigDict,
     Field,
     create_model,
     field_validator,
@@ -562,9 +561,6 @@ class Analysis(Strict):
 
     Changing them reruns only the ``analyse`` job (``summary.json``); ``report`` recomputes its per-cell records.
     """
-
-    # An infinite threshold would silently switch a rule off (no cliff could ever count).
-    model_config = ConfigDict(**Strict.model_config, allow_inf_nan=False)
 
     cliff_delta: float = Field(
         0.10,
