@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, get_args
+import types
+import typing
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class Strict(BaseModel):
@@ -24,6 +27,73 @@ class Strict(BaseModel):
     # allow_inf_nan: no setting means anything at infinity (.inf), and JSON, which carries a spec to
     # its job, has no infinity: it would arrive as null and fail there, far from the file's line.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic takes true as 1 where a number goes: `steps: true` would be one step, and
+        # `seed: [1, true]` two equal seeds. Here, rather than per field, so that every settings
+        # model (each task's and workflow's too) refuses it, with the loose rest kept (4.0 is 4).
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            expected = _number_expected(cls, name)
+            where, flag = _boolean_in(value, expected[1]) if expected is not None else ((), None)
+            if flag is not None:
+                raise PydanticCustomError(
+                    BOOLEAN_FOR_NUMBER,
+                    "{key}: expected {expected} (got {got})",
+                    {"key": ".".join(map(str, (name, *where))), "at": (name, *where), "expected": expected[0],
+                     "got": "true" if flag else "false"},
+                )
+        return data
+
+
+BOOLEAN_FOR_NUMBER = "boolean_for_number"
+"""The pydantic error type of a true or false where a number goes; its ``ctx["at"]`` is where, below the model."""
+
+_NUMBER_NAMES = {int: "a whole number", float: "a number"}
+_NUMBERS_EXPECTED: dict[tuple[type, str], tuple[str, int] | None] = {}
+
+
+def _number_expected(model: type[BaseModel], name: str | None) -> tuple[str, int] | None:
+    """What field ``name`` of ``model`` takes where a number goes, in words, and how deep in lists or
+    mappings (0: the value itself; 1: each item of a list, each value of a mapping); None when no
+    number is expected, or a boolean is as welcome (``bool | int``)."""
+    key = (model, name or "")
+    if key not in _NUMBERS_EXPECTED:
+        field = model.model_fields.get(name or "")
+        _NUMBERS_EXPECTED[key] = None if field is None else _numbers_in(field.annotation)
+    return _NUMBERS_EXPECTED[key]
+
+
+def _numbers_in(annotation: Any, depth: int = 0) -> tuple[str, int] | None:
+    if annotation in _NUMBER_NAMES:
+        return _NUMBER_NAMES[annotation], depth
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is Annotated:
+        return _numbers_in(args[0], depth)
+    if origin in (Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        if any(a is bool or a is str or get_origin(a) is Literal or a is Any for a in members):
+            return None
+        return next(filter(None, (_numbers_in(a, depth) for a in members)), None)
+    if origin in (list, tuple, set, frozenset, dict, typing.Sequence, typing.Mapping) and args and depth == 0:
+        return _numbers_in(args[-1], depth + 1)  # a list's items, a mapping's values
+    return None
+
+
+def _boolean_in(value: Any, depth: int) -> tuple[tuple, bool | None]:
+    """(where, the boolean) of the first boolean in ``value`` at ``depth``: ``(1,)`` for a list's
+    item, ``("aggregator",)`` for a mapping's value, ``()`` for the value itself; or ((), None)."""
+    if depth == 0:
+        return (), value if isinstance(value, bool) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        if isinstance(item, bool):
+            return (key,), item
+    return (), None
 
 
 RUNTIME = {"runtime": True}

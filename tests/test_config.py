@@ -285,6 +285,34 @@ def test_an_infinite_value_of_an_extra_axis_is_refused(raw: dict) -> None:
     assert error_of(raw) == "E.yaml: grid.train.lr: must be a finite number (got inf)"
 
 
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("train.steps", "true", "train.steps: expected a whole number (got true)"),
+        ("train.checkpoint_every", "false", "train.checkpoint_every: expected a whole number (got false)"),
+        ("train.lr", "true", "train.lr: expected a number (got true)"),
+        ("grid.seed", "[true]", "grid.seed[0]: expected a whole number (got true)"),
+        ("grid.seed", "[1, true]", "grid.seed[1]: expected a whole number (got true)"),  # not 'values repeat in [1, 1]'
+        ("scales.tiny-s.train.steps", "true", "scales.tiny-s.train.steps: expected a whole number (got true)"),
+        ("tasks.arith.n_eval", "true", "tasks.arith.n_eval: expected a whole number (got true)"),
+        ("train.kl_beta_roles", "{aggregator: true}", "train.kl_beta_roles.aggregator: expected a number (got true)"),
+    ],
+)
+def test_a_boolean_where_a_number_goes_is_refused(experiment: Path, key: str, value: str, message: str) -> None:
+    # pydantic alone takes true as 1: one training step, or seeds [1, 1].
+    assert load_error(experiment, sets=[f"{key}={value}"]) == f"{experiment} with --set '{key}={value}': {message}"
+
+
+def test_a_boolean_among_an_extra_axis_values_is_refused(raw: dict) -> None:
+    raw["grid"]["train.steps"] = [4, True]
+    assert error_of(raw) == "E.yaml: grid.train.steps: expected a whole number (got true)"
+
+
+def test_numbers_keep_their_other_spellings(experiment: Path) -> None:
+    config = load_config(experiment, sets=["train.steps=4.0", "train.lr='1e-4'", "train.scale_rewards='false'"])
+    assert (config.train.steps, config.train.lr, config.train.scale_rewards) == (4, 1e-4, False)
+
+
 def test_wrong_boolean(raw: dict) -> None:
     raw["train"]["scale_rewards"] = "maybe"
     assert error_of(raw) == "E.yaml: train.scale_rewards: expected true or false (got 'maybe')"

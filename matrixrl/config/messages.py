@@ -8,7 +8,7 @@ from pydantic import BaseModel, ValidationError
 
 from matrixrl.config.schema import Config, Grid
 from matrixrl.errors import ConfigError, closest, did_you_mean
-from matrixrl.settings import kind_values, models_in
+from matrixrl.settings import BOOLEAN_FOR_NUMBER, kind_values, models_in
 
 
 def _describe(model: type[BaseModel] | None, loc: tuple, tag: Any = None) -> type[BaseModel] | None:
@@ -79,9 +79,11 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     if len(loc) > 2 and loc[0] in ("scales", "tasks"):
         # (section, name, kind tag, ...): the discriminated union adds the tag.
         tag, loc = loc[2], loc[:2] + loc[3:]
-    path = _path(loc)
     kind = first["type"]
     ctx = first.get("ctx") or {}
+    if kind == BOOLEAN_FOR_NUMBER:  # found by the model, about one of its fields: its key path
+        return f"{source}: {_path(loc + tuple(ctx['at']))}: expected {ctx['expected']} (got {ctx['got']})"
+    path = _path(loc)
     got = first.get("input")
     if kind == "extra_forbidden":
         owner = _describe(Config, loc, tag)
