@@ -512,7 +512,7 @@ def report(
     if html is not None or plots_dir is not None:
         from matrixrl.report.html import write_report
 
-        for path in write_report(cfg, selected, group_by, html, plots_dir):
+        for path in write_report(cfg, selected, group_by, html, plots_dir, experiments=config):
             print(path)
         return
     if wide and columns is not None:
@@ -590,6 +590,7 @@ def plot(
         matrixrl plot -c examples/lr-sweep.yaml --lines train.lr
     """
     from matrixrl.layout import PLOTS_DIR
+    from matrixrl.report.outputs import check_output
     from matrixrl.report.plots import check_out_dir, study_figures, write_pngs
     from matrixrl.study import Study
 
@@ -597,6 +598,7 @@ def plot(
     named_out = out_dir is not None  # else the results folder's, whose errors name results_dir
     out_dir = out_dir or study.results_dir / PLOTS_DIR
     check_out_dir(out_dir, "--out")
+    check_output("--out", out_dir, study.config, config, "plots")
     figures = study_figures(study.plot_data(), cell or [], lines)
     with output_named("--out", out_dir if named_out else None):
         written = write_pngs(figures, out_dir)
@@ -643,11 +645,14 @@ def export(
         matrixrl export tensorboard -c examples/lr-sweep.yaml --out runs/lr-sweep
     """
     from matrixrl.export import export_study
+    from matrixrl.report.outputs import check_output
     from matrixrl.study import Study
 
     if tracker is Tracker.tensorboard and (project is not None or group is not None):
         raise ConfigError("--project and --group name W&B runs; leave them out with tensorboard")
     study = Study.load(config, only=only or [], set=set_ or [])
+    if out_dir is not None:
+        check_output("--out", out_dir, study.config, config, f"runs/{tracker.value}")
     with output_named("--out", out_dir):
         summary = export_study(study, tracker.value, out_dir, project=project or "matrixrl", group=group)
     if summary.removed:

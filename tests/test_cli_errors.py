@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +19,9 @@ from matrixrl.grid import Cell
 from matrixrl.layout import STORE_FILE, eval_result, train_result
 from matrixrl.results import EvalResult, StepMetrics, TrainResult, write_result
 
-from conftest import run_cli
+from conftest import REPO, run_cli
+
+FIXTURES = REPO / "tests" / "fixtures"
 
 CELL = Cell(workflow="single", task="arith", scale="tiny-s", policy="shared", seed=0)
 ONE_CELL = ("--only", "workflow=single", "--only", "task=arith", "--only", "scale=tiny-s", "--only", "policy=shared", "--only", "seed=0")  # the grid of exactly CELL
@@ -432,6 +435,57 @@ def test_html_refuses_a_device_and_the_plots_folder_and_writes_through_a_link(st
     link.symlink_to(target)
     assert run_cli("report", "-c", stored, *ONE_CELL, "--html", str(link)).exit_code == 0
     assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_an_output_path_never_overwrites_what_the_study_reads(stored: Path) -> None:
+    results = results_of(stored)
+    (results / "summary.json").write_text("{}")
+    before, config_text = snapshot(results), stored.read_text()
+    fix = {"--html": "report.html", "--plots": "report-plots"}
+    for option, name, entry in [
+        ("--html", "matrixrl.sqlite", "matrixrl.sqlite"),
+        ("--html", "summary.json", "summary.json"),
+        ("--html", f"cells/{CELL.id}/train.json", "cells"),
+        ("--html", ".matrixrl/config.yaml", ".matrixrl"),
+        ("--plots", f"cells/{CELL.id}/eval", "cells"),
+    ]:
+        path = results / name
+        assert_user_error(
+            run_cli("report", "-c", stored, *ONE_CELL, option, path),
+            f"{option} {path}: is part of the study's results ({entry} in results_dir {results}); "
+            f"pass another path, such as {fix[option]}",
+        )
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--html", stored),
+        f"--html {stored}: is the experiments file this command reads; pass another path, such as report.html",
+    )
+    assert_user_error(
+        run_cli("plot", "-c", stored, *ONE_CELL, "--out", results / "logs"),
+        f"--out {results / 'logs'}: is part of the study's results (logs in results_dir {results}); "
+        "pass another path, such as plots",
+    )
+    assert_user_error(
+        run_cli("export", "tensorboard", "-c", stored, *ONE_CELL, "--out", results / "base" / "tb"),
+        f"--out {results / 'base' / 'tb'}: is part of the study's results (base in results_dir {results}); "
+        "pass another path, such as runs/tensorboard",
+    )
+    assert snapshot(results) == before and stored.read_text() == config_text
+    # The rest of results_dir is the user's: a page there, and a second report over it.
+    for _ in range(2):
+        assert run_cli("report", "-c", stored, *ONE_CELL, "--html", results / "report.html").exit_code == 0
+    assert (results / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_an_output_path_never_overwrites_a_tasks_data(stored: Path) -> None:
+    data = stored.parent / "problems.jsonl"
+    shutil.copyfile(FIXTURES / "math_problems.jsonl", data)
+    before = data.read_bytes()
+    task = "tasks.mine={kind: math_generic, path: problems.jsonl, n_eval: 3}"
+    assert_user_error(
+        run_cli("report", "-c", stored, *ONE_CELL, "--set", task, "--html", data),
+        f"--html {data}: is part of tasks.mine.path ({data}), which the study reads; pass another path, such as report.html",
+    )
+    assert data.read_bytes() == before
 
 
 # --- mistyped names and option values ----------------------------------------------------------

@@ -212,10 +212,13 @@ def _section(name: str, frame: pd.DataFrame, spec, repeats: set[str], n_seeds: i
 
 
 def write_report(
-    config: Config, selected: Config | None, group_by: str | None, html: Path | None, plots_dir: Path | None
+    config: Config, selected: Config | None, group_by: str | None, html: Path | None, plots_dir: Path | None,
+    experiments: Path | None = None,
 ) -> list[Path]:
     """Build the page and its plots, then write them atomically (plots first, the page
-    last): ``html`` the page, ``plots_dir`` the PNGs; either may be None. Returns the paths."""
+    last): ``html`` the page, ``plots_dir`` the PNGs; either may be None. Returns the paths.
+    Neither may be an input of the study (``experiments``: the file ``config`` was read from)."""
+    from matrixrl.report.outputs import check_output
     from matrixrl.report.plots import check_out_dir
 
     target = html.resolve() if html is not None else None  # through a symbolic link, its target
@@ -226,8 +229,10 @@ def write_report(
             raise ConfigError(f"--html {html}: is not a regular file; pass a file name such as report.html")
         if plots_dir is not None and target == plots_dir.resolve():
             raise ConfigError(f"--html and --plots both name {html}; give the page a file name of its own")
+        check_output("--html", html, config, experiments, "report.html")
     if plots_dir is not None:
         check_out_dir(plots_dir, "--plots")
+        check_output("--plots", plots_dir, config, experiments, "report-plots")
     page, pngs = build_report(config, selected, group_by)
     written = []
     if plots_dir is not None:
