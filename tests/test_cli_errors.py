@@ -488,6 +488,35 @@ def test_an_output_path_never_overwrites_a_tasks_data(stored: Path) -> None:
     assert data.read_bytes() == before
 
 
+PROFILE_CASES = {
+    "jobs: abc\n": "jobs: expected a whole number of at least 1 or unlimited (got 'abc'); e.g. jobs: 50",
+    "restart_times: true\n": "restart_times: expected a whole number of at least 0 (got true); e.g. restart_times: 1",
+    "latency-wait: -5\n": "latency-wait: expected a whole number of at least 0 (got -5); e.g. latency-wait: 60",
+    "max-jobs-per-second: fast\n": "max-jobs-per-second: expected a number above 0 (got 'fast'); e.g. max-jobs-per-second: 10",
+    "executor: slrum\n": "executor: 'slrum' is no installed Snakemake executor; did you mean slurm? "
+    "(or pip install snakemake-executor-plugin-slrum)",
+}
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+@pytest.mark.parametrize("text", list(PROFILE_CASES))
+def test_a_profile_option_snakemake_would_refuse_is_named_before_anything_starts(
+    experiment: Path, command: str, text: str
+) -> None:
+    profile = experiment.parent / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(text)
+    assert_user_error(run_cli(command, "-c", experiment, "--profile", profile), f"{profile / 'config.yaml'}: {PROFILE_CASES[text]}")
+    assert not results_of(experiment).exists()
+
+
+def test_a_profile_with_snakemakes_words_for_no_limit_plans(experiment: Path) -> None:
+    profile = experiment.parent / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("jobs: unlimited\ncores: all\nexecutor: local\nlatency_wait: 5\n")
+    assert run_cli("plan", "-c", experiment, *ONE_CELL, "--profile", profile).exit_code == 0
+
+
 # --- mistyped names and option values ----------------------------------------------------------
 
 

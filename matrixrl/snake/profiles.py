@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pkgutil
 from pathlib import Path
 
 import yaml
 
-from matrixrl.errors import ProfileError
+from matrixrl.errors import ProfileError, did_you_mean
 from matrixrl.dag import LOCAL_RULES
 
 _LOCAL_EXECUTORS = {"local", "dryrun", "touch"}
@@ -25,7 +26,60 @@ def profile_config(profile: Path) -> dict:
         raise ProfileError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)}); fix its syntax")
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: expected a mapping of Snakemake options")
+    _check_options(raw, path)
     return raw
+
+
+# Snakemake's options whose values matrixrl can check before Snakemake starts (a bad one would
+# fail `run` only after results/ is made, with nothing but Snakemake's log to say why):
+# (what the value must be, an example; the words a value may be instead).
+_COUNTS = {
+    "jobs": (1, ("unlimited",), 50), "cores": (1, ("all",), 4), "local-cores": (1, (), 4),
+    "latency-wait": (0, (), 60), "restart-times": (0, (), 1), "retries": (0, (), 1),
+}
+_RATES = ("max-jobs-per-second", "max-status-checks-per-second", "seconds-between-status-checks")
+
+
+def _check_options(raw: dict, path: Path) -> None:
+    """A ProfileError naming the first option of ``raw`` whose value Snakemake would refuse:
+    a count that is no whole number (``jobs: abc``), a rate that is no number, an executor whose
+    plugin is not installed."""
+    for key, value in raw.items():
+        option = str(key).replace("_", "-")  # Snakemake takes either spelling
+        if option in _COUNTS:
+            least, words, example = _COUNTS[option]
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if value in words or (whole and value >= least):
+                continue
+            also = "".join(f" or {word}" for word in words)
+            raise ProfileError(
+                f"{path}: {key}: expected a whole number of at least {least}{also} (got {_shown(value)}); e.g. {key}: {example}"
+            )
+        if option in _RATES and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ProfileError(f"{path}: {key}: expected a number above 0 (got {_shown(value)}); e.g. {key}: 10")
+        if option == "executor":
+            executor = str(value)
+            plugins = executor_plugins()
+            if executor not in _LOCAL_EXECUTORS and executor not in plugins:
+                fix = did_you_mean(executor, [*sorted(_LOCAL_EXECUTORS), *plugins])
+                raise ProfileError(
+                    f"{path}: executor: {executor!r} is no installed Snakemake executor; {fix} "
+                    f"(or pip install snakemake-executor-plugin-{executor})"
+                )
+
+
+def _shown(value) -> str:
+    """A YAML value as the file spells it (true, not Python's True)."""
+    return yaml.safe_dump(value, default_flow_style=True).removesuffix("\n...\n").strip() if isinstance(value, bool) or value is None else repr(value)
+
+
+def executor_plugins() -> list[str]:
+    """The Snakemake executor plugins installed (``slurm`` for snakemake_executor_plugin_slurm),
+    found by their module names as Snakemake finds them, without importing them."""
+    prefix = "snakemake_executor_plugin_"
+    return sorted(
+        module.name[len(prefix):].replace("_", "-") for module in pkgutil.iter_modules() if module.name.startswith(prefix)
+    )
 
 
 def _as_mapping(value, where: str) -> dict:
