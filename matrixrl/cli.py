@@ -69,13 +69,16 @@ FORMAT_NAMES = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
 
 
 def user_errors(command):
-    """Turn a :class:`UserError` into its one line on stderr and its exit code, no traceback;
-    so too a full disk or a permission problem (exit 1), named with the path and the
+    """Check the ``MATRIXRL_*`` variables first; turn a :class:`UserError` into its one line on
+    stderr and its exit code, no traceback; so too a full disk or a permission problem (exit 1), named with the path and the
     fix, and a Ctrl-C (exit 130)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from matrixrl.environment import check_environment
+
         try:
+            check_environment()  # a bad MATRIXRL_* value stops every command at once, not a job later
             return command(*args, **kwargs)
         except UserError as exc:
             for line in str(exc).splitlines() or [""]:  # several problems (GpuMemoryError): a line each

@@ -517,6 +517,31 @@ def test_a_profile_with_snakemakes_words_for_no_limit_plans(experiment: Path) ->
     assert run_cli("plan", "-c", experiment, *ONE_CELL, "--profile", profile).exit_code == 0
 
 
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MATRIXRL_JOB_SERVER_LINGER_S", "abc", "MATRIXRL_JOB_SERVER_LINGER_S='abc': expected seconds, e.g. 300"),
+        ("MATRIXRL_GPU_WAIT_S", "-1", "MATRIXRL_GPU_WAIT_S='-1': expected seconds, e.g. 600"),
+        ("MATRIXRL_GPU_WAIT_S", "inf", "MATRIXRL_GPU_WAIT_S='inf': expected seconds, e.g. 600"),
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "run", "report"])
+def test_a_bad_environment_variable_stops_every_command_before_it_starts(
+    experiment: Path, monkeypatch, command: str, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    assert_user_error(run_cli(command, "-c", experiment), message)
+    assert not results_of(experiment).exists()
+
+
+def test_the_environments_seconds_keep_their_defaults_and_zero() -> None:
+    from matrixrl.environment import GPU_WAIT_S, JOB_SERVER_LINGER_S, seconds
+
+    assert seconds(JOB_SERVER_LINGER_S, {}) == 300.0 and seconds(GPU_WAIT_S, {GPU_WAIT_S: ""}) == 600.0
+    assert seconds(JOB_SERVER_LINGER_S, {JOB_SERVER_LINGER_S: "0"}) == 0.0
+    assert seconds(GPU_WAIT_S, {GPU_WAIT_S: " 2.5 "}) == 2.5
+
+
 # --- mistyped names and option values ----------------------------------------------------------
 
 

@@ -119,7 +119,7 @@ def test_no_import_circles() -> None:
 
 
 LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("base", ("matrixrl.settings", "matrixrl.errors", "matrixrl.atomic", "matrixrl.layout", "matrixrl.results",
+    ("base", ("matrixrl.settings", "matrixrl.errors", "matrixrl.environment", "matrixrl.atomic", "matrixrl.layout", "matrixrl.results",
               "matrixrl.sandbox", "matrixrl._sandbox_child", "matrixrl._sandbox_worker", "matrixrl.plugins"),
      "settings digests, errors, atomic writes, where files live, result-file schemas, the code sandbox, registries"),
     ("tasks", ("matrixrl.tasks",), "problems and their scoring"),

@@ -67,6 +67,8 @@ import threading
 import time
 from pathlib import Path
 
+from matrixrl import environment
+
 # Before any preload import: torch reads it at each is_available() call, and the server,
 # started by fork + exec from this process, inherits it. Jobs inherit it too, where
 # asking NVML is as good (their CUDA starts once they load a model anyway).
@@ -81,9 +83,9 @@ PRELOAD = [
     "matrixrl.jobs.evaluate",
     "matrixrl.train.trainer",
 ]
-LINGER_ENV = "MATRIXRL_JOB_SERVER_LINGER_S"
+LINGER_ENV = environment.JOB_SERVER_LINGER_S
 """Seconds a job server stays once no process that asked it for a job is alive (0: it ends with its runs)."""
-DEFAULT_LINGER_S = 300.0
+DEFAULT_LINGER_S = environment.SECONDS[LINGER_ENV]
 PRELOAD_TIMEOUT_S = 600.0
 """How long a requester waits for a new server's imports (a cold disk, a loaded machine)."""
 
@@ -259,8 +261,8 @@ def _start_server(address: Path, log: Path, env: dict[str, str], preload: list[s
     for name in RUN_VARS:
         server_env.pop(name, None)
     server_env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    linger = "0" if any(env.get(name) for name in BATCH_JOB_VARS) else env.get(LINGER_ENV)
-    command = [sys.executable, "-m", "matrixrl.jobs.forked", str(address), linger or str(DEFAULT_LINGER_S)]
+    linger = 0.0 if any(env.get(name) for name in BATCH_JOB_VARS) else environment.seconds(LINGER_ENV, env)
+    command = [sys.executable, "-m", "matrixrl.jobs.forked", str(address), str(linger)]
     command += [",".join(PRELOAD if preload is None else preload), str(os.getpid())]
     with open(log, "w") as output:
         return subprocess.Popen(

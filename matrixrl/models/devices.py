@@ -37,17 +37,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matrixrl import environment
 from matrixrl.errors import GpuClaimError
 
-LOCK_DIR_ENV = "MATRIXRL_GPU_LOCK_DIR"
+LOCK_DIR_ENV = environment.GPU_LOCK_DIR
 # PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and
 # what a job sets when neither is: docs/performance.md, "Reserved memory while the KV
 # cache grows" (the KV cache grows by concatenation every decoding step, and the default
 # allocator strands gigabytes between its outgrown blocks).
 ALLOCATOR_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ALLOCATOR_DEFAULT = "expandable_segments:True"
-WAIT_ENV = "MATRIXRL_GPU_WAIT_S"
-DEFAULT_WAIT_S = 600.0
+WAIT_ENV = environment.GPU_WAIT_S
+DEFAULT_WAIT_S = environment.SECONDS[WAIT_ENV]
 
 
 def visible_gpus() -> list[str]:
@@ -132,7 +133,7 @@ def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_
         raise GpuClaimError("no GPU is visible to this job (CUDA_VISIBLE_DEVICES / nvidia-smi); use device: cpu for this scale")
     locks = locks or lock_dir()
     if wait_s is None:
-        wait_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
+        wait_s = environment.seconds(WAIT_ENV)
     locks.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
     while True:
