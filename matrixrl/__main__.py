@@ -11,12 +11,12 @@ import sys
 
 
 def main() -> None:
-    from matrixrl.errors import PluginError
+    from matrixrl.errors import UserError
 
     try:
         try:
             from matrixrl.cli import main as cli_main
-        except PluginError as exc:
+        except UserError as exc:  # a plugin's (PluginError), met as the CLI imports the registries
             sys.stderr.write(f"Error: {exc}\n")
             raise SystemExit(exc.exit_code) from None
         cli_main()

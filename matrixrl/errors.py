@@ -98,6 +98,11 @@ class PluginError(UserError, ImportError):
     that imports a registry)."""
 
 
+class RegistrationError(UserError, ValueError):
+    """A workflow, task kind or table that cannot be registered under its name (a plugin's
+    mistake, so one line as any other: a ValueError too, for code that registers)."""
+
+
 _DISK_FIXES = {
     errno.ENOSPC: "no space left on the device; free some space, or point results_dir at a larger disk",
     errno.EDQUOT: "the disk quota is exhausted; free some space, or point results_dir elsewhere",

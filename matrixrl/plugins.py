@@ -14,7 +14,7 @@ they use it, and inherit the variable. A plugin's folder must be on ``PYTHONPATH
 Snakemake and its jobs run with ``PYTHONSAFEPATH``, so the current folder is not
 on their path. docs/extending.md has the details and an example.
 
-This module imports nothing heavy: the CLI loads the plugins at start-up (for
+This module imports nothing heavy (the package's errors and environment names): the CLI loads the plugins at start-up (for
 ``report --table``'s choices).
 """
 
@@ -23,9 +23,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import sys
 
-ENV = "MATRIXRL_PLUGINS"
+from matrixrl.environment import PLUGINS as ENV
+from matrixrl.errors import PluginError, RegistrationError
+
+# A module as ``import`` names it: a relative name (.x) or a path (../x) has no package to start from.
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 _loaded: str | None = None  # the value of ENV whose modules are imported (or being imported)
 
@@ -44,17 +49,22 @@ def load_plugins() -> None:
     _loaded = os.environ.get(ENV, "")
     try:
         for name in plugin_modules():
+            if not _MODULE_NAME.fullmatch(name):
+                raise PluginError(
+                    f"{ENV} names {name!r}, which is no module name; name each plugin as Python imports it "
+                    "(my_plugins.toy), with its folder on PYTHONPATH (docs/extending.md)"
+                )
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError as exc:
                 if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
                     raise  # the plugin imports something that is missing: its own traceback says what
-                from matrixrl.errors import PluginError
-
                 raise PluginError(
                     f"{ENV} names {name!r}, which is not importable here; put the folder that holds it on "
                     "PYTHONPATH (docs/extending.md)"
                 ) from exc
+            except RegistrationError as exc:
+                raise PluginError(f"{ENV} names {name!r}, which cannot register: {exc}") from exc
     except BaseException:
         _loaded = None  # not loaded: the next import of a registry says so again
         raise
@@ -77,12 +87,14 @@ class Registry(dict):
 
     def add(self, name: str, value, by: str | None = None):
         if self.sealed_by is not None and name not in self:
-            raise RuntimeError(
+            raise RegistrationError(
                 f"{self.kind} {name!r} is registered after {self.sealed_by} was built from the {self.kind}s; "
                 f"register it when the plugin module is imported, before that module imports {self.sealed_by}"
             )
         if name in self and self[name] is not value:
-            raise ValueError(f"{self.kind} {name!r} is registered already (by {_origin(self[name])})")
+            raise RegistrationError(
+                f"{self.kind} {name!r} is registered already (by {_origin(self[name])}); give yours a name of its own"
+            )
         self[name] = value
         if by is not None:
             self.registered_by.setdefault(name, by)

@@ -18,6 +18,7 @@ import matrixrl.config  # noqa: F401  (before any test swaps a registry: the sch
 import matrixrl.plugins as plugins
 import matrixrl.report as report
 import matrixrl.workflows as workflows
+from matrixrl.errors import RegistrationError
 from matrixrl.plugins import ENV, Registry
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Completion
@@ -131,7 +132,7 @@ def test_a_new_role_is_written_by_every_style_from_its_workflows_prompt(toy):
 def test_a_registration_the_schema_would_miss_is_an_error():
     sealed = Registry("workflow", {"single": object})
     sealed.seal("the config schema (matrixrl.config)")
-    with pytest.raises(RuntimeError, match="workflow 'echo' is registered after the config schema"):
+    with pytest.raises(RegistrationError, match="workflow 'echo' is registered after the config schema"):
         sealed.add("echo", object)
     with pytest.raises(ValueError, match="workflow 'single' is registered already"):
         Registry("workflow", {"single": int}).add("single", str)
@@ -294,6 +295,35 @@ def test_the_command_names_a_plugin_that_is_not_on_the_path_in_one_line():
     assert proc.stderr == (
         "Error: MATRIXRL_PLUGINS names 'matrixrl_no_such_plugin', which is not importable here; put the folder that "
         "holds it on PYTHONPATH (docs/extending.md)\n"
+    )
+
+
+@pytest.mark.parametrize("named", ["../plugins/toy", ".toy"])
+def test_a_plugin_named_by_a_path_or_a_relative_name_is_one_line(named):
+    env = {**os.environ, ENV: named}
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        f"Error: MATRIXRL_PLUGINS names {named!r}, which is no module name; name each plugin as Python imports it "
+        "(my_plugins.toy), with its folder on PYTHONPATH (docs/extending.md)\n"
+    )
+
+
+def test_a_plugin_that_takes_a_built_in_name_is_one_line(tmp_path):
+    (tmp_path / "again.py").write_text(
+        "from matrixrl.workflows import register_workflow\n"
+        "from matrixrl.workflows.single import Single\n\n\n"
+        "@register_workflow\n"
+        "class Again(Single):\n"
+        "    name = 'single'\n"
+    )
+    path = os.pathsep.join([str(tmp_path), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
+    env = {**os.environ, ENV: "again", "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        "Error: MATRIXRL_PLUGINS names 'again', which cannot register: workflow 'single' is registered already "
+        "(by matrixrl.workflows.single); give yours a name of its own\n"
     )
 
 

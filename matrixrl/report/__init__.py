@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from matrixrl.errors import RegistrationError
 from matrixrl.plugins import Registry, load_plugins
 
 
@@ -139,7 +140,7 @@ def register_table(table: Table) -> Table:
     like inside, so that the CLI's start-up stays light."""
     global TABLE_NAMES
     if not _NAME.fullmatch(table.name):
-        raise ValueError(f"table {table.name!r}: a table's name is lower-case letters, digits and _")
+        raise RegistrationError(f"table {table.name!r}: a table's name is lower-case letters, digits and _")
     TABLES.add(table.name, table)
     TABLE_NAMES = tuple(TABLES)
     return table

@@ -17,6 +17,7 @@ imports ``matrixrl.config``.
 
 from typing import get_args
 
+from matrixrl.errors import RegistrationError
 from matrixrl.plugins import Registry, caller_module, load_plugins
 from matrixrl.settings import Strict, kind_values
 from matrixrl.tasks.arith import ArithTask
@@ -48,16 +49,16 @@ def register_task_kind(kind: str, task: type) -> type:
     ``Settings`` must list ``kind`` among the values of its ``kind`` field."""
     global TASK_SETTINGS
     if kind not in kind_values(task.Settings):
-        raise ValueError(f"task kind {kind!r}: {task.__qualname__}.Settings has no kind {kind!r}")
+        raise RegistrationError(f"task kind {kind!r}: {task.__qualname__}.Settings has no kind {kind!r}")
     # A plain BaseModel ignores a misspelt key in experiments.yaml; a family the styles and
     # eval_opt do not know failed only deep in a job (KeyError: 'text').
     if not issubclass(task.Settings, Strict):
-        raise ValueError(
+        raise RegistrationError(
             f"task kind {kind!r}: {task.__qualname__}.Settings must subclass matrixrl.settings.Strict "
             "(a plain pydantic BaseModel ignores unknown keys)"
         )
     if getattr(task, "family", None) not in get_args(Family):
-        raise ValueError(
+        raise RegistrationError(
             f"task kind {kind!r}: {task.__qualname__}.family is {getattr(task, 'family', None)!r}; it must be one of "
             f"{', '.join(get_args(Family))} (a new family is more than a plugin: docs/extending.md)"
         )

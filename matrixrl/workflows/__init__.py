@@ -14,6 +14,7 @@ declares (``WorkflowBase.prompts``): a new role touches no style.
 
 import re
 
+from matrixrl.errors import RegistrationError
 from matrixrl.plugins import Registry, caller_module, load_plugins
 from matrixrl.workflows import eval_opt, orch_workers, single, voting
 from matrixrl.workflows.base import Completion, Episode, Turn, Workflow, WorkflowBase, WorkflowSettings
@@ -39,9 +40,9 @@ def register_workflow(cls: type[WorkflowBase]) -> type[WorkflowBase]:
     field has a default and a description, as the built-in workflows' are."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"workflow {cls.__qualname__}: name {name!r} must be lower-case letters, digits and _")
+        raise RegistrationError(f"workflow {cls.__qualname__}: name {name!r} must be lower-case letters, digits and _")
     if not getattr(cls, "description", "").strip() or not getattr(cls, "roles", ()):
-        raise ValueError(f"workflow {name!r}: give {cls.__qualname__} a one-line description and its roles")
+        raise RegistrationError(f"workflow {name!r}: give {cls.__qualname__} a one-line description and its roles")
     _check_roles(name, cls)
     return WORKFLOWS.add(name, cls, by=caller_module())
 
@@ -61,14 +62,14 @@ def _check_roles(name: str, cls: type[WorkflowBase]) -> None:
     rest: ``workflows.base.rollout``.)"""
     roles, where = cls.roles, f"workflow {name!r}: {cls.__qualname__}"
     if not isinstance(roles, tuple) or not all(isinstance(r, str) and _NAME.fullmatch(r) for r in roles) or len(set(roles)) != len(roles):
-        raise ValueError(f"{where}.roles must be a tuple of distinct role names (lower-case letters, digits, _), got {roles!r}")
+        raise RegistrationError(f"{where}.roles must be a tuple of distinct role names (lower-case letters, digits, _), got {roles!r}")
     for attribute, listed in (("prompts", tuple(cls.prompts)), ("parallel_roles", tuple(cls.parallel_roles))):
         for role in listed:
             if role not in roles:
-                raise ValueError(f"{where}.{attribute} names role {role!r}, which is not in its roles {roles}; add it to roles")
+                raise RegistrationError(f"{where}.{attribute} names role {role!r}, which is not in its roles {roles}; add it to roles")
     for role in roles:
         if role not in cls.prompts and role not in STYLE_ROLES:
-            raise ValueError(
+            raise RegistrationError(
                 f"{where} has no prompt for its role {role!r}; declare it in prompts as a RolePrompt "
                 f"(the styles write only the built-in roles: {', '.join(STYLE_ROLES)})"
             )
