@@ -251,8 +251,24 @@ def job_log(
     }[rule]
 
 
+_STORE_STAND_INS: dict[Path, Path] = {}
+"""results_dir → a private copy of its store that this process reads and writes instead: set by an
+ingest that had results to read into a store it cannot write (a read-only archive or shared copy)."""
+
+
 def store_path(results_dir: str | Path) -> Path:
-    return Path(results_dir) / STORE_FILE
+    """The store of ``results_dir`` (``results_dir/matrixrl.sqlite``), or this process's stand-in for it."""
+    results = Path(results_dir)
+    return _STORE_STAND_INS.get(results.absolute(), results / STORE_FILE)
+
+
+def stand_in_store(results_dir: str | Path, copy: Path | None) -> None:
+    """Read and write ``copy`` as ``results_dir``'s store in this process from now on (None: its own again)."""
+    results = Path(results_dir).absolute()
+    if copy is None:
+        _STORE_STAND_INS.pop(results, None)
+    else:
+        _STORE_STAND_INS[results] = copy
 
 
 def has_results(results_dir: str | Path) -> bool:

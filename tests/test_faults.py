@@ -165,29 +165,56 @@ def report_rows(config: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_results_folder_this_user_cannot_write_without_a_store_is_named(reference: Path, tmp_path: Path) -> None:
-    """Its store cannot be created: one line (SQLite says only that it cannot open the file).
-    The tests run as root, so the commands run without root's right to ignore permissions."""
+def test_a_results_folder_this_user_cannot_write_without_a_store_is_still_reported(reference: Path, tmp_path: Path) -> None:
+    """Its store cannot be created there: the report reads the result files into a temporary
+    store instead, and leaves the folder as it was. The tests run as root, so the commands run
+    without root's right to ignore permissions."""
     config = small_experiment(tmp_path, **GRID)
     results = tmp_path / "results"
     shutil.copytree(reference, results, symlinks=True)
+    expected = report_rows(config)
     (results / L.STORE_FILE).unlink()
     before = files_of(results)
     results.chmod(0o555)
     try:
-        for command in ("report", "plot"):
+        for args in (("report", "--format", "json"), ("plot", "--out", str(tmp_path / "plots"))):
             proc = subprocess.run(
-                [*AS_UNPRIVILEGED, sys.executable, "-m", "matrixrl", command, "-c", str(config)],
+                [*AS_UNPRIVILEGED, sys.executable, "-m", "matrixrl", *args, "-c", str(config)],
                 capture_output=True, text=True, timeout=600,
             )
-            assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
-            assert proc.stderr == (
-                f"Error: writing the store {results / L.STORE_FILE}: cannot create or open it; "
-                "make its folder writable for this user, or point results_dir elsewhere\n"
-            )
+            assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+            if args[0] == "report":
+                assert json.loads(proc.stdout) == expected
     finally:
         results.chmod(0o755)
     assert files_of(results) == before
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["curves-arith.png"]
+
+
+def test_a_read_only_copy_of_a_results_folder_is_reported_and_plotted(experiment: Path, tmp_path: Path) -> None:
+    """A copy (an archive, a shared copy) has new inodes, and its files new times unless the copy
+    kept them: the store reads them again, into a temporary copy of itself when the folder is
+    read-only, and reports what the original reports."""
+    from test_cli_errors import ONE_CELL, write_cell
+
+    from conftest import run_cli
+
+    write_cell(experiment.parent / "results", steps=(0,))
+    original = run_cli("report", "-c", experiment, *ONE_CELL, "--format", "json")
+    assert original.exit_code == 0, original.output
+    for name, copy_function in (("kept-times", shutil.copy2), ("new-times", shutil.copyfile)):
+        copy = tmp_path / name
+        shutil.copytree(experiment.parent, copy, copy_function=copy_function)
+        with read_only(copy / "results"):
+            before = files_of(copy / "results")
+            result = run_cli("report", "-c", copy / "experiments.yaml", *ONE_CELL, "--format", "json")
+            assert (result.exit_code, result.stderr) == (0, ""), result.output
+            assert json.loads(result.stdout) == json.loads(original.stdout)
+            plots = tmp_path / f"{name}-plots"
+            plotted = run_cli("plot", "-c", copy / "experiments.yaml", *ONE_CELL, "--out", plots)
+            assert plotted.exit_code == 0, plotted.output
+            assert files_of(copy / "results") == before
+        assert (plots / "curves-arith.png").is_file()
 
 
 # Root's capabilities to read and write whatever the permissions say, dropped (util-linux's setpriv).

@@ -13,7 +13,11 @@ an ingest opens the store: so the two that open it and rebuild it are here too,
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -260,11 +264,14 @@ def ingest(results_dir: str | Path) -> int:
     transaction. Every file is read and validated before the store is opened for
     writing, so an unusable one raises ``ResultFileError`` with nothing written (not
     even a new, empty store). An unusable store is moved aside (one note on stderr) and
-    every file read into a new one.
+    every file read into a new one. A store this process cannot write (a read-only archive
+    or shared copy) is copied, and the files read into the copy, which this process then
+    reads as the folder's store (:func:`_private_copy`).
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         return 0
+    L.stand_in_store(results_dir, None)  # each ingest starts from the folder's own store
     return repairing(store_path(results_dir), lambda: _ingest(results_dir), rebuild=False)
 
 
@@ -282,6 +289,8 @@ def _ingest(results_dir: Path) -> int:
             raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(_key(result))}); {_FIX}")
     if not parsed and not gone:
         return 0
+    if not _writable(results_dir):
+        _private_copy(results_dir)  # a read-only archive or shared copy: read into a copy of its store
     engine = engine_for(results_dir)
     written = 0
     try:
@@ -310,6 +319,27 @@ def _ingest(results_dir: Path) -> int:
     finally:
         engine.dispose()
     return written
+
+
+def _writable(results_dir: Path) -> bool:
+    """Whether this process may write ``results_dir``'s store (and its journal beside it):
+    access(2) says no for a read-only file system as for a folder without write permission."""
+    store = results_dir / STORE_FILE
+    return os.access(results_dir, os.W_OK) and (not store.exists() or os.access(store, os.W_OK))
+
+
+def _private_copy(results_dir: Path) -> Path:
+    """A copy of ``results_dir``'s store (none: a new one is made there) in a temporary folder
+    of this process, removed when it exits; this process's store of ``results_dir`` from now
+    on (:func:`matrixrl.layout.stand_in_store`), until its next ingest. Named apart from
+    ``matrixrl.sqlite``: a rebuild would read the result files of the folder it is in."""
+    folder = Path(tempfile.mkdtemp(prefix="matrixrl-store-"))
+    atexit.register(shutil.rmtree, folder, True)
+    copy = folder / "store-copy.sqlite"
+    if (results_dir / STORE_FILE).exists():
+        shutil.copyfile(results_dir / STORE_FILE, copy)
+    L.stand_in_store(results_dir, copy)
+    return copy
 
 
 def ingest_for_report(results_dir: str | Path) -> int:
