@@ -25,6 +25,7 @@ import importlib
 import os
 import re
 import sys
+import traceback
 
 from matrixrl.environment import PLUGINS as ENV
 from matrixrl.errors import PluginError, RegistrationError
@@ -58,16 +59,26 @@ def load_plugins() -> None:
                 importlib.import_module(name)
             except ModuleNotFoundError as exc:
                 if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
-                    raise  # the plugin imports something that is missing: its own traceback says what
+                    raise PluginError(_failed_import(name, exc, f"install {exc.name!r} or drop that import")) from exc
                 raise PluginError(
                     f"{ENV} names {name!r}, which is not importable here; put the folder that holds it on "
                     "PYTHONPATH (docs/extending.md)"
                 ) from exc
             except RegistrationError as exc:
                 raise PluginError(f"{ENV} names {name!r}, which cannot register: {exc}") from exc
+            except Exception as exc:  # the plugin's own bug: where, and how to see the whole traceback
+                raise PluginError(_failed_import(name, exc, f"python -c 'import {name}' shows the traceback")) from exc
     except BaseException:
         _loaded = None  # not loaded: the next import of a registry says so again
         raise
+
+
+def _failed_import(name: str, exc: BaseException, fix: str) -> str:
+    """One line for a plugin whose import raised: the error and the plugin's line that raised it."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return f"{ENV} names {name!r}, whose import failed{where}: {error}; {fix}"
 
 
 class Registry(dict):

@@ -298,6 +298,26 @@ def test_the_command_names_a_plugin_that_is_not_on_the_path_in_one_line():
     )
 
 
+@pytest.mark.parametrize(
+    ("source", "error", "fix"),
+    [
+        ("SETTINGS = {'a': 1}['b']\n", "KeyError: 'b'", "python -c 'import broken_plugin' shows the traceback"),
+        ("import matrixrl_missing_dependency\n", "ModuleNotFoundError: No module named 'matrixrl_missing_dependency'",
+         "install 'matrixrl_missing_dependency' or drop that import"),
+    ],
+    ids=["its-own-bug", "a-missing-dependency"],
+)
+def test_a_plugin_whose_import_raises_is_one_line_with_where(tmp_path, source, error, fix):
+    (tmp_path / "broken_plugin.py").write_text("# a researcher's plugin\n" + source)
+    env = {**os.environ, ENV: "broken_plugin", "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "matrixrl", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        f"Error: MATRIXRL_PLUGINS names 'broken_plugin', whose import failed ({tmp_path / 'broken_plugin.py'}:2): "
+        f"{error}; {fix}\n"
+    )
+
+
 @pytest.mark.parametrize("named", ["../plugins/toy", ".toy"])
 def test_a_plugin_named_by_a_path_or_a_relative_name_is_one_line(named):
     env = {**os.environ, ENV: named}
