@@ -331,6 +331,44 @@ def answer_guard():
     return guard
 
 
+def snapshot_modules():
+    """``restore()``: the modules as they are now, for the tests after the program.
+
+    Tests import modules too (HumanEval/32's ``check`` asserts on ``math.fabs``), and a
+    program can replace one in ``sys.modules``, assign over its functions, or add a
+    finder to ``sys.meta_path`` for the next import. ``restore`` puts back every module's
+    attributes, ``sys.modules`` (a module only the program imported is imported afresh),
+    the import system's lists and its finders' cache. What it replaces it keeps alive
+    until the process ends, so no ``__del__`` of the program's runs midway. Objects
+    inside modules (a class's methods) are not restored.
+    """
+    module_type, dict_, list_, vars_ = type(sys), dict, list, vars
+    modules, importer_cache = sys.modules, sys.path_importer_cache
+    saved_modules, saved_cache = dict_(modules), dict_(importer_cache)
+    saved_namespaces = [
+        (vars_(module), dict_(vars_(module))) for module in saved_modules.values() if type(module) is module_type
+    ]
+    saved_lists = [(found, list_(found)) for found in (sys.path, sys.meta_path, sys.path_hooks)]
+    kept = []
+
+    def restore():
+        kept.append(dict_(modules))
+        modules.clear()
+        modules.update(saved_modules)
+        for namespace, saved in saved_namespaces:
+            kept.append(dict_(namespace))
+            namespace.clear()
+            namespace.update(saved)
+        for found, saved in saved_lists:
+            kept.append(list_(found))
+            found[:] = saved
+        kept.append(dict_(importer_cache))
+        importer_cache.clear()
+        importer_cache.update(saved_cache)
+
+    return restore
+
+
 def refuse_signal_handlers():
     """Python-level signal handlers receive the interrupted frame; none may be set."""
     import _signal
@@ -417,8 +455,10 @@ def run_program(
     if guard:
         install_guard(sandbox_dir, violations)
     namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+    restore_modules = snapshot_modules()
     try:
         run(program, namespace)
+        restore_modules()
         # The tests see the builtins as they were before the program ran, and not
         # the program's globals that shadow a builtin (``abs = lambda x: 0``).
         test_namespace = {

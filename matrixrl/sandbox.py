@@ -102,8 +102,9 @@ outside world-writable places as root). Such a program shares its worker's uid a
 namespaces with the programs after it in that worker: it could tamper with the
 worker (ptrace, or a kill where the worker is not process 1) and so with their
 verdicts, or leave files in world-writable places for them. Without namespaces and
-as root only the hook guards the host. Tests are trusted code that run with
-whatever the program left in ``sys.modules``; without ``entry_point``, an object
+as root only the hook guards the host. Tests are trusted code; they run with the modules
+as they were before the program (``_sandbox_child.snapshot_modules``), but with the
+classes in them as the program left them; without ``entry_point``, an object
 whose ``__eq__`` always answers True passes an ``assert f(x) == y``. Programs
 cannot use subprocesses, signal handlers, sockets, third-party packages, threads
 (unless the caller is root without a uid drop) or traceback formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==

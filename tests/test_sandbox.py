@@ -501,6 +501,37 @@ def test_no_memory_files_outside_the_address_space_limit():
     ), result
 
 
+# Tests import modules too: HumanEval/32's check asserts ``math.fabs(poly(xs, x)) < 1e-4``.
+MODULE_HACKS = {
+    "a-fake-module": "import sys, types\nfake = types.ModuleType('math')\nfake.fabs = lambda x: 0.0\nsys.modules['math'] = fake\n",
+    "a-patched-function": "import math\nmath.fabs = lambda x: 0.0\n",
+    "a-finder-for-the-next-import": textwrap.dedent("""
+        import sys, types, importlib.abc, importlib.machinery
+        class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                return importlib.machinery.ModuleSpec(name, self) if name == 'cmath' else None
+            def create_module(self, spec):
+                module = types.ModuleType('cmath')
+                module.fabs = lambda x: 0.0
+                return module
+            def exec_module(self, module):
+                pass
+        sys.meta_path.insert(0, Finder())
+    """),
+}
+
+
+@pytest.mark.parametrize("code", MODULE_HACKS.values(), ids=MODULE_HACKS.keys())
+def test_the_tests_import_the_modules_as_they_were_before_the_program(code):
+    tests = "import math\nassert math.fabs(-3.0) == 3.0\nimport cmath\nassert not hasattr(cmath, 'fabs')\n"
+    assert run(code, tests, **LIMITS).passed
+
+
+def test_a_module_the_program_imported_still_works_in_its_functions():
+    code = "import statistics\ndef f(values):\n    return statistics.median(values)\n"
+    assert run(code, "assert f([3, 1, 2]) == 2\nimport sys\nassert 'statistics' not in sys.modules\n", **LIMITS).passed
+
+
 # -- answers as plain data -------------------------------------------------------
 
 GAMING_EQUALITY = {
