@@ -670,6 +670,8 @@ def check_results_folder(config: Config, profile: Path | None) -> list[Check]:
     results = Path(config.results_dir)
     where = existing_parent(results)
     fix = f"make {where} writable for this user, or point results_dir at a folder that is (--set results_dir=PATH)"
+    if where.exists() and not where.is_dir():  # a file on the way (load_config refuses one, a Config made in code may not)
+        fix = f"{where} is a file, not a folder; point results_dir at a folder (--set results_dir=PATH)"
     try:
         handle, path = tempfile.mkstemp(prefix=".matrixrl-doctor-", dir=where)
     except OSError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from matrixrl import layout as L
 from matrixrl.config import Config
-from matrixrl.errors import UserError
+from matrixrl.errors import ConfigError, UserError, disk_error_message, os_error_reason
 from matrixrl.snake.events import RunEvent, TimeLeft
 
 
@@ -271,7 +271,16 @@ def _prepare(config: Config, lock: FolderLock) -> Path:
     from matrixrl.snake.command import write_configfile
 
     results = Path(config.results_dir)
-    results.mkdir(parents=True, exist_ok=True)
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if disk_error_message(exc) is not None:
+            raise  # a full disk or a permission problem: the CLI names the path and results_dir in its fix
+        # Any other (a folder that takes no new folders, such as /proc): the setting to change.
+        raise ConfigError(
+            f"results_dir: cannot create {results}: {os_error_reason(exc)}; "
+            "point results_dir at a folder this user can write (--set results_dir=PATH)"
+        ) from None
     lock.take()  # a folder this run made: held before the first write
     if L.store_path(results).exists():
         from matrixrl.store import engine_at

@@ -372,6 +372,29 @@ def test_a_results_dir_that_is_a_file_is_named(experiment: Path) -> None:
         )
 
 
+def test_a_results_dir_under_a_file_is_named_by_every_command(experiment: Path) -> None:
+    """A file part way down results_dir is refused as the setting's fault when the file is read,
+    not met as an OS error about some result file below it (exit 1, no fix)."""
+    blocker = experiment.parent / "afile"
+    blocker.write_text("a file")
+    for command in ("plan", "report", "run", "doctor"):
+        assert_user_error(
+            run_cli(command, "-c", experiment, "--set", "results_dir=afile/sub"),
+            f"{experiment} with --set 'results_dir=afile/sub': results_dir: {blocker / 'sub'} is under {blocker}, "
+            "a file, not a folder; point results_dir at a folder",
+        )
+    assert blocker.read_text() == "a file"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+def test_run_names_results_dir_when_its_folder_cannot_be_made(experiment: Path) -> None:
+    assert_user_error(
+        run_cli("run", "-c", experiment, *ONE_CELL, "--set", "results_dir=/proc/nope"),
+        "results_dir: cannot create /proc/nope: no such file or directory; "
+        "point results_dir at a folder this user can write (--set results_dir=PATH)",
+    )
+
+
 def test_one_axis_narrowed_twice_names_the_earlier_narrowing(experiment: Path) -> None:
     assert_user_error(
         run_cli("plan", "-c", experiment, "--only", "workflow=single", "--only", "workflow=voting"),

@@ -765,3 +765,18 @@ def test_a_read_only_results_folder_fails_and_nothing_is_left_behind(experiment)
     finally:
         results.chmod(0o755)
     assert os.listdir(results) == ["kept.txt"]
+
+
+def test_a_file_on_the_results_folders_path_is_named_not_made_writable(experiment):
+    """A Config made in code (load_config refuses it) whose results_dir is under a file: the fix
+    is another folder, not write permission on the file."""
+    from matrixrl.config import load_config
+    from matrixrl.doctor import check_results_folder
+
+    blocker = experiment.parent / "afile"
+    blocker.write_text("a file")
+    config = load_config(experiment).model_copy(update={"results_dir": str(blocker / "sub")})
+    assert check_results_folder(config, None)[0].line() == (
+        f"✗ results folder: cannot write in {blocker}: a part of the path is a file, not a folder; "
+        f"fix: {blocker} is a file, not a folder; point results_dir at a folder (--set results_dir=PATH)"
+    )

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from matrixrl.config.messages import format_validation_error
 from matrixrl.config.schema import AXES, Config, HfScale
 from matrixrl.config.sweeps import check_sweeps, is_value, key_parts, spelled
-from matrixrl.errors import ConfigError, DataError, closest, did_you_mean
+from matrixrl.errors import ConfigError, DataError, closest, did_you_mean, existing_parent
 from matrixrl.tasks.files import locate
 
 
@@ -180,14 +180,32 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         narrowed.setdefault(axis, assignment)
     config = validate(raw, source, sets)
     base = path.resolve().parent
-    results = base / config.results_dir
-    if results.exists() and not results.is_dir():
-        raise ConfigError(f"{source}: results_dir: {results} is a file, not a folder; point results_dir at a folder")
+    _check_results_dir(base / config.results_dir, _with_set(source, ["results_dir"], sets))
     scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
     tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
     return config.model_copy(
         update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales, "tasks": tasks}
     )
+
+
+def _check_results_dir(results: Path, source: str) -> None:
+    """``results`` can be a folder: neither it nor a part of its path is a file (which every
+    command would meet as an OS error about some file below it)."""
+    blocker = existing_parent(results)
+    if blocker.is_dir():
+        return
+    if blocker == results:
+        raise ConfigError(f"{source}: results_dir: {results} is a file, not a folder; point results_dir at a folder")
+    raise ConfigError(
+        f"{source}: results_dir: {results} is under {blocker}, a file, not a folder; point results_dir at a folder"
+    )
+
+
+def _with_set(source: str, loc: list[str], sets: list[str]) -> str:
+    """``source``, and the last of ``sets`` that wrote the key at ``loc`` (or a section holding
+    it), if any, as a validation error names it: the file may be right."""
+    assignment = _set_of(loc, sets)
+    return f"{source} with --set {assignment!r}" if assignment else source
 
 
 def _resolve_task_data(name: str, task, base: Path, source: str):
@@ -253,6 +271,11 @@ def _set_behind(err: ValidationError, sets: list[str]) -> str | None:
     loc = [str(part) for part in err.errors()[0]["loc"]]
     if len(loc) > 2 and loc[0] in ("scales", "tasks"):
         del loc[2]  # the discriminated union's kind tag, which a key path does not spell
+    return _set_of(loc, sets)
+
+
+def _set_of(loc: list[str], sets: list[str]) -> str | None:
+    """The last of ``sets`` that wrote the key at ``loc`` (or a section holding it), if any."""
     for assignment in reversed(sets):
         path, _ = parse_set(assignment)
         if path[0] == "grid" and len(path) > 2:
