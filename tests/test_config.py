@@ -589,6 +589,22 @@ def test_only_with_two_axes_in_one_option_shows_the_two_options() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        # Not a second axis (whose values the fix would leave empty): a value holding an '='.
+        ("scale=tiny-s=x", "the value tiny-s=x holds an '=' and tiny-s is no axis; give one AXIS=V1,V2 per --only, e.g. --only scale=tiny-s"),
+        ("seed==1", "the value =1 holds an '=' and no axis is named before it; give one AXIS=V1,V2 per --only, e.g. --only seed=1"),
+        # A second axis without values: the fix is still two valid options.
+        ("scale=tiny-s,task=", "one axis per --only; repeat the option: --only scale=tiny-s --only task=V1,V2"),
+    ],
+)
+def test_only_with_a_second_equals_sign_gets_a_fix_that_parses(bad: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_only(bad)
+    assert str(info.value) == f"--only {bad!r}: {message}"
+
+
 def test_only_takes_a_swept_number_as_the_file_spells_it(experiment: Path) -> None:
     # The file says 1.0e-4 and tables say 0.0001: either spelling (or 1e-4) is the value.
     sets = ["grid.train.lr=[1.0e-4, 5.0e-5]"]

@@ -94,7 +94,18 @@ def parse_only(assignment: str) -> tuple[str, list[str]]:
                 name, _, w = w.partition("=")
                 groups.append([name.strip(), []])
             groups[-1][1] += [w.strip()] if w.strip() else []
-        split = " ".join(f"--only {name}={','.join(values)}" for name, values in groups)
+        if not all(name in AXES or "." in name for name, _ in groups[1:]):
+            # scale=tiny-s=x: not a second axis, a value with an '=' (which no value of a grid holds)
+            bad = next(w for w in wanted if "=" in w)
+            name = bad.partition("=")[0].strip()
+            meant = name or bad.partition("=")[2].strip()  # tiny-s of tiny-s=x, 1 of seed==1
+            example = ",".join([*groups[0][1], *([meant] if meant else [])]) or "V1,V2"
+            why = f"{name} is no axis" if name else "no axis is named before it"
+            raise ConfigError(
+                f"--only {assignment!r}: the value {bad} holds an '=' and {why}; "
+                f"give one AXIS=V1,V2 per --only, e.g. --only {axis}={example}"
+            )
+        split = " ".join(f"--only {name}={','.join(values) or 'V1,V2'}" for name, values in groups)
         raise ConfigError(f"--only {assignment!r}: one axis per --only; repeat the option: {split}")
     repeated = sorted({w for w in wanted if wanted.count(w) > 1}, key=wanted.index)
     if repeated:
