@@ -151,6 +151,32 @@ def test_bad_option_is_one_line_exit_2(experiment: Path, command: str, case: str
     assert not results_of(experiment).exists()
 
 
+# Errors of a check across keys (and of paths resolved after validation) name the --set too.
+SET_CHECKS = {
+    "grid.seed=[0,0]": "grid.seed: values repeat in [0, 0]; list each once",
+    "grid.scale=[tiny-x]": "grid.scale: unknown scale 'tiny-x'; did you mean tiny-s? (or define it under 'scales:')",
+    "grid.workflow=[singel]": "grid.workflow: unknown workflow 'singel'; did you mean single?",
+    "grid.train.lr=[]": "grid.train.lr: expected a non-empty list of values, e.g. train.lr: [a, b]",
+    "grid.train.lr=[.inf]": "grid.train.lr: must be a finite number (got inf)",
+    "scales.tiny-s={kind: hf, path: ./nope}": "scales.tiny-s.path: no folder {nope}; point it at a model folder "
+    "(config.json, weights, tokenizer) or use a hub id such as Qwen/Qwen3-0.6B",
+}
+
+
+@pytest.mark.parametrize("assignment", list(SET_CHECKS))
+def test_an_error_a_set_value_causes_names_the_set(experiment: Path, assignment: str) -> None:
+    message = SET_CHECKS[assignment].format(nope=experiment.parent / "nope")
+    assert_user_error(run_cli("plan", "-c", experiment, "--set", assignment), f"{experiment} with --set {assignment!r}: {message}")
+    assert not results_of(experiment).exists()
+
+
+def test_an_error_of_the_file_names_no_set(experiment: Path) -> None:
+    _edit(experiment, "  seed: [0]\n", "  seed: [0, 0]\n")
+    assert_user_error(
+        run_cli("plan", "-c", experiment, "--set", "train.steps=4"), f"{experiment}: grid.seed: values repeat in [0, 0]; list each once"
+    )
+
+
 @pytest.mark.parametrize("command", ["plan", "report"])
 def test_missing_config_file(tmp_path: Path, command: str) -> None:
     path = tmp_path / "nope.yaml"

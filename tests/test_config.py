@@ -175,7 +175,7 @@ def test_a_loss_at_a_level_it_does_not_run_at_is_refused_with_the_fix(raw: dict,
     del raw["scales"]["tiny-s"]["train"]
     path = write(tmp_path / "e.yaml", raw)
     assert load_error(path, sets=["grid.train.loss_type=[dapo, luspo]"]) == (
-        f"{path}: grid.train.loss_type: with train.loss_type = 'luspo', train: {LUSPO_AT_TOKEN}"
+        f"{path} with --set 'grid.train.loss_type=[dapo, luspo]': grid.train.loss_type: with train.loss_type = 'luspo', train: {LUSPO_AT_TOKEN}"
     )
     raw["train"].update(loss_type="luspo", importance_sampling_level="sequence")
     assert validate(raw, "E.yaml").train.loss_type == "luspo"

@@ -155,9 +155,10 @@ def test_a_failing_check_exits_1(experiment, hub_cache):
 def test_a_missing_model_folder_or_profile_is_one_error_line(experiment, tmp_path):
     """Neither is a check: the experiments file's folder is checked as it loads, the profile
     before any check, as plan and run do."""
-    result = run_cli("doctor", "-c", experiment, "--set", f"scales.tiny-s={{kind: hf, path: {tmp_path / 'gone'}}}")
+    assignment = f"scales.tiny-s={{kind: hf, path: {tmp_path / 'gone'}}}"
+    result = run_cli("doctor", "-c", experiment, "--set", assignment)
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.startswith(f"Error: {experiment}: scales.tiny-s.path: no folder {tmp_path / 'gone'}; ")
+    assert result.stderr.startswith(f"Error: {experiment} with --set {assignment!r}: scales.tiny-s.path: no folder {tmp_path / 'gone'}; ")
     result = run_cli("doctor", "-c", experiment, "--profile", tmp_path / "none")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (

@@ -317,7 +317,7 @@ def test_memory_train_is_an_axis_and_other_memory_settings_are_not(tmp_path):
         "single-arith-weak-shared-s0-train=own", "single-arith-strong-shared-s0-train=own"
     }
     assert config_error(path, "grid.memory.top_p=[1, 3]") == (
-        f"{path}: grid.memory.top_p: the memory is built once per study, so its settings cannot be an axis; "
+        f"{path} with --set 'grid.memory.top_p=[1, 3]': grid.memory.top_p: the memory is built once per study, so its settings cannot be an axis; "
         "sweep memory.train (training with or without a memory), or use another results_dir"
     )
 

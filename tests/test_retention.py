@@ -281,13 +281,13 @@ def test_keep_checkpoints_is_a_runtime_setting(experiment: Path):
         ),
         (
             ["grid.train.keep_checkpoints=[key, all]"],
-            "FILE: grid.train.keep_checkpoints: a runtime setting (it changes no result), so it cannot be an axis; "
+            "FILE with --set 'grid.train.keep_checkpoints=[key, all]': grid.train.keep_checkpoints: a runtime setting (it changes no result), so it cannot be an axis; "
             "set it with --set train.keep_checkpoints=VALUE",
         ),
     ],
 )
 def test_a_bad_keep_checkpoints_is_one_line_naming_the_key(experiment: Path, sets, message):
-    """A value a --set wrote is named with it; an axis is the file's."""
+    """A value a --set wrote is named with it, an axis's values too (the file may be right)."""
     with pytest.raises(ConfigError) as info:
         load_config(experiment, sets=sets)
     assert str(info.value) == message.replace("FILE", str(experiment))

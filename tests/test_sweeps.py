@@ -94,14 +94,14 @@ BAD = [
 
 @pytest.mark.parametrize("assignment, message", BAD, ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(BAD)])
 def test_a_bad_axis_is_one_line_naming_it(experiment: Path, assignment: str, message: str) -> None:
-    assert error_of(experiment, assignment) == f"{experiment}: {message}"
+    assert error_of(experiment, assignment) == f"{experiment} with --set {assignment!r}: {message}"  # the file may be right
 
 
 def test_the_same_message_through_the_cli_and_nothing_is_written(experiment: Path) -> None:
     for command in ("plan", "run", "report"):
         assert_user_error(
             run_cli(command, "-c", experiment, "--set", "grid.train.lr=[1.0e-4, -1]"),
-            f"{experiment}: grid.train.lr: must be greater than 0 (got -1)",
+            f"{experiment} with --set 'grid.train.lr=[1.0e-4, -1]': grid.train.lr: must be greater than 0 (got -1)",
         )
     assert not (experiment.parent / "results").exists()
 

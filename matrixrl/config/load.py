@@ -191,9 +191,9 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         narrowed.setdefault(axis, assignment)
     config = validate(raw, source, sets)
     base = path.resolve().parent
-    _check_results_dir(base / config.results_dir, _with_set(source, ["results_dir"], sets))
-    scales = {name: _resolve_model_path(name, scale, base, source) for name, scale in config.scales.items()}
-    tasks = {name: _resolve_task_data(name, task, base, source) for name, task in config.tasks.items()}
+    _check_results_dir(base / config.results_dir, _with_set(source, "results_dir", sets))
+    scales = {name: _resolve_model_path(name, scale, base, source, sets) for name, scale in config.scales.items()}
+    tasks = {name: _resolve_task_data(name, task, base, source, sets) for name, task in config.tasks.items()}
     return config.model_copy(
         update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales, "tasks": tasks}
     )
@@ -212,14 +212,7 @@ def _check_results_dir(results: Path, source: str) -> None:
     )
 
 
-def _with_set(source: str, loc: list[str], sets: list[str]) -> str:
-    """``source``, and the last of ``sets`` that wrote the key at ``loc`` (or a section holding
-    it), if any, as a validation error names it: the file may be right."""
-    assignment = _set_of(loc, sets)
-    return f"{source} with --set {assignment!r}" if assignment else source
-
-
-def _resolve_task_data(name: str, task, base: Path, source: str):
+def _resolve_task_data(name: str, task, base: Path, source: str, sets: list[str] = ()):
     """A file-based task's ``path`` made absolute (relative to the experiments file) and checked.
 
     Only that the files exist is checked here; their records are read by the task.
@@ -230,14 +223,15 @@ def _resolve_task_data(name: str, task, base: Path, source: str):
     try:
         locate(path, task.split, task.train_split)
     except DataError as exc:
-        raise ConfigError(f"{source}: tasks.{name}.{exc.field}: {exc.message}") from None
+        key = f"tasks.{name}.{exc.field}"
+        raise ConfigError(f"{_with_set(source, key, sets)}: {key}: {exc.message}") from None
     return task.model_copy(update={"path": str(path)})
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
-def _resolve_model_path(name: str, scale, base: Path, source: str):
+def _resolve_model_path(name: str, scale, base: Path, source: str, sets: list[str] = ()):
     """An hf scale's ``path`` as an absolute folder, or unchanged when it is a hub id.
 
     A path that starts with ``/``, ``./``, ``../`` or ``~``, or names a folder that
@@ -246,7 +240,7 @@ def _resolve_model_path(name: str, scale, base: Path, source: str):
     """
     if not isinstance(scale, HfScale):
         return scale
-    where = f"{source}: scales.{name}.path"
+    where = f"{_with_set(source, f'scales.{name}.path', sets)}: scales.{name}.path"
     text = scale.path
     explicit = text.startswith(("/", "./", "../", "~"))
     folder = (base / Path(text).expanduser()).resolve()
@@ -269,28 +263,32 @@ def validate(raw: dict, source: str, sets: list[str] = ()) -> Config:
     and the ``--set`` behind the value when one of ``sets`` wrote it (the file may be right)."""
     try:
         return check_sweeps(Config.model_validate(raw))
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    except ConfigError as exc:  # a check across keys: ``KEY.PATH: what is wrong; the fix``
+        message = str(exc)
+        key = re.match(r"[^\s:]+(?=: )", message)
+        raise ConfigError(f"{_with_set(source, key[0] if key else '', sets)}: {message}") from None
     except ValidationError as exc:
-        if assignment := _set_behind(exc, sets):
-            source = f"{source} with --set {assignment!r}"
-        raise ConfigError(format_validation_error(exc, source)) from None
+        raise ConfigError(format_validation_error(exc, _with_set(source, _error_key(exc), sets))) from None
 
 
-def _set_behind(err: ValidationError, sets: list[str]) -> str | None:
-    """The last of ``sets`` that wrote the value ``err`` is first about (or a section holding it), if any."""
-    loc = [str(part) for part in err.errors()[0]["loc"]]
+def _error_key(err: ValidationError) -> str:
+    """The dotted key ``err`` is first about (``grid.seed[0]``), as a ``--set`` spells it."""
+    loc = list(err.errors()[0]["loc"])
     if len(loc) > 2 and loc[0] in ("scales", "tasks"):
         del loc[2]  # the discriminated union's kind tag, which a key path does not spell
-    return _set_of(loc, sets)
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" if i else str(part) for i, part in enumerate(loc))
 
 
-def _set_of(loc: list[str], sets: list[str]) -> str | None:
-    """The last of ``sets`` that wrote the key at ``loc`` (or a section holding it), if any."""
+def _with_set(source: str, key: str, sets: list[str]) -> str:
+    """``source``, with the last of ``sets`` that wrote the value at the dotted ``key`` (or a
+    section holding it, or a value under it) when one did: the file may be right. An error of
+    the whole file (``key`` empty) is the file's."""
+
+    def under(a: str, b: str) -> bool:
+        return a == b or a.startswith((f"{b}.", f"{b}["))
+
     for assignment in reversed(sets):
-        path, _ = parse_set(assignment)
-        if path[0] == "grid" and len(path) > 2:
-            path = ["grid", ".".join(path[1:])]  # an extra axis, as apply_set keys it
-        if loc and (loc[: len(path)] == path or path[: len(loc)] == loc):  # an error of the whole file is the file's
-            return assignment
-    return None
+        written = ".".join(parse_set(assignment)[0])  # as typed: grid.train.lr, scales.qwen3-0.6b.path
+        if key and (under(key, written) or under(written, key)):
+            return f"{source} with --set {assignment!r}"
+    return source
