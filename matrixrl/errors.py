@@ -39,8 +39,11 @@ def did_you_mean(name: object, valid: Iterable[object], listed: str = "use one o
     """The fix for an unknown ``name``, the same wherever a user names something: ``did you mean
     X?`` with the nearest of ``valid``, or, when none is near, every valid name (``use one of:
     A, B, C``; ``listed`` words the list's lead, e.g. ``valid keys here``). ``otherwise``, a fix
-    for a name that is new rather than misspelt (``define it under 'scales:'``), follows either."""
+    for a name that is new rather than misspelt (``define it under 'scales:'``), follows either,
+    or stands alone when there is no valid name at all (``scales: {}``)."""
     valid = [str(v) for v in valid]
+    if not valid:  # nothing to list ("use one of:  or ...")
+        return f"{otherwise} (none is defined yet)" if otherwise else f"{listed}: none"
     match = closest(name, valid)
     if match is not None:
         return f"did you mean {match}? (or {otherwise})" if otherwise else f"did you mean {match}?"

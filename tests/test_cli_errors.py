@@ -629,6 +629,18 @@ def test_a_name_near_a_valid_one_gets_it_and_one_near_none_gets_them_all() -> No
     define = "define it under 'scales:'"
     assert did_you_mean("tiny-xl", ["tiny-s", "big"], otherwise=define) == "did you mean tiny-s? (or define it under 'scales:')"
     assert did_you_mean("huge", ["tiny-s", "big"], otherwise=define) == "use one of: tiny-s, big or define it under 'scales:'"
+    # No valid name at all (scales: {}): no empty list to choose from.
+    assert did_you_mean("tiny-s", [], otherwise=define) == "define it under 'scales:' (none is defined yet)"
+    assert did_you_mean("colour", [], "valid keys here") == "valid keys here: none"
+
+
+def test_an_empty_scales_section_says_to_define_one(experiment: Path) -> None:
+    text = experiment.read_text()
+    experiment.write_text(text[: text.index("\nscales:\n")] + "\nscales: {}\n" + text[text.index("\ntasks:") :])
+    assert_user_error(
+        run_cli("plan", "-c", experiment),
+        f"{experiment}: grid.scale: unknown scale 'tiny-s'; define it under 'scales:' (none is defined yet)",
+    )
 
 
 # A mistyped command line: (arguments, the line after "Error: "). Click's usage block and boxed
