@@ -68,7 +68,10 @@ OnlyOpt = Annotated[
 ]
 ProfileOpt = Annotated[
     Optional[Path],
-    typer.Option("--profile", help="Snakemake profile folder (e.g. profiles/slurm) for cluster runs."),
+    typer.Option(
+        "--profile", metavar="DIR", parser=given_path("a Snakemake profile folder such as profiles/slurm"),
+        help="Snakemake profile folder (e.g. profiles/slurm) for cluster runs.",
+    ),
 ]
 SetOpt = Annotated[
     Optional[list[str]],

@@ -584,6 +584,26 @@ def test_a_profile_option_snakemake_would_refuse_is_named_before_anything_starts
     assert not results_of(experiment).exists()
 
 
+@pytest.mark.parametrize("command", ["plan", "run", "doctor"])
+def test_a_profile_that_is_a_file_is_named_as_one(experiment: Path, command: str) -> None:
+    assert_user_error(
+        run_cli(command, "-c", experiment, "--profile", experiment),
+        f"--profile {experiment}: is a file, not a profile; a profile is a folder holding config.yaml, "
+        "such as profiles/slurm (an experiments file goes to -c)",
+    )
+    profile = experiment.parent / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("jobs: 2\n")
+    assert_user_error(
+        run_cli(command, "-c", experiment, "--profile", profile / "config.yaml"),
+        f"--profile {profile / 'config.yaml'}: is a file; pass the folder that holds it: --profile {profile}",
+    )
+    assert_user_error(
+        run_cli(command, "-c", experiment, "--profile", ""), "--profile: needs a value (a Snakemake profile folder such as profiles/slurm)"
+    )
+    assert not results_of(experiment).exists()
+
+
 def test_a_profile_with_snakemakes_words_for_no_limit_plans(experiment: Path) -> None:
     profile = experiment.parent / "prof"
     profile.mkdir()

@@ -162,6 +162,14 @@ def partitions(profile: Path) -> dict[str, list[str]]:
 
 def check_profile(profile: Path) -> Path:
     """``profile`` if it is a folder with a readable ``config.yaml`` mapping; else a one-line ProfileError."""
+    if Path(profile).exists() and not Path(profile).is_dir():
+        if Path(profile).name == "config.yaml":  # the profile's own file: its folder was meant
+            raise ProfileError(f"--profile {profile}: is a file; pass the folder that holds it: --profile {Path(profile).parent}")
+        experiments = " (an experiments file goes to -c)" if Path(profile).suffix in (".yaml", ".yml") else ""
+        raise ProfileError(
+            f"--profile {profile}: is a file, not a profile; a profile is a folder holding config.yaml, "
+            f"such as profiles/slurm{experiments}"
+        )
     if not Path(profile).is_dir():
         raise ProfileError(f"--profile {profile}: no such folder; pass a Snakemake profile folder such as profiles/slurm")
     profile_config(Path(profile))
