@@ -691,6 +691,18 @@ def _error(result) -> str:
     return result.stderr.strip()
 
 
+def test_a_group_by_the_table_aggregates_over_names_the_axis_in_the_plural() -> None:
+    from matrixrl.errors import ConfigError
+    from matrixrl.report.tables import check_group_by
+
+    for axis, plural in (("policy", "policies"), ("seed", "seeds"), ("workflow", "workflows")):
+        with pytest.raises(ConfigError) as info:
+            check_group_by("cost", axis)
+        assert str(info.value) == (
+            f"--group-by {axis}: the cost table has no {axis} column (it aggregates over {plural}); use one of: scale"
+        )
+
+
 def test_cli_user_errors_for_group_by_and_empty_comparisons(experiment: Path) -> None:
     config, _ = mechanism_store(experiment)
     sets = ["--set", "grid.workflow=[single, voting, eval_opt]", "--set", "grid.task=[arith]", "--set", "grid.seed=[0, 1]", "--set", "grid.scale=[tiny-s]"]

@@ -114,10 +114,17 @@ def check_group_by(name: str, group_by: str | Sequence[str] | None, extra: Seque
     for axis in parsed:
         if axis not in axes:
             raise ConfigError(
-                f"--group-by {axis}: the {name} table has no {axis} column (it aggregates over {axis}s); "
+                f"--group-by {axis}: the {name} table has no {axis} column (it aggregates over {_plural(axis)}); "
                 f"use one of: {', '.join(axes)}"
             )
     return parsed
+
+
+def _plural(axis: str) -> str:
+    """An axis's name for its values, in the plural: seeds, policies (not policys)."""
+    if "." in axis:  # an extra axis: train.lr
+        return f"the values of {axis}"
+    return f"{axis[:-1]}ies" if axis.endswith("y") and axis[-2:-1] not in ("a", "e", "i", "o", "u") else f"{axis}s"
 
 
 def build_tables(
