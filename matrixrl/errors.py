@@ -50,6 +50,19 @@ def did_you_mean(name: object, valid: Iterable[object], listed: str = "use one o
     return f"{listed}: {', '.join(valid)}" + (f" or {otherwise}" if otherwise else "")
 
 
+PLUGIN_HINT = "or, if a plugin defines it, name its module in MATRIXRL_PLUGINS (docs/extending.md)"
+"""The fix for a registry's name (a workflow, a task kind) that is near no built-in one: it may
+be a plugin's, not imported (matrixrl.plugins)."""
+
+
+def did_you_mean_registered(name: object, valid: Iterable[object]) -> str:
+    """:func:`did_you_mean` for a name of a registry that plugins add to: a name near a valid one
+    gets it alone (a typo); one near none gets the list and :data:`PLUGIN_HINT`."""
+    valid = [str(v) for v in valid]
+    fix = did_you_mean(name, valid)
+    return fix if closest(name, valid) is not None else f"{fix}; {PLUGIN_HINT}"
+
+
 class ConfigError(UserError):
     """experiments.yaml, a ``--set`` or an ``--only`` that cannot be used."""
 

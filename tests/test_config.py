@@ -374,7 +374,8 @@ def test_cross_field_check(raw: dict) -> None:
         ("task", "arithm", "grid.task: unknown task 'arithm'; did you mean arith? (or define it under 'tasks:')"),
         ("task", "sorting", "grid.task: unknown task 'sorting'; use one of: arith, pyfunc or define it under 'tasks:'"),
         ("workflow", "votng", "grid.workflow: unknown workflow 'votng'; did you mean voting?"),
-        ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single, voting, eval_opt, orch_workers"),
+        ("workflow", "debate", "grid.workflow: unknown workflow 'debate'; use one of: single, voting, eval_opt, orch_workers"
+            "; or, if a plugin defines it, name its module in MATRIXRL_PLUGINS (docs/extending.md)"),
         ("policy", "Isolated", "grid.policy: unknown policy 'Isolated'; did you mean isolated?"),
         ("policy", "separate", "grid.policy: unknown policy 'separate'; use one of: shared, isolated"),
     ],

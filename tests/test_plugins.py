@@ -350,7 +350,10 @@ def test_a_plugin_that_takes_a_built_in_name_is_one_line(tmp_path):
 def test_without_the_plugin_its_workflow_is_unknown(experiment):
     result = run_cli("plan", "-c", experiment, "--set", "grid.workflow=[echo]")
     assert result.exit_code != 0
-    assert "grid.workflow: unknown workflow 'echo'; use one of: single, voting, eval_opt, orch_workers" in result.stderr
+    assert (
+        "grid.workflow: unknown workflow 'echo'; use one of: single, voting, eval_opt, orch_workers"
+        "; or, if a plugin defines it, name its module in MATRIXRL_PLUGINS (docs/extending.md)"
+    ) in result.stderr
 
 
 # --- the whole way, in the processes of a run -------------------------------------------------

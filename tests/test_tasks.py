@@ -271,7 +271,8 @@ def test_train_split_needs_a_folder(tmp_path: Path) -> None:
         ({"kind": "gms8k"}, "tasks.m.kind: unknown kind 'gms8k'; did you mean gsm8k?"),
         (
             {"kind": "sorting"},
-            "tasks.m.kind: unknown kind 'sorting'; use one of: arith, pyfunc, gsm8k, math, math_generic, humaneval, code_generic",
+            "tasks.m.kind: unknown kind 'sorting'; use one of: arith, pyfunc, gsm8k, math, math_generic, humaneval, code_generic"
+            "; or, if a plugin defines it, name its module in MATRIXRL_PLUGINS (docs/extending.md)",
         ),
     ],
 )

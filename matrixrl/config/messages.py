@@ -7,7 +7,7 @@ from typing import Any, get_origin
 from pydantic import BaseModel, ValidationError
 
 from matrixrl.config.schema import Config, Grid
-from matrixrl.errors import ConfigError, closest, did_you_mean
+from matrixrl.errors import ConfigError, closest, did_you_mean, did_you_mean_registered
 from matrixrl.settings import BOOLEAN_FOR_NUMBER, kind_values, models_in
 
 
@@ -102,7 +102,9 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         valid = kinds(loc[0]) if loc and loc[0] in ("scales", "tasks") else ()
         if kind == "union_tag_not_found":
             return f"{source}: {path}.kind: required key is missing; add it (one of: {', '.join(valid)})"
-        return f"{source}: {path}.kind: unknown kind {ctx.get('tag')!r}; {did_you_mean(ctx.get('tag'), valid)}"
+        # A task kind may be a plugin's; a scale's kind is matrixrl's own.
+        fix = (did_you_mean_registered if loc and loc[0] == "tasks" else did_you_mean)(ctx.get("tag"), valid)
+        return f"{source}: {path}.kind: unknown kind {ctx.get('tag')!r}; {fix}"
     if isinstance(ctx.get("error"), ConfigError):
         return f"{source}: {ctx['error']}"
     if kind == "too_short" and ctx.get("min_length") == 1:

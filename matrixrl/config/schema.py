@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from matrixrl.errors import ConfigError, did_you_mean
+from matrixrl.errors import ConfigError, did_you_mean, did_you_mean_registered
 from matrixrl.settings import ADDED, RUNTIME, Strict
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
 from matrixrl.train.losses import LOSSES
@@ -625,7 +625,10 @@ class Config(Strict):
         for axis, allowed in known.items():
             for value in getattr(self.grid, axis):
                 if value not in allowed:
-                    fix = did_you_mean(value, allowed, otherwise=where.get(axis, ""))
+                    if axis == "workflow":  # a plugin's, maybe
+                        fix = did_you_mean_registered(value, allowed)
+                    else:
+                        fix = did_you_mean(value, allowed, otherwise=where.get(axis, ""))
                     raise ConfigError(f"grid.{axis}: unknown {axis} {value!r}; {fix}")
         for axis in (*AXES, "memory"):
             values = getattr(self.grid, axis)
