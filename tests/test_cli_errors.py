@@ -170,6 +170,14 @@ def test_an_error_a_set_value_causes_names_the_set(experiment: Path, assignment:
     assert not results_of(experiment).exists()
 
 
+def test_an_error_of_another_key_names_the_set_without_which_it_is_not(experiment: Path) -> None:
+    # grid.scale is the file's, but the --set emptied the scales it names.
+    assert_user_error(
+        run_cli("plan", "-c", experiment, "--set", "train.steps=4", "--set", "scales={}", "--set", "train.lr=0.1"),
+        f"{experiment} with --set 'scales={{}}': grid.scale: unknown scale 'tiny-s'; define it under 'scales:' (none is defined yet)",
+    )
+
+
 def test_an_error_of_the_file_names_no_set(experiment: Path) -> None:
     _edit(experiment, "  seed: [0]\n", "  seed: [0, 0]\n")
     assert_user_error(

@@ -8,6 +8,7 @@ Every problem is a one-line :class:`~matrixrl.errors.ConfigError`.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any
@@ -182,14 +183,12 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
         raise ConfigError(f"{source}: not valid YAML{where}: {problem}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections (grid:, scales:, ...) at the top level")
-    for assignment in sets:
-        apply_set(raw, assignment)
-    narrowed: dict[str, str] = {}  # axis -> the --only that narrowed it first: a later one narrows further
-    for assignment in only:
-        axis = parse_only(assignment)[0]
-        apply_only(raw, assignment, narrowed.get(axis))
-        narrowed.setdefault(axis, assignment)
-    config = validate(raw, source, sets)
+    as_read = copy.deepcopy(raw)
+    _override(raw, sets, only)
+    try:
+        config = validate(raw, source, sets)
+    except ConfigError as exc:
+        raise _blamed(exc, as_read, source, sets, only) from None
     base = path.resolve().parent
     _check_results_dir(base / config.results_dir, _with_set(source, "results_dir", sets))
     scales = {name: _resolve_model_path(name, scale, base, source, sets) for name, scale in config.scales.items()}
@@ -197,6 +196,39 @@ def load_config(path: str | Path, sets: list[str] = (), only: list[str] = ()) ->
     return config.model_copy(
         update={"results_dir": str((base / config.results_dir).resolve()), "scales": scales, "tasks": tasks}
     )
+
+
+def _override(raw: dict, sets: list[str], only: list[str]) -> None:
+    """``raw`` with ``sets`` applied, then narrowed by ``only``."""
+    for assignment in sets:
+        apply_set(raw, assignment)
+    narrowed: dict[str, str] = {}  # axis -> the --only that narrowed it first: a later one narrows further
+    for assignment in only:
+        axis = parse_only(assignment)[0]
+        apply_only(raw, assignment, narrowed.get(axis))
+        narrowed.setdefault(axis, assignment)
+
+
+def _blamed(exc: ConfigError, as_read: dict, source: str, sets: list[str], only: list[str]) -> ConfigError:
+    """``exc``, a validation error of the file with its overrides, naming the ``--set`` without which
+    it does not happen when its key named none (``--set scales={}`` leaves grid.scale's names
+    undefined): the file may be right."""
+    message = str(exc)
+    if not sets or not message.startswith(f"{source}: "):
+        return exc
+    for assignment in reversed(sets):
+        trial = copy.deepcopy(as_read)
+        try:
+            _override(trial, [s for s in sets if s != assignment], only)
+        except ConfigError:
+            continue  # the others alone do not apply: no test of this one
+        try:
+            validate(trial, source)
+        except ConfigError as other:
+            if str(other) == message:
+                continue  # the same error without it: not this one's
+        return ConfigError(f"{source} with --set {assignment!r}: {message[len(source) + 2 :]}")
+    return exc
 
 
 def _check_results_dir(results: Path, source: str) -> None:
