@@ -12,6 +12,8 @@ machine load hits every variant alike:
   reference: what one fresh interpreter per program costs at the least;
 - ``run()``: one sandbox at a time, with the strongest isolation available, in the
   process's started worker (the normal path);
+- ``run(entry_point='f')``: the same with the tests in a process of their own, calling
+  ``f`` in the program's (what the code tasks run);
 - ``run(), no namespaces``: the same with a worker without the launcher (audit hook
   and limits only);
 - ``run(), fresh interpreter``: the path where no worker can start, one interpreter
@@ -100,7 +102,7 @@ def main() -> None:
     strongest = sandbox.isolation
     jobs = iter(range(10**9))
 
-    def sandboxed(*, namespaces: bool = True, fresh: bool = False, cold: bool = False) -> float:
+    def sandboxed(*, namespaces: bool = True, fresh: bool = False, cold: bool = False, apart: bool = False) -> float:
         code, tests = trivial_job(next(jobs))
         sandbox.isolation = strongest if namespaces else (lambda: ("none", ()))
         try:
@@ -110,7 +112,7 @@ def main() -> None:
                 compiled = [compile(source, "<bench>", "exec") for source in (code, tests)]
                 result = sandbox._execute_fresh(*compiled, limits["timeout_s"], limits["memory_mb"])
             else:
-                result = sandbox.run(code, tests, **limits)
+                result = sandbox.run(code, tests, **limits, entry_point="f" if apart else None)
         finally:
             sandbox.isolation = strongest
         assert result.passed, result
@@ -120,6 +122,7 @@ def main() -> None:
         "python -c pass": lambda: timed_process([sys.executable, "-c", "pass"]),
         "python -I -S -c pass": lambda: timed_process([sys.executable, "-I", "-S", "-c", "pass"]),
         "run()": sandboxed,
+        "run(entry_point='f')": lambda: sandboxed(apart=True),
         "run(), no namespaces": lambda: sandboxed(namespaces=False),
         "run(), fresh interpreter": lambda: sandboxed(fresh=True),
         "run(), worker start": lambda: sandboxed(cold=True),

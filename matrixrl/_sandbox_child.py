@@ -273,62 +273,224 @@ def install_guard(sandbox_dir, violations):
     _imp.get_frozen_object = namespace["get_frozen_object"]
 
 
-def answer_guard():
-    """``guard(function)``: the function, its return values made plain data.
+# -- the answer in a process of its own ---------------------------------------------------------
+#
+# With an entry point, the tests run in this process and the program in a child of it: the
+# tests call the program's function through a pipe and get back its return value as data.
+# Nothing the program does (objects whose __eq__ always says True, a math.fabs of its own,
+# a patched class, a finder for the tests' next import, code that runs later from __del__ or
+# a gc callback) reaches the process the tests run in, which never runs a line of the
+# program's. Values cross as JSON with tags for what JSON lacks: numbers, strings, None and
+# lists, tuples, dicts, sets, frozensets, bytes and complex numbers of them; the program's
+# process reads a container as its base type stores it, and this process decodes whatever
+# arrives with json.loads, which runs no code.
 
-    Tests compare what the entry point returns with ``==``, which the returned
-    object answers itself: one whose ``__eq__`` always says True would pass every
-    ``assert f(x) == y``. So a value reaches the tests only as numbers, strings,
-    bytes, None and lists, tuples, dicts and sets of them, rebuilt from what the
-    object really holds (a list subclass's items as ``list`` stores them, whatever
-    its ``__iter__`` says); anything else is a TypeError, a failed test. Every name
-    is bound here, before the program runs, and types are compared by identity.
-    """
-    type_, is_subclass, error = type, issubclass, TypeError
-    list_, tuple_, dict_, set_, frozenset_ = list, tuple, dict, set, frozenset
-    none_type, bool_, int_, float_, complex_, str_, bytes_ = type(None), bool, int, float, complex, str, bytes
-    as_int, as_float, as_str = int.__int__, float.__float__, str.__str__
-    list_items, tuple_items, set_items, frozenset_items = list.__iter__, tuple.__iter__, set.__iter__, frozenset.__iter__
-    dict_items = dict.items
-    deepest = 100
+DEEPEST = 100  # levels of nesting a value may have
+MAX_REPLY = 64 << 20  # bytes of one message between the two processes
+UNTRUSTED_TYPE = (
+    "the answer returned a value of a type the tests cannot trust; return numbers, "
+    "strings, bytes, None, or lists, tuples, dicts and sets of them"
+)
 
-    def plain(value, depth):
-        kind = type_(value)
-        if kind is none_type or kind is bool_ or kind is int_ or kind is float_ or kind is str_:
-            return value
-        if kind is complex_ or kind is bytes_:
-            return value
-        if depth > deepest:
-            raise error("the answer is nested deeper than " + str_(deepest) + " levels")
-        depth += 1
-        # Subclasses as what the base type stores (bool cannot be subclassed).
-        if is_subclass(kind, int_):
-            return as_int(value)
-        if is_subclass(kind, float_):
-            return as_float(value)
-        if is_subclass(kind, str_):
-            return as_str(value)
-        if is_subclass(kind, list_):
-            return [plain(item, depth) for item in list_items(value)]
-        if is_subclass(kind, tuple_):
-            return tuple_(plain(item, depth) for item in tuple_items(value))
-        if is_subclass(kind, dict_):
-            return {plain(key, depth): plain(item, depth) for key, item in dict_items(value)}
-        if is_subclass(kind, frozenset_):
-            return frozenset_(plain(item, depth) for item in frozenset_items(value))
-        if is_subclass(kind, set_):
-            return {plain(item, depth) for item in set_items(value)}
-        raise error(
-            "the answer returned a value of a type the tests cannot trust; return numbers, "
-            "strings, bytes, None, or lists, tuples, dicts and sets of them"
-        )
 
-    def guard(function):
+def to_data(value, depth=0):
+    """``value`` as JSON data with tags (see above); TypeError for anything else."""
+    kind = type(value)
+    if kind is type(None) or kind is bool or kind is int or kind is float or kind is str:
+        return value
+    if depth > DEEPEST:
+        raise TypeError(f"the answer is nested deeper than {DEEPEST} levels")
+    depth += 1
+    # Subclasses as what the base type stores (bool cannot be subclassed).
+    if issubclass(kind, int):
+        return int.__int__(value)
+    if issubclass(kind, float):
+        return float.__float__(value)
+    if issubclass(kind, str):
+        return str.__str__(value)
+    if issubclass(kind, bytes):
+        return {"bytes": bytes.hex(value)}
+    if issubclass(kind, complex):
+        return {"complex": [complex.__getattribute__(value, "real"), complex.__getattribute__(value, "imag")]}
+    if issubclass(kind, list):
+        return {"list": [to_data(item, depth) for item in list.__iter__(value)]}
+    if issubclass(kind, tuple):
+        return {"tuple": [to_data(item, depth) for item in tuple.__iter__(value)]}
+    if issubclass(kind, dict):
+        return {"dict": [[to_data(key, depth), to_data(item, depth)] for key, item in dict.items(value)]}
+    if issubclass(kind, frozenset):
+        return {"frozenset": [to_data(item, depth) for item in frozenset.__iter__(value)]}
+    if issubclass(kind, set):
+        return {"set": [to_data(item, depth) for item in set.__iter__(value)]}
+    raise TypeError(UNTRUSTED_TYPE)
+
+
+def from_data(data, depth=0):
+    """The value :func:`to_data` encoded; ValueError for anything it could not have made."""
+    kind = type(data)
+    if data is None or kind is bool or kind is int or kind is float or kind is str:
+        return data
+    if depth > DEEPEST or kind is not dict or len(data) != 1:
+        raise ValueError("the answer's process sent a value it could not have made")
+    depth += 1
+    ((tag, body),) = data.items()
+    if tag == "list":
+        return [from_data(item, depth) for item in body]
+    if tag == "tuple":
+        return tuple(from_data(item, depth) for item in body)
+    if tag == "dict":
+        return {from_data(key, depth): from_data(item, depth) for key, item in body}
+    if tag == "set":
+        return {from_data(item, depth) for item in body}
+    if tag == "frozenset":
+        return frozenset(from_data(item, depth) for item in body)
+    if tag == "bytes" and type(body) is str:
+        return bytes.fromhex(body)
+    if tag == "complex" and type(body) is list and len(body) == 2:
+        return complex(float(body[0]), float(body[1]))
+    raise ValueError("the answer's process sent a value it could not have made")
+
+
+def send(fd, message, dumps):
+    """One message: its length in 8 bytes, then its JSON."""
+    data = dumps(message).encode("utf-8", "surrogatepass")
+    data = len(data).to_bytes(8, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def receive(fd, loads):
+    """The next message, or None at end-of-file (the other process ended)."""
+    head = read_exactly(fd, 8)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "big")
+    if size > MAX_REPLY:
+        raise ValueError(f"the answer's process sent a message of {size} bytes, over {MAX_REPLY}")
+    body = read_exactly(fd, size)
+    return None if body is None else loads(body.decode("utf-8", "surrogatepass"))
+
+
+def read_exactly(fd, size):
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies):
+    """The program's process: run ``program``, then call its ``entry_point`` for each call
+    that arrives on ``calls`` and send each reply on ``replies``; end at end-of-file.
+
+    Every reply says whether the program has tried something forbidden yet (``blocked``),
+    which the tests' process turns into the verdict, as the hook's violations do in a
+    program run with its tests."""
+    import json
+
+    dumps, loads = json.JSONEncoder(ensure_ascii=False).encode, json.JSONDecoder().decode
+    send_, receive_, to_data_, from_data_, describe_ = send, receive, to_data, from_data, describe
+    run, exit_now, is_instance, type_, str_, callable_ = exec, os._exit, isinstance, type, str, callable
+    base_error, memory_error, exit_request = BaseException, MemoryError, SystemExit
+    violations = []
+    refuse_signal_handlers()
+    sys.pycache_prefix = sandbox_dir + "/.no-bytecode"  # see run_together
+    if guard:
+        install_guard(sandbox_dir, violations)
+    namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+
+    def blocked():
+        return violations[0][:300] if violations else None
+
+    try:
+        run(program, namespace)
+    except base_error as error:
+        reason = "memory" if is_instance(error, memory_error) else "exited" if is_instance(error, exit_request) else "failed"
+        send_(replies, {"ended": reason, "detail": describe_(error), "blocked": blocked()}, dumps)
+        exit_now(0)
+    # Only exact str keys: a str subclass with an __eq__ of its own would answer the lookup.
+    function = None
+    for name, value in namespace.items():
+        if type_(name) is str_ and name == entry_point:
+            function = value
+    send_(replies, {"ready": callable_(function), "blocked": blocked()}, dumps)
+    while True:
+        call = receive_(calls, loads)
+        if call is None:
+            exit_now(0)
+        try:
+            args, kwargs = from_data_(call["args"]), from_data_(call["kwargs"])
+            reply = {"value": to_data_(function(*args, **kwargs))}
+        except base_error as error:
+            reply = {"error": type_(error).__name__, "detail": describe_(error)}
+        reply["blocked"] = blocked()
+        try:
+            send_(replies, reply, dumps)
+        except base_error as error:  # a reply JSON cannot hold (a huge int, a lone surrogate)
+            send_(replies, {"error": "TypeError", "detail": describe_(error), "blocked": blocked()}, dumps)
+
+
+class AnswerProcess:
+    """The tests' side: the program's process, and a function that calls its entry point."""
+
+    def __init__(self, pid, calls, replies, entry_point):
+        import json
+
+        self.pid, self.calls, self.replies, self.entry_point = pid, calls, replies, entry_point
+        self.dumps, self.loads = json.JSONEncoder().encode, json.JSONDecoder().decode
+        self.blocked = None
+
+    def next_reply(self):
+        try:
+            reply = receive(self.replies, self.loads)
+        except (ValueError, UnicodeDecodeError, RecursionError) as error:
+            raise ValueError(f"the answer's process sent what is not a reply: {describe(error)}") from None
+        if reply is None:
+            self.end_as_the_program_ended()
+        if type(reply) is not dict:
+            raise ValueError("the answer's process sent what is not a reply")
+        self.blocked = self.blocked or reply.get("blocked")
+        return reply
+
+    def end_as_the_program_ended(self):
+        """The program's process ended without a word (``os._exit``, a signal, the kernel's
+        memory limit): end this one the same way, so the verdict reads as it would have
+        with program and tests in one process."""
+        _pid, status = os.waitpid(self.pid, 0)
+        if os.WIFSIGNALED(status):
+            os.kill(os.getpid(), os.WTERMSIG(status))
+            os._exit(1)  # a signal this process ignores
+        os._exit(os.WEXITSTATUS(status))
+
+    def function(self):
         def answer(*args, **kwargs):
-            return plain(function(*args, **kwargs), 0)
+            try:
+                call = {"args": to_data(list(args)), "kwargs": to_data(kwargs)}
+            except TypeError as error:
+                raise TypeError(f"the tests passed the answer something it cannot receive: {error}") from None
+            send(self.calls, call, self.dumps)
+            reply = self.next_reply()
+            if "value" in reply:
+                return from_data(reply["value"])
+            raise answer_error(str(reply.get("error")), str(reply.get("detail")))
+
         return answer
 
-    return guard
+
+def answer_error(name, detail):
+    """The exception the answer raised, as the tests see it: a built-in exception of the same
+    name (its message from ``describe``), so tests that expect a ValueError still get one."""
+    message = detail.partition(": ")[2] if detail.startswith(name + ":") else detail
+    kind = vars(builtins).get(name)
+    if isinstance(kind, type) and issubclass(kind, BaseException):
+        try:
+            return kind(message)
+        except Exception:
+            pass
+    return RuntimeError(f"{name}: {message}")
 
 
 def snapshot_modules():
@@ -422,11 +584,12 @@ def run_program(
     pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
     entry_point=None,
 ):
-    """Limit this process, run ``program`` then ``tests``, write the verdict to
+    """Limit this process, run ``program`` and ``tests``, write the verdict to
     ``verdict_fd`` and end the process. Its working directory is ``sandbox_dir``,
     stdin is empty and stdout/stderr are the output the parent reads on crashes.
-    With ``entry_point``, the tests see the program's function of that name, as that
-    name and as ``__answer__``, through :func:`answer_guard`."""
+    Without ``entry_point`` program and tests run here, one after the other
+    (:func:`run_together`); with it, the program runs in a child process and the
+    tests here call its function (:func:`run_apart`)."""
     mib = 1 << 20
     for limit, value in (
         (resource.RLIMIT_AS, memory_mb * mib),
@@ -434,16 +597,80 @@ def run_program(
         (resource.RLIMIT_FSIZE, 16 * mib),
         (resource.RLIMIT_NOFILE, 64),
         (resource.RLIMIT_CORE, 0),
-        # Enforced by the kernel for every user but root (where the sandbox drops
-        # to an unprivileged uid first): no new processes or threads at all.
-        (resource.RLIMIT_NPROC, 0),
     ):
         resource.setrlimit(limit, (value, value))
+    if entry_point is None:
+        reason, detail = run_together(program, tests, sandbox_dir, guard)
+    else:
+        reason, detail = run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point)
+    if reason == "passed":
+        record = pass_token
+    else:  # a token of its own: a program that catches it learns nothing that passes
+        message = reason + " " + detail.replace("\n", " ")
+        record = report_token + b" " + message.encode("utf-8", "replace")
+    os.write(verdict_fd, record + b"\n")
+    os._exit(0)
 
+
+def no_new_processes():
+    """Enforced by the kernel for every user but root (where the sandbox drops to an
+    unprivileged uid first): no new processes or threads at all."""
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def outcome(error):
+    """The reason and detail of a run that raised ``error``."""
+    if isinstance(error, MemoryError):
+        return "memory", describe(error)
+    if isinstance(error, SystemExit):
+        return "exited", describe(error)
+    return "failed", describe(error)
+
+
+def run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point):
+    """The tests here, the program in a child process (``serve_answer``); see the section
+    above ``to_data``. This process runs no line of the program's, so it needs no hook."""
+    calls_read, calls_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (verdict_fd, calls_write, replies_read):
+            os.close(fd)
+        no_new_processes()
+        try:
+            serve_answer(program, sandbox_dir, guard, entry_point, calls_read, replies_write)
+        finally:
+            os._exit(1)
+    os.close(calls_read)
+    os.close(replies_write)
+    no_new_processes()
+    answer = AnswerProcess(pid, calls_write, replies_read, entry_point)
+    try:
+        first = answer.next_reply()
+        if "ended" in first:  # whatever the program's process claims, never a pass
+            reason = first["ended"] if first["ended"] in ("memory", "exited") else "failed"
+            detail = str(first.get("detail"))
+        elif not first.get("ready"):
+            reason, detail = "failed", f"NameError: the answer defines no function {entry_point!r}"
+        else:
+            function = answer.function()
+            namespace = {"__name__": "__sandbox__", "__builtins__": builtins, entry_point: function, "__answer__": function}
+            exec(tests, namespace)
+            reason, detail = "passed", ""
+    except BaseException as error:
+        reason, detail = outcome(error)
+    if answer.blocked:
+        reason, detail = "blocked", str(answer.blocked)[:300]
+    return reason, detail
+
+
+def run_together(program, tests, sandbox_dir, guard):
+    """Program and tests in this process: the tests see the program's globals."""
+    no_new_processes()
     # Everything the harness uses from here on, bound before the program can rebind it.
-    run, write, exit_now, is_instance, type_, str_ = exec, os.write, os._exit, isinstance, type, str
+    run, is_instance, type_, str_ = exec, isinstance, type, str
     base_error, memory_error, exit_request = BaseException, MemoryError, SystemExit
-    describe_, guard_answers, lookup = describe, answer_guard(), dict.get
+    describe_ = describe
     pristine_builtins = dict(vars(builtins))
     builtin_names = frozenset(name for name in pristine_builtins if not name.startswith("__"))
 
@@ -459,16 +686,14 @@ def run_program(
     try:
         run(program, namespace)
         restore_modules()
-        # The tests see the builtins as they were before the program ran, and not
-        # the program's globals that shadow a builtin (``abs = lambda x: 0``).
+        # The tests see the builtins as they were before the program ran, and not the
+        # program's globals that shadow a builtin (``abs = lambda x: 0``), nor any global
+        # whose name is not a plain str (a str subclass can answer a lookup of any name).
         test_namespace = {
             name: value for name, value in namespace.items()
-            if not (type_(name) is str_ and name in builtin_names)
+            if type_(name) is str_ and name not in builtin_names
         }
         test_namespace["__builtins__"] = dict(pristine_builtins)
-        function = None if entry_point is None else lookup(namespace, entry_point)
-        if function is not None:  # absent, the tests fail on the name
-            test_namespace[entry_point] = test_namespace["__answer__"] = guard_answers(function)
         run(tests, test_namespace)
     except base_error as error:
         if is_instance(error, memory_error):
@@ -482,13 +707,7 @@ def run_program(
         reason, detail = "passed", ""
     if violations:
         reason, detail = "blocked", violations[0][:300]
-    if reason == "passed":
-        record = pass_token
-    else:  # a token of its own: a program that catches it learns nothing that passes
-        message = reason + " " + detail.replace("\n", " ")
-        record = report_token + b" " + message.encode("utf-8", "replace")
-    write(verdict_fd, record + b"\n")
-    exit_now(0)
+    return reason, detail
 
 
 if __name__ == "__main__":

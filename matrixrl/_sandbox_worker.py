@@ -40,6 +40,7 @@ import time
 PRELOAD = (
     "typing", "collections", "re", "math", "heapq", "itertools", "functools", "string",
     "bisect", "copy", "operator", "hashlib", "fractions", "datetime", "decimal",
+    "json",  # the harness's own: an answer's values cross to the tests' process as JSON
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Spelled as the parent spells it (matrixrl.sandbox.CHILD_SCRIPT): beside this

@@ -8,10 +8,11 @@ child's and the worker's sides of it are ``_sandbox_child.py`` and ``_sandbox_wo
 ``passed`` is true only when the tests ran to their end without an exception.
 ``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):
 ...`` plus a ``check(__answer__)`` line the caller appends; MBPP: bare ``assert``
-lines). With ``entry_point`` the tests call the program's function through a guard
-that returns plain data only (``_sandbox_child.answer_guard``: no object of the
-program's answers the tests' ``==``). ``run_many`` scores a batch with several
-sandboxes at once.
+lines). With ``entry_point`` the program runs in a process of its own and the tests,
+in another that runs none of its code, call its function through a pipe and get its
+values back as data (``_sandbox_child.run_apart``): no object of the program's
+answers the tests' ``==``, and nothing it changes reaches them. ``run_many`` scores a
+batch with several sandboxes at once.
 
 Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
 ``syntax`` (code or tests do not compile; found in the host by ``compile``, which
@@ -102,10 +103,10 @@ outside world-writable places as root). Such a program shares its worker's uid a
 namespaces with the programs after it in that worker: it could tamper with the
 worker (ptrace, or a kill where the worker is not process 1) and so with their
 verdicts, or leave files in world-writable places for them. Without namespaces and
-as root only the hook guards the host. Tests are trusted code; they run with the modules
-as they were before the program (``_sandbox_child.snapshot_modules``), but with the
-classes in them as the program left them; without ``entry_point``, an object
-whose ``__eq__`` always answers True passes an ``assert f(x) == y``. Programs
+as root only the hook guards the host. Tests are trusted code. Without ``entry_point`` they share the
+program's process: they get the modules as they were before the program
+(``_sandbox_child.snapshot_modules``) but the classes in them as it left them, and an
+object whose ``__eq__`` always answers True passes an ``assert f(x) == y``. Programs
 cannot use subprocesses, signal handlers, sockets, third-party packages, threads
 (unless the caller is root without a uid drop) or traceback formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
 "__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``).
@@ -172,10 +173,11 @@ def run(
 ) -> Verdict:
     """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache).
 
-    With ``entry_point``, the tests call the program's function of that name (by that
-    name, or as ``__answer__``) through a guard that hands them its return values as
-    plain data: numbers, strings, bytes, None and lists, tuples, dicts and sets of
-    them, so that no object of the program's answers the tests' ``==``.
+    With ``entry_point``, the program runs in a process of its own and the tests call
+    its function of that name (by that name, or as ``__answer__``) from another: its
+    arguments go as copies and its values come back as plain data (numbers, strings,
+    bytes, None and lists, tuples, dicts and sets of them), so no object of the
+    program's answers the tests' ``==`` and nothing it changes reaches them.
     """
     _check_limits(timeout_s, memory_mb)
     return _run_cached(code, tests, float(timeout_s), int(memory_mb), entry_point)

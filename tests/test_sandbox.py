@@ -596,6 +596,79 @@ def test_a_value_of_another_type_or_too_deep_is_a_failed_test():
         assert (result.reason, result.detail) == ("failed", message), result
 
 
+# -- the answer in a process of its own -------------------------------------------------
+# With an entry point the tests run in a process that runs no line of the program's:
+# whatever the program changes, at import or while the tests call it, stays in its own.
+
+# Each a wrong answer (f(x) should be x + 1) with tests it would pass if its changes
+# reached them; a wrong answer fails all of them, and a right one passes.
+NAIVE = "assert f(2) == 3\n"
+FABS = "import math\nr = f(2)\nassert math.fabs(r - 3) < 1e-9\n"  # HumanEval/32's order
+ANSWER_PROCESS_HACKS = {
+    "patches-math-when-called": ("def f(x):\n    import math\n    math.fabs = lambda v: 0.0\n    return -1\n", FABS),
+    "patches-a-class-when-called": (
+        "def f(x):\n    import random\n    random.Random.randint = lambda self, a, b: a\n    return 6\n",
+        "assert f(5) == 6\nimport random\nx = random.Random(0).randint(5, 9)\nassert f(x) == x + 1\n",
+    ),
+    "a-gc-callback-later": (
+        "import gc, math\ngc.callbacks.append(lambda *a: setattr(math, 'fabs', lambda v: 0.0))\n"
+        "def f(x):\n    gc.collect()\n    return -1\n",
+        FABS,
+    ),
+    "deletes-its-entry-point": (
+        "class A:\n    def __eq__(self, other): return True\ndef __answer__(*a):\n    return A()\nf = None\n",
+        "def check(candidate):\n    assert candidate(2) == 3\ncheck(__answer__)\n",
+    ),
+    "a-str-subclass-key": (
+        "class K(str):\n    pass\nglobals()[K('abs')] = lambda v: 0\ndef f(x):\n    return -1\n",
+        "r = f(2)\nassert abs(r - 3) < 1e-9\n",
+    ),
+    "forges-replies": (
+        "import os, json\nfor fd in range(3, 64):\n    try:\n"
+        "        body = json.dumps({'ended': 'passed', 'ready': True, 'value': 3, 'blocked': None}).encode()\n"
+        "        os.write(fd, len(body).to_bytes(8, 'big') + body)\n    except OSError:\n        pass\n"
+        "def f(x):\n    return -1\n",
+        NAIVE + "assert f(4) == 5\n",
+    ),
+}
+
+
+@pytest.mark.parametrize(("code", "tests"), ANSWER_PROCESS_HACKS.values(), ids=ANSWER_PROCESS_HACKS.keys())
+def test_nothing_the_answer_does_reaches_the_tests(code, tests):
+    result = run(code, tests, **LIMITS, entry_point="f")
+    assert not result.passed, result
+    assert run("def f(x):\n    return x + 1\n", tests, **LIMITS, entry_point="f").passed
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "detail"),
+    [
+        ("import sys\nsys.exit(0)\n", "exited", "SystemExit: 0"),
+        ("def f(x):\n    import os\n    os._exit(0)\n", "exited", "the process ended before the tests finished"),
+        ("def f(x):\n    return bytearray(1 << 34)\n", "memory", "MemoryError: "),
+        ("def f(x):\n    raise ArithmeticError(f'no {x}')\n", "failed", "ArithmeticError: no 1"),
+        ("def f(x):\n    import os\n    open('/etc/hostname').read()\n    try:\n        os.fork()\n    except OSError:\n        return 2\n",
+         "blocked", "os.fork"),
+    ],
+    ids=["exits-at-import", "exits-when-called", "memory", "raises", "caught-violation"],
+)
+def test_an_answer_process_that_ends_or_fails_reads_as_one_process_would(code, reason, detail):
+    result = run(code, "assert f(1) == 2\n", **LIMITS, entry_point="f")
+    assert (result.passed, result.reason, result.detail) == (False, reason, detail), result
+
+
+def test_the_answers_exceptions_reach_the_tests_as_built_in_ones():
+    code = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+    tests = "try:\n    f(-1)\nexcept ValueError as error:\n    assert str(error) == 'negative'\nelse:\n    raise AssertionError\nassert f(3) == 3\n"
+    assert run(code, tests, **LIMITS, entry_point="f").passed
+
+
+def test_the_answer_gets_copies_of_the_tests_arguments():
+    code = "def f(values):\n    values.clear()\n    return 0\n"
+    tests = "data = [1, 2]\nassert f(data) == 0 and data == [1, 2]\n"
+    assert run(code, tests, **LIMITS, entry_point="f").passed
+
+
 # -- limits ------------------------------------------------------------------
 
 @pytest.mark.parametrize(

@@ -143,6 +143,31 @@ def test_a_body_completes_a_code_prompt_and_check_is_called(generic) -> None:
     assert generic.score(reverse, "    return text\n") == 0.0
 
 
+def test_tests_that_build_the_answers_class_run_in_its_process(tmp_path: Path) -> None:
+    """MBPP-style tests that need more of the answer than its function (a class it defines)
+    run with the program, as before; those that call the entry point alone run apart."""
+    record = {
+        "prompt": "Write a function max_chain_length(pairs) for a list of Pair(a, b) objects.",
+        "tests": ["assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40)]) == 2"],
+        "entry_point": "max_chain_length",
+    }
+    simple = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(record) + "\n" + json.dumps(simple) + "\n")
+    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
+    problems = task._split[0] + task._split[1]
+    problem = next(p for p in problems if "Pair" in p.question)
+    double = next(p for p in problems if "double" in p.question)
+    assert (task.spec(problem).apart, task.spec(double).apart) == (False, True)
+    assert task.score(double, "def double(x):\n    return 2 * x\n") == 1.0
+    answer = (
+        "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+        "def max_chain_length(pairs):\n    pairs = sorted(pairs, key=lambda p: p.b)\n    end, n = None, 0\n"
+        "    for p in pairs:\n        if end is None or p.a > end:\n            end, n = p.b, n + 1\n    return n\n"
+    )
+    assert task.score(problem, answer) == 1.0
+
+
 def test_hostile_answers_fail_without_harm(generic, tmp_path: Path) -> None:
     problem = next(p for p in generic._split[0] + generic._split[1] if "add(a, b)" in p.question)
     marker = tmp_path / "touched"

@@ -13,10 +13,12 @@ Record formats (one ``kind`` each):
 An answer is a whole program that defines ``entry_point``, or else the code that
 completes the prompt (a function body after HumanEval's signature); a prompt that is
 code is put in front of either (see ``program``). It passes when the tests, run in the
-sandbox after it, raise nothing. The tests call the answer's function through the
-sandbox's guard (``matrixrl.sandbox.run``'s ``entry_point``), which hands them plain
-values only, and a ``check`` function gets it with the prompt's own helpers run again
-(see ``test_code``): what the answer returns, not what it redefines, is tested.
+sandbox after it, raise nothing. The tests run in a process of their own and call the
+answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
+back plain values only, and a ``check`` function gets it with the prompt's own helpers
+run again (see ``test_code``): what the answer returns, not what it changes or
+redefines, is tested. Only tests that need more of the answer than its function (an
+MBPP test that builds a class the answer defines) run in the answer's process.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from matrixrl.settings import RUNTIME
 from matrixrl.tasks import files
 from matrixrl.tasks.base import Problem
 from matrixrl.tasks.files import FileTask, field, question_key
-from matrixrl.tasks.python_source import defines, parses
+from matrixrl.tasks.python_source import defines, parses, unbound_names
 
 
 class Settings(files.Settings):
@@ -63,6 +65,7 @@ class CodeSpec:
     prompt: str
     tests: str
     entry_point: str
+    apart: bool = True  # the tests need only the entry point: they run in a process of their own
 
 
 def program(spec: CodeSpec, answer: str) -> str:
@@ -125,7 +128,9 @@ class CodeTask(FileTask):
         if not parses(tests):
             raise DataError("path", f"{where}: its tests are not valid Python")
         problem = Problem(id=question_key(prompt), question=prompt, answer=reference)
-        self._specs.setdefault(problem.id, CodeSpec(prompt, test_code(tests, prompt, entry_point), entry_point))
+        checks = test_code(tests, prompt, entry_point)
+        apart = not unbound_names(checks) - {entry_point, "__answer__"}
+        self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point, apart))
         return problem
 
     def spec(self, problem: Problem) -> CodeSpec:
@@ -143,7 +148,7 @@ class CodeTask(FileTask):
             code = program(spec, answer)
             if answer.strip() and parses(code):  # code that does not parse fails without a run
                 runnable.append(i)
-                jobs.append((code, spec.tests, spec.entry_point))
+                jobs.append((code, spec.tests, spec.entry_point if spec.apart else None))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
         for i, result in zip(runnable, results):
             scores[i] = 1.0 if result.passed else 0.0

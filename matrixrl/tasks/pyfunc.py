@@ -143,7 +143,8 @@ def hidden_cases(problem: Problem, n: int, seed: int) -> tuple[tuple[int, int], 
 
 def hidden_tests(problem: Problem, n: int, seed: int) -> str:
     """The hidden cases as asserts on ``f``, run in the sandbox after the answer's program."""
-    # The type check keeps an object whose __eq__ always answers True from passing.
+    # The tests call f in a process of their own (the sandbox's entry_point), and get
+    # back plain values; the type check also keeps a bool or a float from passing.
     return "".join(f"r = f({x})\nassert type(r) is int and r == {y}\n" for x, y in hidden_cases(problem, n, seed))
 
 
@@ -255,7 +256,7 @@ class PyfuncTask(SeededTask):
             else:
                 continue  # fails without a run
             runnable.append(i)
-            jobs.append((code, self.tests(problem)))
+            jobs.append((code, self.tests(problem), "f"))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
         for i, result in zip(runnable, results):
             scores[i] = 1.0 if result.passed else 0.0

@@ -24,3 +24,24 @@ def defines(code: str, name: str) -> bool:
         isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
         for node in tree.body
     )
+
+
+def unbound_names(code: str) -> set[str]:
+    """Names ``code`` reads that it never binds anywhere and that are no builtins: what it
+    needs from the namespace it runs in (an answer's class that MBPP-style tests build)."""
+    import builtins
+
+    tree = ast.parse(code)
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return read - bound - set(vars(builtins))
