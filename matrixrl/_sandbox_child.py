@@ -372,6 +372,7 @@ def receive(fd, loads):
 
 
 def read_exactly(fd, size):
+    """``size`` bytes from ``fd``, or None at end-of-file first (the worker reads its jobs so too)."""
     chunks, left = [], size
     while left:
         chunk = os.read(fd, min(left, 1 << 20))

@@ -99,24 +99,13 @@ def show_title(titles, shown):
         pass  # only ps and pgrep see the difference
 
 
-def receive(fd):
+def receive(fd, read_exactly):
     """One frame from ``fd``, or None at end-of-file."""
     header = read_exactly(fd, 4)
     if header is None:
         return None
     body = read_exactly(fd, int.from_bytes(header, "big"))
     return None if body is None else marshal.loads(body)
-
-
-def read_exactly(fd, size):
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def send(fd, value):
@@ -278,7 +267,7 @@ def main():
     os.close(os.pidfd_open(os.getpid()))
     send(1, ("ready",))
     while True:
-        job = receive(0)
+        job = receive(0, harness.read_exactly)
         if job is None:
             return
         reply = run_one(job, harness, devnull, title, init)
