@@ -669,6 +669,30 @@ def test_the_answer_gets_copies_of_the_tests_arguments():
     assert run(code, tests, **LIMITS, entry_point="f").passed
 
 
+def test_an_optimizing_host_keeps_the_tests_asserts():
+    """Under python -O (or PYTHONOPTIMIZE) compile() drops asserts unless told not to."""
+    env = {**os.environ, "PYTHONOPTIMIZE": "1"}
+    script = (
+        "from matrixrl import sandbox\n"
+        "for entry_point in (None, 'f'):\n"
+        "    print(sandbox.run('def f(x):\\n    return 0\\n', 'assert f(1) == 2\\n', timeout_s=10, memory_mb=256,"
+        " entry_point=entry_point).reason)\n"
+    )
+    host = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert host.stdout.split() == ["failed", "failed"], host.stderr
+
+
+def test_an_answer_cannot_end_the_tests_loop_with_stop_iteration():
+    code = "def f(x):\n    raise StopIteration\n"
+    result = run(code, "assert all(map(lambda x: f(x) == x + 1, range(5)))\n", **LIMITS, entry_point="f")
+    assert (result.passed, result.reason, result.detail) == (False, "failed", "RuntimeError: StopIteration: "), result
+
+
+def test_no_signals_by_pidfd():
+    code = "import os, signal\nassert not hasattr(os, 'pidfd_open') and not hasattr(signal, 'pidfd_send_signal')\n"
+    assert run(code, "assert True\n", **LIMITS).passed
+
+
 # -- limits ------------------------------------------------------------------
 
 @pytest.mark.parametrize(

@@ -151,7 +151,8 @@ def test_tests_that_build_the_answers_class_run_in_its_process(tmp_path: Path) -
         "tests": ["assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40)]) == 2"],
         "entry_point": "max_chain_length",
     }
-    simple = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
+    simple = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == math.pow(2, 1) * 2"],
+              "entry_point": "double"}  # math as the reference imported it: imported for the tests
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps(record) + "\n" + json.dumps(simple) + "\n")
     task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
@@ -159,7 +160,9 @@ def test_tests_that_build_the_answers_class_run_in_its_process(tmp_path: Path) -
     problem = next(p for p in problems if "Pair" in p.question)
     double = next(p for p in problems if "double" in p.question)
     assert (task.spec(problem).apart, task.spec(double).apart) == (False, True)
-    assert task.score(double, "def double(x):\n    return 2 * x\n") == 1.0
+    assert task.score(double, "import math\ndef double(x):\n    return 2 * x\n") == 1.0
+    always_equal = "class A:\n    def __eq__(self, other): return True\ndef double(x):\n    return A()\n"
+    assert task.score(double, always_equal) == 0.0
     answer = (
         "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
         "def max_chain_length(pairs):\n    pairs = sorted(pairs, key=lambda p: p.b)\n    end, n = None, 0\n"

@@ -23,6 +23,7 @@ MBPP test that builds a class the answer defines) run in the answer's process.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -129,7 +130,12 @@ class CodeTask(FileTask):
             raise DataError("path", f"{where}: its tests are not valid Python")
         problem = Problem(id=question_key(prompt), question=prompt, answer=reference)
         checks = test_code(tests, prompt, entry_point)
-        apart = not unbound_names(checks) - {entry_point, "__answer__"}
+        needed = unbound_names(checks) - {entry_point, "__answer__"}
+        # A module the tests use without importing it (MBPP's `math.pow`, the reference's
+        # import): imported for them, so they can still run apart from the answer.
+        modules = sorted(needed & sys.stdlib_module_names)
+        checks = "".join(f"import {module}\n" for module in modules) + checks
+        apart = not needed - set(modules)
         self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point, apart))
         return problem
 
