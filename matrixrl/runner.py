@@ -169,11 +169,12 @@ def run_grid(
     run's progress, ``on_note`` what the run says before it starts (a cell that retrains to
     rebuild deleted checkpoints). Raises :class:`RunLockedError` when another run holds the
     results folder, a :class:`matrixrl.snake.process.RunStopped` on a signal."""
-    from matrixrl.snake.profiles import check_profile
+    from matrixrl.snake.profiles import check_executor, check_profile
 
     extra = ["--keep-going"] if keep_going else []
     if profile is not None:
         extra += ["--profile", str(check_profile(profile).resolve())]
+        check_executor(Path(profile))
     results = Path(config.results_dir)
     with FolderLock(results) as lock:
         return _run_locked(config, lock, cores, extra, profile, on_event, on_note)

@@ -575,8 +575,6 @@ PROFILE_CASES = {
     "restart_times: true\n": "restart_times: expected a whole number of at least 0 (got true); e.g. restart_times: 1",
     "latency-wait: -5\n": "latency-wait: expected a whole number of at least 0 (got -5); e.g. latency-wait: 60",
     "max-jobs-per-second: fast\n": "max-jobs-per-second: expected a number above 0 (got 'fast'); e.g. max-jobs-per-second: 10",
-    "executor: slrum\n": "executor: 'slrum' is no installed Snakemake executor; did you mean slurm? "
-    "(or pip install snakemake-executor-plugin-slrum)",
 }
 
 
@@ -589,6 +587,23 @@ def test_a_profile_option_snakemake_would_refuse_is_named_before_anything_starts
     profile.mkdir()
     (profile / "config.yaml").write_text(text)
     assert_user_error(run_cli(command, "-c", experiment, "--profile", profile), f"{profile / 'config.yaml'}: {PROFILE_CASES[text]}")
+    assert not results_of(experiment).exists()
+
+
+def test_an_executor_not_installed_stops_a_run_but_not_its_plan(experiment: Path) -> None:
+    """A plan is previewed where the run may not go (a laptop without the SLURM plugin)."""
+    from matrixrl.snake.profiles import executor_plugins
+
+    profile = experiment.parent / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: zzz\n")
+    assert run_cli("plan", "-c", experiment, "--profile", profile).exit_code == 0
+    choices = ", ".join(["dryrun", "local", "touch", *executor_plugins()])
+    assert_user_error(
+        run_cli("run", "-c", experiment, "--profile", profile),
+        f"{profile / 'config.yaml'}: executor: 'zzz' is no installed Snakemake executor; use one of: {choices} "
+        "(or pip install snakemake-executor-plugin-zzz)",
+    )
     assert not results_of(experiment).exists()
 
 

@@ -42,8 +42,9 @@ _RATES = ("max-jobs-per-second", "max-status-checks-per-second", "seconds-betwee
 
 def _check_options(raw: dict, path: Path) -> None:
     """A ProfileError naming the first option of ``raw`` whose value Snakemake would refuse:
-    a count that is no whole number (``jobs: abc``), a rate that is no number, an executor whose
-    plugin is not installed."""
+    a count that is no whole number (``jobs: abc``), a rate that is no number. (An executor
+    whose plugin is not installed here is :func:`check_executor`'s: a plan may be previewed
+    where the run will not be.)"""
     for key, value in raw.items():
         option = str(key).replace("_", "-")  # Snakemake takes either spelling
         if option in _COUNTS:
@@ -57,15 +58,22 @@ def _check_options(raw: dict, path: Path) -> None:
             )
         if option in _RATES and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ProfileError(f"{path}: {key}: expected a number above 0 (got {_shown(value)}); e.g. {key}: 10")
-        if option == "executor":
-            executor = str(value)
-            plugins = executor_plugins()
-            if executor not in _LOCAL_EXECUTORS and executor not in plugins:
-                fix = did_you_mean(executor, [*sorted(_LOCAL_EXECUTORS), *plugins])
-                raise ProfileError(
-                    f"{path}: executor: {executor!r} is no installed Snakemake executor; {fix} "
-                    f"(or pip install snakemake-executor-plugin-{executor})"
-                )
+
+
+def check_executor(profile: Path) -> None:
+    """A ProfileError when ``profile`` names an executor whose plugin is not installed, before a
+    run makes anything (Snakemake would stop with it only in its own log)."""
+    raw = profile_config(profile)
+    for key, value in raw.items():
+        if str(key).replace("_", "-") != "executor":
+            continue
+        executor, plugins = str(value), executor_plugins()
+        if executor not in _LOCAL_EXECUTORS and executor not in plugins:
+            fix = did_you_mean(executor, [*sorted(_LOCAL_EXECUTORS), *plugins])
+            raise ProfileError(
+                f"{profile / 'config.yaml'}: executor: {executor!r} is no installed Snakemake executor; {fix} "
+                f"(or pip install snakemake-executor-plugin-{executor})"
+            )
 
 
 def _shown(value) -> str:
