@@ -281,6 +281,8 @@ def test_local_runs_bound_the_gpu_resource_by_the_detected_count(experiment, mon
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert run_cli("run", "-c", experiment).exit_code == 0
     assert commands[-1][commands[-1].index("--resources") + 1] == "gpu=2"
+    # Snakemake does not start here, so the SLURM plugin need not be installed (the README's install has none).
+    monkeypatch.setattr("matrixrl.snake.profiles.executor_plugins", lambda: ["slurm"])
     assert run_cli("run", "-c", experiment, "--profile", REPO / "profiles" / "slurm").exit_code == 0
     assert "--resources" not in commands[-1]
 
