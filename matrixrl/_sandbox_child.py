@@ -625,7 +625,9 @@ def no_new_processes():
 
 
 def outcome(error):
-    """The reason and detail of a run that raised ``error``."""
+    """The reason and detail of tests that raised ``error``, in the tests' own process. (Where
+    a program runs, ``run_together`` and ``serve_answer`` decide the same with names bound
+    before it, which it cannot rebind.)"""
     if isinstance(error, MemoryError):
         return "memory", describe(error)
     if isinstance(error, SystemExit):
