@@ -383,17 +383,46 @@ def read_exactly(fd, size):
     return b"".join(chunks)
 
 
-def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies):
+def reply_sender(fd, token):
+    """``send_reply(message)``: ``message`` with ``token``, framed as :func:`send` frames, on ``fd``.
+
+    The token is what the tests' process takes a reply by: the program writes to the same
+    pipe, so a reply without it is the program's own. Made before the program runs and
+    running no Python of anyone else's once it has (C's JSON encoder, names bound here), so
+    nothing the program rebinds (``os.write``, ``len``, ``json``'s classes) sees the token:
+    the audit hook keeps frames and the collector's objects out of its reach, as for the
+    pass token."""
+    import _json
+
+    def refuse(value):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+
+    encode = _json.make_encoder(None, refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
+    write, length, join = os.write, len, "".join
+
+    def send_reply(message):
+        message["token"] = token
+        data = join(encode(message, 0)).encode("ascii")
+        data = length(data).to_bytes(8, "big") + data
+        while data:
+            data = data[write(fd, data):]
+
+    return send_reply
+
+
+def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies, token):
     """The program's process: run ``program``, then call its ``entry_point`` for each call
-    that arrives on ``calls`` and send each reply on ``replies``; end at end-of-file.
+    that arrives on ``calls`` and send each reply, with ``token``, on ``replies``; end at
+    end-of-file.
 
     Every reply says whether the program has tried something forbidden yet (``blocked``),
     which the tests' process turns into the verdict, as the hook's violations do in a
     program run with its tests."""
     import json
 
-    dumps, loads = json.JSONEncoder(ensure_ascii=False).encode, json.JSONDecoder().decode
-    send_, receive_, to_data_, from_data_, describe_ = send, receive, to_data, from_data, describe
+    loads = json.JSONDecoder().decode
+    send_reply = reply_sender(replies, token)
+    receive_, to_data_, from_data_, describe_ = receive, to_data, from_data, describe
     run, exit_now, is_instance, type_, str_, callable_ = exec, os._exit, isinstance, type, str, callable
     base_error, memory_error, exit_request = BaseException, MemoryError, SystemExit
     violations = []
@@ -410,14 +439,14 @@ def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies):
         run(program, namespace)
     except base_error as error:
         reason = "memory" if is_instance(error, memory_error) else "exited" if is_instance(error, exit_request) else "failed"
-        send_(replies, {"ended": reason, "detail": describe_(error), "blocked": blocked()}, dumps)
+        send_reply({"ended": reason, "detail": describe_(error), "blocked": blocked()})
         exit_now(0)
     # Only exact str keys: a str subclass with an __eq__ of its own would answer the lookup.
     function = None
     for name, value in namespace.items():
         if type_(name) is str_ and name == entry_point:
             function = value
-    send_(replies, {"ready": callable_(function), "blocked": blocked()}, dumps)
+    send_reply({"ready": callable_(function), "blocked": blocked()})
     while True:
         call = receive_(calls, loads)
         if call is None:
@@ -429,18 +458,18 @@ def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies):
             reply = {"error": type_(error).__name__, "detail": describe_(error)}
         reply["blocked"] = blocked()
         try:
-            send_(replies, reply, dumps)
-        except base_error as error:  # a reply JSON cannot hold (a huge int, a lone surrogate)
-            send_(replies, {"error": "TypeError", "detail": describe_(error), "blocked": blocked()}, dumps)
+            send_reply(reply)
+        except base_error as error:  # a reply JSON cannot hold (a huge int)
+            send_reply({"error": "TypeError", "detail": describe_(error), "blocked": blocked()})
 
 
 class AnswerProcess:
     """The tests' side: the program's process, and a function that calls its entry point."""
 
-    def __init__(self, pid, calls, replies, entry_point):
+    def __init__(self, pid, calls, replies, entry_point, token):
         import json
 
-        self.pid, self.calls, self.replies, self.entry_point = pid, calls, replies, entry_point
+        self.pid, self.calls, self.replies, self.entry_point, self.token = pid, calls, replies, entry_point, token
         self.dumps, self.loads = json.JSONEncoder().encode, json.JSONDecoder().decode
         self.blocked = None
 
@@ -451,7 +480,7 @@ class AnswerProcess:
             raise ValueError(f"the answer's process sent what is not a reply: {describe(error)}") from None
         if reply is None:
             self.end_as_the_program_ended()
-        if type(reply) is not dict:
+        if type(reply) is not dict or reply.get("token") != self.token:  # the program's own writing
             raise ValueError("the answer's process sent what is not a reply")
         self.blocked = self.blocked or reply.get("blocked")
         return reply
@@ -640,19 +669,20 @@ def run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point):
     above ``to_data``. This process runs no line of the program's, so it needs no hook."""
     calls_read, calls_write = os.pipe()
     replies_read, replies_write = os.pipe()
+    token = os.urandom(16).hex()
     pid = os.fork()
     if pid == 0:
         for fd in (verdict_fd, calls_write, replies_read):
             os.close(fd)
         no_new_processes()
         try:
-            serve_answer(program, sandbox_dir, guard, entry_point, calls_read, replies_write)
+            serve_answer(program, sandbox_dir, guard, entry_point, calls_read, replies_write, token)
         finally:
             os._exit(1)
     os.close(calls_read)
     os.close(replies_write)
     no_new_processes()
-    answer = AnswerProcess(pid, calls_write, replies_read, entry_point)
+    answer = AnswerProcess(pid, calls_write, replies_read, entry_point, token)
     try:
         first = answer.next_reply()
         if "ended" in first:  # whatever the program's process claims, never a pass

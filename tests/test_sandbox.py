@@ -657,6 +657,29 @@ def test_an_answer_process_that_ends_or_fails_reads_as_one_process_would(code, r
     assert (result.passed, result.reason, result.detail) == (False, reason, detail), result
 
 
+def test_a_right_answer_cannot_hide_a_refused_attempt_behind_replies_of_its_own():
+    """Replies carry a token the program cannot read; its own writing to the pipe is no reply."""
+    attempt = "import os\ntry:\n    os.fork()\nexcept OSError:\n    pass\n"
+    forge = textwrap.dedent("""
+        import json
+        for message in ({'ready': True, 'blocked': None}, {'value': 2, 'blocked': None}):
+            body = json.dumps(message).encode()
+            for fd in range(3, 64):
+                try:
+                    os.write(fd, len(body).to_bytes(8, 'big') + body)
+                except OSError:
+                    pass
+    """)
+    right = "def f(x):\n    return x + 1\n"
+    tests = "assert f(1) == 2\n"
+    alone = run(attempt + right, tests, **LIMITS, entry_point="f")
+    assert (alone.passed, alone.reason, alone.detail) == (False, "blocked", "os.fork"), alone
+    result = run(attempt + forge + right, tests, **LIMITS, entry_point="f")
+    assert (result.passed, result.reason, result.detail) == (
+        False, "failed", "ValueError: the answer's process sent what is not a reply"
+    ), result
+
+
 def test_the_answers_exceptions_reach_the_tests_as_built_in_ones():
     code = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
     tests = "try:\n    f(-1)\nexcept ValueError as error:\n    assert str(error) == 'negative'\nelse:\n    raise AssertionError\nassert f(3) == 3\n"
