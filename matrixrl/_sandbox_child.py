@@ -466,10 +466,10 @@ def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies, token
 class AnswerProcess:
     """The tests' side: the program's process, and a function that calls its entry point."""
 
-    def __init__(self, pid, calls, replies, entry_point, token):
+    def __init__(self, pid, calls, replies, token):
         import json
 
-        self.pid, self.calls, self.replies, self.entry_point, self.token = pid, calls, replies, entry_point, token
+        self.pid, self.calls, self.replies, self.token = pid, calls, replies, token
         self.dumps, self.loads = json.JSONEncoder().encode, json.JSONDecoder().decode
         self.blocked = None
 
@@ -682,7 +682,7 @@ def run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point):
     os.close(calls_read)
     os.close(replies_write)
     no_new_processes()
-    answer = AnswerProcess(pid, calls_write, replies_read, entry_point, token)
+    answer = AnswerProcess(pid, calls_write, replies_read, token)
     try:
         first = answer.next_reply()
         if "ended" in first:  # whatever the program's process claims, never a pass
