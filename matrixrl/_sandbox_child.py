@@ -199,8 +199,10 @@ UNTRUSTED_TYPE = (
 )
 
 
-def to_data(value, depth=0):
-    """``value`` as JSON data with tags (see above); TypeError for anything else."""
+def to_data(value, depth=0, shared=None):
+    """``value`` as JSON data with tags (see above); TypeError for anything else. An instance
+    of a class that ``shared`` (a namespace) holds under its name goes as that name and its
+    attributes, which the other side puts in its own class of that name (:func:`from_data`)."""
     kind = type(value)
     if kind is type(None) or kind is bool or kind is int or kind is float or kind is str:
         return value
@@ -219,20 +221,25 @@ def to_data(value, depth=0):
     if issubclass(kind, complex):
         return {"complex": [complex.__getattribute__(value, "real"), complex.__getattribute__(value, "imag")]}
     if issubclass(kind, list):
-        return {"list": [to_data(item, depth) for item in list.__iter__(value)]}
+        return {"list": [to_data(item, depth, shared) for item in list.__iter__(value)]}
     if issubclass(kind, tuple):
-        return {"tuple": [to_data(item, depth) for item in tuple.__iter__(value)]}
+        return {"tuple": [to_data(item, depth, shared) for item in tuple.__iter__(value)]}
     if issubclass(kind, dict):
-        return {"dict": [[to_data(key, depth), to_data(item, depth)] for key, item in dict.items(value)]}
+        return {"dict": [[to_data(key, depth, shared), to_data(item, depth, shared)] for key, item in dict.items(value)]}
     if issubclass(kind, frozenset):
-        return {"frozenset": [to_data(item, depth) for item in frozenset.__iter__(value)]}
+        return {"frozenset": [to_data(item, depth, shared) for item in frozenset.__iter__(value)]}
     if issubclass(kind, set):
-        return {"set": [to_data(item, depth) for item in set.__iter__(value)]}
+        return {"set": [to_data(item, depth, shared) for item in set.__iter__(value)]}
+    name = type.__dict__["__name__"].__get__(kind)
+    if shared is not None and shared.get(name) is kind:
+        return {"object": [name, to_data(dict(object.__getattribute__(value, "__dict__")), depth, shared)]}
     raise TypeError(UNTRUSTED_TYPE)
 
 
-def from_data(data, depth=0):
-    """The value :func:`to_data` encoded; ValueError for anything it could not have made."""
+def from_data(data, depth=0, shared=None):
+    """The value :func:`to_data` encoded; ValueError for anything it could not have made. An
+    object is made in the class of its name that ``shared`` defines (``__module__``
+    "__sandbox__": the prompt's or the tests' own), without running its ``__init__``."""
     kind = type(data)
     if data is None or kind is bool or kind is int or kind is float or kind is str:
         return data
@@ -241,19 +248,29 @@ def from_data(data, depth=0):
     depth += 1
     ((tag, body),) = data.items()
     if tag == "list":
-        return [from_data(item, depth) for item in body]
+        return [from_data(item, depth, shared) for item in body]
     if tag == "tuple":
-        return tuple(from_data(item, depth) for item in body)
+        return tuple(from_data(item, depth, shared) for item in body)
     if tag == "dict":
-        return {from_data(key, depth): from_data(item, depth) for key, item in body}
+        return {from_data(key, depth, shared): from_data(item, depth, shared) for key, item in body}
     if tag == "set":
-        return {from_data(item, depth) for item in body}
+        return {from_data(item, depth, shared) for item in body}
     if tag == "frozenset":
-        return frozenset(from_data(item, depth) for item in body)
+        return frozenset(from_data(item, depth, shared) for item in body)
     if tag == "bytes" and type(body) is str:
         return bytes.fromhex(body)
     if tag == "complex" and type(body) is list and len(body) == 2:
         return complex(float(body[0]), float(body[1]))
+    if tag == "object" and type(body) is list and len(body) == 2 and shared is not None:
+        kind = shared.get(body[0])
+        if type(kind) is type and kind.__module__ == "__sandbox__":
+            attributes = from_data(body[1], depth, shared)
+            try:
+                made = object.__new__(kind)
+                made.__dict__.update(attributes)
+                return made
+            except (TypeError, AttributeError):
+                pass
     raise ValueError("the answer's process sent a value it could not have made")
 
 
@@ -358,8 +375,8 @@ def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies, token
         if call is None:
             exit_now(0)
         try:
-            args, kwargs = from_data_(call["args"]), from_data_(call["kwargs"])
-            reply = {"value": to_data_(function(*args, **kwargs))}
+            args, kwargs = from_data_(call["args"], 0, namespace), from_data_(call["kwargs"], 0, namespace)
+            reply = {"value": to_data_(function(*args, **kwargs), 0, namespace)}
         except base_error as error:
             reply = {"error": type_(error).__name__, "detail": describe_(error)}
         reply["blocked"] = blocked()
@@ -401,16 +418,18 @@ class AnswerProcess:
             os._exit(1)  # a signal this process ignores
         os._exit(os.WEXITSTATUS(status))
 
-    def function(self):
+    def function(self, shared):
+        """The answer's function as the tests call it; ``shared``: the tests' namespace."""
+
         def answer(*args, **kwargs):
             try:
-                call = {"args": to_data(list(args)), "kwargs": to_data(kwargs)}
+                call = {"args": to_data(list(args), 0, shared), "kwargs": to_data(kwargs, 0, shared)}
             except TypeError as error:
                 raise TypeError(f"the tests passed the answer something it cannot receive: {error}") from None
             send(self.calls, call, self.dumps)
             reply = self.next_reply()
             if "value" in reply:
-                return from_data(reply["value"])
+                return from_data(reply["value"], 0, shared)
             raise answer_error(str(reply.get("error")), str(reply.get("detail")))
 
         return answer
@@ -571,8 +590,9 @@ def run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point):
         elif not first.get("ready"):
             reason, detail = "failed", f"NameError: the answer defines no function {entry_point!r}"
         else:
-            function = answer.function()
-            namespace = {"__name__": "__sandbox__", "__builtins__": builtins, entry_point: function, "__answer__": function}
+            namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+            function = answer.function(namespace)
+            namespace.update({entry_point: function, "__answer__": function})
             exec(tests, namespace)
             reason, detail = "passed", ""
     except BaseException as error:
