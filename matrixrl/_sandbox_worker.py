@@ -327,18 +327,14 @@ def drop_privileges(spec):
         del sys.modules[name]
 
 
-def empty_scratch():
-    """Remove whatever the program left in the scratch, even where it took permissions away."""
-    import shutil
-
-    for entry in os.scandir(SCRATCH):
+def empty_scratch(folder=SCRATCH):
+    """Remove whatever the program left in the scratch, even where it took permissions away
+    (at most the scratch's file count deep)."""
+    for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False):
-            for parent, dirs, _files in os.walk(entry.path):
-                os.chmod(parent, 0o700)
-                for name in dirs:
-                    if not os.path.islink(os.path.join(parent, name)):
-                        os.chmod(os.path.join(parent, name), 0o700)
-            shutil.rmtree(entry.path, ignore_errors=True)
+            os.chmod(entry.path, 0o700)
+            empty_scratch(entry.path)
+            os.rmdir(entry.path)
         else:
             os.unlink(entry.path)
 

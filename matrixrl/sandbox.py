@@ -585,6 +585,8 @@ def _verdict(
         reason, _, detail = report[len(report_token) + 1:-1].decode("utf-8", "replace").partition(" ")
         if reason in _CHILD_FAILURES:
             return Verdict(False, reason, detail, seconds)
+    if report.endswith(pass_token + b"\n"):
+        return Verdict(False, "failed", "the program wrote to the verdict channel", seconds)
     if timed_out:
         return Verdict(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
     last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
