@@ -337,7 +337,8 @@ class _Worker:
         self.key = key  # the isolation (name, launcher prefix) it was started under
         self.served = 0  # programs it has run to the end
         mode, prefix = key
-        dropping = any("{uid}" in part for part in prefix) or (mode == "view" and os.geteuid() == 0)
+        # In a view the worker drops to it itself; in a user namespace only its uid 0 maps.
+        dropping = any("{uid}" in part for part in prefix) or (mode == "view" and "--user" not in prefix)
         self.uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN) if dropping else None
         spec = _view_spec(self.uid) if mode == "view" else {}
         argv = _fill_uid(_worker_launcher(prefix), self.uid or 0) + [
