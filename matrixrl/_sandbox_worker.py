@@ -317,6 +317,7 @@ def drop_privileges(spec):
             os.setgroups([])
             os.setresgid(spec["uid"], spec["uid"], spec["uid"])
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+            libc_call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, which the uid change cleared: SIGKILL
         import ctypes
 
         header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
