@@ -21,10 +21,8 @@ import select
 import sys
 import time
 
-# Loaded once here, so children find them imported: the harness, and the standard
-# library modules that HumanEval/MBPP programs import most (typing alone costs a
-# fresh interpreter about 20 ms).
-# Loaded once here, shared by every child: a child cannot unmarshal a cached .pyc (the
+# The standard library modules HumanEval/MBPP programs import most (typing alone costs
+# about 20 ms), loaded once here, shared by every child: a child cannot unmarshal a cached .pyc (the
 # harness refuses marshal), so anything else it imports compiles from source (2-40 ms
 # each). Not random: loaded here, every child would draw the same numbers.
 PRELOAD = (
@@ -33,10 +31,10 @@ PRELOAD = (
     "json",  # the harness's own: an answer's values cross to the tests' process as JSON
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Spelled as the parent spells it (matrixrl.sandbox.CHILD_SCRIPT): beside this
-# script's path as the parent passed it.
+# Beside this script, as its command line names it (the view's /sandbox there): the title
+# its children show.
 CHILD_SCRIPT = os.path.join(os.path.dirname(sys.argv[0]), "_sandbox_child.py")
-REPORT_LIMIT = 1 << 16  # bytes of verdict read, as the parent reads from a fresh interpreter
+REPORT_LIMIT = 1 << 16  # bytes of verdict read
 TAIL_BYTES = 2000  # of the program's output, for the verdict of a crash
 FD_CEILING = 256  # above every descriptor the worker opens
 
@@ -331,6 +329,7 @@ def drop_privileges(spec):
 def empty_scratch(folder=SCRATCH):
     """Remove whatever the program left in the scratch, even where it took permissions away
     (at most the scratch's file count deep)."""
+    os.chmod(folder, 0o700)
     for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False):
             os.chmod(entry.path, 0o700)

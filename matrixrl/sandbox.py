@@ -255,7 +255,7 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
 
 
 def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None) -> Verdict:
-    """Run in one of this process's workers, or in a fresh interpreter where none can start.
+    """Run in one of this process's workers; ``crashed``, saying why, where none can start.
 
     A worker that dies during a program (killed from outside, or by a program that
     got past every layer) is replaced and the program runs once more in the new one.
