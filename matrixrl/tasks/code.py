@@ -16,7 +16,9 @@ code is put in front of either (see ``program``). It passes when the tests, run 
 sandbox after it, raise nothing. The tests always run in a process of their own and call
 the answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
 back plain values only, with the prompt's own helpers and classes run again on their side
-(see ``test_code``): what the answer returns, not what it changes or redefines, is tested.
+(see ``test_code``) and the classes the tests define put before the answer (``program``),
+so objects of either cross as data: what the answer returns, not what it changes or
+redefines, is tested.
 A record whose tests need a name only the answer would define (an MBPP test that builds
 the answer's class) cannot be tested so and is refused when the task loads, with its id.
 """
@@ -35,7 +37,7 @@ from matrixrl.settings import RUNTIME
 from matrixrl.tasks import files
 from matrixrl.tasks.base import Problem
 from matrixrl.tasks.files import FileTask, field, question_key
-from matrixrl.tasks.python_source import defines, parses, unbound_names
+from matrixrl.tasks.python_source import defines, parses, top_level_classes, unbound_names
 
 
 WITHOUT_VIEW = {
@@ -77,6 +79,7 @@ class CodeSpec:
     prompt: str
     tests: str
     entry_point: str
+    classes: str = ""  # the classes the tests define, defined on the answer's side too
 
 
 def program(spec: CodeSpec, answer: str) -> str:
@@ -85,13 +88,15 @@ def program(spec: CodeSpec, answer: str) -> str:
     A prompt that is not code (MBPP's text) adds nothing: the answer is the program.
     A code prompt comes first: before an answer that defines the entry point (the
     prompt's imports and helpers stay available, its stub is redefined), or as the
-    signature an answer without it (a body) completes.
+    signature an answer without it (a body) completes. The classes the tests define come
+    before all, so that their objects cross to the answer as the same classes.
     """
+    shared = spec.classes + "\n\n" if spec.classes else ""
     if not parses(spec.prompt):
-        return answer
+        return shared + answer
     if defines(answer, spec.entry_point):
-        return spec.prompt.rstrip("\n") + "\n\n" + answer
-    return spec.prompt + answer
+        return shared + spec.prompt.rstrip("\n") + "\n\n" + answer
+    return shared + spec.prompt + answer
 
 
 def test_code(tests: str, prompt: str, entry_point: str) -> str:
@@ -176,7 +181,7 @@ class CodeTask(FileTask):
                 "could only run beside the answer's own code; define them in the tests or the prompt, or drop the record",
             )
         checks = "".join(f"import {module}\n" for module in modules) + checks
-        self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point))
+        self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point, top_level_classes(tests)))
         return problem
 
     def spec(self, problem: Problem) -> CodeSpec:
