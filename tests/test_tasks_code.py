@@ -142,6 +142,20 @@ def test_a_humaneval_answer_that_reads_the_references_passes_none(humaneval) -> 
     assert sum(humaneval.score_batch(problems, thieves(problems))) == 0.0
 
 
+def test_without_the_view_a_code_task_refuses_to_score_by_default(weaker_sandbox) -> None:
+    from matrixrl.errors import UserError
+
+    task = build_task("humaneval", CodeSettings(kind="humaneval", n_eval=100, timeout_s=10))
+    problem = task.eval_problems()[0]
+    with pytest.raises(UserError) as info:
+        task.score(problem, problem.answer)
+    assert str(info.value) == (
+        "tasks.humaneval.without_view: the code sandbox cannot give answers a filesystem of their own here "
+        "(isolation 'none'), so an answer could read the task's data and its reference and score as right; run "
+        "matrixrl doctor for what this machine lacks, or set tasks.humaneval.without_view: warn to score anyway"
+    )
+
+
 def test_without_the_view_the_reference_reader_passes_so_the_test_above_can_fail(weaker_sandbox) -> None:
     task = build_task("humaneval", CodeSettings(kind="humaneval", n_eval=100, timeout_s=10, without_view="warn"))
     problems = (task._split[0] + task._split[1])[:8]
