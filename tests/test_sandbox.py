@@ -1196,6 +1196,29 @@ def test_a_program_past_the_audit_hook_has_no_privilege_to_change_its_view(own_w
     assert result.passed, result
 
 
+@needs_view
+def test_the_view_in_a_user_namespace_as_a_user_without_root_gets_it(monkeypatch):
+    """The launcher a user without root gets (``--user --map-root-user``), forced here: the
+    same view, as uid 0 of the namespace without any capability."""
+    monkeypatch.setattr(sandbox, "_WORKERS", None)
+    unshare = shutil.which("unshare")
+    prefix = (unshare, "--user", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--kill-child")
+    monkeypatch.setattr(sandbox, "isolation", lambda: ("view", prefix))
+    monkeypatch.setattr(sandbox, "_audit_guard", False)
+    code = textwrap.dedent("""
+        import ctypes, os, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+        libc.capget(header, data)
+        seen = (os.getuid(), sys.executable, list(data), libc.mount(b'proc', b'/proc', b'proc', 0, None))
+    """)
+    try:
+        result = run(code, "assert seen == (0, '/usr/bin/python3', [0] * 6, -1), seen\n", **LIMITS)
+    finally:
+        sandbox._workers().close("view", prefix)
+    assert result.passed, result
+
+
 @pytest.mark.skipif(VIEW, reason="the view has no /proc")
 def test_a_program_past_the_audit_hook_cannot_reach_its_workers_memory(own_workers, monkeypatch):
     """Programs share their worker's uid: were it dumpable, one that slipped past the
