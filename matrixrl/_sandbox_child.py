@@ -1,23 +1,16 @@
 """Child side of :mod:`matrixrl.sandbox`: run one untrusted program and its tests.
 
-Two ways in. Normally the sandbox's worker (``_sandbox_worker.py``) loads this file
-once and, in a child it forks per program, calls :func:`run_program`. Where no worker
-can start, the sandbox runs it as a script, ``python -I -S -B -u _sandbox_child.py``,
-one fresh interpreter per program: the job arrives on stdin (marshalled: two secret
-tokens, compiled program, compiled tests, sandbox directory, limits, audit flag). Either
-way the verdict leaves on a descriptor the harness keeps for itself and never lets the
-untrusted code print to. See the module docstring of ``matrixrl.sandbox`` for the
-design; the rule that matters here is that everything the harness touches after the
-untrusted code starts is a local variable bound before it started, so rebinding
-builtins, module attributes or ``__main__`` globals cannot change what the harness does.
+The sandbox's worker (``_sandbox_worker.py``) loads this file once and, in a child it forks
+per program, calls :func:`run_program`, which sets the limits and the audit hook, runs the
+program and tests, writes the verdict line on a descriptor of its own and ends the process.
+Everything the harness touches after the untrusted code starts is a local bound before,
+so rebinding builtins, module attributes or globals cannot change what it does.
 """
 
 import _imp
 import builtins
-import marshal
 import os
 import resource
-import stat
 import sys
 import types  # noqa: F401  (imported now: at import it reads a traceback's frame)
 
@@ -58,22 +51,14 @@ DENIED_MODULES = frozenset({
     # readline's history files, SQLite's ATTACH, curses' terminfo, OpenSSL's
     # certificate and key files, the shadow password file.
     "_tkinter", "readline", "_sqlite3", "_curses", "_curses_panel", "_ssl", "spwd",
+    "faulthandler",  # writes the harness's stack where the program asks
 })
-# New files and folders a program may make in its directory: with 16 MiB per file,
-# a bound on its disk use (and on a tmpfs, memory) within the time limit.
-MAX_CREATED = 64
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
-# Events whose listed argument positions are paths the event writes to.
-WRITE_EVENTS = {
-    "os.mkdir": (0,), "os.rmdir": (0,), "os.remove": (0,), "os.rename": (0, 1),
-    "os.link": (0, 1), "os.chmod": (0,), "os.chown": (0,), "os.truncate": (0,),
-    "os.utime": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,),
-    "os.lchflags": (0,), "sqlite3.connect": (0,), "shutil.chown": (0,),
-}
+# Without the view (a weaker isolation) the host's /proc holds this process's memory, and
+# with it the token: refused, with the trees that lead there, and '..' and symlinks.
 READABLE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
 HIDDEN_TREES = ("/proc", "/sys", "/dev")
 UNCHECKABLE = "(a path with '..' or not a str)"
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_EXCL
 # Functions made in namespaces without the program's builtins (compiled once here:
 # a worker's children then skip the compiler).
 CREATE_BUILTIN = compile(
@@ -99,28 +84,21 @@ REFUSE_SIGNAL = compile(
 def install_guard(sandbox_dir, violations):
     """Add the audit hook; denied operations are appended to ``violations``.
 
-    The hook never calls an object the program could have supplied or rebound: it
-    accepts only exact ``str``/``bytes``/``int`` arguments and uses builtins and
-    functions bound here, before the program runs.
+    What only the hook can do: keep the harness's frames, the collector's objects and native
+    code (ctypes, foreign extension modules) from the program, which would reach the token;
+    refuse new processes, signals, sockets and code from bytes. Files are the kernel's (the
+    view), but for /proc where there is no view. The hook never calls an object the program
+    could have supplied or rebound: it accepts only exact ``str``/``bytes``/``int`` arguments
+    and uses names bound here, before the program runs.
     """
     type_, str_, bytes_, int_ = type, str, bytes, int
-    getcwd, getcwdb, stat_, append = os.getcwd, os.getcwdb, os.stat, violations.append
-    is_dir, readable_by_all, searchable_by_all = stat.S_ISDIR, stat.S_IROTH, stat.S_IXOTH
-    create_flag, max_created, not_found = os.O_CREAT, MAX_CREATED, FileNotFoundError
+    getcwd, getcwdb, append = os.getcwd, os.getcwdb, violations.append
     denied_events, denied_prefixes, denied_modules = DENIED_EVENTS, DENIED_PREFIXES, DENIED_MODULES
-    frame_attributes, write_events = FRAME_ATTRIBUTES, WRITE_EVENTS
-    readable_devices, hidden_trees, write_flags = READABLE_DEVICES, HIDDEN_TREES, WRITE_FLAGS
-    denied_error, error_types, uncheckable = SandboxDenied, (OSError, ValueError), UNCHECKABLE
-    root = sandbox_dir.rstrip("/")
+    frame_attributes, readable_devices, hidden_trees = FRAME_ATTRIBUTES, READABLE_DEVICES, HIDDEN_TREES
+    denied_error, uncheckable = SandboxDenied, UNCHECKABLE
     # Extension modules load only from the standard library's own directory, not
-    # from a shared object the program wrote into its sandbox directory.
+    # from a shared object the program wrote (the view's scratch cannot map code anyway).
     extension_dir = os.path.dirname(resource.__file__)
-    # The standard library's tree is the one place outside the sandbox directory the
-    # import system lists and reads from, wherever the interpreter is installed (the
-    # worker may run as a uid that reaches it only through CAP_DAC_READ_SEARCH).
-    library_root = os.path.dirname(os.__file__)
-    searchable = {}  # folder -> whether every user may pass through it
-    new_entries = [0]
     # Builtin modules are made through the hook, once each: a second, fresh copy of
     # _signal or posix would bring back the functions removed from them.
     create_builtin, plain_spec, list_ = _imp.create_builtin, type(sys.implementation), list
@@ -128,11 +106,8 @@ def install_guard(sandbox_dir, violations):
     created = set(sys.modules)
 
     def absolute(path):
-        """``path`` made absolute as a str, or None if it is not a plain path or uses '..'.
-
-        '..' is refused rather than folded: with symlinks (/dev/fd -> /proc/self/fd)
-        a textual '..' does not say where the kernel ends up.
-        """
+        """``path`` made absolute as a str, or None if it is not a plain path or uses '..'
+        (with symlinks, /dev/fd -> /proc/self/fd, a textual '..' does not say where it ends)."""
         if type_(path) is bytes_:
             cwd = getcwdb()
             if not (path.isascii() and cwd.isascii()):
@@ -152,94 +127,25 @@ def install_guard(sandbox_dir, violations):
                 parts.append(part)
         return "/" + "/".join(parts)
 
-    def inside(path):
-        return path == root or path.startswith(root + "/")
-
-    def in_library(path):
-        return path == library_root or path.startswith(library_root + "/")
-
-    def reachable_by_all(path):
-        """Whether every folder above ``path`` lets every user through: a capability
-        that reads anything must not open a world-readable file in a private folder."""
-        folder = ""
-        for part in path.split("/")[1:-1]:
-            folder += "/" + part
-            if folder not in searchable:
-                try:
-                    searchable[folder] = bool(stat_(folder).st_mode & searchable_by_all)
-                except error_types:
-                    searchable[folder] = True  # the open itself fails
-            if not searchable[folder]:
-                return False
-        return True
-
     def deny(event, what=""):
         entry = event + " " + what if what else event
         if not violations:  # the first one is the verdict's detail; keep memory flat
             append(entry)
         raise denied_error("sandbox: not allowed: " + entry)
 
-    def check_write(event, path):
-        if type_(path) is int_:
-            return None
-        resolved = absolute(path)
-        if resolved is None or not inside(resolved):
-            deny(event, resolved or uncheckable)
-        return resolved
-
-    def count_new_entry(event):
-        new_entries[0] += 1
-        if new_entries[0] > max_created:
-            deny(event, "more than " + str(max_created) + " new files and folders")
-
-    def check_open(path, flags):
-        if type_(path) is int_:
-            return  # wraps a descriptor the process already has
-        if type_(flags) is not int_ or flags & write_flags:
-            resolved = check_write("open", path)
-            if resolved is not None and type_(flags) is int_ and flags & create_flag:
-                try:
-                    stat_(resolved)
-                except not_found:
-                    count_new_entry("open")
-                except error_types:
-                    pass
-            return
-        resolved = absolute(path)
-        if resolved is None:
-            deny("open", uncheckable)
-        if inside(resolved) or resolved in readable_devices or in_library(resolved):
-            return
-        for tree in hidden_trees:
-            if resolved == tree or resolved.startswith(tree + "/"):
-                deny("open", resolved)
-        try:
-            mode = stat_(resolved).st_mode
-        except error_types:
-            return  # the open itself fails
-        if is_dir(mode) or not mode & readable_by_all or not reachable_by_all(resolved):
-            deny("open", resolved)
-
-    def check_listing(event, path):
-        """Folders are listed only in the sandbox directory and the standard library."""
-        if type_(path) is int_:
-            return  # a descriptor the process already has
-        resolved = absolute("." if path is None else path)
-        if resolved is None or not (inside(resolved) or in_library(resolved)):
-            deny(event, resolved or uncheckable)
-
     def hook(event, args):
         if event in denied_events or event.startswith(denied_prefixes):
             deny(event)
         elif event == "open":
-            check_open(args[0], args[2])
-        elif event in write_events:
-            for index in write_events[event]:
-                check_write(event, args[index])
-            if event == "os.mkdir" or event == "os.link":
-                count_new_entry(event)
-        elif event == "os.listdir" or event == "os.scandir":
-            check_listing(event, args[0])
+            if type_(args[0]) is int_:
+                return  # wraps a descriptor the process already has
+            resolved = absolute(args[0])
+            if resolved is None:
+                deny("open", uncheckable)
+            if resolved not in readable_devices:
+                for tree in hidden_trees:
+                    if resolved == tree or resolved.startswith(tree + "/"):
+                        deny("open", resolved)
         elif event == "import":
             name, path = args[0], args[1]
             if type_(name) is not str_ or name.partition(".")[0] in denied_modules:
@@ -293,8 +199,10 @@ UNTRUSTED_TYPE = (
 )
 
 
-def to_data(value, depth=0):
-    """``value`` as JSON data with tags (see above); TypeError for anything else."""
+def to_data(value, depth=0, shared=None):
+    """``value`` as JSON data with tags (see above); TypeError for anything else. An instance
+    of a class that ``shared`` (a namespace) holds under its name goes as that name and its
+    attributes, which the other side puts in its own class of that name (:func:`from_data`)."""
     kind = type(value)
     if kind is type(None) or kind is bool or kind is int or kind is float or kind is str:
         return value
@@ -313,20 +221,25 @@ def to_data(value, depth=0):
     if issubclass(kind, complex):
         return {"complex": [complex.__getattribute__(value, "real"), complex.__getattribute__(value, "imag")]}
     if issubclass(kind, list):
-        return {"list": [to_data(item, depth) for item in list.__iter__(value)]}
+        return {"list": [to_data(item, depth, shared) for item in list.__iter__(value)]}
     if issubclass(kind, tuple):
-        return {"tuple": [to_data(item, depth) for item in tuple.__iter__(value)]}
+        return {"tuple": [to_data(item, depth, shared) for item in tuple.__iter__(value)]}
     if issubclass(kind, dict):
-        return {"dict": [[to_data(key, depth), to_data(item, depth)] for key, item in dict.items(value)]}
+        return {"dict": [[to_data(key, depth, shared), to_data(item, depth, shared)] for key, item in dict.items(value)]}
     if issubclass(kind, frozenset):
-        return {"frozenset": [to_data(item, depth) for item in frozenset.__iter__(value)]}
+        return {"frozenset": [to_data(item, depth, shared) for item in frozenset.__iter__(value)]}
     if issubclass(kind, set):
-        return {"set": [to_data(item, depth) for item in set.__iter__(value)]}
+        return {"set": [to_data(item, depth, shared) for item in set.__iter__(value)]}
+    name = type.__dict__["__name__"].__get__(kind)
+    if shared is not None and shared.get(name) is kind:
+        return {"object": [name, to_data(dict(object.__getattribute__(value, "__dict__")), depth, shared)]}
     raise TypeError(UNTRUSTED_TYPE)
 
 
-def from_data(data, depth=0):
-    """The value :func:`to_data` encoded; ValueError for anything it could not have made."""
+def from_data(data, depth=0, shared=None):
+    """The value :func:`to_data` encoded; ValueError for anything it could not have made. An
+    object is made in the class of its name that ``shared`` defines (``__module__``
+    "__sandbox__": the prompt's or the tests' own), without running its ``__init__``."""
     kind = type(data)
     if data is None or kind is bool or kind is int or kind is float or kind is str:
         return data
@@ -335,19 +248,29 @@ def from_data(data, depth=0):
     depth += 1
     ((tag, body),) = data.items()
     if tag == "list":
-        return [from_data(item, depth) for item in body]
+        return [from_data(item, depth, shared) for item in body]
     if tag == "tuple":
-        return tuple(from_data(item, depth) for item in body)
+        return tuple(from_data(item, depth, shared) for item in body)
     if tag == "dict":
-        return {from_data(key, depth): from_data(item, depth) for key, item in body}
+        return {from_data(key, depth, shared): from_data(item, depth, shared) for key, item in body}
     if tag == "set":
-        return {from_data(item, depth) for item in body}
+        return {from_data(item, depth, shared) for item in body}
     if tag == "frozenset":
-        return frozenset(from_data(item, depth) for item in body)
+        return frozenset(from_data(item, depth, shared) for item in body)
     if tag == "bytes" and type(body) is str:
         return bytes.fromhex(body)
     if tag == "complex" and type(body) is list and len(body) == 2:
         return complex(float(body[0]), float(body[1]))
+    if tag == "object" and type(body) is list and len(body) == 2 and shared is not None:
+        kind = shared.get(body[0])
+        if type(kind) is type and kind.__module__ == "__sandbox__":
+            attributes = from_data(body[1], depth, shared)
+            try:
+                made = object.__new__(kind)
+                made.__dict__.update(attributes)
+                return made
+            except (TypeError, AttributeError):
+                pass
     raise ValueError("the answer's process sent a value it could not have made")
 
 
@@ -452,8 +375,8 @@ def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies, token
         if call is None:
             exit_now(0)
         try:
-            args, kwargs = from_data_(call["args"]), from_data_(call["kwargs"])
-            reply = {"value": to_data_(function(*args, **kwargs))}
+            args, kwargs = from_data_(call["args"], 0, namespace), from_data_(call["kwargs"], 0, namespace)
+            reply = {"value": to_data_(function(*args, **kwargs), 0, namespace)}
         except base_error as error:
             reply = {"error": type_(error).__name__, "detail": describe_(error)}
         reply["blocked"] = blocked()
@@ -495,16 +418,18 @@ class AnswerProcess:
             os._exit(1)  # a signal this process ignores
         os._exit(os.WEXITSTATUS(status))
 
-    def function(self):
+    def function(self, shared):
+        """The answer's function as the tests call it; ``shared``: the tests' namespace."""
+
         def answer(*args, **kwargs):
             try:
-                call = {"args": to_data(list(args)), "kwargs": to_data(kwargs)}
+                call = {"args": to_data(list(args), 0, shared), "kwargs": to_data(kwargs, 0, shared)}
             except TypeError as error:
                 raise TypeError(f"the tests passed the answer something it cannot receive: {error}") from None
             send(self.calls, call, self.dumps)
             reply = self.next_reply()
             if "value" in reply:
-                return from_data(reply["value"])
+                return from_data(reply["value"], 0, shared)
             raise answer_error(str(reply.get("error")), str(reply.get("detail")))
 
         return answer
@@ -570,24 +495,14 @@ def refuse_signal_handlers():
     namespace = {"__builtins__": {"PermissionError": PermissionError}}
     exec(REFUSE_SIGNAL, namespace)
     _signal.signal = namespace["signal"]
-    # Unaudited ways to create files outside the sandbox directory, memory files that
-    # the address-space limit does not count, and signals to another process by pidfd.
-    for name in ("mkfifo", "mknod", "memfd_create", "pidfd_open"):
+    # Memory files, which the address-space limit does not count, and signals by pidfd.
+    for name in ("memfd_create", "pidfd_open"):
         for module in (os, sys.modules["posix"]):
             if hasattr(module, name):
                 delattr(module, name)
     for module in (_signal, sys.modules.get("signal")):
         if module is not None and hasattr(module, "pidfd_send_signal"):
             delattr(module, "pidfd_send_signal")
-
-
-def read_job():
-    chunks = []
-    while True:
-        chunk = os.read(0, 1 << 20)
-        if not chunk:
-            return marshal.loads(b"".join(chunks))
-        chunks.append(chunk)
 
 
 def describe(error):
@@ -597,22 +512,6 @@ def describe(error):
     except BaseException:  # a hostile __str__
         text = "unprintable exception"
     return text[:300]
-
-
-def main():
-    """One program in this fresh interpreter: the job from stdin, the verdict to stdout."""
-    pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, entry_point = read_job()
-    # stdin is closed for the program; stdout becomes the verdict channel and the
-    # program's own stdout joins stderr (the output file the parent reads on crashes).
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    verdict_fd = os.dup(1)
-    os.dup2(2, 1)
-    run_program(
-        pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
-        entry_point,
-    )
 
 
 def run_program(
@@ -691,8 +590,9 @@ def run_apart(program, tests, sandbox_dir, guard, verdict_fd, entry_point):
         elif not first.get("ready"):
             reason, detail = "failed", f"NameError: the answer defines no function {entry_point!r}"
         else:
-            function = answer.function()
-            namespace = {"__name__": "__sandbox__", "__builtins__": builtins, entry_point: function, "__answer__": function}
+            namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+            function = answer.function(namespace)
+            namespace.update({entry_point: function, "__answer__": function})
             exec(tests, namespace)
             reason, detail = "passed", ""
     except BaseException as error:
@@ -746,7 +646,3 @@ def run_together(program, tests, sandbox_dir, guard):
     if violations:
         reason, detail = "blocked", violations[0][:300]
     return reason, detail
-
-
-if __name__ == "__main__":
-    main()

@@ -1,26 +1,16 @@
 """Worker side of :mod:`matrixrl.sandbox`: one started interpreter that forks a child per program.
 
-Started by the sandbox as ``python -I -S -B -u _sandbox_worker.py`` under its launcher
-(namespaces, uid drop), and never imported. It loads the harness
-(``_sandbox_child.py``) and the modules programs import most, tells the parent it is
-ready, then serves one job at a time: a job arrives on stdin, the worker forks, the
-child sets up its descriptors, directory and title and calls the harness (limits,
-audit hook, program, tests, verdict), and the worker answers on stdout with what
-the child left: its verdict bytes, exit status, whether the deadline passed, and the
-tail of its output. Frames both ways are a 4-byte length and a marshalled tuple.
-
-What one program cannot leave to the next: every program runs in its own forked
-child, so whatever it changes in memory (builtins, modules, ``sys``, globals, the
-harness itself) ends with that child; the worker never runs untrusted code. After
-each child the worker kills every process the child could have left: in a PID
-namespace, where the worker is process 1, everything else in the namespace
-(``kill(-1)``); elsewhere the child's process group (the kernel's RLIMIT_NPROC keeps
-an unprivileged child from making any other). The parent gives each program its
-own sandbox directory and removes it afterwards.
-
-The worker ends when its stdin reaches end-of-file (the parent closed it, or died),
-killing the child it runs. As process 1 of a PID namespace it cannot be killed from
-inside it; its children cannot write to its stdin or stdout, which they never hold.
+Started as ``python -I -S -B -u _sandbox_worker.py SPEC`` under the sandbox's launcher and
+never imported. With a view in SPEC it runs twice: first as root of fresh mount, PID and
+network namespaces it builds the filesystem view (:func:`build_view`) and executes itself
+again inside it; there it gives up every privilege (:func:`drop_privileges`). Then it loads
+the harness (``_sandbox_child.py``) and the modules programs import most, says ready, and
+serves one job at a time: a job arrives on stdin, a forked child runs it (limits, audit hook,
+program, tests, verdict), and the worker answers on stdout with the child's verdict bytes,
+exit status, whether the deadline passed and its output's tail; frames both ways are a
+4-byte length and a marshalled tuple. After each child it kills every process left (as
+process 1 of its PID namespace, all of them) and empties the scratch. It ends at end-of-file
+on stdin. Why each wall: docs/sandbox.md.
 """
 
 import _signal
@@ -31,10 +21,8 @@ import select
 import sys
 import time
 
-# Loaded once here, so children find them imported: the harness, and the standard
-# library modules that HumanEval/MBPP programs import most (typing alone costs a
-# fresh interpreter about 20 ms).
-# Loaded once here, shared by every child: a child cannot unmarshal a cached .pyc (the
+# The standard library modules HumanEval/MBPP programs import most (typing alone costs
+# about 20 ms), loaded once here, shared by every child: a child cannot unmarshal a cached .pyc (the
 # harness refuses marshal), so anything else it imports compiles from source (2-40 ms
 # each). Not random: loaded here, every child would draw the same numbers.
 PRELOAD = (
@@ -43,10 +31,10 @@ PRELOAD = (
     "json",  # the harness's own: an answer's values cross to the tests' process as JSON
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Spelled as the parent spells it (matrixrl.sandbox.CHILD_SCRIPT): beside this
-# script's path as the parent passed it.
+# Beside this script, as its command line names it (the view's /sandbox there): the title
+# its children show.
 CHILD_SCRIPT = os.path.join(os.path.dirname(sys.argv[0]), "_sandbox_child.py")
-REPORT_LIMIT = 1 << 16  # bytes of verdict read, as the parent reads from a fresh interpreter
+REPORT_LIMIT = 1 << 16  # bytes of verdict read
 TAIL_BYTES = 2000  # of the program's output, for the verdict of a crash
 FD_CEILING = 256  # above every descriptor the worker opens
 
@@ -226,30 +214,142 @@ def read_available(fd):
     return b"".join(chunks)
 
 
-def undumpable():
-    """Out of its programs' reach through ptrace and /proc/PID/mem.
+# The view's layout: nothing in it names where the host keeps anything.
+VIEW_PYTHON = "/usr/bin/python3"
+VIEW_HARNESS = "/sandbox"
+VIEW_LIBS = "/lib"  # the interpreter's shared libraries and its modules', by file name
+SCRATCH = "/tmp"
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
-    Programs run as the worker's uid, so the kernel's one check left on a program
-    that escaped the audit hook and opened the worker's memory (to forge the verdicts
-    of the programs after it) is the worker's dumpable flag. Cleared here, it is
-    inherited by every forked child (they need no debugger either); a kernel that
-    refuses fails the start, and the parent runs each program in a fresh interpreter.
-    """
+
+def libc_call(name, *args):
+    """A libc function through ctypes (only the worker's set-up calls them); OSError on failure."""
     import ctypes
 
-    pr_set_dumpable = 4
-    failed = ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) != 0
-    errno = ctypes.get_errno()
+    libc = ctypes.CDLL(None, use_errno=True)
+    encoded = [arg.encode() if isinstance(arg, str) else arg for arg in args]
+    if getattr(libc, name)(*encoded) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{name}{args!r}: {os.strerror(error)}")
+
+
+def mount(source, target, fstype, flags, data=None):
+    import ctypes
+
+    libc_call("mount", source, target, fstype, ctypes.c_ulong(flags), data)
+
+
+def build_view(spec):
+    """As root of fresh namespaces: a tmpfs root holding the standard library (read-only, no
+    site-packages), the interpreter and its shared libraries, four devices, the harness, and
+    the scratch tmpfs (``spec``'s size and file count, owned by the programs' uid, no exec);
+    then the host's filesystem leaves the namespace (``pivot_root``) and the worker runs
+    itself again inside. Mounted on /proc, which every Linux has and the view replaces."""
+    new = "/proc"
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("view", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+
+    def place(source, target, flags=MS_RDONLY | MS_NOSUID | MS_NODEV):
+        path = new + target
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.isdir(source):
+            os.makedirs(path, exist_ok=True)
+        else:
+            open(path, "a").close()
+        mount(source, path, None, MS_BIND)
+        mount(None, path, None, MS_BIND | MS_REMOUNT | flags)
+
+    stdlib = f"/usr/{spec['platlibdir']}/python{sys.version_info[0]}.{sys.version_info[1]}"
+    place(spec["stdlib"], stdlib)
+    for name in os.listdir(spec["stdlib"]):
+        if name in ("site-packages", "dist-packages"):  # installed packages: none inside
+            mount("none", f"{new}{stdlib}/{name}", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
+    if spec["dynload"] != os.path.join(spec["stdlib"], "lib-dynload"):
+        place(spec["dynload"], stdlib + "/lib-dynload")
+    place(spec["python"], VIEW_PYTHON)
+    for library in spec["libraries"]:  # the dynamic loader where the binaries name it
+        place(library, library if library == spec["loader"] else f"{VIEW_LIBS}/{os.path.basename(library)}")
+    for device in ("null", "zero", "random", "urandom"):
+        place("/dev/" + device, "/dev/" + device, MS_NOSUID | MS_NOEXEC)
+    os.makedirs(new + VIEW_HARNESS)
+    for script in ("_sandbox_worker.py", "_sandbox_child.py"):
+        with open(os.path.join(HERE, script), "rb") as source, open(f"{new}{VIEW_HARNESS}/{script}", "wb") as copy:
+            copy.write(source.read())
+    os.makedirs(new + SCRATCH)
+    owner = spec["uid"] or 0
+    mount("scratch", new + SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          f"size={spec['scratch_mb']}m,nr_inodes={spec['scratch_files'] + 1},mode=0700,uid={owner},gid={owner}")
+    os.makedirs(new + "/proc")
+    mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # for the title; gone before programs
+    os.chdir(new)
+    libc_call("syscall", SYS_PIVOT_ROOT[os.uname().machine], ".", ".")  # KeyError: no view on this machine
+    libc_call("umount2", ".", 2)  # MNT_DETACH: the host's tree leaves the namespace
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    inside = {**spec, "in_view": True}
+    environment = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LD_LIBRARY_PATH": VIEW_LIBS}
+    import json
+
+    os.execve(VIEW_PYTHON, [VIEW_PYTHON, "-I", "-S", "-B", "-u", f"{VIEW_HARNESS}/_sandbox_worker.py",
+                            json.dumps(inside)], environment)
+
+
+def drop_privileges(spec):
+    """Inside the view: no /proc, no capability now or after any exec, no new privileges, the
+    programs' uid (as root; in a user namespace the uid stays 0 with no capability), and not
+    dumpable, so a program that got past the audit hook cannot reach the worker's memory
+    through ptrace or /proc (inherited by every forked child)."""
+    if spec.get("in_view"):
+        libc_call("umount2", "/proc", 2)
+        os.environ.pop("LD_LIBRARY_PATH", None)  # read by the loader already
+        cap = 0
+        while True:  # the bounding set: what an exec could give back
+            try:
+                libc_call("prctl", 24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+            except OSError:
+                break
+            cap += 1
+        libc_call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        if spec["uid"] is not None:
+            os.setgroups([])
+            os.setresgid(spec["uid"], spec["uid"], spec["uid"])
+            os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+            libc_call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, which the uid change cleared: SIGKILL
+        import ctypes
+
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+        libc_call("capset", header, data)  # none effective, permitted or inheritable
+    libc_call("prctl", 4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     # Forgotten again: a program's `import ctypes` must be a fresh import, which the audit hook blocks.
     for name in [name for name in sys.modules if name.split(".")[0] in ("ctypes", "_ctypes")]:
         del sys.modules[name]
-    if failed:
-        raise OSError(errno, "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def empty_scratch(folder=SCRATCH):
+    """Remove whatever the program left in the scratch, even where it took permissions away
+    (at most the scratch's file count deep)."""
+    os.chmod(folder, 0o700)
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            os.chmod(entry.path, 0o700)
+            empty_scratch(entry.path)
+            os.rmdir(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def main():
-    title = command_line()  # first: it opens /proc/self/mem, which undumpable closes to the worker's uid
-    undumpable()
+    import json
+
+    spec = json.loads(sys.argv[1])
+    if spec.get("view") and not spec.get("in_view"):
+        build_view(spec)  # never returns: runs this script again inside the view
+    title = command_line()  # first: it opens /proc/self/mem, which drop_privileges closes
+    drop_privileges(spec)
+    if spec.get("probe"):  # the sandbox's probe of this isolation: which interpreter, as whom
+        print(sys.version, sys.executable, os.getuid(), flush=True)
+        return
     harness = load_harness()
     for name in PRELOAD:
         __import__(name)
@@ -261,8 +361,7 @@ def main():
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDWR)
     init = os.getpid() == 1
-    # Checked now, so a kernel without them fails the start and the parent falls
-    # back to a fresh interpreter per program.
+    # Checked now, so a kernel without them fails the start, which the parent reports.
     os.close(os.memfd_create("probe"))
     os.close(os.pidfd_open(os.getpid()))
     send(1, ("ready",))
@@ -271,6 +370,8 @@ def main():
         if job is None:
             return
         reply = run_one(job, harness, devnull, title, init)
+        if spec.get("in_view"):
+            empty_scratch()
         if reply is None:
             return
         send(1, reply)

@@ -37,7 +37,10 @@ CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
 SLURM_TIMEOUT_S = 10
 """How long ``scontrol ping`` and ``sinfo`` may take before SLURM counts as unreachable."""
 
-SANDBOX_PROBE = "import os\nuid, parent = os.getuid(), os.getppid()\n"
+SANDBOX_PROBE = (
+    "import os, sys\nuid, parent = os.getuid(), os.getppid()\n"
+    "host = [p for p in ('/etc', '/proc/self', '/home', '/root') if os.path.exists(p)]\n"
+)
 """The program the sandbox check runs; its tests assert what the isolation in use promises."""
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
@@ -508,9 +511,10 @@ def config_fix(path: str) -> str:
 
 
 def check_sandbox(config: Config, profile: Path | None) -> list[Check]:
-    """The code sandbox's isolation (``sandbox.isolation()``) and a program run in it, whose tests
-    assert what that isolation promises: an unprivileged uid, and a PID namespace whose process 1
-    is its worker. Passes with namespaces and, as root, the uid drop (docs/sandbox.md)."""
+    """The code sandbox's isolation (``sandbox.isolation()``), its walls named, and a program run
+    in it, whose tests assert what that isolation promises: no file of the host in sight, an
+    unprivileged uid, a PID namespace whose process 1 is its worker. Passes with the view
+    (docs/sandbox.md); without it, says what is then unprotected."""
     from matrixrl import sandbox
     from matrixrl.gpu_memory.workload import CODE_KINDS
     from matrixrl.snake.profiles import cluster_executor
@@ -520,10 +524,15 @@ def check_sandbox(config: Config, profile: Path | None) -> list[Check]:
         return [passed(name, "not used: the grid has no code task")]
     mode, prefix = sandbox.isolation()
     root = os.geteuid() == 0
+    view = mode == "view"
+    namespaces = view or "namespaces" in mode
+    dropped = "uid" in mode or (view and root)
     tests = []
-    if "uid" in mode:
+    if view:
+        tests.append("assert not host, f'the host is in sight: {host}'")
+    if dropped:
         tests.append("assert uid != 0, f'uid {uid}'")
-    if "namespaces" in mode:
+    if namespaces:
         tests.append("assert parent in (0, 1), f'parent process {parent} is visible'")  # its worker is process 1
     verdict = sandbox.run(SANDBOX_PROBE, "\n".join(tests) + "\n", timeout_s=30, memory_mb=256)
     if not verdict.passed:
@@ -533,35 +542,41 @@ def check_sandbox(config: Config, profile: Path | None) -> list[Check]:
             "says what it needs",
         )]  # fmt: skip
     layers = []
-    if "namespaces" in mode:
+    if view:
+        layers.append(
+            f"a filesystem of its own (the standard library read-only, a {sandbox.SCRATCH_MB} MiB / "
+            f"{sandbox.SCRATCH_FILES}-file scratch), mount, network and PID namespaces"
+        )
+    elif namespaces:
         layers.append("network and PID namespaces")
-    if "uid" in mode:
+    if dropped:
         kept = any("dac_read_search" in part for part in prefix)
         layers.append(
             "an unprivileged uid" + (" (keeping CAP_DAC_READ_SEARCH: Python lies where only root may enter)" if kept else "")
+            + (" without capabilities" if view else "")
         )
+    elif view:
+        layers.append("no capabilities (a user namespace)")
     layers.append("rlimits, the audit hook")
     found = f"{mode}: {', '.join(layers)}; a test program passed in {verdict.seconds:.2f} s"
     if cluster_executor(profile) is not None:
         found += " (on this machine: the cluster's nodes run the jobs)"
-    namespaces = "namespaces" in mode
-    dropped = "uid" in mode or not root
-    if namespaces and dropped:
+    if view:
         return [passed(name, found)]
-    missing = [what for what, ok in (("no namespaces", namespaces), ("no uid drop: programs run as root", dropped)) if not ok]
-    fixes = []
+    missing = [
+        "no filesystem view: answers can read every file their uid may (the task's data, their references) and "
+        "write where it may, unbounded; code tasks refuse to score unless their without_view is warn"
+    ]
     if not namespaces:
-        fixes.append(
-            "install util-linux (unshare)" if shutil.which("unshare") is None
-            else "allow namespaces: in a container, let it unshare (docker run --security-opt seccomp=unconfined, or "
-            "--cap-add SYS_ADMIN); not as root, also unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)"
-        )  # fmt: skip
-    if not dropped:
-        fixes.append(
-            "install util-linux (setpriv)" if shutil.which("setpriv") is None
-            else f"let root hand a folder to another uid in {tempfile.gettempdir()} (not a root-squashed NFS): set TMPDIR "
-            "to a local folder"
-        )  # fmt: skip
+        missing.append("no namespaces")
+    if not (dropped or not root):
+        missing.append("no uid drop: programs run as root")
+    fixes = [
+        "install util-linux (unshare)" if shutil.which("unshare") is None
+        else "allow mount namespaces: in a container, let it unshare (docker run --security-opt seccomp=unconfined, "
+        "or --cap-add SYS_ADMIN); not as root, also unprivileged user namespaces (sysctl "
+        "kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
+    ]  # fmt: skip
     return [failed(name, f"{found}, but {' and '.join(missing)}", "; ".join(fixes))]
 
 

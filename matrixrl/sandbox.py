@@ -1,126 +1,30 @@
-"""Run an untrusted Python program against its tests in an isolated child process.
+"""Run an untrusted Python program against its tests, walled in by the kernel.
 
-Over 500 lines on purpose: this is the one place to audit how hostile code is kept from the
-host (isolation, worker pool and unforgeable verdict are one protocol, read together); the
-child's and the worker's sides of it are ``_sandbox_child.py`` and ``_sandbox_worker.py``.
+``run(code, tests, timeout_s=..., memory_mb=..., entry_point=...)`` answers a
+:class:`Verdict`; ``passed`` is true only when the tests ran to their end without an
+exception. ``tests`` is Python source run after ``code``; with ``entry_point`` (what the
+code tasks pass) the program runs in a process of its own and the tests, in another that
+runs none of its code, call its function through a pipe and get its values back as data.
+``run_many`` scores a batch with several sandboxes at once. Reasons: ``passed``,
+``failed``, ``syntax`` (found by ``compile`` here; no process starts), ``timeout``,
+``memory``, ``exited`` (the program ended its process first), ``blocked`` (it tried what
+the audit hook refuses, even if it caught the error), ``crashed``.
 
-``run(code, tests, timeout_s=..., memory_mb=...)`` answers a :class:`Verdict`:
-``passed`` is true only when the tests ran to their end without an exception.
-``tests`` is Python source executed after ``code`` (HumanEval: ``def check(candidate):
-...`` plus a ``check(__answer__)`` line the caller appends; MBPP: bare ``assert``
-lines). With ``entry_point`` the program runs in a process of its own and the tests,
-in another that runs none of its code, call its function through a pipe and get its
-values back as data (``_sandbox_child.run_apart``): no object of the program's
-answers the tests' ``==``, and nothing it changes reaches them. ``run_many`` scores a
-batch with several sandboxes at once.
-
-Reasons: ``passed``; ``failed`` (an exception in the program or the tests);
-``syntax`` (code or tests do not compile; found in the host by ``compile``, which
-executes nothing, so no process is started); ``timeout`` (no verdict within
-``timeout_s`` wall-clock seconds, the child's set-up included); ``memory``
-(MemoryError under the ``memory_mb`` address-space limit); ``exited`` (the program
-ended the process, ``sys.exit``/``os._exit``, before the tests finished);
-``blocked`` (the program attempted something the sandbox forbids, listed below,
-even if it caught the error); ``crashed`` (the process died without a verdict).
-
-Where a program runs. Each process keeps sandbox workers (``_sandbox_worker.py``),
-started on first use, one per program run at a time: an interpreter started once
-under the launcher below (namespaces, uid drop), which loads the harness
-(``_sandbox_child.py``) and the modules programs import most, then forks one child
-per program. The child is the program's process: it takes the per-program limits
-and the audit hook, runs the program and tests, and dies; the worker kills
-whatever it left and answers the parent. So a program starts in milliseconds, and
-whatever it changes in memory (builtins, modules, the harness) ends with its
-child; the next program forks from the untouched worker, in a directory of its own.
-Workers die with their process (end-of-file on their job channel, which the kernel
-gives them when it dies; in a PID namespace also the launcher's parent-death
-signal); a forked process starts its own. A worker that dies
-during a program is replaced and the program runs once more, with a fresh deadline.
-Where no worker can start (a kernel without ``pidfd_open``/``memfd_create``), each
-program gets a fresh interpreter under the launcher instead, with a warning.
-
-How a verdict is made unforgeable. The parent draws a random token per run and
-hands it to the child with the compiled program and tests; the child keeps it only
-as a local variable of the harness function, and keeps a descriptor of its own as
-the verdict channel (the program's stdout and stderr go to an output file). The
-harness runs the program, then the tests, and only if both returned normally writes
-the token and ends the process with ``os._exit`` (failures are reported under a
-second token). The parent counts a run as passed only when that token arrives, so
-exiting early (any status), printing "passed", killing the parent or writing to the
-verdict descriptor cannot pass. The program cannot read the token because every
-route to the harness's frame is closed by a CPython audit hook
-(``sys.addaudithook``; a hook cannot be removed): ``sys._getframe``,
-traceback/generator/coroutine frames, ``sys.settrace``/``setprofile``, ``gc``
-object traversal, ctypes, ``/proc`` (``/proc/self/mem``); Python signal handlers
-(which receive the interrupted frame) cannot be installed, and builtin modules are
-made at most once, so no fresh ``_signal`` brings ``signal()`` back. The harness
-binds every name it uses before the program runs, so rebinding ``exec``,
-``sys.exit``, ``os._exit``, ``AssertionError`` or any builtin, module attribute or
-``sys.modules`` entry does not change its path; the tests run with the builtins as
-they were before the program ran and without the program's globals that shadow a
-builtin.
-
-Isolation, strongest available first (:func:`isolation` tells which is in use):
-- Namespaces (``unshare --net --pid --fork --kill-child``; ``--user`` added when
-  not root), one set per worker: a network namespace with only a down loopback, so
-  nothing is reachable; a PID namespace, so the parent has no PID there to signal
-  (/proc is still the host's: the hook refuses it) and the worker is its process 1 (``os.getppid()`` is 1), which the kernel shields from signals
-  sent inside the namespace; after each program the worker kills every other
-  process in it, and its death ends them all.
-- As root, the worker drops to a random unprivileged uid of its own (``setpriv``,
-  with no new privileges, so no setuid binary raises it), so the kernel refuses its
-  programs writes outside world-writable places, signals to any process of another
-  uid, and every new process or thread (``RLIMIT_NPROC`` 0, which the kernel
-  enforces for every uid but root). Only if that uid cannot
-  start the interpreter (installed where only root may enter) does it keep
-  CAP_DAC_READ_SEARCH.
-- Always: rlimits per program (address space ``memory_mb``, CPU ``ceil(timeout_s)
-  + 1`` s, 16 MiB per file, 64 descriptors, no core dumps, no new processes), a
-  process group of its own killed afterwards, a private temporary working directory
-  removed afterwards, a scrubbed environment, ``python -I -S -B`` (no site-packages,
-  no user paths, no PYTHON* variables: standard library only), stdin on /dev/null,
-  and the audit hook, which also refuses: process creation (fork, exec, spawn,
-  system, subprocess), signals to other processes, sockets of any kind (the network
-  cut where namespaces are unavailable), native code (ctypes, extension modules from
-  outside the standard library's directory), subinterpreters, rlimit changes,
-  symlinks, named shared memory and semaphores, memory files, code objects from
-  bytes (``marshal``), the C libraries that open files without an audit event (Tcl,
-  readline, SQLite, curses, OpenSSL, ``spwd``), writing outside the sandbox
-  directory or more than 64 new files in it, and reading /proc, /sys, /dev (but
-  null, zero, urandom), directories outside the sandbox and the standard library,
-  or any file not readable by every user or in a folder not every user may pass
-  through. Reading world-readable files (``/etc/passwd``) is allowed: nothing leaves
-  the sandbox but the verdict and its short ``detail``.
-
-Not defended: an audit hook is not a security boundary against native code. A
-program that exploits an interpreter memory bug, or a C library that opens files
-without an audit event and is missing from the hook's list, runs outside the hook's
-reach and could read the token and forge the verdict (where the worker keeps
-CAP_DAC_READ_SEARCH, a library's read of ``/proc/self/mem`` is enough: Tcl did it
-before it was refused); then the kernel layers
-above are what still holds (no network, no processes but its worker's, no writes
-outside world-writable places as root). Such a program shares its worker's uid and
-namespaces with the programs after it in that worker: it could tamper with the
-worker (ptrace, or a kill where the worker is not process 1) and so with their
-verdicts, or leave files in world-writable places for them. Without namespaces and
-as root only the hook guards the host. Tests are trusted code. Without ``entry_point`` they share the
-program's process: they get the modules as they were before the program
-(``_sandbox_child.snapshot_modules``) but the classes in them as it left them, and an
-object whose ``__eq__`` always answers True passes an ``assert f(x) == y``. Programs
-cannot use subprocesses, signal handlers, sockets, third-party packages, threads
-(unless the caller is root without a uid drop) or traceback formatting (``traceback.print_exc`` needs frames), and ``if __name__ ==
-"__main__":`` blocks do not run (``__name__`` is ``"__sandbox__"``).
-
-Duplicates: results are cached per process by (code, tests, timeout_s, memory_mb),
-at most :data:`CACHE_SIZE` entries, least recently used dropped first, so the many
-identical answers an RL batch holds run once (a cached result keeps its first
-``seconds``). :func:`clear_cache` empties it.
+Each process keeps workers (``_sandbox_worker.py``), one per program run at once, each
+forking a child per program (``_sandbox_child.py``). Under the strongest isolation,
+``view``, a worker lives in mount, PID and network namespaces of its own whose filesystem
+holds the standard library read-only and a tmpfs scratch of bounded size and file count,
+nothing else, as an unprivileged uid without capabilities. Passed needs the exact line of
+a token drawn per run, which the audit hook keeps out of the program's reach.
+:func:`isolation` names what this machine allows; docs/sandbox.md says what each wall
+rests on, what a weaker isolation leaves open, and why.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import json
 import marshal
 import math
 import os
@@ -132,10 +36,10 @@ import signal
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -144,11 +48,12 @@ from pathlib import Path
 CHILD_SCRIPT = Path(__file__).with_name("_sandbox_child.py")
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 CACHE_SIZE = 8192
+VIEW_PYTHON, SCRATCH = "/usr/bin/python3", "/tmp"  # the interpreter and the scratch, as the view names them
+SCRATCH_MB, SCRATCH_FILES = 64, 64  # the scratch's size and its files and folders, enforced by the kernel
 MIN_MEMORY_MB = 16  # below this not even a trivial program imports `re` (measured)
 REASONS = ("passed", "failed", "syntax", "timeout", "memory", "exited", "blocked", "crashed")
 _CHILD_FAILURES = frozenset({"failed", "memory", "exited", "blocked"})
 _SANDBOX_UID_BASE, _SANDBOX_UID_SPAN = 1 << 30, 1 << 20
-_REPORT_LIMIT = 1 << 16
 _ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 _WORKER_START_S = 30.0  # as long as the isolation probe waits for an interpreter
 # A worker kills its program at the deadline itself; past this much more it is stuck.
@@ -240,15 +145,14 @@ def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int, entry_p
 def isolation() -> tuple[str, tuple[str, ...]]:
     """The strongest isolation this machine allows: its name and the launcher prefix.
 
-    Probed once per process by starting the interpreter under each candidate in a
-    sandbox-like directory; ``{uid}`` in the prefix stands for the per-run uid.
+    ``view`` (a filesystem of its own, namespaces, no privileges), else ``namespaces+uid``,
+    ``uid``, ``namespaces`` or ``none``: each probed once per process by starting the
+    interpreter under it; ``{uid}`` in a prefix stands for the per-worker uid.
     """
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    namespaces = (
-        (unshare, "--net", "--pid", "--fork", "--kill-child")
-        if os.geteuid() == 0
-        else (unshare, "--user", "--net", "--pid", "--fork", "--kill-child")
-    )
+    root = os.geteuid() == 0
+    namespaces = (unshare,) + (() if root else ("--user", "--map-root-user")) + ("--net", "--pid", "--fork", "--kill-child")
+    view = namespaces[:-3] + ("--mount",) + namespaces[-3:]
     # No new privileges: a program past the hook that execs a setuid binary gains nothing.
     drop = (setpriv, "--reuid={uid}", "--regid={uid}", "--clear-groups", "--no-new-privs")
     read_any = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
@@ -269,7 +173,10 @@ def isolation() -> tuple[str, tuple[str, ...]]:
         # clears it) sets it again. A setpriv without --pdeathsig gets the plain form.
         for dies in (("--pdeathsig=KILL",), ()):
             dying = (setpriv,) + dies if dies else ()
-            if os.geteuid() == 0 and _chown(probe_dir, _SANDBOX_UID_BASE):
+            candidates.append(("view", dying + view))
+        for dies in (("--pdeathsig=KILL",), ()):
+            dying = (setpriv,) + dies if dies else ()
+            if root and _chown(probe_dir, _SANDBOX_UID_BASE):
                 candidates += [
                     ("namespaces+uid", dying + namespaces + drop + dies),
                     ("namespaces+uid", dying + namespaces + drop + dies + read_any),
@@ -280,16 +187,58 @@ def isolation() -> tuple[str, tuple[str, ...]]:
         for name, prefix in candidates:
             if None in prefix:
                 continue  # util-linux tool missing
-            argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-c", identity]
+            if name == "view":
+                spec = _view_spec(_SANDBOX_UID_BASE if root else None, probe=True)
+                if spec is None:
+                    continue
+                argv = [*prefix, sys.executable, "-I", "-S", "-B", str(WORKER_SCRIPT), json.dumps(spec)]
+                wanted = f"{sys.version} {VIEW_PYTHON} {_SANDBOX_UID_BASE if root else 0}\n".encode()
+            else:
+                argv = _fill_uid(prefix, _SANDBOX_UID_BASE) + [sys.executable, "-I", "-S", "-c", identity]
+                wanted = expected
             try:
-                started = subprocess.run(argv, capture_output=True, timeout=30, cwd=probe_dir)
+                started = subprocess.run(argv, capture_output=True, timeout=30, cwd=probe_dir, env=_ENVIRONMENT)
             except (OSError, subprocess.TimeoutExpired):
                 continue
-            if started.returncode == 0 and started.stdout == expected:
+            if started.returncode == 0 and started.stdout == wanted:
                 return name, prefix
     finally:
         _remove_tree(probe_dir)
     return "none", ()
+
+
+@functools.cache
+def _libraries() -> tuple[str, tuple[str, ...]] | None:
+    """The dynamic loader and every shared library the interpreter and the standard
+    library's extension modules load (``ldd``); None where ldd does not tell."""
+    dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload")
+    files = [os.path.realpath(sys.executable)] + sorted(str(p) for p in Path(dynload).glob("*.so"))
+    try:
+        listed = subprocess.run(["ldd", *files], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    loader, libraries = None, set()
+    for line in listed.splitlines():
+        words = line.split()
+        if "=>" in words and len(words) > words.index("=>") + 1 and words[words.index("=>") + 1].startswith("/"):
+            libraries.add(words[words.index("=>") + 1])
+        elif words and words[0].startswith("/") and not words[0].endswith(":"):
+            loader = words[0]
+            libraries.add(loader)
+    return (loader, tuple(sorted(libraries))) if loader else None
+
+
+def _view_spec(uid: int | None, probe: bool = False) -> dict | None:
+    """What a worker builds its view from (``_sandbox_worker.build_view``); None without ldd."""
+    found = _libraries()
+    if found is None:
+        return None
+    return {
+        "view": True, "uid": uid, "probe": probe, "python": os.path.realpath(sys.executable),
+        "stdlib": sysconfig.get_path("stdlib"), "platlibdir": sys.platlibdir,
+        "dynload": os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload"),
+        "loader": found[0], "libraries": found[1], "scratch_mb": SCRATCH_MB, "scratch_files": SCRATCH_FILES,
+    }
 
 
 def _chown(path: str, uid: int) -> bool:
@@ -306,7 +255,7 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
 
 
 def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None) -> Verdict:
-    """Run in one of this process's workers, or in a fresh interpreter where none can start.
+    """Run in one of this process's workers; ``crashed``, saying why, where none can start.
 
     A worker that dies during a program (killed from outside, or by a program that
     got past every layer) is replaced and the program runs once more in the new one.
@@ -319,8 +268,8 @@ def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str 
     lost = 0
     while lost < 2:
         worker = workers.take(mode, prefix)
-        if worker is None:
-            return _execute_fresh(program, tests, timeout_s, memory_mb, entry_point)
+        if isinstance(worker, OSError):
+            return Verdict(False, "crashed", str(worker)[:300], time.perf_counter() - started)
         try:
             verdict, healthy = _execute_in(
                 worker, program, tests, timeout_s, memory_mb, started, entry_point
@@ -348,10 +297,11 @@ def _execute_in(
     """The verdict of one run in ``worker``, and whether the worker can run the next."""
     attempt_started = time.perf_counter()
     pass_token, report_token = secrets.token_hex(16).encode(), secrets.token_hex(16).encode()
-    sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
+    view = worker.key[0] == "view"  # the worker's scratch, emptied by the worker after each program
+    sandbox_dir = SCRATCH if view else tempfile.mkdtemp(prefix="matrixrl-sandbox-")
     healthy = True
     try:
-        if worker.uid is not None and not _chown(sandbox_dir, worker.uid):
+        if not view and worker.uid is not None and not _chown(sandbox_dir, worker.uid):
             raise OSError(f"cannot hand the sandbox directory {sandbox_dir} to uid {worker.uid}")
         deadline = time.monotonic() + timeout_s
         left = timeout_s - (time.perf_counter() - attempt_started)
@@ -365,7 +315,8 @@ def _execute_in(
             worker.kill()  # before its program's directory goes
             report, returncode, timed_out, tail, healthy = b"", None, True, b"", False
     finally:
-        _remove_tree(sandbox_dir)
+        if not view:
+            _remove_tree(sandbox_dir)
     seconds = time.perf_counter() - started
     verdict = _verdict(
         report, pass_token, report_token, timed_out, returncode,
@@ -385,11 +336,13 @@ class _Worker:
     def __init__(self, key: tuple[str, tuple[str, ...]], spawn: Callable[..., subprocess.Popen]) -> None:
         self.key = key  # the isolation (name, launcher prefix) it was started under
         self.served = 0  # programs it has run to the end
-        prefix = key[1]
-        dropping = any("{uid}" in part for part in prefix)
+        mode, prefix = key
+        # In a view the worker drops to it itself; in a user namespace only its uid 0 maps.
+        dropping = any("{uid}" in part for part in prefix) or (mode == "view" and "--user" not in prefix)
         self.uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN) if dropping else None
+        spec = _view_spec(self.uid) if mode == "view" else {}
         argv = _fill_uid(_worker_launcher(prefix), self.uid or 0) + [
-            sys.executable, "-I", "-S", "-B", "-u", str(WORKER_SCRIPT)
+            sys.executable, "-I", "-S", "-B", "-u", str(WORKER_SCRIPT), json.dumps(spec)
         ]
         self.log = tempfile.TemporaryFile()  # the worker's own stderr: why it did not start
         self.process = spawn(
@@ -524,16 +477,16 @@ class _Workers:
         self._lock = threading.Lock()
         self._idle: dict[tuple, list[_Worker]] = {}
         self._live: set[_Worker] = set()
-        self._unavailable: set[tuple] = set()
+        self._unavailable: dict[tuple, OSError] = {}
         self._spawner: _Spawner | None = None
 
-    def take(self, mode: str, prefix: Sequence[str]) -> _Worker | None:
-        """An idle worker, a new one, or None where none can start (then each program
-        gets a fresh interpreter, for the rest of this process)."""
+    def take(self, mode: str, prefix: Sequence[str]) -> _Worker | OSError:
+        """An idle worker, a new one, or why none can start (then every program crashes, for
+        the rest of this process: no weaker way runs it)."""
         key = (mode, tuple(prefix))
         with self._lock:
             if key in self._unavailable:
-                return None
+                return self._unavailable[key]
             idle = self._idle.setdefault(key, [])
             if idle:
                 return idle.pop()
@@ -544,12 +497,8 @@ class _Workers:
             worker = _Worker(key, spawner.popen)
         except (OSError, subprocess.SubprocessError) as error:
             with self._lock:
-                self._unavailable.add(key)
-            warnings.warn(
-                f"{error}; the sandbox starts a fresh interpreter per program instead",
-                RuntimeWarning, stacklevel=4,
-            )
-            return None
+                self._unavailable[key] = OSError(str(error))
+            return self._unavailable[key]
         with self._lock:
             self._live.add(worker)
         return worker
@@ -626,108 +575,19 @@ os.register_at_fork(after_in_child=_forget_parent_workers)
 atexit.register(_close_workers)
 
 
-def _execute_fresh(
-    program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None
-) -> Verdict:
-    """Run in a fresh interpreter under the launcher: the way where no worker can start."""
-    started = time.perf_counter()
-    mode, prefix = isolation()
-    uid = _SANDBOX_UID_BASE + secrets.randbelow(_SANDBOX_UID_SPAN)
-    # One token says "passed", the other authenticates failure reports: a program
-    # that redirects the verdict descriptor to read a failure report cannot pass.
-    pass_token, report_token = secrets.token_hex(16).encode(), secrets.token_hex(16).encode()
-    sandbox_dir = tempfile.mkdtemp(prefix="matrixrl-sandbox-")
-    try:
-        if "uid" in mode and not _chown(sandbox_dir, uid):
-            raise OSError(f"cannot hand the sandbox directory {sandbox_dir} to uid {uid}")
-        job = marshal.dumps(
-            (pass_token, report_token, program, tests, sandbox_dir, memory_mb,
-             math.ceil(timeout_s) + 1, _audit_guard, entry_point)
-        )
-        argv = _fill_uid(prefix, uid) + [sys.executable, "-I", "-S", "-B", "-u", str(CHILD_SCRIPT)]
-        env = {**_ENVIRONMENT, "HOME": sandbox_dir, "TMPDIR": sandbox_dir}
-        with tempfile.TemporaryFile() as output:
-            child = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
-                cwd=sandbox_dir, env=env, start_new_session=True,
-            )
-            with child:
-                timed_out = _feed_and_wait(child, job, time.perf_counter() + timeout_s)
-                report = _read_available(child.stdout.fileno())
-            output.seek(max(0, output.seek(0, os.SEEK_END) - 2000))
-            tail = output.read().decode("utf-8", "replace")
-    finally:
-        _remove_tree(sandbox_dir)
-    seconds = time.perf_counter() - started
-    return _verdict(
-        report, pass_token, report_token, timed_out, child.returncode, tail, timeout_s, seconds
-    )
-
-
-def _feed_and_wait(child: subprocess.Popen, job: bytes, deadline: float) -> bool:
-    """Send the job, wait for the child until ``deadline``, then kill its whole
-    process group (before reaping, so the group id cannot be reused meanwhile).
-    True when the deadline passed first."""
-    try:
-        child.stdin.write(job)
-        child.stdin.close()
-    except BrokenPipeError:
-        pass  # it died early; the verdict says so
-    timed_out = False
-    try:
-        pidfd = os.pidfd_open(child.pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        if pidfd is not None:
-            waiter = select.poll()
-            waiter.register(pidfd, select.POLLIN)
-            timed_out = not waiter.poll(max(0.0, deadline - time.perf_counter()) * 1000)
-        else:
-            try:
-                child.wait(max(0.0, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-    finally:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if pidfd is not None:
-            os.close(pidfd)
-        child.wait()
-    return timed_out
-
-
-def _read_available(fd: int) -> bytes:
-    """What the child wrote to its verdict pipe, without waiting on a writer that
-    somehow survived."""
-    os.set_blocking(fd, False)
-    chunks, size = [], 0
-    while size < _REPORT_LIMIT:
-        try:
-            chunk = os.read(fd, _REPORT_LIMIT)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
 def _verdict(
     report, pass_token, report_token, timed_out, returncode, tail, timeout_s, seconds
 ) -> Verdict:
-    if pass_token in report:
+    # Exactly the harness's one line: anything else in the report (a program's own write to
+    # the verdict channel, before or after) makes it no verdict at all.
+    if report == pass_token + b"\n":
         return Verdict(True, "passed", "", seconds)
-    marker = report_token + b" "
-    at = report.find(marker)
-    if at >= 0:
-        line = report[at + len(marker):].split(b"\n", 1)[0].decode("utf-8", "replace")
-        reason, _, detail = line.partition(" ")
+    if report.startswith(report_token + b" ") and report.count(b"\n") == 1 and report.endswith(b"\n"):
+        reason, _, detail = report[len(report_token) + 1:-1].decode("utf-8", "replace").partition(" ")
         if reason in _CHILD_FAILURES:
             return Verdict(False, reason, detail, seconds)
+    if report.endswith(pass_token + b"\n"):
+        return Verdict(False, "failed", "the program wrote to the verdict channel", seconds)
     if timed_out:
         return Verdict(False, "timeout", f"no verdict within {timeout_s:g} s", seconds)
     last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")

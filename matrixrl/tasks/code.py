@@ -13,28 +13,40 @@ Record formats (one ``kind`` each):
 An answer is a whole program that defines ``entry_point``, or else the code that
 completes the prompt (a function body after HumanEval's signature); a prompt that is
 code is put in front of either (see ``program``). It passes when the tests, run in the
-sandbox after it, raise nothing. The tests run in a process of their own and call the
-answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
-back plain values only, and a ``check`` function gets it with the prompt's own helpers
-run again (see ``test_code``): what the answer returns, not what it changes or
-redefines, is tested. Only tests that need more of the answer than its function (an
-MBPP test that builds a class the answer defines) run in the answer's process.
+sandbox after it, raise nothing. The tests always run in a process of their own and call
+the answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
+back plain values only, with the prompt's own helpers and classes run again on their side
+(see ``test_code``) and the classes the tests define put before the answer (``program``),
+so objects of either cross as data: what the answer returns, not what it changes or
+redefines, is tested.
+A record whose tests need a name only the answer would define (an MBPP test that builds
+the answer's class) cannot be tested so and is refused when the task loads, with its id.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from matrixrl.errors import DataError
+from matrixrl.errors import DataError, UserError
 from matrixrl.settings import RUNTIME
 from matrixrl.tasks import files
 from matrixrl.tasks.base import Problem
 from matrixrl.tasks.files import FileTask, field, question_key
-from matrixrl.tasks.python_source import defines, parses, unbound_names
+from matrixrl.tasks.python_source import defines, parses, top_level_classes, unbound_names
+
+
+WITHOUT_VIEW = {
+    "description": "where the sandbox cannot give answers a filesystem of their own (no mount namespaces: "
+    "matrixrl doctor says), refuse to score, or warn and score with what walls are left (answers can then read "
+    "the task's data and their references)",
+    "json_schema_extra": RUNTIME,
+}
+"""The ``without_view`` setting of every task scored in the sandbox (see ``check_sandbox``)."""
 
 
 class Settings(files.Settings):
@@ -51,6 +63,7 @@ class Settings(files.Settings):
     timeout_s: float = Field(10.0, gt=0, description="sandbox wall-clock limit per answer, in seconds")
     memory_mb: int = Field(1024, ge=16, description="sandbox address-space limit per answer, in MiB")
     workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
+    without_view: Literal["refuse", "warn"] = Field("refuse", **WITHOUT_VIEW)
 
     @model_validator(mode="after")
     def _needs_data(self):
@@ -66,7 +79,7 @@ class CodeSpec:
     prompt: str
     tests: str
     entry_point: str
-    apart: bool = True  # the tests need only the entry point: they run in a process of their own
+    classes: str = ""  # the classes the tests define, defined on the answer's side too
 
 
 def program(spec: CodeSpec, answer: str) -> str:
@@ -75,13 +88,15 @@ def program(spec: CodeSpec, answer: str) -> str:
     A prompt that is not code (MBPP's text) adds nothing: the answer is the program.
     A code prompt comes first: before an answer that defines the entry point (the
     prompt's imports and helpers stay available, its stub is redefined), or as the
-    signature an answer without it (a body) completes.
+    signature an answer without it (a body) completes. The classes the tests define come
+    before all, so that their objects cross to the answer as the same classes.
     """
+    shared = spec.classes + "\n\n" if spec.classes else ""
     if not parses(spec.prompt):
-        return answer
+        return shared + answer
     if defines(answer, spec.entry_point):
-        return spec.prompt.rstrip("\n") + "\n\n" + answer
-    return spec.prompt + answer
+        return shared + spec.prompt.rstrip("\n") + "\n\n" + answer
+    return shared + spec.prompt + answer
 
 
 def test_code(tests: str, prompt: str, entry_point: str) -> str:
@@ -93,10 +108,34 @@ def test_code(tests: str, prompt: str, entry_point: str) -> str:
     its stub of the entry point is then bound to the guarded answer again
     (HumanEval/33's ``check`` calls the entry point by name).
     """
-    if not defines(tests, "check"):
-        return tests  # asserts that call the entry point by name, guarded too
     helpers = f"{prompt.rstrip()}\n\n\n{entry_point} = __answer__\n\n\n" if parses(prompt) else ""
+    if not defines(tests, "check"):  # asserts that call the entry point by name, guarded too
+        return f"{helpers}{tests}" if helpers else tests
     return f"{helpers}{tests}\n\ncheck(__answer__)\n"
+
+
+def check_sandbox(policy: str, task: str) -> None:
+    """Refuse (``policy`` "refuse") or warn, once per process ("warn"), where the sandbox
+    runs without a filesystem view of its own (``matrixrl.sandbox.isolation``)."""
+    from matrixrl import sandbox
+
+    mode = sandbox.isolation()[0]
+    if mode == "view" or (policy == "warn" and mode in _WARNED):
+        return
+    what = (
+        f"the code sandbox cannot give answers a filesystem of their own here (isolation {mode!r}), so an answer "
+        "could read the task's data and its reference and score as right"
+    )
+    if policy == "refuse":
+        raise UserError(
+            f"tasks.{task}.without_view: {what}; run matrixrl doctor for what this machine lacks, or set "
+            f"tasks.{task}.without_view: warn to score anyway"
+        )
+    _WARNED.add(mode)
+    warnings.warn(f"{what}; scoring anyway (tasks.{task}.without_view: warn)", RuntimeWarning, stacklevel=3)
+
+
+_WARNED: set[str] = set()
 
 
 class CodeTask(FileTask):
@@ -132,11 +171,17 @@ class CodeTask(FileTask):
         checks = test_code(tests, prompt, entry_point)
         needed = unbound_names(checks) - {entry_point, "__answer__"}
         # A module the tests use without importing it (MBPP's `math.pow`, the reference's
-        # import): imported for them, so they can still run apart from the answer.
+        # import): imported for them, so they still run apart from the answer.
         modules = sorted(needed & sys.stdlib_module_names)
+        if needed - set(modules):  # only the answer would define them: its objects would answer ==
+            names = ", ".join(sorted(needed - set(modules)))
+            raise DataError(
+                "path",
+                f"{where} ({entry_point}): its tests use {names}, which neither they nor the prompt define, so they "
+                "could only run beside the answer's own code; define them in the tests or the prompt, or drop the record",
+            )
         checks = "".join(f"import {module}\n" for module in modules) + checks
-        apart = not needed - set(modules)
-        self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point, apart))
+        self._specs.setdefault(problem.id, CodeSpec(prompt, checks, entry_point, top_level_classes(tests)))
         return problem
 
     def spec(self, problem: Problem) -> CodeSpec:
@@ -147,6 +192,7 @@ class CodeTask(FileTask):
         from matrixrl.sandbox import run_many
 
         cfg = self.config
+        check_sandbox(cfg.without_view, self.name)
         scores = [0.0] * len(pairs)
         jobs, runnable = [], []
         for i, (problem, answer) in enumerate(pairs):
@@ -154,7 +200,7 @@ class CodeTask(FileTask):
             code = program(spec, answer)
             if answer.strip() and parses(code):  # code that does not parse fails without a run
                 runnable.append(i)
-                jobs.append((code, spec.tests, spec.entry_point if spec.apart else None))
+                jobs.append((code, spec.tests, spec.entry_point))
         results = run_many(jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, workers=cfg.workers) if jobs else []
         for i, result in zip(runnable, results):
             scores[i] = 1.0 if result.passed else 0.0

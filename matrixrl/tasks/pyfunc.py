@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from matrixrl.settings import RUNTIME, Strict
 from matrixrl.tasks.base import Problem, SeededTask
+from matrixrl.tasks.code import WITHOUT_VIEW, check_sandbox
 from matrixrl.tasks.python_source import defines
 
 
@@ -102,6 +103,7 @@ class Settings(Strict):
     timeout_s: float = Field(2.0, gt=0, description="sandbox wall-clock limit per answer, in seconds")
     memory_mb: int = Field(256, ge=16, description="sandbox address-space limit per answer, in MiB")
     workers: int = Field(2, ge=1, description="answers run in the sandbox at once", json_schema_extra=RUNTIME)
+    without_view: Literal["refuse", "warn"] = Field("refuse", **WITHOUT_VIEW)
 
     @model_validator(mode="after")
     def _enough_distinct_problems(self):
@@ -242,6 +244,7 @@ class PyfuncTask(SeededTask):
         from matrixrl.sandbox import run_many
 
         cfg = self.config
+        check_sandbox(cfg.without_view, self.name)
         scores = [0.0] * len(pairs)
         jobs, runnable = [], []
         for i, (problem, answer) in enumerate(pairs):

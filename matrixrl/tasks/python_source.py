@@ -45,3 +45,16 @@ def unbound_names(code: str) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
     return read - bound - set(vars(builtins))
+
+
+def top_level_classes(code: str) -> str:
+    """The source of the classes ``code`` defines at top level (decorators included), one
+    after another: what tests that build their own objects share with the answer's side."""
+    tree = ast.parse(code)
+    lines = code.splitlines(keepends=True)
+    parts = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+            parts.append("".join(lines[first - 1:node.end_lineno]))
+    return "\n".join(part.rstrip("\n") + "\n" for part in parts)
