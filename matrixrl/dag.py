@@ -75,7 +75,7 @@ def _named(path: str):
 
 
 _STEP = (("step", r"[1-9]\d*"),)  # step 0 is the base model's evaluation, copied
-_J, _G, _M = "matrixrl.jobs", "matrixrl.grid", "matrixrl.memory.specs"
+_J, _G, _M = "matrixrl.jobs", "matrixrl.grid", "matrixrl.memcollab.specs"
 
 KINDS: tuple[Kind, ...] = (
     Kind("prepare_base", L.base_result("{scale}"), f"{_J}.prepare_base:prepare_base", f"{_G}:BaseSpec"),
@@ -84,10 +84,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("copy_base_eval", L.eval_result("{cell}", 0), f"{_J}.evaluate:copy_base_eval", f"{_G}:CellSpec", forked=False),
     # Evaluations go before another training starts: a cell's checkpoints are pruned once all are evaluated.
     Kind("evaluate", L.eval_result("{cell}", "{step}"), f"{_J}.evaluate:evaluate", f"{_G}:CellSpec", priority=1, constraints=_STEP),
-    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), f"{_J}.memory:collect", f"{_M}:CollectSpec"),
-    Kind("label", L.labels_result("{task}"), f"{_J}.memory:label", f"{_M}:LabelSpec"),
-    Kind("distill", L.distilled_result("{task}", "{bank}"), f"{_J}.memory:distill", f"{_M}:DistillSpec"),
-    Kind("bank", L.bank_result("{task}", "{bank}"), f"{_J}.memory:bank", f"{_M}:BankSpec", forked=False),
+    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), f"{_J}.memcollab:collect", f"{_M}:CollectSpec"),
+    Kind("label", L.labels_result("{task}"), f"{_J}.memcollab:label", f"{_M}:LabelSpec"),
+    Kind("distill", L.distilled_result("{task}", "{bank}"), f"{_J}.memcollab:distill", f"{_M}:DistillSpec"),
+    Kind("bank", L.bank_result("{task}", "{bank}"), f"{_J}.memcollab:bank", f"{_M}:BankSpec", forked=False),
     Kind("evaluate_base_memory", L.base_memory_eval_result("{scale}", "{bank}", "{name}"), f"{_J}.evaluate:evaluate_base_memory", f"{_G}:MemoryEvalSpec"),
     Kind("copy_base_memory_eval", L.memory_eval_result("{cell}", "{mode}", 0), f"{_J}.evaluate:copy_base_memory_eval", f"{_G}:MemoryEvalSpec", forked=False),
     Kind("evaluate_memory", L.memory_eval_result("{cell}", "{mode}", "{step}"), f"{_J}.evaluate:evaluate_memory", f"{_G}:MemoryEvalSpec", priority=1, constraints=_STEP),
@@ -163,7 +163,7 @@ class Graph:
     def __init__(self, config: Config):
         from matrixrl import grid as G
         from matrixrl.grid import memory_evals, plan_memory
-        from matrixrl.memory.specs import training_needs
+        from matrixrl.memcollab.specs import training_needs
 
         self.config = config
         self.runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
@@ -229,7 +229,7 @@ class Graph:
         return self.bases[scale]
 
     def _memory_building(self) -> None:
-        """collect, label, distill and bank per task (matrixrl.memory.specs), after the base
+        """collect, label, distill and bank per task (matrixrl.memcollab.specs), after the base
         models of memory scales outside grid.scale."""
         from matrixrl import grid as G
 

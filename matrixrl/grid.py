@@ -5,9 +5,9 @@ the cells whose spec it changes, so :func:`cells` asks :func:`cell_spec`), and t
 reads them all as one vocabulary, ``grid as G``.
 
 Where a cell's files live is ``matrixrl.layout``'s business. The memory jobs' specs are
-``matrixrl.memory.specs``'s; the grid uses them (a cell trained with a memory, the memory
+``matrixrl.memcollab.specs``'s; the grid uses them (a cell trained with a memory, the memory
 plan with the grid's model digests: :func:`plan_memory`, a cell's evaluation under a memory:
-:class:`MemoryEvalSpec`), and ``matrixrl.memory`` never imports the grid.
+:class:`MemoryEvalSpec`), and ``matrixrl.memcollab`` never imports the grid.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from matrixrl.config import (
     science,
 )
 from matrixrl.config.sweeps import canonical, key_parts, value_at, with_settings
-from matrixrl.memory.specs import (
+from matrixrl.memcollab.specs import (
     BankSpec,
     MemoryPlan,
     ModelRef,
@@ -441,9 +441,9 @@ def memory_model(config: Config, scale: str) -> ModelRef:
 
 
 def plan_memory(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
-    """:func:`matrixrl.memory.specs.memory_plan` of ``config``, its models as the grid digests them
+    """:func:`matrixrl.memcollab.specs.memory_plan` of ``config``, its models as the grid digests them
     (:func:`memory_model`); ``training``: the banks cells trained with a memory read
-    (``memory.specs.training_needs``)."""
+    (``memcollab.specs.training_needs``)."""
     return memory_plan(config, training, ref=functools.partial(memory_model, config))
 
 

@@ -192,7 +192,7 @@ class Estimate:
     overhead: float
 
     def line(self) -> str:
-        from matrixrl.snake.events import _duration
+        from matrixrl.snake.events import format_duration
 
         if not self.timed:
             return (
@@ -205,7 +205,7 @@ class Estimate:
             kinds = ", ".join(f"{n} {rule} ({scale})" for (rule, scale), n in self.untimed.items())
             missing = f"; not counted, no history: {kinds}"
         cores = f"{self.cores} core" + ("s" if self.cores != 1 else "")
-        return f"estimate: about {_duration(self.wall_seconds)} on {cores}{gpu}, from recorded jobs{missing}"
+        return f"estimate: about {format_duration(self.wall_seconds)} on {cores}{gpu}, from recorded jobs{missing}"
 
 
 # Jobs that run in Snakemake's process take a moment (a copy, a few deletions), not worth timing.

@@ -1,6 +1,6 @@
 """The per-cell tables of ``matrixrl report`` (docs/design.md §4, §5): summary and diagnostics.
 
-Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
+Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell_record`.
 
 Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
 ``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
@@ -19,9 +19,9 @@ from __future__ import annotations
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, extra_axes, missing
-from matrixrl.analysis.cell import INTERVENTION_METRICS, LOGP_GAP_METRICS, ROLE_METRICS, cell_record, records_frame
-from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
-from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
+from matrixrl.analysis.cell_record import INTERVENTION_METRICS, LOGP_GAP_METRICS, ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.gradients import AMP_MAX, AMP_MEAN, NORM_RATIO
+from matrixrl.analysis.gradients import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.config import AXES, Analysis
 
 CHECKPOINTS = ("base", "peak", "final")

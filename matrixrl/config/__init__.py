@@ -10,7 +10,7 @@ Every model forbids unknown keys, and every error names its key path.
   resolved and checked) and ``validate``;
 - :mod:`matrixrl.config.messages`: a pydantic error as one line;
 - :mod:`matrixrl.config.reference`: ``python -m matrixrl.config.reference`` writes
-  docs/config.md, every setting with its type, default and description.
+  docs/config-reference.md, every setting with its type, default and description.
 
 ``Strict``, ``RUNTIME`` and ``science`` live in :mod:`matrixrl.settings`
 and errors in :mod:`matrixrl.errors`; both are re-exported here for existing callers.

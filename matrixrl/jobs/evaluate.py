@@ -22,7 +22,7 @@ alone sees (``matrixrl.models.devices.claimed_gpu``). The cell's task, workflow 
 model are built as training builds them (``matrixrl.train.cell.build_cell``).
 
 Under a memory (``evaluate_memory``, ``evaluate_base_memory``), the memory's
-``jobs.memory.Guide`` is read here and handed to the evaluation as its prompt guide
+``jobs.memcollab.Guide`` is read here and handed to the evaluation as its prompt guide
 (``workflows.styles.PromptGuide``); the evaluation itself knows nothing of memory.
 """
 
@@ -104,7 +104,7 @@ def evaluate_memory(
     spec: MemoryEvalSpec, step: int, checkpoint: Path, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
 ) -> MemoryEvalResult:
     """A checkpoint's evaluation with the memory ``spec`` names in its guided roles' prompts."""
-    from matrixrl.jobs.memory import Guide
+    from matrixrl.jobs.memcollab import Guide
 
     _check_checkpoint(spec.cell, step, checkpoint)
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
@@ -118,7 +118,7 @@ def evaluate_base_memory(
     spec: MemoryEvalSpec, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
 ) -> MemoryEvalResult:
     """The base model's evaluation under a memory: every cell's memory step 0, as ``evaluate_base``."""
-    from matrixrl.jobs.memory import Guide
+    from matrixrl.jobs.memcollab import Guide
 
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
     cell = spec.cell.cell
@@ -147,7 +147,7 @@ def _evaluate(
 ) -> EvalResult:
     """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero); ``guide``:
     applied to the prompts before the rollouts, and what it returns recorded in a
-    MemoryEvalResult (``evaluate_memory`` passes a memory's, jobs.memory.Guide)."""
+    MemoryEvalResult (``evaluate_memory`` passes a memory's, jobs.memcollab.Guide)."""
     import torch
 
     from matrixrl.train.cell import build_cell

@@ -105,7 +105,7 @@ TABLES: Registry = Registry(
                 "mechanism", "mechanism: does the signal rise before the cliff?", "does the signal rise before the cliff?",
                 f"{_TABLES}:_mechanism", ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
             ),
-            # Built from the store's memory evaluations, not from the per-cell rows (from_store._memory_frame).
+            # Built from the store's memory evaluations, not from the per-cell rows (from_store.memory_frame).
             Table(
                 "memory", "memory: accuracy with each memory mode, and its difference from none",
                 "accuracy under each memory mode vs none", f"{_TABLES}:_memory",
@@ -118,7 +118,7 @@ TABLES: Registry = Registry(
                 "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "n_cells", "n_seeds", "verdict"),
                 per_cell=False, first=True, row_axes=(),
             ),
-            # Built from the store's job_costs and the base models' result files (from_store._cost_frame);
+            # Built from the store's job_costs and the base models' result files (from_store.cost_frame);
             # what running the study took, not what it found: not on the HTML page.
             Table(
                 "cost", "cost: what the jobs took, per kind of job and scale",

@@ -30,7 +30,7 @@ import pandas as pd
 from matrixrl import atomic
 from matrixrl.analysis.axes import extra_axes, grouped
 from matrixrl.analysis.curves import summarize_cells
-from matrixrl.analysis.diagnostics import share_table
+from matrixrl.analysis.gradients import share_table
 from matrixrl.config import Analysis, Config
 from matrixrl.config.sweeps import spelled
 from matrixrl.errors import ConfigError, closest, did_you_mean
@@ -424,10 +424,10 @@ def drawing_version() -> str:
     matplotlib and Pillow (a cached PNG is drawn again when any of them changes)."""
     from importlib.metadata import version
 
-    from matrixrl.analysis import axes, curves, diagnostics
+    from matrixrl.analysis import axes, curves, gradients
 
     code = hashlib.sha256()
-    for module in (__file__, axes.__file__, curves.__file__, diagnostics.__file__):  # what draws, and what it draws from
+    for module in (__file__, axes.__file__, curves.__file__, gradients.__file__):  # what draws, and what it draws from
         code.update(Path(module).read_bytes())
     return f"{code.hexdigest()[:16]} matplotlib {version('matplotlib')} pillow {version('pillow')}"
 

@@ -1,6 +1,6 @@
 """The per-cell records every table is built from, cached in the store under their inputs' key.
 
-Every table is computed from one record per cell (``matrixrl.analysis.cell``).
+Every table is computed from one record per cell (``matrixrl.analysis.cell_record``).
 A record depends only on that cell's stored results and the ``analysis:``
 settings, so the store caches it (``cell_summaries``) under a cache key of
 exactly those inputs: the digests the store keeps of each of the cell's stored
@@ -9,7 +9,7 @@ analysis settings and :data:`RECORD_VERSION`. A report reads the cache keys,
 recomputes only the cells whose key changed (a new evaluation, a re-trained cell,
 another threshold), and aggregates the records into the requested tables, built
 from the records as plain rows (``analysis.axes.PerCell``). What a record takes
-from the cell's training alone (``analysis.cell.training_part``) is cached too
+from the cell's training alone (``analysis.cell_record.training_part``) is cached too
 (``cell_trainings``, keyed by the training's digest): a recomputed record whose
 training is unchanged reads only the cell's evaluations.
 """
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from matrixrl.analysis.cell import ROLE_METRICS, TRAINING_METRICS, record_of, training_part
+from matrixrl.analysis.cell_record import ROLE_METRICS, TRAINING_METRICS, record_of, training_part
 from matrixrl.config import Config
 from matrixrl.store import Store
 
@@ -56,7 +56,7 @@ def compute_records(
 
     ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
     results each record is computed from; other stored rows are left out.
-    ``trainings``: ``{cell: training part}`` (``analysis.cell.training_part``) known
+    ``trainings``: ``{cell: training part}`` (``analysis.cell_record.training_part``) known
     already, used as it is; the parts computed here are added to it. Only cells
     without one read their training's rows (the diagnostics are most of the store).
     """

@@ -19,7 +19,7 @@ import pandas as pd
 
 from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import rows_of_cells
+from matrixrl.analysis.cell_record import rows_of_cells
 from matrixrl.config import AXES, Config
 from matrixrl.errors import ConfigError
 from matrixrl.store import read_table

@@ -1,6 +1,6 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table is computed from one record per cell (``matrixrl.analysis.cell``), which the
+Every table is computed from one record per cell (``matrixrl.analysis.cell_record``), which the
 store caches (``records``); a report recomputes only the cells whose results or settings
 changed, and aggregates the records into the requested tables. The grid's frames and the
 rows' order are ``grid_frames``'s; the memory and cost tables read the store's own rows
@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, missing
-from matrixrl.analysis.cell import per_cell_rows
+from matrixrl.analysis.cell_record import per_cell_rows
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import seeds_table
@@ -35,8 +35,8 @@ from matrixrl.config.sweeps import spelled as _shown
 from matrixrl.errors import ConfigError, closest, did_you_mean
 from matrixrl.report import TABLES
 from matrixrl.layout import store_path
-from matrixrl.report.from_store import _cost_frame, _cost_owners, _memory_frame, _memory_rows, memory_modes
-from matrixrl.report.grid_frames import _grid, _grid_frame, _runs_frame, _selected, _sorted_cells, same_run_caption, sort_rows
+from matrixrl.report.from_store import cost_frame, cost_owners, memory_frame, memory_modes, stored_memory_rows
+from matrixrl.report.grid_frames import grid_and_runs, grid_frame, runs_frame, same_run_caption, selected_mask, sort_rows, sorted_cells
 from matrixrl.report.records import cell_records
 from matrixrl.report.rows import current_specs, nothing_stored
 from matrixrl.store import Store, ingest_for_report, repairing
@@ -70,11 +70,11 @@ def _mechanism(per_cell: PerCell, confidence: float) -> pd.DataFrame:
 
 
 def _memory(per_cell: PerCell, confidence: float) -> pd.DataFrame:
-    raise TypeError("the memory table is built from the store's memory evaluations: see _memory_frame")
+    raise TypeError("the memory table is built from the store's memory evaluations: see memory_frame")
 
 
 def _cost(per_cell: PerCell, confidence: float) -> pd.DataFrame:
-    raise TypeError("the cost table is built from the store's job costs: see _cost_frame")
+    raise TypeError("the cost table is built from the store's job costs: see cost_frame")
 
 
 # The builders above are the built-in entries of the registry (matrixrl.report.TABLES),
@@ -165,19 +165,19 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     if not db_file.is_file():
         raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
 
-    grid = _grid_frame(config)
-    selected = grid[_selected(grid, only)] if only else grid
+    grid = grid_frame(config)
+    selected = grid[selected_mask(grid, only)] if only else grid
     needed = selected
     if not only:
         pass  # the whole grid: its own controls
     elif "compare" in names and against is not None:
         # Controls: the control value's cells, matching the selection on every other axis.
-        needed = grid[grid["cell"].isin(selected["cell"]) | _selected(grid, only, skip=(against[0],))]
+        needed = grid[grid["cell"].isin(selected["cell"]) | selected_mask(grid, only, skip=(against[0],))]
     elif "compare" in names:
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
-        controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
+        controls = selected_mask(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    runs = _runs_frame(needed) if only else _grid(config)[1]
+    runs = runs_frame(needed) if only else grid_and_runs(config)[1]
     current = current_specs(config, runs["cell"])
 
     def read() -> tuple[dict[str, dict], tuple[pd.DataFrame, pd.DataFrame] | None]:
@@ -185,8 +185,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         # is a good part of an incremental report's time.
         with Store(db_file) as store:
             records = cell_records(store, runs, config, current) if any(name not in FROM_STORE for name in names) else {}
-            memory = _memory_rows(store, selected) if "memory" in names else None
-            costs = store.rows("job_costs", _cost_owners(config, runs)) if "cost" in names else None
+            memory = stored_memory_rows(store, selected) if "memory" in names else None
+            costs = store.rows("job_costs", cost_owners(config, runs)) if "cost" in names else None
         return records, memory, costs
 
     by_run, memory_rows, costs = repairing(db_file, read)  # a damaged store is rebuilt, and read again
@@ -201,9 +201,9 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         per_selected = per_cell.where(lambda row: row["cell"] in chosen)
     else:
         per_selected = per_cell
-    per_selected = _sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
+    per_selected = sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
 
-    same_run = same_run_caption(selected) if only else _grid(config)[2]
+    same_run = same_run_caption(selected) if only else grid_and_runs(config)[2]
     frames = {}
     for name in names:
         if name == "compare":
@@ -211,11 +211,11 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
                 table = against_table(_evaluated(per_cell).frame(), *against, config.analysis.confidence)
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
-            table = table[_selected(table, only)] if only else table
+            table = table[selected_mask(table, only)] if only else table
         elif name == "memory":
-            table = _memory_frame(*memory_rows, config, selected, current)
+            table = memory_frame(*memory_rows, config, selected, current)
         elif name == "cost":
-            table = _cost_frame(costs, config)
+            table = cost_frame(costs, config)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if not TABLES[name].per_cell:  # a per-cell table keeps the order of its rows, sorted already
@@ -262,7 +262,7 @@ def report_table(
             fix = (
                 f"run `matrixrl run` to evaluate them under {', '.join(modes)}"
                 if modes
-                else "list memory modes in grid.memory (docs/memory.md) and run `matrixrl run`"
+                else "list memory modes in grid.memory (docs/memcollab.md) and run `matrixrl run`"
             )
             raise nothing_stored(results, needs, fix)
         raise nothing_stored(results, needs)

@@ -23,8 +23,8 @@ from pathlib import Path
 from matrixrl import atomic
 from matrixrl import layout as L
 from matrixrl.snake.command import job_environment
-from matrixrl.snake.events import RunEvent, _LogParser
-from matrixrl.snake.profiles import _cluster_profile
+from matrixrl.snake.events import RunEvent, LogParser
+from matrixrl.snake.profiles import is_cluster_profile
 
 def _default_stop_signals() -> None:
     """In Snakemake's child before exec: SIGINT and SIGTERM act by default there, even when
@@ -151,14 +151,14 @@ class _Guard:
 
     def run(self, command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
         workdir = Path(_option(command, "--directory") or ".")
-        self.cluster = _cluster_profile(_option(command, "--profile"))
+        self.cluster = is_cluster_profile(_option(command, "--profile"))
         record = None if "--unlock" in command else workdir / L.run_record(os.getpid())
         locks_before = _lock_files(workdir)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = job_environment()
         env[RUN_PID_ENV] = str(os.getpid())
         env[RUN_LOG_ENV] = str(log_path.resolve())
-        parser = _LogParser()
+        parser = LogParser()
         self.running = parser.running
         self.deferred = True
         proc = None

@@ -11,7 +11,7 @@ store (never a cluster job). One module per concern:
 - ``ingestion``: ``ingest``, the store made to mirror the result files (and so rebuilt),
   and the store opened (``engine_at``, ``repairing``);
 - ``queries``: :class:`Store`, the reads and caches of reports, and ``read_table``;
-- ``costs``: every job cost the store holds, read without SQLAlchemy (``plan``'s estimate).
+- ``recorded_costs``: every job cost the store holds, read without SQLAlchemy (``plan``'s estimate).
 
 The names below are imported on first use (PEP 562): ``plan`` reads the store's costs
 without paying for SQLAlchemy and pandas, a second at start.
@@ -35,7 +35,7 @@ _HOMES = {
     "repairing": "ingestion",
     "Store": "queries",
     "read_table": "queries",
-    "recorded_costs": "costs",
+    "recorded_costs": "recorded_costs",
     "StoreError": "repair",
     "Result": "writes",
 }

@@ -40,18 +40,18 @@ from matrixrl.results import (
     TrajectoriesResult,
     read_result,
 )
-from matrixrl.store.repair import _NEW, T, _create, _inspect, _Problem, _repairing, _set_aside
-from matrixrl.store.schema import CELL_INPUTS, CELL_SUMMARIES, CELL_TRAININGS, INGESTED_FILES, MEMORY_INPUTS, _engine
+from matrixrl.store.repair import NEW_STORE, T, StoreProblem, create_store, inspect_store, repair_and_run, set_aside
+from matrixrl.store.schema import CELL_INPUTS, CELL_SUMMARIES, CELL_TRAININGS, INGESTED_FILES, MEMORY_INPUTS, open_engine
 from matrixrl.store.writes import (
     Result,
-    _digest,
-    _forget,
-    _is_cell_part,
-    _key,
-    _refresh_keys,
-    _stored_digests,
-    _upsert,
-    _write_result,
+    forget_result,
+    is_cell_part,
+    refresh_keys,
+    result_digest,
+    store_key,
+    stored_digests,
+    upsert_rows,
+    write_result,
 )
 
 
@@ -59,20 +59,20 @@ def engine_at(db_file: str | Path):
     """An engine on the SQLite store ``db_file``, the one way the store is opened.
 
     A missing store is created with every table. An unusable one (damaged, or of
-    another schema version; see :func:`_inspect`) is moved aside with a one-line
+    another schema version; see :func:`inspect_store`) is moved aside with a one-line
     note on stderr and, if it is a results directory's store, rebuilt from its
     result files first.
     """
     db_file = Path(db_file)
     with disk_errors_named(db_file, "the store"):
-        state = _inspect(db_file)
-        if isinstance(state, _Problem):
-            _set_aside(db_file, state)
+        state = inspect_store(db_file)
+        if isinstance(state, StoreProblem):
+            set_aside(db_file, state)
             _rebuild(db_file)
-            state = _NEW if not db_file.exists() else None
-        if state == _NEW:
-            _create(db_file)
-    return _engine(db_file)
+            state = NEW_STORE if not db_file.exists() else None
+        if state == NEW_STORE:
+            create_store(db_file)
+    return open_engine(db_file)
 
 
 def engine_for(results_dir: str | Path):
@@ -87,7 +87,7 @@ def repairing(db_file: str | Path, action: Callable[[], T], *, rebuild: bool = T
     folder is a :class:`DiskError` naming the store; any other error is raised as it is."""
     db_file = Path(db_file)
     with disk_errors_named(db_file, "the store"):
-        return _repairing(db_file, action, _rebuild if rebuild else None)
+        return repair_and_run(db_file, action, _rebuild if rebuild else None)
 
 
 def _rebuild(db_file: Path) -> None:
@@ -105,14 +105,14 @@ def _read(path: Path, kind: type) -> Result:
     file is validated before the store is written, so a corrupt one leaves it as it was."""
     result = read_result(path, kind)
     try:
-        _check_records(result)
+        check_records(result)
     except (ValueError, TypeError, KeyError) as exc:
         raise ResultFileError(f"{path}: corrupt result file ({exc}); {_FIX}") from None
     return result
 
 
 _RECORD_TYPES = {
-    # The JSON types of the memory's records' fields (matrixrl.memory.data), checked with its
+    # The JSON types of the memory's records' fields (matrixrl.memcollab.data), checked with its
     # from_dict (which checks the keys): a value of another type is a corrupt file.
     "Trajectory": {"problem_id": str, "question": str, "model": str, "completion": str, "answer": str,
                    "correct": bool, "tokens": int, "sample": int},
@@ -136,8 +136,8 @@ def _record(kind, data, where: str):
         raise ValueError(f"{where}: {exc}") from None
 
 
-def _check_records(result: Result) -> None:
-    from matrixrl.memory.data import Entry, Label, Trajectory
+def check_records(result: Result) -> None:
+    from matrixrl.memcollab.data import Entry, Label, Trajectory
 
     def unique(keys: list, what: str) -> None:
         seen = set()
@@ -277,16 +277,16 @@ def ingest(results_dir: str | Path) -> int:
 
 def _ingest(results_dir: Path) -> int:
     db_file = store_path(results_dir)
-    state = _inspect(db_file)
-    if isinstance(state, _Problem):
-        _set_aside(db_file, state)  # and read every file into a new store below
+    state = inspect_store(db_file)
+    if isinstance(state, StoreProblem):
+        set_aside(db_file, state)  # and read every file into a new store below
     began = time.time_ns()
     known, again = _known_files(results_dir)
     pending, gone, misread = _changes(results_dir, known, again)
     parsed = [(rel, _read(path, kind), signature) for path, rel, kind, signature in pending]
     for rel, result, _ in parsed:
-        if _key(result) != L.result_key(rel):  # read_result checks the fields that make the key: never
-            raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(_key(result))}); {_FIX}")
+        if store_key(result) != L.result_key(rel):  # read_result checks the fields that make the key: never
+            raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(store_key(result))}); {_FIX}")
     if not parsed and not gone:
         return 0
     if not _writable(results_dir):
@@ -296,21 +296,21 @@ def _ingest(results_dir: Path) -> int:
     try:
         with Session(engine) as session, session.begin():
             for rel in (*gone, *misread):
-                _forget(session, *known[rel][4:])
+                forget_result(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
-            keys = [_key(result) for _, result, _ in parsed]
-            stored = _stored_digests(session, {cell for cell, _ in keys}) if not again else {}
+            keys = [store_key(result) for _, result, _ in parsed]
+            stored = stored_digests(session, {cell for cell, _ in keys}) if not again else {}
             for (rel, result, (size, mtime_ns, inode)), (cell, part) in zip(parsed, keys):
-                if stored.get((cell, part)) != _digest(result):
-                    _write_result(session, result)
+                if stored.get((cell, part)) != result_digest(result):
+                    write_result(session, result)
                     written += 1
                 # The file as it was before it was read: a change while it was read shows next time.
                 row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
-                _upsert(session, INGESTED_FILES, [row])
+                upsert_rows(session, INGESTED_FILES, [row])
             # Only a cell's train and eval results are its summary's inputs: memory results leave
             # cell_keys, and so every cached summary, as they were.
-            emptied = {known[rel][4] for rel in (*gone, *misread) if _is_cell_part(*known[rel][4:])}
-            _refresh_keys(session, emptied | {cell for cell, part in keys if _is_cell_part(cell, part)})
+            emptied = {known[rel][4] for rel in (*gone, *misread) if is_cell_part(*known[rel][4:])}
+            refresh_keys(session, emptied | {cell for cell, part in keys if is_cell_part(cell, part)})
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
                     session.execute(

@@ -23,9 +23,9 @@ from sqlalchemy.orm import Session
 
 from matrixrl.errors import DiskError, disk_errors_named
 from matrixrl.layout import store_path
-from matrixrl.store.ingestion import _check_records, engine_at, engine_for, repairing
-from matrixrl.store.schema import _IN_CHUNK, CELL_SUMMARIES, CELL_TRAININGS, FIGURES, METADATA
-from matrixrl.store.writes import Result, _is_cell_part, _refresh_keys, _upsert_sql, _write_result
+from matrixrl.store.ingestion import check_records, engine_at, engine_for, repairing
+from matrixrl.store.schema import CELL_SUMMARIES, CELL_TRAININGS, FIGURES, IN_CHUNK, METADATA
+from matrixrl.store.writes import Result, is_cell_part, refresh_keys, upsert_sql, write_result
 
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
@@ -67,9 +67,9 @@ class Store:
         keys: list[tuple[str, str]] = []
         with Session(self.engine) as session, session.begin():
             for result in results:
-                _check_records(result)
-                keys.append(_write_result(session, result))
-            _refresh_keys(session, {cell for cell, part in keys if _is_cell_part(cell, part)})
+                check_records(result)
+                keys.append(write_result(session, result))
+            refresh_keys(session, {cell for cell, part in keys if is_cell_part(cell, part)})
         return len(keys)
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
@@ -81,8 +81,8 @@ class Store:
             # The query as text on sqlite3's own connection: pandas reads it the same way, without
             # SQLAlchemy compiling it and wrapping every row (most of the time of a small read).
             driver = conn.connection.driver_connection
-            for start in range(0, max(len(cells), 1), _IN_CHUNK):
-                chunk = list(cells[start : start + _IN_CHUNK])
+            for start in range(0, max(len(cells), 1), IN_CHUNK):
+                chunk = list(cells[start : start + IN_CHUNK])
                 where, params = [f"cell IN ({', '.join('?' * len(chunk))})"], chunk
                 for column, wanted in equal.items():
                     values = [wanted] if isinstance(wanted, str) else list(wanted)
@@ -100,8 +100,8 @@ class Store:
         found: list[tuple] = []
         with self.engine.connect() as conn:
             driver = conn.connection.driver_connection  # sqlite3's own: rows as plain tuples
-            for start in range(0, len(cells), _IN_CHUNK):
-                chunk = list(cells[start : start + _IN_CHUNK])
+            for start in range(0, len(cells), IN_CHUNK):
+                chunk = list(cells[start : start + IN_CHUNK])
                 found += driver.execute(sql.format(cells=", ".join("?" * len(chunk))), chunk).fetchall()
         return found
 
@@ -152,7 +152,7 @@ class Store:
         return {cell: (key, json.loads(summary)) for cell, key, summary in rows}
 
     def cached_trainings(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
-        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell.training_part``)."""
+        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell_record.training_part``)."""
         rows = self._select("SELECT cell, cache_key, training FROM cell_trainings WHERE cell IN ({cells})", cells)
         return {cell: (key, json.loads(training)) for cell, key, training in rows}
 
@@ -186,7 +186,7 @@ class Store:
             if rows:
                 driver.executemany(sql, rows)
             if parts:
-                driver.executemany(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+                driver.executemany(upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
 
     @contextlib.contextmanager
     def _caching(self):
@@ -215,8 +215,8 @@ class Store:
         found: dict[str, tuple[str, bytes]] = {}
         with self.engine.connect() as conn:
             driver = conn.connection.driver_connection
-            for start in range(0, len(names), _IN_CHUNK):
-                chunk = list(names[start : start + _IN_CHUNK])
+            for start in range(0, len(names), IN_CHUNK):
+                chunk = list(names[start : start + IN_CHUNK])
                 sql = f"SELECT name, cache_key, png FROM figures WHERE name IN ({', '.join('?' * len(chunk))})"
                 found.update((name, (key, bytes(png))) for name, key, png in driver.execute(sql, chunk).fetchall())
         return found
@@ -229,7 +229,7 @@ class Store:
         rows = [(name, key, png) for name, (key, png) in figures.items()]
         try:
             with self._caching() as driver:
-                driver.executemany(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
+                driver.executemany(upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
         except DiskError:
             pass
 

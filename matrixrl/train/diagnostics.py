@@ -4,7 +4,7 @@ The study's mechanism claims are about gradients: under the isolated policy (IP)
 parallel same-role agents add up their gradients (amplification), under the shared
 policy (SP) the role with the most gradient mass captures the shared parameters.
 This module turns one update's per-agent gradient vectors into long-format rows;
-``matrixrl.analysis.diagnostics.summarize_diagnostics`` condenses many steps into one row per cell.
+``matrixrl.analysis.gradients.summarize_diagnostics`` condenses many steps into one row per cell.
 
 Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad``)
 ---------------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def _draw(
 ) -> dict[str, bytes]:
     """The PNGs of the curves of ``tasks`` and the diagnostics of ``cliff_cells`` (``study_figures``'
     figures), reading the diagnostics of those cells only."""
-    from matrixrl.analysis.cell import rows_of_cells
+    from matrixrl.analysis.cell_record import rows_of_cells
     from matrixrl.layout import store_path
     from matrixrl.report.plots import diagnostics_figure, diagnostics_name, learning_curve_figures, png_bytes
     from matrixrl.report.rows import current_trainings

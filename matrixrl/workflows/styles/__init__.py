@@ -19,7 +19,7 @@ A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:`
 section of experiments.yaml, defined beside the chat style) tunes the chat style.
 
 ``PromptGuide`` is the hook through which something outside the workflow (a memory,
-``matrixrl.jobs.memory``) adds guidance to a style's prompts: training calls it with each
+``matrixrl.jobs.memcollab``) adds guidance to a style's prompts: training calls it with each
 step's problems, an evaluation with its problems, before their rollouts; neither knows
 what the guidance is.
 """

@@ -127,7 +127,7 @@ class ChatStyle:
 
     def guide(self, blocks: Mapping[str, str], roles: Sequence[str]) -> None:
         """Put ``blocks[problem id]`` (a memory's guidance text) at the start of the user message of
-        every prompt ``roles`` write about that problem (docs/memory.md, "Retrieval and use").
+        every prompt ``roles`` write about that problem (docs/memcollab.md, "Retrieval and use").
         A problem without a block, and every other role, keeps its prompt byte for byte."""
         self._guidance = {problem: block for problem, block in blocks.items() if block}
         self._guided = frozenset(roles)

@@ -20,7 +20,7 @@ their source problems' labels), then per cell and checkpoint ``evaluate_memory``
 (step 0 once per base evaluation and bank: ``evaluate_base_memory``, copied). Each
 spec below holds exactly what its job's result is computed from, upstream results
 by their digests, so that changing the distiller reruns distillation, banks and
-memory evaluations, and nothing else (docs/memory.md, "The jobs").
+memory evaluations, and nothing else (docs/memcollab.md, "The jobs").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each job (matrixrl.memory.specs says what it reads) is its own process, forked from
+Each job (matrixrl.memcollab.specs says what it reads) is its own process, forked from
 the job server like training and evaluation (jobs/forked.py), and writes one result
 file (matrixrl.results) atomically. Models are base models, decoding with matrixrl's
 own loop (``train.rollout.make_generate``), stored in their compute dtype on a GPU and in
@@ -16,7 +16,7 @@ training and evaluation call them and import nothing of memory.
   from (memory seed, scale name), so two scales that load one model still sample
   differently; each answer scored by the task.
 - ``label``: the labeller's pick for each building and evaluation problem, greedy.
-- ``distill``: the mode's pairs (memory.modes.pairs_for), one distiller call per
+- ``distill``: the mode's pairs (memcollab.modes.pairs_for), one distiller call per
   pair, greedy, its reply prefilled with ``memory.distill_prefix``; every prompt and
   reply (prefix included) is kept with what was read from it.
 - ``bank``: the distilled constraints with their source problems' labels.
@@ -34,7 +34,7 @@ import numpy as np
 
 from matrixrl.errors import UserError
 from matrixrl.jobs.cost import Meter
-from matrixrl.memory import (
+from matrixrl.memcollab import (
     Entry,
     Label,
     MemoryBank,
@@ -49,7 +49,7 @@ from matrixrl.memory import (
     prompt_digest,
     retrieve,
 )
-from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
+from matrixrl.memcollab.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
 from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import (
     BankResult,

@@ -3,7 +3,7 @@
 One row per (workflow, task, scale, policy, extra axes) and memory mode, over the
 cells' seeds (docs/report.md). ``none`` is the ordinary evaluation of every
 checkpoint; the other modes are the same checkpoints evaluated with a memory's
-guidance (docs/memory.md).
+guidance (docs/memcollab.md).
 
 - ``base``: the mean over seeds of the accuracy at step 0 (the base model, with the
   mode's memory).
@@ -36,7 +36,7 @@ from matrixrl.analysis.seeds import GROUP_AXES, t_interval
 
 NONE = "none"
 MODES = (NONE, "own", "transfer", "self_contrast", "memcollab")
-"""Every memory mode, in docs/memory.md's order (``none``: no memory, the ordinary evaluation)."""
+"""Every memory mode, in docs/memcollab.md's order (``none``: no memory, the ordinary evaluation)."""
 
 FIGURES = [
     "n_seeds", "base", "peak", "peak_step",

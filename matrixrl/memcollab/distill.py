@@ -32,7 +32,7 @@ caller appends it to the prompt rendered with ``add_generation_prompt=True``,
 generates, and parses ``completed(prefix, completion)``; the entries then record it
 (``prompt_digest(system, user, prefix)``). It makes every reply start as a numbered
 constraint instead of a preamble; it does not make a model write "enforce" (measured
-with SmolLM2-135M-Instruct in docs/memory.md). A thinking model prefilled this way
+with SmolLM2-135M-Instruct in docs/memcollab.md). A thinking model prefilled this way
 skips its thinking; use no prefix ("") to let it think.
 """
 
@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from matrixrl.memory.data import Entry, Label, Pair
+from matrixrl.memcollab.data import Entry, Label, Pair
 from matrixrl.settings import settings_digest
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.chat import ELLIPSIS

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from matrixrl.memory.data import Entry, Label
+from matrixrl.memcollab.data import Entry, Label
 from matrixrl.tasks.base import Problem
 
 GUIDANCE_HEADER = (

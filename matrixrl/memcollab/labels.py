@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from matrixrl.memory.data import Label
+from matrixrl.memcollab.data import Label
 
 OTHER = Label("other", "other")
 MAX_LABEL_CHARS = 4000  # a label is a few words; longer replies are read this far

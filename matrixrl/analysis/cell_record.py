@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from matrixrl.analysis.curves import CurveSummary, summarize_curve
-from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
+from matrixrl.analysis.gradients import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import Signal, assess, signal_of
 from matrixrl.analysis.axes import PerCell, axes_of, cells_frame

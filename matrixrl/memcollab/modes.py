@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from matrixrl.memory.data import Pair, Trajectory
+from matrixrl.memcollab.data import Pair, Trajectory
 
 MODES = ("none", "own", "transfer", "self_contrast", "memcollab")
 CONTRAST_SAMPLES = 4  # self-contrast's default samples per problem

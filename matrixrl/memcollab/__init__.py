@@ -16,7 +16,7 @@ self-contrast (a model's own right vs wrong attempts) and MemCollab.
 This package is the pure core: texts and records in, texts and records out; no model.
 The caller renders the (system, user) messages with a chat template, generates, and
 hands the completions back. Where the paper is silent, these are the choices (each
-module's docstring gives its details; docs/memory.md collects them):
+module's docstring gives its details; docs/memcollab.md collects them):
 
 - Pairs (``modes``): MemCollab keeps only problems whose two outcomes differ (both
   right or both wrong: nothing to contrast). Self-contrast needs sampled attempts
@@ -36,8 +36,8 @@ module's docstring gives its details; docs/memory.md collects them):
 - Use: the guidance block opens the user message; no entries, no change.
 """
 
-from matrixrl.memory.data import Entry, Label, Pair, Trajectory
-from matrixrl.memory.distill import (
+from matrixrl.memcollab.data import Entry, Label, Pair, Trajectory
+from matrixrl.memcollab.distill import (
     DISTILLER_PREFIX,
     DROP_REASONS,
     MAX_ENTRIES,
@@ -48,9 +48,9 @@ from matrixrl.memory.distill import (
     parse_entries,
     prompt_digest,
 )
-from matrixrl.memory.labels import OTHER, TAXONOMY, labeller_messages, options, parse_label
-from matrixrl.memory.modes import MODES, needed_trajectories, pairs_for
-from matrixrl.memory.retrieval import MemoryBank, guidance_block, retrieve, with_guidance
+from matrixrl.memcollab.labels import OTHER, TAXONOMY, labeller_messages, options, parse_label
+from matrixrl.memcollab.modes import MODES, needed_trajectories, pairs_for
+from matrixrl.memcollab.retrieval import MemoryBank, guidance_block, retrieve, with_guidance
 
 __all__ = [
     "DISTILLER_PREFIX",
