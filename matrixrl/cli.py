@@ -1,10 +1,4 @@
-"""The ``matrixrl`` commands (doctor, plan, run, report, plot, export, models): output and errors.
-
-Over 500 lines on purpose: every command's options, help text and printed output are here,
-read side by side so they stay consistent; each command is a thin layer over ``Study``
-(planning, running, reporting live in their own modules), so splitting would scatter the
-interface without separating any logic.
-"""
+"""The ``matrixrl`` commands (doctor, plan, run, report, plot, export, models): output and errors."""
 
 from __future__ import annotations
 

@@ -12,9 +12,6 @@ A grid "needs a GPU" when a scale it uses is ``kind: hf`` without ``device: cpu`
 the checks, each fix saying how to get one or to set ``device: cpu`` instead. A grid of
 tiny (or ``device: cpu``) scales passes them on CPU. What each check passes on, and its
 fixes: docs/real-models.md, "Before a GPU run".
-
-Over 500 lines on purpose: the checks read top to bottom in the order they print, each a
-short function with its fix text beside it; one file is the list a user sees, whole.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The grid: cells, their ids, the runs that compute them, their specs and digests.
 
-Over 500 lines on purpose: cells and specs define each other (an extra axis multiplies only
-the cells whose spec it changes, so :func:`cells` asks :func:`cell_spec`), and the package
-reads them all as one vocabulary, ``grid as G``.
-
 Where a cell's files live is ``matrixrl.layout``'s business. The memory jobs' specs are
 ``matrixrl.memcollab.specs``'s; the grid uses them (a cell trained with a memory, the memory
 plan with the grid's model digests: :func:`plan_memory`, a cell's evaluation under a memory:

@@ -1,9 +1,5 @@
 """The experiments.yaml schema: one pydantic model per section.
 
-Over 500 lines on purpose: the schema reads top to bottom as experiments.yaml's sections do,
-each model beside the validators that check it, ending with :class:`Config` and its checks
-across sections; it is what docs/config-reference.md is generated from.
-
 Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
 has a description: ``python -m matrixrl.config.reference`` writes them into
 docs/config-reference.md. A task kind's settings live in its task module and a workflow's in
