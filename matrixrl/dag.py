@@ -1,27 +1,9 @@
 """The job graph: every job of a grid as a record, and every kind of job, each defined once.
 
-:data:`KINDS` lists the kinds of job (one Snakemake rule each): the file a job
-writes (a pattern over its wildcards), its log, the function that does the work,
-where it runs and its priority. :class:`Graph` turns a config into its jobs
-(:class:`Job`): kind, output, inputs, spec, the arguments of its function, GPUs,
-and the digests its output must record to be done. Everything else reads them:
-
-- ``matrixrl.status``: which jobs are done (``plan``, and what ``run`` forces);
-- the Snakefile: one rule per kind, each job looked up by its output;
-- ``python -m matrixrl.jobs KIND SPEC ARGS`` (the job processes), which calls the
-  function its kind names (matrixrl.jobs.execute);
-- ``matrixrl run``'s progress line: the pending jobs per kind.
-
-A job's function is ``function(spec, *args, log=...)``: its spec (a pydantic model,
-sent to a job process as JSON) and its arguments (the files it reads and writes, a
-checkpoint's step), as the job's record holds them. Forked kinds run in a child of
-the job server (matrixrl/jobs/forked.py); the others run in Snakemake's process
-(a copy of one small file, a few deletions, the store's analysis: local rules,
-never a cluster job).
-
-Adding a kind of job: its job module (the function) and one registration here, a
-:class:`Kind` in :data:`KINDS` and the jobs of a grid in :class:`Graph`
-(docs/extending.md).
+:data:`KINDS` lists the kinds of job (one Snakemake rule each); :class:`Graph` turns a
+config into its jobs (:class:`Job`), which the status, the Snakefile, the job processes
+and the run's progress all read. A job's function is ``function(spec, *args, log=...)``.
+docs/architecture.md, "The job graph, defined once"; adding a kind: docs/extending.md.
 """
 
 from __future__ import annotations
@@ -152,12 +134,8 @@ def science_json(payload) -> str:
 
 
 class Graph:
-    """Every job of ``config``'s grid, each after the jobs whose outputs it reads.
-
-    ``jobs`` is built once, in the order plan lists them: base models, the memory's
-    building jobs (a training may read a bank), base-model evaluations, each run's
-    training and evaluations, evaluations under a memory, retention, the analysis.
-    Specs are computed once per run; nothing is serialised until a job runs.
+    """Every job of ``config``'s grid, each after the jobs whose outputs it reads, built once
+    in the order plan lists them; nothing is serialised until a job runs.
     """
 
     def __init__(self, config: Config):
