@@ -1,12 +1,8 @@
 """Queries: the Store's reads for reports, its caches (summaries, trainings, figures), and read_table.
 
-For incremental reports the store also keeps, per cell, a digest of every result
-it holds for that cell and the spec digest it was computed under (``cell_inputs``:
-one row per train or eval result; ``cell_keys``: the SHA-256 of all of them in one
-row per cell, rewritten with every write), and caches, each entry with the cache key
-of what it was computed from: the cell's summary (``cell_summaries``), what the
-summary takes from its training alone (``cell_trainings``), and the HTML page's drawn
-figures (``figures``); see :class:`Store`, ``matrixrl.report.records`` and ``.html``.
+The caches (``cell_summaries``, ``cell_trainings``, ``figures``) are keyed by digests of
+what they were computed from (``cell_inputs``, ``cell_keys``): docs/architecture.md,
+"Reports at scale".
 """
 
 from __future__ import annotations
@@ -125,11 +121,8 @@ class Store:
 
     def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
         """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
-        what a cache key of the cell's results is made of; cells with none are absent.
-
-        Read from ``cell_keys``, one row per cell (a report reads them all each time, and a
-        row per result took most of a report with every record cached); only a cell with a
-        result computed under another spec than its current one reads its results' digests.
+        what a cache key of the cell's results is made of; cells with none are absent. Read
+        from ``cell_keys``, but for a cell with a result of another spec than its current one.
         """
         found: dict[str, str] = {}
         filtered = []
@@ -160,10 +153,8 @@ class Store:
         self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]] | None = None
     ) -> None:
         """Cache ``{cell: (cache key, summary)}``, counting each cell's computations, and
-        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction.
-
-        Only a cache: a store that cannot be written (a read-only results folder,
-        an archive) keeps its old entries, and the report is computed all the same.
+        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction; a store that
+        cannot be written keeps its old entries.
         """
         if not summaries and not trainings:
             return
@@ -190,11 +181,8 @@ class Store:
 
     @contextlib.contextmanager
     def _caching(self):
-        """One transaction on sqlite3's connection that writes the caches only, committed
-        without waiting for the disk (``synchronous = OFF``; the ingest's transactions do):
-        the wait was most of a report with nothing new to compute. A crash of the machine
-        amid it loses cache entries, at worst damages the file, which the store then
-        moves aside and rebuilds from the result files (see ``matrixrl.store.repair``)."""
+        """One transaction on sqlite3's connection that writes the caches only, committed without
+        waiting for the disk (docs/architecture.md, "Reports at scale")."""
         with disk_errors_named(self.path, "the store"), self.engine.connect() as conn:
             driver = conn.connection.driver_connection
             (synchronous,) = driver.execute("PRAGMA synchronous").fetchone()

@@ -1,19 +1,9 @@
 """Repair: a store that cannot be used is told, moved aside and created anew.
 
-A store that cannot be used — not a SQLite file, truncated or malformed, a table
-missing or with other columns than these, written by another schema version — is
-moved aside (``matrixrl.sqlite.damaged-YYYYmmdd-HHMMSS``, with its journal if
-any), said so in one line on stderr, and rebuilt from the result files. Every
-open (:func:`engine_at`) checks what is cheap to check: the header, the schema
-version, every table's columns. ``PRAGMA quick_check`` reads the whole file (about
-75 ms for a 35 MB store, 0.6 s for the 210 MB one of ``bench/report.py``), so it
-runs only when an operation on the store fails (:func:`repairing`), to tell a
-damaged file from any other error. A store that cannot be moved aside is a
-:class:`StoreError` naming the fix.
-
-Rebuilding is an ingest, and an ingest opens the store: so the two that open it
-and rebuild it, :func:`engine_at` and :func:`repairing`, are in
-``matrixrl.store.ingestion``, with ``ingest``; what they do to a store is here.
+An unusable store (not SQLite, damaged, a table missing or changed, another schema
+version) is moved aside with one line on stderr, to be rebuilt from the result files;
+one that cannot be moved is a :class:`StoreError` naming the fix. The opening and
+rebuilding live in ``matrixrl.store.ingestion``; docs/faults.md, "The store".
 """
 
 from __future__ import annotations

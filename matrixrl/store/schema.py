@@ -1,16 +1,7 @@
 """The store's schema: its tables (the result tables derived from matrixrl.results), version and engine.
 
-Besides the cells' training and evaluation files the store holds the memory's (MemCollab,
-docs/memcollab.md): each checkpoint's evaluation under a memory mode
-(``memory_evaluations``, ``memory_role_metrics``) and what each of its problems was
-shown (``retrievals``), and what the memory was built from: trajectories, labels, the
-distiller's prompts and replies (``distill_prompts``) and every memory's entries with
-their provenance (``memory_entries``), one row per such file in ``memory_builds``.
-A memory-building result belongs to no cell: ``ingested_files`` names it by
-``memory:TASK`` and its part (``trajectories/SCALE-kN``, ``labels``, ``distilled/BANK``,
-``bank/BANK``), and a memory evaluation by its cell and ``memory/MODE/step_N``. Their
-digests are kept in ``memory_inputs``, apart from ``cell_inputs``, so that a memory
-result never changes a cell's summary cache key.
+Besides the cells' results it holds MemCollab's (docs/memcollab.md), whose digests are kept
+in ``memory_inputs``, apart from ``cell_inputs``. Each table's comment says what a row is.
 """
 
 from __future__ import annotations

@@ -289,13 +289,9 @@ def _write_memory_build(session: Session, part: str, result: Result) -> None:
 
 def refresh_keys(session: Session, cells: set[str]) -> None:
     """Write ``cell_keys`` again for ``cells`` from their ``cell_inputs`` (after results were
-    written or forgotten; a cell without any result has none).
-
-    ``inputs`` is the SHA-256 of every (part, digest, spec digest) in order, not their text
-    (15 kB for a cell of 100 checkpoints): a report reads and hashes every cell's, and the
-    text made up most of an incremental report's reading (docs/performance.md). A store
-    written before keeps its texts until a cell's next write: a different key, so that
-    cell's record is computed once more."""
+    written or forgotten; a cell without any result has none): the SHA-256 of every (part,
+    digest, spec digest) in order (docs/architecture.md, "Reports at scale").
+    """
     listed = sorted(cells)
     conn = session.connection()  # its engine's connections have sha256_hex (engine_at)
     for start in range(0, len(listed), IN_CHUNK):
