@@ -1,19 +1,9 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table is computed from one record per cell (``matrixrl.analysis.cell_record``), which the
-store caches (``records``); a report recomputes only the cells whose results or settings
-changed, and aggregates the records into the requested tables. The grid's frames and the
-rows' order are ``grid_frames``'s; the memory and cost tables read the store's own rows
-(``from_store``).
-
-Only results computed under the cell's current spec are reported
-(``rows.current_specs``): an evaluation whose spec digest is not the cell's
-``eval_digest()``, a training whose is not its ``train_digest()`` (an old
-schedule's checkpoint left on disk, say) is left out; results without a spec
-digest (files written before digests) are kept.
-
-Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
-axes first — each axis in the order experiments.yaml lists its values.
+Every table aggregates one cached record per cell (``matrixrl.analysis.cell_record``), so a
+report recomputes only the cells whose results or settings changed (docs/architecture.md,
+"Reports at scale"); the memory and cost tables read the store's own rows. Only results
+computed under a cell's current spec are reported (``rows.current_specs``).
 """
 
 from __future__ import annotations
@@ -138,18 +128,11 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
-    ``db_file`` is the SQLite file (``matrixrl.layout.store_path(results_dir)``);
-    this reads it and refreshes its per-cell cache, it does not ingest result files.
-    ``group_by`` (``"workflow,policy"`` or a list) sorts rows by those axes first;
-    ConfigError if an axis is unknown or the table aggregates over it.
-    ``only`` (``{axis: values}``, e.g. from ``--only``) keeps the rows of those
-    cells; ``compare`` still takes its controls (the other policy mode, the
-    ``single`` workflow) from the whole grid of ``config``, and keeps a row when
-    every axis it names is selected. Per-cell tables (summary, diagnostics,
-    mechanism) have a ``cell`` column first; tables may be empty. The mechanism
-    table's one-line tally is in ``frame.attrs["caption"]``. ``against`` (``(axis, control
-    value)``, from :func:`parse_against`) makes ``compare`` every value of that axis
-    against the control instead of the built-in comparisons.
+    Reads the SQLite file ``db_file`` and refreshes its per-cell cache (no ingest).
+    ``group_by``, ``only`` and ``against`` (from :func:`parse_against`) are ``--group-by``,
+    ``--only`` (``{axis: values}``; controls still come from the whole grid) and
+    ``--against``; ConfigError if an axis is unknown or the table aggregates over it.
+    Per-cell tables have a ``cell`` column first; tables may be empty.
     """
     frames, _ = _build(db_file, config, names, group_by, only, against)
     return frames

@@ -105,12 +105,10 @@ def report_pngs(
     """The page's plots as PNGs: the learning curves of every task, then the gradient
     diagnostics of each of ``cliff_cells``, as ``study_figures`` draws them.
 
-    Each is kept in the store under a cache key of what it is drawn from (the digests of
-    its cells' results, the grid's cells, the thresholds, the drawing code and the
-    versions of matplotlib and Pillow) and drawn again only when that changes: drawing
-    is most of the time of a page, and after a new evaluation only its task's curves
-    change. ``cells`` (grid order) and ``evals`` as in ``plots.PlotData``; ``current``:
-    ``rows.current_specs`` of ``config``.
+    Each is cached in the store under a key of what it is drawn from (its cells' results,
+    the thresholds, the drawing code, matplotlib's and Pillow's versions) and drawn again
+    only when that changes (docs/architecture.md, "Reports at scale"). ``cells`` and
+    ``evals`` as in ``plots.PlotData``; ``current``: ``rows.current_specs`` of ``config``.
     """
     from matrixrl import grid as G
     from matrixrl.layout import store_path
