@@ -1,14 +1,9 @@
 """The chat prompt style: role prompts as chats for instruct models.
 
-Each role's prompt is a system message (what the role does and how to answer) and a
-user message (the problem, plus what the role is shown), rendered with the tokenizer's
-chat template so the prompt ends where the assistant's reply begins. Reading replies:
-a math answer by the order docs/tasks.md gives (``\\boxed{}``, ``#### N``, ``Answer:``,
-the last number, the whole text); a code answer is the first ``python`` (or untagged)
-fenced block, else the whole reply; a verdict is the last ``VERDICT: CORRECT`` /
-``VERDICT: INCORRECT`` (none approves nothing); strategies are the numbered lines, else
-the non-empty ones, padded by repeating the last. Quoted replies keep their last
-``PromptSettings.quote_chars`` characters (docs/real-models.md, "prompt_style").
+Each role's prompt is a system message (what the role does and how to answer) and a user
+message (the problem, plus what the role is shown), rendered with the tokenizer's chat
+template. How answers, code, verdicts and strategies are read from a reply: docs/tasks.md
+and docs/real-models.md, "prompt_style".
 """
 
 from __future__ import annotations
