@@ -24,15 +24,11 @@ MEMORY_EVALUATIONS = ("copy_base_memory_eval", "evaluate_memory")
 
 @dataclass
 class Plan:
-    """The jobs of a grid as ``matrixrl plan`` shows them.
+    """The jobs of a grid as ``matrixrl plan`` shows them (docs/api.md, "Planning and running it").
 
-    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output,
-    ``gpu_memory``: its GPU memory estimate against its GPU, None for a job that claims no
-    GPU (``gpu_memory.fits.job_memory``); and ``resources`` under a profile). ``cells``:
-    how many cells the grid has (a one-role workflow's isolated cell is its shared cell's
-    run). ``run_command``: the command that runs the pending jobs, with the options this
-    plan was made with. ``design``: per claim of the claims table, what this grid can
-    decide (``Study.design()``).
+    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output, ``gpu_memory``
+    or None, and ``resources`` under a profile); ``run_command``: the command that runs the
+    pending jobs with this plan's options.
     """
 
     config: Config
