@@ -25,10 +25,8 @@ from matrixrl import environment
 from matrixrl.errors import GpuClaimError
 
 LOCK_DIR_ENV = environment.GPU_LOCK_DIR
-# PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and
-# what a job sets when neither is: docs/performance.md, "Reserved memory while the KV
-# cache grows" (the KV cache grows by concatenation every decoding step, and the default
-# allocator strands gigabytes between its outgrown blocks).
+# PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and what a
+# job sets when neither is: docs/performance.md, "Reserved memory while the KV cache grows".
 ALLOCATOR_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ALLOCATOR_DEFAULT = "expandable_segments:True"
 WAIT_ENV = environment.GPU_WAIT_S

@@ -14,11 +14,8 @@ import torch
 
 from matrixrl.models.versions import check_kv_cache_kept
 
-# Prompts that share a prefix of at least this many tokens have it encoded once. Below
-# it the saving (the prefix's tokens times the other prompts) is less than the extra
-# forward call costs on CPU (a call of a few rows of tiny-s costs what ~100 token
-# positions do). Compact-style prompts (tiny models) share far less (a default question is at
-# most 14 tokens), so they keep the exact layout their recorded results were decoded with.
+# Prompts that share a prefix of at least this many tokens have it encoded once; why 32:
+# docs/architecture.md, "Shared prefixes".
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
