@@ -13,8 +13,7 @@ compact prompts, full model), the CPU scale the default grid trains. The table
 gives the median seconds per step (after one untimed warm-up step), the completion
 and prompt tokens per step, and the step's throughput in parameter-tokens per
 second (parameters × (prompt + completion) tokens / seconds), the quantity that
-carries over to other model sizes when a cost is extrapolated (README, "Real
-models on GPUs"). SmolLM2 cannot add, so its rewards and advantages are zero; the
+carries over to other model sizes when a cost is extrapolated (docs/real-models.md). SmolLM2 cannot add, so its rewards and advantages are zero; the
 forward, backward and optimizer work is done in full all the same.
 
     python bench/smollm2_step.py [--steps 2] [--problems 2] [--group 4] [--tokens 64]

@@ -1,9 +1,9 @@
-"""The README's table of the default study, and its learning curves, from Python.
+"""The default study's table (docs/default-study.md), and its learning curves, from Python.
 
     python examples/from_python.py                      # the repository's experiments.yaml and results/
     python examples/from_python.py examples/lr-sweep.yaml --only train.lr=1e-04
 
-Prints the summary of seed 0 arranged by policy, as the README shows it (peak, its
+Prints the summary of seed 0 arranged by policy, as docs/default-study.md shows it (peak, its
 step, final accuracy and the gain in standard errors, shared beside isolated), and
 writes each task's learning-curve figure as a PNG, by default into the study's results
 folder (``results/plots-from-python/``, which git ignores), never into the checkout.

@@ -1,10 +1,4 @@
-"""The ``matrixrl`` commands (doctor, plan, run, report, plot, export, models): output and errors.
-
-Over 500 lines on purpose: every command's options, help text and printed output are here,
-read side by side so they stay consistent; each command is a thin layer over ``Study``
-(planning, running, reporting live in their own modules), so splitting would scatter the
-interface without separating any logic.
-"""
+"""The ``matrixrl`` commands (doctor, plan, run, report, plot, export, models): output and errors."""
 
 from __future__ import annotations
 
@@ -467,7 +461,7 @@ def report(
     dominant role's share (shared) rose before the cliff onset. `--table memory`:
     per workflow, task, scale, policy and memory mode (grid.memory), accuracy at
     base and at its peak, the difference from no memory paired by seed with its
-    interval, constraints shown per problem and response tokens (docs/memory.md).
+    interval, constraints shown per problem and response tokens (docs/memcollab.md).
     `--table claims`: each finding of the study (multi-agent RL helps; gains depend
     on workflow × task × scale; isolated peaks higher and cliffs more; shared fails
     otherwise; the mechanism precedes cliffs) tested on these cells: its test,

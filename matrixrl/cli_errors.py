@@ -1,18 +1,12 @@
 """A mistyped command line (an unknown option, a value of the wrong kind) as one ``Error:`` line.
 
-Click, under typer, reports a bad option value as a usage block and a boxed message in
-its own words (``Invalid value for '--cores': Input should be a valid integer, unable to
-parse string as an integer``). The ``matrixrl`` app's group (:class:`OneLineErrors`)
-catches those usage errors wherever click raises them, parsing the group's options or a
-command's, and prints them as the rest of matrixrl's user errors are printed: one line
-on stderr, ``OPTION VALUE: what is wrong; the fix``, exit status 2, no usage block::
+The ``matrixrl`` app's group (:class:`OneLineErrors`) catches click's usage errors, wherever
+click raises them, and prints them as matrixrl's other user errors: one line on stderr,
+``OPTION VALUE: what is wrong; the fix``, exit status 2, no usage block::
 
-    Error: --table seed: unknown table; did you mean seeds?
     Error: --cores two: expected a whole number, e.g. --cores 2
 
-Only click's exceptions are read here, duck-typed: which click typer uses (its own copy,
-from typer 0.2x on, or the click package) does not matter. A help request (a group run
-without a command) passes through.
+click's exceptions are duck-typed, so typer's own copy of click and the package serve alike.
 """
 
 from __future__ import annotations

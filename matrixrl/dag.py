@@ -1,27 +1,9 @@
 """The job graph: every job of a grid as a record, and every kind of job, each defined once.
 
-:data:`KINDS` lists the kinds of job (one Snakemake rule each): the file a job
-writes (a pattern over its wildcards), its log, the function that does the work,
-where it runs and its priority. :class:`Graph` turns a config into its jobs
-(:class:`Job`): kind, output, inputs, spec, the arguments of its function, GPUs,
-and the digests its output must record to be done. Everything else reads them:
-
-- ``matrixrl.status``: which jobs are done (``plan``, and what ``run`` forces);
-- the Snakefile: one rule per kind, each job looked up by its output;
-- ``python -m matrixrl.jobs KIND SPEC ARGS`` (the job processes), which calls the
-  function its kind names (matrixrl.jobs.execute);
-- ``matrixrl run``'s progress line: the pending jobs per kind.
-
-A job's function is ``function(spec, *args, log=...)``: its spec (a pydantic model,
-sent to a job process as JSON) and its arguments (the files it reads and writes, a
-checkpoint's step), as the job's record holds them. Forked kinds run in a child of
-the job server (matrixrl/jobs/forked.py); the others run in Snakemake's process
-(a copy of one small file, a few deletions, the store's analysis: local rules,
-never a cluster job).
-
-Adding a kind of job: its job module (the function) and one registration here, a
-:class:`Kind` in :data:`KINDS` and the jobs of a grid in :class:`Graph`
-(docs/extending.md).
+:data:`KINDS` lists the kinds of job (one Snakemake rule each); :class:`Graph` turns a
+config into its jobs (:class:`Job`), which the status, the Snakefile, the job processes
+and the run's progress all read. A job's function is ``function(spec, *args, log=...)``.
+docs/architecture.md, "The job graph, defined once"; adding a kind: docs/extending.md.
 """
 
 from __future__ import annotations
@@ -75,7 +57,7 @@ def _named(path: str):
 
 
 _STEP = (("step", r"[1-9]\d*"),)  # step 0 is the base model's evaluation, copied
-_J, _G, _M = "matrixrl.jobs", "matrixrl.grid", "matrixrl.memory.specs"
+_J, _G, _M = "matrixrl.jobs", "matrixrl.grid", "matrixrl.memcollab.specs"
 
 KINDS: tuple[Kind, ...] = (
     Kind("prepare_base", L.base_result("{scale}"), f"{_J}.prepare_base:prepare_base", f"{_G}:BaseSpec"),
@@ -84,10 +66,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("copy_base_eval", L.eval_result("{cell}", 0), f"{_J}.evaluate:copy_base_eval", f"{_G}:CellSpec", forked=False),
     # Evaluations go before another training starts: a cell's checkpoints are pruned once all are evaluated.
     Kind("evaluate", L.eval_result("{cell}", "{step}"), f"{_J}.evaluate:evaluate", f"{_G}:CellSpec", priority=1, constraints=_STEP),
-    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), f"{_J}.memory:collect", f"{_M}:CollectSpec"),
-    Kind("label", L.labels_result("{task}"), f"{_J}.memory:label", f"{_M}:LabelSpec"),
-    Kind("distill", L.distilled_result("{task}", "{bank}"), f"{_J}.memory:distill", f"{_M}:DistillSpec"),
-    Kind("bank", L.bank_result("{task}", "{bank}"), f"{_J}.memory:bank", f"{_M}:BankSpec", forked=False),
+    Kind("collect", L.trajectories_result("{task}", "{scale}", "{samples}"), f"{_J}.memcollab:collect", f"{_M}:CollectSpec"),
+    Kind("label", L.labels_result("{task}"), f"{_J}.memcollab:label", f"{_M}:LabelSpec"),
+    Kind("distill", L.distilled_result("{task}", "{bank}"), f"{_J}.memcollab:distill", f"{_M}:DistillSpec"),
+    Kind("bank", L.bank_result("{task}", "{bank}"), f"{_J}.memcollab:bank", f"{_M}:BankSpec", forked=False),
     Kind("evaluate_base_memory", L.base_memory_eval_result("{scale}", "{bank}", "{name}"), f"{_J}.evaluate:evaluate_base_memory", f"{_G}:MemoryEvalSpec"),
     Kind("copy_base_memory_eval", L.memory_eval_result("{cell}", "{mode}", 0), f"{_J}.evaluate:copy_base_memory_eval", f"{_G}:MemoryEvalSpec", forked=False),
     Kind("evaluate_memory", L.memory_eval_result("{cell}", "{mode}", "{step}"), f"{_J}.evaluate:evaluate_memory", f"{_G}:MemoryEvalSpec", priority=1, constraints=_STEP),
@@ -152,18 +134,14 @@ def science_json(payload) -> str:
 
 
 class Graph:
-    """Every job of ``config``'s grid, each after the jobs whose outputs it reads.
-
-    ``jobs`` is built once, in the order plan lists them: base models, the memory's
-    building jobs (a training may read a bank), base-model evaluations, each run's
-    training and evaluations, evaluations under a memory, retention, the analysis.
-    Specs are computed once per run; nothing is serialised until a job runs.
+    """Every job of ``config``'s grid, each after the jobs whose outputs it reads, built once
+    in the order plan lists them; nothing is serialised until a job runs.
     """
 
     def __init__(self, config: Config):
         from matrixrl import grid as G
         from matrixrl.grid import memory_evals, plan_memory
-        from matrixrl.memory.specs import training_needs
+        from matrixrl.memcollab.specs import training_needs
 
         self.config = config
         self.runs = G.runs(config)  # a one-role workflow's isolated cell is its shared cell's run
@@ -229,7 +207,7 @@ class Graph:
         return self.bases[scale]
 
     def _memory_building(self) -> None:
-        """collect, label, distill and bank per task (matrixrl.memory.specs), after the base
+        """collect, label, distill and bank per task (matrixrl.memcollab.specs), after the base
         models of memory scales outside grid.scale."""
         from matrixrl import grid as G
 

@@ -1,20 +1,9 @@
 """The disk a grid's checkpoints need at their peak, under ``train.keep_checkpoints``.
 
-A checkpoint (``trainer.save_checkpoint``) holds, per parameter set (one under
-shared, one per role under isolated), the trained weights (the whole model under
-``policies.adapter: full``, the LoRA adapter under ``lora``) and AdamW's two moment
-tensors of the same size; the step-0 checkpoint has no optimizer state yet. Its
-size is measured where the cell has a trained checkpoint on disk, and otherwise
-computed from the model's shapes: a tiny scale's settings, or an hf model's
-``config.json`` (a folder, or the local Hugging Face cache), for the Llama/Qwen
-family of decoders. Nothing is loaded and torch is not imported.
-
-The peak: every cell at what retention leaves it (``key``: the cell's measured
-remainder once pruned, else an upper bound of five checkpoints: the peak, the final,
-a cliff's onset and its two neighbours; ``all``: every checkpoint), plus, for the
-``in_flight`` largest cells not yet pruned, their whole set: a cell is pruned only
-once all its evaluations are done (the Snakefile runs evaluations before further
-trainings, so about as many cells as jobs can run at once hold a whole set).
+A checkpoint's size is measured where the cell has one, else computed from the model's
+shapes (a tiny scale's settings or an hf ``config.json``), without loading anything or
+importing torch. What counts at the peak: docs/configuration.md, "Checkpoint retention
+and the disk it needs".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """What a run of the grid needs, checked one line each, ✓ or ✗ with the fix (``matrixrl doctor``).
 
-Each check is a function of the grid (the selected cells' ``Config``) and the Snakemake
-profile (None: jobs run on this machine) that returns its results, :class:`Check`: a
-name, whether it passes, what it found, and the fix when it does not. ``CHECKS`` lists
-them in the order they print; :func:`diagnose` runs them. Nothing starts CUDA (GPUs come
-from nvidia-smi, torch's view of them from NVML), no model's weights are loaded (its
-config and tokenizer are, offline), nothing is downloaded, and nothing is left behind.
-
-A grid "needs a GPU" when a scale it uses is ``kind: hf`` without ``device: cpu``
-(``models.hf.needs_gpu``): such a grid is meant for GPUs, and a machine without one fails
-the checks, each fix saying how to get one or to set ``device: cpu`` instead. A grid of
-tiny (or ``device: cpu``) scales passes them on CPU. What each check passes on, and its
-fixes: docs/real-models.md, "Before a GPU run".
-
-Over 500 lines on purpose: the checks read top to bottom in the order they print, each a
-short function with its fix text beside it; one file is the list a user sees, whole.
+Each check in ``CHECKS`` (in print order) takes the grid's ``Config`` and the Snakemake
+profile (None: this machine) and returns :class:`Check` results; :func:`diagnose` runs
+them. Nothing starts CUDA, loads weights, downloads or is left behind. What each check
+passes on, and its fixes: docs/real-models.md, "Before a GPU run".
 """
 
 from __future__ import annotations
@@ -196,10 +185,8 @@ def _hub_tasks(config: Config) -> list[str]:
 
 def missing_packages(config: Config) -> list[tuple[str, str]]:
     """(what is missing, the fix) for each package a run of the grid imports that is not installed:
-    matrixrl's own dependencies (as its installed metadata lists them; ``REQUIRED``'s have their
-    own lines), and the ``hub`` extra's where a task reads the hub. An image installed with
-    ``--no-deps``, or a wheel folder that lacked one, leaves them out; the job would stop at its
-    import. Without network here (``HF_HUB_OFFLINE=1``) the fix says how to bring the wheel."""
+    matrixrl's own dependencies as its metadata lists them (``REQUIRED``'s have their own lines),
+    and the ``hub`` extra's where a task reads the hub."""
     import importlib.metadata
 
     from packaging.requirements import InvalidRequirement, Requirement
@@ -451,9 +438,8 @@ def _first_line(exc: BaseException) -> str:
 
 def check_gpu_memory(config: Config, profile: Path | None) -> list[Check]:
     """The largest training and evaluation job's estimate (matrixrl.gpu_memory) against the GPU
-    each will get: the smallest visible one, or under a profile its ``gpu_memory_gib``. A job that
-    does not fit fails with the fixes ``plan`` names; so does a GPU whose memory is unknown (then
-    ``run`` could refuse nothing, and a job would run out of memory hours in)."""
+    each will get (the smallest visible one, or a profile's ``gpu_memory_gib``); a GPU whose
+    memory is unknown fails too."""
     from matrixrl.gpu_memory import gib, gpu_budget
     from matrixrl.gpu_memory.budget import PROFILE_RESOURCE
     from matrixrl.gpu_memory.fits import largest_jobs, refused_jobs

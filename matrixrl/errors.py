@@ -150,12 +150,9 @@ _SQLITE_FIXES = {
 
 
 def disk_error_message(exc: BaseException, where: str | Path = ".") -> str | None:
-    """One line naming a disk-space or permission failure anywhere in ``exc``'s chain, or None.
-
-    Some writers lose the OS error on the way (torch reports a full disk as
-    ``basic_ios::clear: iostream error``, Rust libraries as ``os error 28``, SQLite as
-    ``database or disk is full``); those are recognised by their text or result
-    code, torch's only while ``where``'s file system is nearly full.
+    """One line naming a disk-space or permission failure anywhere in ``exc``'s chain, or None;
+    writers that lose the OS error (torch, Rust libraries, SQLite) are recognised by their text,
+    torch's only while ``where``'s file system is nearly full.
     """
     cause = _disk_cause(exc, where)
     if cause is None:

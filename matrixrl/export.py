@@ -1,31 +1,10 @@
 """A study's results in experiment trackers: TensorBoard event files and W&B offline runs.
 
-``matrixrl export tensorboard|wandb`` writes one run per grid cell with three
-families of scalars (:func:`study_points`):
-
-- ``train/...``: each training step's metrics (``train/reward`` is the mean reward);
-- ``roles/ROLE/...``: each role's gradient diagnostics and own metrics at every
-  training step (``roles/generator/grad_norm``, ``.../grad_share``,
-  ``.../amplification``, ``roles/generator/agents/generator0/grad_norm``, ...);
-- ``eval/...``: each evaluated checkpoint (``eval/accuracy``, ``eval/se``,
-  ``eval/pass@2``, ``eval/generator/answer_acc``, ...), at its training step.
-
-Exports are incremental. A results file holds one *part* of a cell: its training,
-or one checkpoint's evaluation. The state file in the output folder
-(:data:`STATE_FILE`) keeps a digest of every part exported per cell, so a later
-export writes only the parts that are new, and an unchanged study writes
-nothing. A cell's run is rewritten whole (its old files removed) when a part it
-exported changed or is gone (a cell re-trained under new settings), or when a new
-checkpoint comes before one already exported: trackers keep a metric's steps in
-order, and TensorBoard hides points that are logged out of order.
-
-Files are written before the state that records them, each atomically; files in
-the output folder that the state does not record (an export killed half-way)
-are removed by the next export, which then writes their parts again.
-
-Neither tracker is a dependency of matrixrl: ``pip install 'matrixrl[tensorboard]'``
-or ``'matrixrl[wandb]'``. W&B runs are written in offline mode only (no network);
-``wandb sync`` uploads them.
+``matrixrl export tensorboard|wandb`` writes one run per grid cell (the scalars:
+:func:`study_points`). Exports are incremental: the state file (:data:`STATE_FILE`)
+keeps a digest of every *part* (a cell's training, one checkpoint's evaluation)
+exported, and files are written before the state that records them. What a run
+holds, when a run is rewritten whole, and why: docs/export.md.
 """
 
 from __future__ import annotations
@@ -273,12 +252,9 @@ def export_study(
     group: str | None = None,
 ) -> ExportSummary:
     """Export ``study``'s selected cells to ``tracker`` (``tensorboard`` or ``wandb``) in ``out``
-    (default: ``RESULTS/tensorboard`` or ``RESULTS/wandb``), incrementally (see the module docstring).
-
-    W&B only: ``project`` and ``group`` (default: the study's experiments file name) of its runs.
-    A cell without current results (none yet, or only results of other settings) is left as
-    it is. Raises ExportError when the tracker's package is missing or ``out`` is not an
-    export folder, ConfigError when the study has no results yet.
+    (default: ``RESULTS/tensorboard`` or ``RESULTS/wandb``), incrementally; ``project`` and
+    ``group``: W&B's. Raises ExportError when the tracker's package is missing or ``out`` is
+    not an export folder, ConfigError when the study has no results yet.
     """
     if tracker not in TRACKERS:
         raise ExportError(f"unknown tracker {tracker!r}; {did_you_mean(tracker, TRACKERS)}")
@@ -350,11 +326,8 @@ def _missing(package: str, tracker: str) -> ExportError:
 
 
 class TensorBoardRuns:
-    """One TensorBoard run (a folder of event files) per cell: ``OUT/CELL/events.out.tfevents.N.matrixrl``.
-
-    Each export adds at most one event file per cell, numbered after the last, so a
-    run's files sort in the order they were written, as TensorBoard reads them. A
-    scalar is a ``simple_value`` summary at its step; one event holds a step's scalars.
+    """One TensorBoard run (a folder of event files) per cell: ``OUT/CELL/events.out.tfevents.N.matrixrl``,
+    one more file, numbered after the last, per export with something new (docs/export.md).
     """
 
     def __init__(self, out: Path, key: str, study: Study, **_: Any):
@@ -408,14 +381,8 @@ class TensorBoardRuns:
 
 
 class WandbRuns:
-    """One W&B offline run per cell (``OUT/wandb/offline-run-*-ID``), in offline mode only.
-
-    W&B cannot append to an offline run, so each export that has something new for
-    a cell writes one more offline run folder with the same run id, resumed, holding
-    only the new rows; ``wandb sync`` uploads a run's folders in order as one run. A
-    row's ``train/step`` or ``eval/step`` is its training step (each metric's x axis,
-    set with ``define_metric``); W&B's own step counts the rows. A rewritten cell gets
-    a new run id, and its old folders are removed.
+    """One W&B offline run per cell (``OUT/wandb/offline-run-*-ID``), in offline mode only: one more
+    run folder with the same run id, resumed, per export with something new (docs/export.md).
     """
 
     def __init__(self, out: Path, key: str, study: Study, *, project: str = "matrixrl", group: str | None = None):

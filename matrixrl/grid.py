@@ -1,13 +1,7 @@
 """The grid: cells, their ids, the runs that compute them, their specs and digests.
 
-Over 500 lines on purpose: cells and specs define each other (an extra axis multiplies only
-the cells whose spec it changes, so :func:`cells` asks :func:`cell_spec`), and the package
-reads them all as one vocabulary, ``grid as G``.
-
-Where a cell's files live is ``matrixrl.layout``'s business. The memory jobs' specs are
-``matrixrl.memory.specs``'s; the grid uses them (a cell trained with a memory, the memory
-plan with the grid's model digests: :func:`plan_memory`, a cell's evaluation under a memory:
-:class:`MemoryEvalSpec`), and ``matrixrl.memory`` never imports the grid.
+What reruns what, and why: docs/design.md §6. Files live where ``matrixrl.layout`` says;
+the memory jobs' specs are ``matrixrl.memcollab.specs``'s (which never imports the grid).
 """
 from __future__ import annotations
 
@@ -37,7 +31,7 @@ from matrixrl.config import (
     science,
 )
 from matrixrl.config.sweeps import canonical, key_parts, value_at, with_settings
-from matrixrl.memory.specs import (
+from matrixrl.memcollab.specs import (
     BankSpec,
     MemoryPlan,
     ModelRef,
@@ -90,12 +84,9 @@ class Cell:
 def cells(config: Config) -> list[Cell]:
     """Every combination of the grid's axes, in the order the axes list their values.
 
-    An extra axis multiplies only the cells whose spec it changes (``workflows.voting.n_votes``
-    leaves ``single`` cells alone), so each distinct computation is one cell. A cell that
-    reads the setting but is not multiplied is computed under the file's own value, and its
-    id does not show the axis; for the report's column it carries the value its spec has
-    (``Cell.settings``): the file's own, or its scale's where the scale's ``train:`` sets the
-    key (``tiny-s-gspo``'s ``loss_type: grpo`` under a ``train.loss_type`` axis).
+    An extra axis multiplies only the cells whose spec it changes, so each distinct
+    computation is one cell (docs/sweeps.md); ``Cell.settings`` holds the value each
+    cell's spec has for every axis.
     """
     grid = config.grid
     fixed = [Cell(*values) for values in itertools.product(*(getattr(grid, a) for a in AXES))]
@@ -130,11 +121,8 @@ def cells(config: Config) -> list[Cell]:
 
 def _distinct(config: Config, cell: Cell, combined: list, own: dict[str, str], held: tuple[str, ...]) -> list[tuple[tuple, tuple | None]]:
     """The combinations of two or more axes that multiply ``cell`` that compute distinct things,
-    each with the settings the report shows (None: its sweep). One axis can override another
-    (``scales.tiny-s.train.lr`` over ``train.lr``), so two combinations can be one computation:
-    each axis whose value changes nothing, given the others', is put back to the file's own
-    value (as the id leaves it out), the same whichever values ``--only`` left; such an axis,
-    as one ``held`` at that value from the start, shows the value the cell's spec has."""
+    each with the settings the report shows (None: its sweep). An axis another overrides
+    (``scales.tiny-s.train.lr`` over ``train.lr``) is put back to the file's own value."""
     def digest(sweep):
         return _science_digest(cell_spec(config, replace(cell, sweep=sweep)))
 
@@ -150,11 +138,9 @@ def _distinct(config: Config, cell: Cell, combined: list, own: dict[str, str], h
 
 
 def setting_of(config: Config, cell: Cell, key: str) -> Any:
-    """The value (JSON data) that ``cell``'s spec has for the setting at dotted ``key``, e.g.
-    ``setting_of(c, cell, "train.loss_type")``: ``key``'s in the config under the cell's
-    extra-axis values, but a training setting as ``CellSpec.train`` has it, the cell's scale's
-    own ``train:`` over ``train:`` (``scales.SCALE.train.KEY`` too: ``train.KEY`` where the
-    scale leaves it unset)."""
+    """The value (JSON data) that ``cell``'s spec has for the setting at dotted ``key``
+    (``"train.loss_type"``): a training setting as ``CellSpec.train`` has it, the scale's
+    own ``train:`` over ``train:``."""
     swept = swept_config(config, cell.sweep)
     section = key.split(".")[0].strip()
     if section == "scales":
@@ -246,13 +232,8 @@ def _id_text(value_json: str) -> str:
 
 
 def run_of(cell: Cell) -> Cell:
-    """The cell whose computation ``cell`` is.
-
-    A workflow with one role (``single``) has one parameter set under either policy
-    mode, so its isolated cell is the same computation as its shared cell (same
-    initial weights, same optimizer, same updates): it is computed once, as the
-    shared cell, and reported under both.
-    """
+    """The cell whose computation ``cell`` is: a one-role workflow's isolated cell is its
+    shared cell (docs/design.md §6, "No job repeats another")."""
     if len(WORKFLOWS[cell.workflow].roles) == 1 and cell.policy != "shared":
         return replace(cell, policy="shared")
     return cell
@@ -292,13 +273,8 @@ def job_gpus(scale) -> int:
 class CellSpec(BaseModel):
     """Everything one cell's jobs compute from, and nothing else.
 
-    Its science (:func:`matrixrl.config.science`: the spec without runtime settings
-    such as threads, batch sizes or devices) is the Snakemake ``params`` of the
-    cell's jobs: changing a setting reruns exactly the cells it affects, while
-    adding a seed or a scale leaves the existing cells' specs, and so their
-    results, untouched. Its digests are written into checkpoints and result files,
-    so a checkpoint only ever resumes the training it belongs to; an evaluation's
-    also holds a GPU scale's ``eval.batch_size`` (:func:`eval_science`).
+    Its science (the spec without runtime settings) is its jobs' Snakemake ``params``
+    and its digests are written into checkpoints and result files (docs/design.md §6).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -345,13 +321,7 @@ class CellSpec(BaseModel):
 
 def eval_science(spec: CellSpec) -> dict:
     """The evaluation settings ``spec``'s evaluations compute from: ``eval``'s science, and on a
-    GPU scale its ``batch_size`` too, unless it is the default.
-
-    On CPU, keyed samples do not depend on the batch size (train.samplers). On a GPU the
-    batch's shape picks the kernels, and so the bf16 rounding of the logits: another
-    batch size can change an accuracy, so there it reruns the evaluations. At its
-    default it stays out, as an ``ADDED`` setting does, so the results of tiny and CPU
-    scales, and those a GPU scale computed at the default, keep their digests.
+    GPU scale a non-default ``batch_size`` too (docs/design.md §3, keyed samples).
     """
     from matrixrl.models.hf import needs_gpu
 
@@ -362,12 +332,8 @@ def eval_science(spec: CellSpec) -> dict:
 
 
 def base_eval_science(spec: CellSpec) -> dict:
-    """What the evaluation of a cell's step 0, its base model, is computed from.
-
-    Not the cell's seed, policy mode or training settings: before any update, every
-    cell of a (workflow, task, scale) holds the base model (adapters start at zero, a
-    full fine-tune's copies are the base), so one evaluation, sampled with seed 0's
-    key, serves them all (docs/design.md, "The base model's evaluation").
+    """What the evaluation of a cell's step 0, its base model, is computed from: not the
+    cell's seed, policy mode or training settings (docs/design.md, "The base model's evaluation").
     """
     own = {**spec.science, "eval": eval_science(spec)}
     names = {"workflow_name": spec.cell.workflow, "task_name": spec.cell.task}
@@ -399,11 +365,8 @@ def _without_train(scale):
 
 
 def cell_spec(config: Config, cell: Cell, base: str | None = None) -> CellSpec:
-    """What ``cell`` computes from: ``config`` with the cell's extra-axis values set.
-
-    The base model is the file's own (:func:`base_digest` of ``config``): an extra axis
-    never re-prepares one (a scale's definition cannot be swept; see config.sweeps).
-    ``base``: that digest, where the caller has it.
+    """What ``cell`` computes from: ``config`` with the cell's extra-axis values set, over the
+    file's own base model (``base``: its digest, where the caller has it).
     """
     swept = swept_config(config, cell.sweep)
     scale = swept.scales[cell.scale]
@@ -441,9 +404,9 @@ def memory_model(config: Config, scale: str) -> ModelRef:
 
 
 def plan_memory(config: Config, training: Iterable[tuple[str, str, str]] = ()) -> MemoryPlan:
-    """:func:`matrixrl.memory.specs.memory_plan` of ``config``, its models as the grid digests them
+    """:func:`matrixrl.memcollab.specs.memory_plan` of ``config``, its models as the grid digests them
     (:func:`memory_model`); ``training``: the banks cells trained with a memory read
-    (``memory.specs.training_needs``)."""
+    (``memcollab.specs.training_needs``)."""
     return memory_plan(config, training, ref=functools.partial(memory_model, config))
 
 
@@ -480,12 +443,8 @@ def memory_evals(config: Config, specs: dict[str, CellSpec], plan: MemoryPlan) -
 
 
 def spec_digests(config: Config, cells: Sequence[Cell]) -> dict[str, tuple[str, str]]:
-    """Each cell's ``(train_digest(), eval_digest())`` of its :func:`cell_spec`, by id.
-
-    The same digests, computed once per part cells share: a spec's fields but ``cell``
-    come from its workflow, task, scale and extra-axis values alone, so cells that
-    differ only in policy mode or seed share their science but for the ``cell`` entry
-    (a report reads every run's digests; this takes a millisecond or so, not one per cell).
+    """Each cell's ``(train_digest(), eval_digest())`` of its :func:`cell_spec`, by id,
+    computing the science once per part that cells differing only in policy or seed share.
     """
     bases: dict[str, str] = {}
     shared: dict[tuple, dict] = {}
@@ -521,11 +480,8 @@ _SWEPT: dict[tuple[int, tuple], tuple[Config, Config]] = {}
 
 
 class BaseSpec(BaseModel):
-    """What a scale's base model is computed from: its definition and the tasks it warm-starts on.
-
-    It names every task defined under ``tasks:`` and every workflow (not just the
-    grid's), because the warm-start teaches all their role formats, so that
-    narrowing the grid with ``--only`` never re-prepares a base model.
+    """What a scale's base model is computed from: its definition and every task and workflow
+    defined (not just the grid's), so ``--only`` never re-prepares a base model.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,35 +1,8 @@
 """The results directory's layout: where each job's files live under ``results_dir``.
 
-Paths are relative to ``results_dir``, which is Snakemake's working directory, so
-the Snakefile, the jobs, the store and the report agree on one layout:
-
-    base/{scale}/model/                 warm-started base model (prepare_base)
-    base/{scale}/base.json              its summary: the rule's declared output
-    base/{scale}/eval/{name}.json       the base model's evaluation, one per (workflow, task,
-                                        evaluation settings): every cell's step 0 (evaluate_base)
-    cells/{cell}/checkpoints/step_{N}/  trainer checkpoints (not Snakemake outputs,
-                                        so a rerun after a kill resumes from them)
-    cells/{cell}/train.json             per-step training metrics (train)
-    cells/{cell}/eval/step_{N}.json     one checkpoint's accuracy (evaluate; step 0 is a
-                                        copy of the base model's, copy_base_eval)
-    cells/{cell}/retained.json          which checkpoints were kept and deleted (retain)
-    cells/{cell}/memory/{mode}/step_{N}.json   a checkpoint's accuracy with a memory's guidance
-                                        (evaluate_memory; step 0: copy_base_memory_eval)
-    base/{scale}/memory/{bank}/{name}.json     the base model's evaluation with a memory
-                                        (evaluate_base_memory), every cell's memory step 0
-    memory/{task}/trajectories/{scale}-k{samples}.json   a model's trajectories on the
-                                        memory-building problems (collect)
-    memory/{task}/labels.json           labels of building and evaluation problems (label)
-    memory/{task}/distilled/{bank}.json a memory's constraints (distill)
-    memory/{task}/banks/{bank}.json     the same, labelled, ready for retrieval (bank)
-    summary.json                        per-cell summary (analyse, after ingest)
-    matrixrl.sqlite                     the store, an index over the result files
-    logs/{rule}/...                     one log per job; logs/snakemake/ per run
-    .matrixrl/config.yaml               the resolved config Snakemake reads
-    .matrixrl/runs/{pid}.json           each `matrixrl run` going on: its pid and Snakemake's
-    .matrixrl/run.lock                  held (flock) by the run using the folder, start to end
-    .snakemake/locks/                   Snakemake's lock while it runs
-    plots/                              `matrixrl plot`'s default folder
+Every path is relative to ``results_dir``, Snakemake's working directory, so the
+Snakefile, the jobs, the store and the report agree on one layout; the tree is in
+docs/architecture.md ("The job graph, defined once", ``results/`` after a run).
 """
 
 from __future__ import annotations

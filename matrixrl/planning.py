@@ -24,15 +24,11 @@ MEMORY_EVALUATIONS = ("copy_base_memory_eval", "evaluate_memory")
 
 @dataclass
 class Plan:
-    """The jobs of a grid as ``matrixrl plan`` shows them.
+    """The jobs of a grid as ``matrixrl plan`` shows them (docs/api.md, "Planning and running it").
 
-    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output,
-    ``gpu_memory``: its GPU memory estimate against its GPU, None for a job that claims no
-    GPU (``gpu_memory.fits.job_memory``); and ``resources`` under a profile). ``cells``:
-    how many cells the grid has (a one-role workflow's isolated cell is its shared cell's
-    run). ``run_command``: the command that runs the pending jobs, with the options this
-    plan was made with. ``design``: per claim of the claims table, what this grid can
-    decide (``Study.design()``).
+    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output, ``gpu_memory``
+    or None, and ``resources`` under a profile); ``run_command``: the command that runs the
+    pending jobs with this plan's options.
     """
 
     config: Config
@@ -192,7 +188,7 @@ class Estimate:
     overhead: float
 
     def line(self) -> str:
-        from matrixrl.snake.events import _duration
+        from matrixrl.snake.events import format_duration
 
         if not self.timed:
             return (
@@ -205,7 +201,7 @@ class Estimate:
             kinds = ", ".join(f"{n} {rule} ({scale})" for (rule, scale), n in self.untimed.items())
             missing = f"; not counted, no history: {kinds}"
         cores = f"{self.cores} core" + ("s" if self.cores != 1 else "")
-        return f"estimate: about {_duration(self.wall_seconds)} on {cores}{gpu}, from recorded jobs{missing}"
+        return f"estimate: about {format_duration(self.wall_seconds)} on {cores}{gpu}, from recorded jobs{missing}"
 
 
 # Jobs that run in Snakemake's process take a moment (a copy, a few deletions), not worth timing.

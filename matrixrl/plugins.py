@@ -1,21 +1,11 @@
 """Registries, and the plugins that add to them from outside the package.
 
-Workflows (``matrixrl.workflows.WORKFLOWS``), task kinds (``matrixrl.tasks.TASK_KINDS``)
-and report tables (``matrixrl.report.TABLES``) are each a :class:`Registry`: a dict
-from name to what the name means, which everything else derives from
-(experiments.yaml's schema, help texts, the CLI's choices, the HTML page).
-
-``MATRIXRL_PLUGINS=module[,module]`` names modules outside the package that add
-entries (``register_workflow``, ``register_task_kind``, ``register_table``) when
-they are imported. Each registry module imports them (:func:`load_plugins`) once it
-has its built-in entries, so every process of a run sees the same registries: the
-CLI, Snakemake and the jobs forked from its server all import a registry before
-they use it, and inherit the variable. A plugin's folder must be on ``PYTHONPATH``:
-Snakemake and its jobs run with ``PYTHONSAFEPATH``, so the current folder is not
-on their path. docs/extending.md has the details and an example.
-
-This module imports nothing heavy (the package's errors and environment names): the CLI loads the plugins at start-up (for
-``report --table``'s choices).
+Workflows, task kinds and report tables are each a :class:`Registry` (name → meaning)
+that the schema, help texts, CLI choices and HTML page derive from.
+``MATRIXRL_PLUGINS=module[,module]`` names modules that register entries when imported;
+each registry module imports them (:func:`load_plugins`) once it has its built-ins, so
+every process of a run sees the same registries (docs/extending.md). This module imports
+nothing heavy: the CLI loads the plugins at start-up.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class EvalResult(ResultModel):
 
 
 class Retrieval(ResultModel):
-    """What one evaluation problem was shown under a memory (see matrixrl.memory.retrieval)."""
+    """What one evaluation problem was shown under a memory (see matrixrl.memcollab.retrieval)."""
 
     problem_id: str
     label: str  # the query's "category / subcategory"
@@ -129,7 +129,7 @@ class TrajectoriesResult(ResultModel):
     scale: str
     samples: Positive  # per problem: 1 greedy (or at memory.temperature), more sampled for self-contrast
     cost: Cost | None = None
-    trajectories: list[dict]  # matrixrl.memory.Trajectory.to_dict()
+    trajectories: list[dict]  # matrixrl.memcollab.Trajectory.to_dict()
     accuracy: Fraction
     seconds: NonNegative
     spec_digest: str | None = None
@@ -141,7 +141,7 @@ class LabelsResult(ResultModel):
     task: str
     labeller: str
     cost: Cost | None = None
-    labels: dict[str, dict]  # problem id -> matrixrl.memory.Label.to_dict()
+    labels: dict[str, dict]  # problem id -> matrixrl.memcollab.Label.to_dict()
     replies: dict[str, str]  # problem id -> the labeller's reply, as read
     seconds: NonNegative
     spec_digest: str | None = None
@@ -151,7 +151,7 @@ class DistillPrompt(ResultModel):
     """One distiller call: its prompt, its reply and what was read from it."""
 
     problem_id: str
-    digest: str  # matrixrl.memory.prompt_digest of (system, user, prefix)
+    digest: str  # matrixrl.memcollab.prompt_digest of (system, user, prefix)
     system: str
     user: str
     reply: str  # the prefilled prefix and what the distiller wrote after it
@@ -181,7 +181,7 @@ class BankResult(ResultModel):
     task: str
     memory: str
     mode: str
-    entries: list[dict]  # matrixrl.memory.Entry.to_dict()
+    entries: list[dict]  # matrixrl.memcollab.Entry.to_dict()
     spec_digest: str | None = None
 
 

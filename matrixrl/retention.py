@@ -1,29 +1,12 @@
 """Which checkpoints of a cell stay once its evaluations are done (``train.keep_checkpoints``).
 
-Every evaluated checkpoint is scored once; after that a checkpoint is needed only to
-resume training or to study the run where it matters. ``key`` (the default) keeps:
-
-- the latest complete checkpoint, where a later run resumes (``resume``);
-- the peak: the best evaluated checkpoint, earliest on ties (``peak``);
-- the last evaluated checkpoint (``final``);
-- under a terminal cliff (docs/design.md §4, the report's own rule and thresholds):
-  its onset and the evaluated checkpoint on each side of it (``cliff onset``,
-  ``before cliff onset``, ``after cliff onset``): the last one before the collapse,
-  the first one in it, and how it went on.
-
-``all`` keeps every checkpoint. The ``retain`` rule (one job per cell, after all of
-its evaluations) deletes the others and writes ``cells/CELL/retained.json``: what it
-kept and why, what it deleted, and the bytes freed. Deleted checkpoints' evaluations
-stay: their files are done for Snakemake and their rows stay in the store.
-
-A deleted checkpoint comes back only when it is needed again, by retraining the cell
-(replayed bit for bit, docs/design.md §2): when an evaluation of a deleted checkpoint
-must be recomputed (an evaluation setting changed, or its file was deleted),
-matrixrl.status marks the cell's training pending (``rebuild``), which ``plan`` shows
-and ``run`` reruns (Snakemake's ``--forcerun``); so does any rerun of the training itself
-(``train.steps`` up reruns every evaluation, so the extended cell retrains from its
-first deleted checkpoint). Retention reads the analysis thresholds when it runs; a
-later change of them moves the report's cliff, not the checkpoints already deleted.
+``key`` (the default) keeps the latest complete checkpoint (``resume``), the peak, the
+last evaluated checkpoint (``final``) and, under a terminal cliff, its onset and the
+evaluated checkpoint on each side; ``all`` keeps every one. The ``retain`` rule deletes the
+others and writes ``cells/CELL/retained.json``. A deleted checkpoint comes back only by
+retraining the cell when an evaluation needs it again (``matrixrl.status``: ``rebuild``).
+The rules and their reasons: docs/configuration.md, "Checkpoint retention and the disk it
+needs".
 """
 
 from __future__ import annotations

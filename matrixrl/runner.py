@@ -1,11 +1,8 @@
 """Running a grid's pending jobs through Snakemake: what ``matrixrl run`` and ``Study.run()`` do.
 
-:func:`run_grid` hands Snakemake the resolved config, the outputs matrixrl.status
-finds stale (``--forcerun``) and, locally, the machine's GPU count; it follows the
-run's log as events (matrixrl.snake.events) and returns a :class:`RunOutcome`. The
-progress it reports counts the grid's pending jobs as ``plan`` does (the job graph,
-matrixrl.dag), not Snakemake's steps. Signals stop the run as matrixrl.snake.process
-says (its jobs end, their checkpoints stay, the lock is released).
+:func:`run_grid` hands Snakemake the resolved config, the stale outputs (``--forcerun``) and
+the local GPU count, follows its log as events, and returns a :class:`RunOutcome`; its
+progress counts jobs as ``plan`` does.
 """
 
 from __future__ import annotations
@@ -89,15 +86,10 @@ NO_FLOCK = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
 class FolderLock:
     """This process's hold on a results folder (``flock`` on :data:`layout.RUN_LOCK_FILE`), from
-    its first look at the folder to the end of its Snakemake.
-
-    Snakemake builds its job graph before it takes its own lock, and matrixrl reads the
-    folder (what is stale) before Snakemake starts: a second run that did either while
-    the first was finishing would then redo jobs the first had just done. So a run
-    takes this lock before it reads the folder, where the folder exists, and at the
-    latest before it writes to it (:meth:`take` again once it made the folder). The
-    kernel drops the lock with the process, however it ends; the descriptor is not
-    inherited by Snakemake or its jobs.
+    its first look at the folder to the end of its Snakemake, so that a second run cannot redo
+    the jobs a finishing one just did (docs/faults.md, "Locks"). Taken before the folder is
+    read, where it exists, and at the latest before it is written (:meth:`take` again once
+    made); the kernel drops it with the process, and it is not inherited.
     """
 
     def __init__(self, results: Path):

@@ -1,34 +1,13 @@
 """Which jobs of the grid are done, computed by matrixrl from its own result files.
 
-matrixrl knows its rules, so it needs no Snakemake DAG to say what a run would do:
-every result file records the digest of the spec it was computed from
-(``spec_digest``), and a job is done when its output exists, records the digest of
-the spec the job has now, and nothing it reads is being recomputed. That answer
-costs a ``stat`` and a short read per job, so ``matrixrl plan`` of 10,000 jobs
-takes about a second where a Snakemake dry-run takes half a minute.
-
-``matrixrl run`` then hands Snakemake the answer, so that the two cannot disagree:
-of Snakemake's own rerun triggers it keeps none that could fire (``--rerun-triggers
-software-env``: there is no conda or container environment to change), and the
-outputs found here to be stale are named with ``--forcerun``. Snakemake still runs a
-job whose output is missing, or marked incomplete by a killed run, and everything
-downstream of a job it runs, which is what this module computes too
-(tests/test_status.py compares the two on every kind of change).
-
-Why a job is pending, in the order checked (:data:`REASONS`):
-
-- ``missing``: its output does not exist;
-- ``incomplete``: Snakemake marked the output incomplete (its job was killed);
-- ``unreadable``: the output is not a result file (corrupt, or cut short);
-- ``changed``: the output was computed under other settings;
-- ``rebuild``: a training whose output is current, but one of whose checkpoints that
-  ``train.keep_checkpoints`` deleted is needed again, by an evaluation that must be
-  recomputed (matrixrl.retention): it retrains, replaying the same steps;
-- ``upstream``: a job whose output it reads is pending.
-
-Files from before digests were recorded (``spec_digest`` null, or absent in a base
-model's summary) are judged as Snakemake judged them: by the params it recorded
-(the file ``.snakemake/metadata`` keeps of each output), and done where it kept none.
+A job is done when its output exists, records the digest of the spec the job has now
+(``spec_digest``), and nothing it reads is being recomputed; ``matrixrl run`` hands
+Snakemake this answer (``--forcerun``) so the two cannot disagree. Why a job is pending,
+in the order checked (:data:`REASONS`): ``missing``, ``incomplete`` (Snakemake marked it),
+``unreadable``, ``changed``, ``rebuild`` (a training rerun for checkpoints that
+``train.keep_checkpoints`` deleted and an evaluation needs again) and ``upstream``. Files
+from before digests were recorded are judged by Snakemake's own metadata. Why and how:
+docs/architecture.md, "Planning"; what reruns what: docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""matrixrl from Python: one study's report tables, curves, training metrics and figures.
+"""matrixrl from Python: one study's plan, run, report tables, stored results and figures.
 
-    import matrixrl
-
-    study = matrixrl.Study.load("experiments.yaml", only=["scale=tiny-s"])
-    study.plan().pending            # the jobs `matrixrl run` would run, and why
-    study.run(cores=2)              # run them (Snakemake), as `matrixrl run` does
-    study.table("summary")          # the rows of `matrixrl report --table summary --format json`
-    study.curves()                  # accuracy at every evaluated checkpoint, one row per (cell, step)
-    study.figure("curves", task="arith").savefig("arith.png")
-
-A :class:`Study` reads the same SQLite store as the CLI, and every method that
-reads results first ingests the result files that are new since (as every
-``matrixrl report`` does), so a study loaded during a run sees the results of
-each later call. Data frames have one row per grid cell and the cell's axes as
-columns; a one-role workflow's isolated cell repeats its shared run, as in the
-report. Only results computed under each cell's current settings are read.
-Problems a user can fix raise :class:`matrixrl.errors.UserError` subclasses
-(mostly ``ConfigError``) with a one-line message. docs/api.md has the whole API.
+:class:`Study` reads the CLI's SQLite store, ingesting new result files before
+every read; frames carry the cells' axes as columns. Problems a user can fix raise
+``ConfigError`` with a one-line message. docs/api.md documents every method.
 """
 
 from __future__ import annotations
@@ -98,12 +84,8 @@ class Study:
     ) -> Study:
         """Read an experiments file as ``matrixrl report -c PATH --only ... --set ...`` does.
 
-        ``only``: ``--only`` strings (``["scale=tiny-s", "seed=0,1"]``) or a mapping
-        (``{"scale": "tiny-s", "seed": [0, 1]}``). ``set``: ``--set`` strings
-        (``["train.steps=20"]``, the value parsed as YAML) or a mapping
-        (``{"analysis.cliff_delta": 0.1, "grid.train.lr": [1e-4, 5e-5]}``).
-        ``results_dir`` is relative to the file, as for the CLI. Raises ConfigError
-        (one line naming the key and the fix) for any problem with the file or the options.
+        ``only`` and ``set``: option strings or mappings (docs/api.md, "Loading a study").
+        Raises ConfigError for any problem with the file or the options.
         """
         only_options, set_options = _only_options(only), _set_options(set)
         config = load_config(path, sets=set_options)
@@ -152,11 +134,8 @@ class Study:
     def progress(self) -> pd.DataFrame:
         """How far each selected cell's jobs are, from the result files (what `matrixrl plan` reads).
 
-        Columns: ``cell``, ``run`` (the id its results are stored under), ``trained``
-        (its training result is current), ``evaluated`` and ``checkpoints`` (current
-        evaluations, of how many), and ``status``: ``done``, ``in progress`` (some of
-        its results are current, not all: a run is at it, or was stopped) or ``pending``.
-        The tables show what is done so far; this says what is not.
+        Columns: ``cell, run, trained, evaluated, checkpoints, status`` (``done``,
+        ``in progress`` or ``pending``).
         """
         import pandas as pd
 
@@ -183,9 +162,8 @@ class Study:
 
     def plan(self, profile: str | Path | None = None, cores: int | None = None) -> Plan:
         """Every job of the selected grid, done or pending and why, without running anything
-        (``matrixrl plan``; matrixrl.planning). ``profile``: a Snakemake profile folder, whose
-        resources per rule the plan then lists; ``cores``: the cores its time estimate
-        assumes (default: this machine's). Reads the result files' digests and costs only."""
+        (``matrixrl plan``; matrixrl.planning); ``profile`` adds its resources per rule,
+        ``cores`` sets the time estimate's cores (default: this machine's)."""
         from matrixrl.planning import make_plan, run_command
 
         command = run_command(self.path, list(self.only), list(self.sets))
@@ -193,9 +171,7 @@ class Study:
 
     def design(self) -> list[ClaimDesign]:
         """Per claim of the claims table, what the selected grid can decide before it runs (the lines
-        `matrixrl plan` prints; matrixrl.analysis.design): each has ``claim``, ``units`` (what its test
-        counts here), ``possible`` (whether any result reaches a verdict) and ``line`` (with the
-        smallest effect it detects with 80% power). Reads no results."""
+        `matrixrl plan` prints; matrixrl.analysis.design). Reads no results."""
         from matrixrl.analysis.design import grid_design
 
         return grid_design(self.selected)
@@ -205,12 +181,8 @@ class Study:
         on_event: Callable | None = None, on_note: Callable[[str], None] | None = None,
     ) -> RunOutcome:
         """Run the selected grid's pending jobs through Snakemake, as ``matrixrl run`` does
-        (matrixrl.runner.run_grid); returns how it ended (``outcome.ok``, ``outcome.failures``).
-
-        ``cores``: how many jobs at once (default: this machine's CPUs); ``profile``: a
-        Snakemake profile folder (a cluster); ``on_event(event, progress)``: each event of
-        Snakemake's log and the run's progress; ``on_note(text)``: what the run says before it
-        starts. Raises ``RunLockedError`` while another run holds the results folder.
+        (matrixrl.runner.run_grid); returns how it ended. docs/api.md has the callbacks.
+        Raises ``RunLockedError`` while another run holds the results folder.
         """
         import os
 
@@ -230,21 +202,12 @@ class Study:
     # --- report tables ----------------------------------------------------------------
 
     def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:
-        """One report table: the rows of ``matrixrl report --table NAME --format json``.
+        """One report table: the rows of ``matrixrl report --table NAME --format json``,
+        with ``group_by`` and ``against`` as ``--group-by`` and ``--against``.
 
-        ``name``: summary, seeds, compare, diagnostics, mechanism, memory or claims
-        (docs/report.md has their columns; memory: accuracy under each memory mode and
-        its difference from none, per workflow, task, scale, policy and mode; claims:
-        each finding of the study tested on these cells, a row per claim with its test,
-        evidence, n and verdict, by the rules docs/report.md fixes). ``group_by`` (``"workflow,policy"`` or a list) sorts rows
-        by those axes first; ``against`` (``"train.lr=1.0e-4"``) makes ``compare`` each
-        value of that axis against the control value, as ``--against``.
-
-        The columns are those of the JSON, in its order, and each value is the JSON's
-        (missing values NaN or None). The per-cell tables (summary, diagnostics,
-        mechanism) are indexed by cell id. ``frame.attrs["caption"]`` holds the line
-        the terminal table prints under it, if any. Raises ConfigError when the table
-        has no rows (saying what it needs) or an option is wrong.
+        Per-cell tables are indexed by cell id; ``frame.attrs["caption"]`` holds the
+        terminal table's caption. docs/report.md has the columns, docs/api.md the rest.
+        Raises ConfigError when the table has no rows or an option is wrong.
         """
         from matrixrl.report.tables import load_report_table
 
@@ -271,33 +234,18 @@ class Study:
     # --- stored results, per cell -----------------------------------------------------
 
     def curves(self) -> pd.DataFrame:
-        """Every evaluated checkpoint: one row per (cell, step), in grid order, then step.
-
-        Columns: ``cell``, the axes, ``step``, ``accuracy`` (mean pass@1 over problems
-        and samples), ``se`` (its standard error), ``n`` (problems), ``n_correct``
-        (correct completions of n × samples), ``samples``, ``seconds``.
-        """
+        """Every evaluated checkpoint: one row per (cell, step), in grid order, then step
+        (columns: docs/api.md, "Stored results")."""
         return self._stored("evaluations", ["step"])
 
     def training(self) -> pd.DataFrame:
-        """Every training step's metrics: one row per (cell, step).
-
-        Columns: ``cell``, the axes, ``step``, then ``reward_mean``, ``reward_std``,
-        ``loss``, ``entropy``, ``response_length``, ``grad_norm`` (before clipping),
-        ``clip_fraction``, ``group_size``, ``seconds``, ``completion_tokens``.
-        """
+        """Every training step's metrics: one row per (cell, step) (columns: docs/api.md)."""
         return self._stored("train_steps", ["step"])
 
     def diagnostics(self, kind: str | Sequence[str] | None = None) -> pd.DataFrame:
-        """Per-role (and per-agent) gradient diagnostics of every update, long format.
-
-        Columns: ``cell``, the axes, ``step``, ``kind``, ``role``, ``agent``, ``other``,
-        ``value``. Kinds: ``role_norm``, ``role_share``, ``role_tokens``,
-        ``amplification``, ``agent_norm``, ``agent_tokens``, ``agent_cosine`` (agent vs
-        ``other``), ``role_cosine`` and ``role_total_cosine`` (shared policy only);
-        docs/design.md §5. ``kind``: keep only this kind (or these).
-        Pivot for one number per role and step, e.g.
-        ``d[d.kind == "role_norm"].pivot_table(index=["cell", "step"], columns="role", values="value")``.
+        """Per-role (and per-agent) gradient diagnostics of every update, long format
+        (``step, kind, role, agent, other, value`` after the axes); ``kind`` keeps only
+        that kind or kinds (docs/api.md lists them, docs/design.md §5 defines them).
         """
         from matrixrl.results import DIAGNOSTIC_KINDS
 
@@ -310,14 +258,8 @@ class Study:
         return frame
 
     def role_metrics(self, source: str | None = None) -> pd.DataFrame:
-        """Each role's own metrics, long format: at every training step (``source`` "train")
-        and at every evaluated checkpoint ("eval").
-
-        Columns: ``cell``, the axes, ``source``, ``step``, ``role``, ``metric``, ``value``.
-        Metrics: ``answer_acc``, ``verdict_acc``, ``disagreement``, ``response_length``,
-        ``entropy``, ``group_size``, an intervention's ``kl`` and ``damper_scale``; role
-        ``episode`` holds the episode's own (``any_correct``, ``pass@J`` at evaluation).
-        ``source``: keep only "train" or "eval".
+        """Each role's own metrics, long format, per training step (``source`` "train") and
+        per evaluated checkpoint ("eval"); ``source`` keeps one (metrics: docs/api.md).
         """
         if source not in (None, "train", "eval"):
             raise ConfigError(f"source={source!r}: use 'train', 'eval' or None (both)")
@@ -329,13 +271,8 @@ class Study:
     # --- figures ----------------------------------------------------------------------
 
     def figures(self, cells: Sequence[str] = (), lines: str = "policy") -> dict[str, Figure]:
-        """What ``matrixrl plot --cell ... --lines ...`` draws, by file stem: ``curves-TASK``
-        for every task, then ``diagnostics-CELL`` for each of ``cells``.
-
-        Plain matplotlib Figures (no pyplot state): ``fig.savefig(...)``, or display
-        one in a notebook. ``lines``: one line per value of this axis (``policy``, or
-        an extra axis such as ``train.lr``).
-        """
+        """What ``matrixrl plot --cell ... --lines ...`` draws, by file stem (``curves-TASK``,
+        ``diagnostics-CELL``), as matplotlib Figures without pyplot state."""
         from matrixrl.report.plots import study_figures
 
         return study_figures(self.plot_data(), [cells] if isinstance(cells, str) else list(cells), lines,
@@ -366,10 +303,8 @@ class Study:
         return plots.learning_curve_figures(of_task, data.evals, data.analysis, lines)[plots.curves_name(task)]
 
     def plot_data(self) -> PlotData:
-        """What the figures are drawn from (``matrixrl.report.plots.PlotData``): ``cells`` (the
-        selected cells and their axes), ``evals`` (their evaluations), ``diagnostics`` and
-        ``analysis`` (the cliff rule's thresholds); for figures of your own with the
-        functions of ``matrixrl.report.plots``. Raises ConfigError when nothing is evaluated yet."""
+        """What the figures are drawn from (``matrixrl.report.plots.PlotData``), for figures of
+        your own. Raises ConfigError when nothing is evaluated yet."""
         from matrixrl.report.plots import load_study
 
         return load_study(self.selected)

@@ -52,7 +52,7 @@ def documented_outputs() -> dict[str, str]:
 
 def test_what_the_documented_commands_write_is_ignored_by_git() -> None:
     found = documented_outputs()
-    assert "results/arith.png" in found, found  # the README's snippet: the scan reads what it should
+    assert "results/arith.png" in found, found  # docs/api.md's snippet: the scan reads what it should
     ignored = ignored_by_git(sorted(found))
     assert not [f"{where}: {path}" for path, where in found.items() if path not in ignored]
 

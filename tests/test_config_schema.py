@@ -1,4 +1,4 @@
-"""The schema documents itself: every setting has a description, docs/config.md is
+"""The schema documents itself: every setting has a description, docs/config-reference.md is
 generated from it and up to date, task kinds come from the tasks registry, and every
 shipped experiments file validates."""
 
@@ -55,7 +55,7 @@ def test_the_configuration_reference_is_up_to_date() -> None:
 
 
 def test_a_stale_reference_is_named_in_one_line(tmp_path: Path, capsys) -> None:
-    doc = tmp_path / "config.md"
+    doc = tmp_path / "config-reference.md"
     doc.write_text("# an old reference\n")
     assert main(["--check", "--path", str(doc)]) == 1
     assert capsys.readouterr().err == f"{doc} is out of date; run {COMMAND}\n"

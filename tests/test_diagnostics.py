@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS, summarize_diagnostics
+from matrixrl.analysis.gradients import SUMMARY_COLUMNS, summarize_diagnostics
 from matrixrl.train import diagnostics as D
 from matrixrl.results import DIAGNOSTIC_KINDS as KINDS
 from matrixrl.train.diagnostics import AgentGrad, AgentGradients, gradient_diagnostics

@@ -19,7 +19,7 @@ import yaml
 from matrixrl import grid as G
 from matrixrl.config import HfScale, TinyScale, load_config
 from matrixrl.errors import GpuClaimError
-from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, Retrieval, TrainMemory
+from matrixrl.memcollab.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, Retrieval, TrainMemory
 from matrixrl.models.devices import ALLOCATOR_ENVS, claim_gpu, claimed_gpu
 from matrixrl.settings import science, settings_digest
 
@@ -173,18 +173,18 @@ def test_an_evaluation_loads_onto_the_gpu_it_claimed(job, two_gpus, tmp_path, mo
 
 
 def test_memory_jobs_load_onto_the_gpu_they_claimed(two_gpus, tmp_path, monkeypatch):
-    from matrixrl.jobs import memory
+    from matrixrl.jobs import memcollab
 
-    monkeypatch.setattr(memory, "_load", lambda *args, **kw: _probe())
+    monkeypatch.setattr(memcollab, "_load", lambda *args, **kw: _probe())
     cfg = config_with_hf_scales(tmp_path)
     common = dict(task_name="arith", task=cfg.tasks["arith"], prompts=cfg.prompts, problems=2, seed=0, max_new_tokens=4)
     quiet = lambda _: None  # noqa: E731
     for scale, expected in [("qwen", "0"), ("qwen-cpu", "0,1")]:  # a CPU scale claims nothing
         model = G.memory_model(cfg, scale)
         jobs = {
-            "collect": lambda: memory.collect(CollectSpec(model=model, samples=1, temperature=0.0, **common), tmp_path, tmp_path / "t.json", log=quiet),
-            "label": lambda: memory.label(LabelSpec(model=model, **common), tmp_path, tmp_path / "l.json", log=quiet),
-            "distill": lambda: memory.distill(DistillSpec(
+            "collect": lambda: memcollab.collect(CollectSpec(model=model, samples=1, temperature=0.0, **common), tmp_path, tmp_path / "t.json", log=quiet),
+            "label": lambda: memcollab.label(LabelSpec(model=model, **common), tmp_path, tmp_path / "l.json", log=quiet),
+            "distill": lambda: memcollab.distill(DistillSpec(
                 model=model, bank=f"own-{scale}", mode="own", consumer=scale, weak=scale, strong="qwen",
                 collections={}, entries_per_problem=2, prefix="When", **common,
             ), tmp_path, [], tmp_path / "d.json", log=quiet),

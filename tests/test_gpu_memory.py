@@ -572,8 +572,8 @@ def test_memory_jobs_store_their_model_in_the_compute_dtype_on_a_gpu_only(monkey
     """On a GPU a memory job's model (and a training's labeller) is loaded as LoRA's frozen base,
     in the compute dtype; on CPU in float32, as every CPU result was computed."""
     from matrixrl.config import HfScale
-    from matrixrl.jobs import memory as jobs_memory
-    from matrixrl.memory.specs import ModelRef
+    from matrixrl.jobs import memcollab as memcollab_jobs
+    from matrixrl.memcollab.specs import ModelRef
     from matrixrl.models import hf
     from matrixrl.models.hf import ModelSource
 
@@ -595,10 +595,10 @@ def test_memory_jobs_store_their_model_in_the_compute_dtype_on_a_gpu_only(monkey
         dtype = hf.resolve_dtype("auto", device)
         monkeypatch.setattr(hf, "model_source", lambda *args, device=device, dtype=dtype: Source("m", "some/model", dtype, device))
         with pytest.raises(Stop):
-            jobs_memory._load(ref, Path("unused"), "math", None, batch_size=4, threads=1)
+            memcollab_jobs._load(ref, Path("unused"), "math", None, batch_size=4, threads=1)
     assert asked == [("cuda", "bfloat16", True), ("cpu", "float32", False)]
-    assert not jobs_memory.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cpu"))  # a 16-bit CPU scale: float32 weights
-    assert jobs_memory.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cuda:0"))
+    assert not memcollab_jobs.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cpu"))  # a 16-bit CPU scale: float32 weights
+    assert memcollab_jobs.stored_in_compute_dtype(ModelSource("m", "x", "bfloat16", "cuda:0"))
 
 
 def test_memory_jobs_have_an_estimate(tmp_path):
@@ -622,7 +622,7 @@ def test_memory_jobs_have_an_estimate(tmp_path):
     assert workload.memory_calls(collect, "collect") == ([workload.Call("generator", 64, 64, 245)], 1024, "greedy")
     assert workload.memory_calls(sampled, "collect") == ([workload.Call("generator", 64, 16, 245)], 1024, "keyed")
     (call,), reply, chooser = workload.memory_calls(label, "label")
-    from matrixrl.memory.labels import labeller_messages
+    from matrixrl.memcollab.labels import labeller_messages
 
     chars = sum(map(len, labeller_messages("", "math")))
     assert (call.rows, call.prompt, reply, chooser) == (64, 24 + -(-chars // 3) + 200, 16, "greedy")

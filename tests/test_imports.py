@@ -127,7 +127,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("models", ("matrixrl.models",), "model sources, policies, devices"),
     ("config", ("matrixrl.config", "matrixrl.train.losses"),
      "experiments.yaml's schema, loading, sweeps, and the policy losses whose registry the schema reads (torch-free)"),
-    ("memory", ("matrixrl.memory",), "MemCollab's pure core and its jobs' specs: no model, no grid"),
+    ("memcollab", ("matrixrl.memcollab",), "MemCollab's pure core and its jobs' specs: no model, no grid"),
     ("grid", ("matrixrl.grid",), "cells, runs and their specs, memory evaluations' included"),
     ("analysis", ("matrixrl.analysis",), "statistics over result tables"),
     ("train", ("matrixrl.train", "matrixrl.retention"), "the GRPO loop, its checkpoints and which of them are kept"),
@@ -193,16 +193,16 @@ def test_every_module_has_a_layer() -> None:
 
 def test_the_layer_check_names_every_upward_import() -> None:
     graph = {
-        "matrixrl.train.trainer": {"matrixrl.jobs.memory": "matrixrl/train/trainer.py:9", "matrixrl.grid": "x:1"},
-        "matrixrl.memory.evaluation": {"matrixrl.grid": "matrixrl/memory/evaluation.py:3"},
+        "matrixrl.train.trainer": {"matrixrl.jobs.memcollab": "matrixrl/train/trainer.py:9", "matrixrl.grid": "x:1"},
+        "matrixrl.memcollab.evaluation": {"matrixrl.grid": "matrixrl/memcollab/evaluation.py:3"},
         "matrixrl.snake": {"matrixrl": "matrixrl/snake.py:81"},
-        "matrixrl.grid": {"matrixrl.memory.specs": "matrixrl/grid.py:30"},
+        "matrixrl.grid": {"matrixrl.memcollab.specs": "matrixrl/grid.py:30"},
     }
     assert upward_imports(graph) == [
-        "matrixrl.memory.evaluation (memory) imports matrixrl.grid (grid) at matrixrl/memory/evaluation.py:3: "
+        "matrixrl.memcollab.evaluation (memcollab) imports matrixrl.grid (grid) at matrixrl/memcollab/evaluation.py:3: "
         "an import that runs upward",
         "matrixrl.snake (run) imports matrixrl (cli) at matrixrl/snake.py:81: an import that runs upward",
-        "matrixrl.train.trainer (train) imports matrixrl.jobs.memory (jobs) at matrixrl/train/trainer.py:9: "
+        "matrixrl.train.trainer (train) imports matrixrl.jobs.memcollab (jobs) at matrixrl/train/trainer.py:9: "
         "an import that runs upward",
     ]
     assert layer_of("matrixrl.retention") == layer_of("matrixrl.train.cell")
@@ -230,14 +230,14 @@ def test_memory_sits_behind_its_boundary() -> None:
             if any(target == name or target.startswith(name + ".") for name in imported)
         ]
 
-    assert imports("matrixrl.train", ("matrixrl.jobs", "matrixrl.memory")) == []
-    assert imports("matrixrl.memory", ("matrixrl.grid",)) == []
+    assert imports("matrixrl.train", ("matrixrl.jobs", "matrixrl.memcollab")) == []
+    assert imports("matrixrl.memcollab", ("matrixrl.grid",)) == []
     # jobs.evaluate's memory entry points read the memory's guide; the evaluation itself does not.
     source = (PACKAGE / "jobs" / "evaluate.py").read_text()
     top = [node for node in ast.parse(source).body if isinstance(node, (ast.Import, ast.ImportFrom))]
     names = [alias.name for node in top if isinstance(node, ast.Import) for alias in node.names]
     names += [node.module or "" for node in top if isinstance(node, ast.ImportFrom)]
-    assert not [n for n in names if n.startswith(("matrixrl.memory", "matrixrl.jobs.memory"))], names
+    assert not [n for n in names if n.startswith(("matrixrl.memcollab", "matrixrl.jobs.memcollab"))], names
 
 
 # Not pydantic: typer itself imports it to read a command's parameters.

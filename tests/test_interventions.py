@@ -303,7 +303,7 @@ def test_bad_switches_are_one_line(experiment, assignment: str, message: str) ->
 def test_the_signals_up_to_the_onset_reach_the_diagnostics_and_mechanism_tables() -> None:
     import pandas as pd
 
-    from matrixrl.analysis.cell import intervention_signals, records_frame
+    from matrixrl.analysis.cell_record import intervention_signals, records_frame
     from matrixrl.analysis.summary import diagnostics_rows
 
     rows = pd.DataFrame(

@@ -14,7 +14,7 @@ from matrixrl import layout as L
 from matrixrl import results as R
 from matrixrl.layout import ResultFile, result_file, result_key
 from matrixrl.store import RESULT_FILES
-from matrixrl.store.writes import _key
+from matrixrl.store.writes import store_key
 
 CELL = "single-arith-tiny-s-shared-s0"
 
@@ -99,7 +99,7 @@ def test_the_store_reads_every_result_file_by_the_key_of_its_path() -> None:
     for glob, kind in RESULT_FILES:
         result, path = results[kind]
         assert Path(path).match(glob), (path, glob)
-        assert _key(result) == result_key(path)
+        assert store_key(result) == result_key(path)
 
 
 def test_a_checkpoint_folder_as_a_job_is_handed_it_is_the_cells_checkpoint_folder():

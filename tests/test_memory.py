@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from matrixrl.memory import (
+from matrixrl.memcollab import (
     MODES,
     OTHER,
     Entry,
@@ -30,7 +30,7 @@ from matrixrl.memory import (
     retrieve,
     with_guidance,
 )
-from matrixrl.memory.distill import MAX_ENTRY_CHARS, MAX_READ_CHARS
+from matrixrl.memcollab.distill import MAX_ENTRY_CHARS, MAX_READ_CHARS
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.chat import ELLIPSIS
 

@@ -100,7 +100,7 @@ def test_a_memory_mode_without_a_memory_section_or_on_a_third_scale_is_an_error(
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert config_error(path) == (
         f"{path}: grid.memory: own, transfer, self_contrast, memcollab needs a memory: section; add memory: "
-        "{weak: SCALE, strong: SCALE} naming two chat-style scales (docs/memory.md)"
+        "{weak: SCALE, strong: SCALE} naming two chat-style scales (docs/memcollab.md)"
     )
     raw["memory"] = {"weak": "weak", "strong": "strong"}
     raw["grid"]["scale"] = ["weak", "third"]
@@ -146,9 +146,9 @@ def test_each_mode_reads_its_bank_and_banks_are_built_once(tmp_path):
 
 
 def test_evaluation_prompts_hold_exactly_the_retrieved_constraints_in_the_guided_roles():
-    from matrixrl.jobs.memory import Guide
-    from matrixrl.memory import Entry, Label
-    from matrixrl.memory.specs import Retrieval
+    from matrixrl.jobs.memcollab import Guide
+    from matrixrl.memcollab import Entry, Label
+    from matrixrl.memcollab.specs import Retrieval
     from matrixrl.models.tiny import build_char_tokenizer
     from matrixrl.tasks.base import Problem
     from matrixrl.workflows import build_workflow
@@ -326,8 +326,8 @@ def test_training_with_memory_labels_each_drawn_problem_and_shows_its_constraint
     import numpy as np
 
     from matrixrl import grid as G
-    from matrixrl.jobs.memory import TrainingGuide
-    from matrixrl.memory import Entry, Label, MemoryBank, retrieve
+    from matrixrl.jobs.memcollab import TrainingGuide
+    from matrixrl.memcollab import Entry, Label, MemoryBank, retrieve
     from matrixrl.results import BankResult, write_result
     from matrixrl.train.cell import build_cell
     from matrixrl.train.trainer import GrpoRun, grpo_step, make_optimizers

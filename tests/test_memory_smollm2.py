@@ -5,7 +5,7 @@ compute) as weak, strong, distiller and labeller, on GSM8K, through `matrixrl ru
 It checks that every stage ran for real on the model (trajectories it wrote, scored;
 labels; distiller prompts and replies; retrieval recorded per evaluation problem) and that
 the report's memory table reads it. It measures the pipeline, not the method: SmolLM2
-writes no constraint the parser keeps (docs/memory.md), so its memories are empty, and an
+writes no constraint the parser keeps (docs/memcollab.md), so its memories are empty, and an
 empty memory must evaluate exactly as no memory.
 """
 

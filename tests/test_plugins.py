@@ -268,10 +268,10 @@ def test_the_config_reference_is_not_written_with_plugins(monkeypatch, tmp_path,
     from matrixrl.config import reference
 
     monkeypatch.setenv(ENV, "toy")
-    target = tmp_path / "config.md"
+    target = tmp_path / "config-reference.md"
     assert reference.main(["--path", str(target)]) == 2 and not target.exists()
     assert capsys.readouterr().err == (
-        "Error: MATRIXRL_PLUGINS is set (toy), and docs/config.md documents the package's own workflows and task "
+        "Error: MATRIXRL_PLUGINS is set (toy), and docs/config-reference.md documents the package's own workflows and task "
         "kinds only; unset MATRIXRL_PLUGINS and run python -m matrixrl.config.reference again\n"
     )
 

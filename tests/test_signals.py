@@ -474,9 +474,9 @@ def test_the_stop_line_names_the_signal_and_what_resumes():
 
 
 def test_the_log_parser_knows_which_jobs_run():
-    from matrixrl.snake.events import _LogParser
+    from matrixrl.snake.events import LogParser
 
-    parser = _LogParser()
+    parser = LogParser()
     log = """
 localrule train:
     output: cells/a/train.json

@@ -65,7 +65,7 @@ from pathlib import Path
 
 import snakemake.api, snakemake.settings.types  # noqa: F401  (what each dry-run imports)
 from matrixrl import grid, status  # noqa: F401  (and the Snakefile)
-from matrixrl.snake.command import _dry_run_in_this_process
+from matrixrl.snake.command import dry_run_in_this_process
 
 for request in sys.stdin:
     configfile, workdir, stale = json.loads(request)
@@ -75,7 +75,7 @@ for request in sys.stdin:
         os.close(read)
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout carries the answers
         try:
-            answer = {"jobs": _dry_run_in_this_process(Path(configfile), Path(workdir), stale)}
+            answer = {"jobs": dry_run_in_this_process(Path(configfile), Path(workdir), stale)}
         except BaseException as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         with os.fdopen(write, "w") as out:

@@ -458,9 +458,9 @@ def test_the_schema_version_changes_with_the_tables() -> None:
     moved aside as another schema's (sound, readable by the matrixrl that wrote it), not as damaged."""
     import hashlib
 
-    from matrixrl.store.schema import SCHEMA_VERSION, _expected_columns
+    from matrixrl.store.schema import SCHEMA_VERSION, expected_columns
 
-    tables = hashlib.sha256(json.dumps(_expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
+    tables = hashlib.sha256(json.dumps(expected_columns(), sort_keys=True).encode()).hexdigest()[:12]
     assert (SCHEMA_VERSION, tables) == (8, "4c4e74c03a3d"), (
         "the store's tables changed: bump matrixrl.store.SCHEMA_VERSION, then update this pair"
     )

@@ -82,7 +82,7 @@ def missing(value) -> bool:
 
 @dataclass(frozen=True)
 class PerCell:
-    """The per-cell frame (``analysis.cell.records_frame``) as plain rows: what every table is computed from.
+    """The per-cell frame (``analysis.cell_record.records_frame``) as plain rows: what every table is computed from.
 
     ``rows``: one dict per cell, its axes and its record's fields; ``dtypes``: every column's
     dtype in that frame, in its order. A table selects and groups rows, and builds its frame

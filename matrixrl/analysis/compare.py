@@ -1,25 +1,8 @@
 """Comparisons between policy modes, and against the single-agent control (docs/design.md §4).
 
-Two kinds of row:
-
-- ``isolated - shared`` per (workflow, task, scale): the isolated cell minus the
-  shared cell of the same seed (``policy`` is empty: the row compares across it);
-- ``WORKFLOW - single`` per (workflow, task, scale, policy) for every multi-agent
-  workflow: the workflow's cell minus the ``single`` cell of the same task, scale,
-  policy and seed — the control the study uses.
-
-A workflow whose isolated cells are its shared runs (one role, ``grid.run_of``;
-``per_cell``'s ``run`` column says) has no ``isolated - shared`` row: it would be
-zero by construction.
-
-Cells are paired by seed (same base model, same problems, same seed), and only
-seeds present on both sides count (``n_pairs``). For peak, final, gain and the
-cliff and collapse indicators (whose mean differences are the differences in cliff
-and collapse rate; a collapse is a run that fell far below its base without a real
-peak, ``analysis.curves``) the table gives the mean paired difference and its
-Student-t interval (see ``matrixrl.analysis.seeds``), which needs two pairs or more;
-with one pair the bounds are missing. For a 0/1 indicator and few seeds this
-interval is a rough guide only.
+Rows ``isolated - shared`` and ``WORKFLOW - single``, cells paired by seed, each metric's mean
+paired difference with its Student-t interval (two pairs or more). The rows and columns:
+docs/report.md, "The tables and their columns" (``compare``).
 """
 
 from __future__ import annotations
@@ -112,14 +95,10 @@ def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) ->
 
 
 def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float = 0.95) -> pd.DataFrame:
-    """Each value of ``axis`` against its ``control`` value (``compare --against AXIS=VALUE``).
-
-    A row per value and per combination of the other axes (the seed aside) that has
-    cells of both: ``comparison`` reads ``AXIS=VALUE - AXIS=CONTROL``, and the
-    figures are the mean paired differences by seed, as in :func:`compare_table`, and
-    ``amplification_diff`` (with ``_lo``, ``_hi``), the same for the cells' mean
-    amplification (``AGAINST_COLUMNS``): whether an intervention lowered it.
-    Cells the axis does not affect (no value) are not compared.
+    """Each value of ``axis`` against its ``control`` value (``compare --against AXIS=VALUE``): a row
+    per value and combination of the other axes (the seed aside) with cells of both, paired as in
+    :func:`compare_table`, plus ``amplification_diff`` (``AGAINST_COLUMNS``). Cells the axis does
+    not affect are not compared.
     """
     extra = extra_axes(per_cell.columns)
     keys = [a for a in ["workflow", "task", "scale", "policy", *extra] if a != axis]

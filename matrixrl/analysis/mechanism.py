@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from matrixrl.analysis.diagnostics import share_table
+from matrixrl.analysis.gradients import share_table
 from matrixrl.analysis.axes import axes_of
 from matrixrl.config import Analysis
 

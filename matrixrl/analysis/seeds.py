@@ -1,15 +1,9 @@
 """Across seeds: the mean and a confidence interval of each per-cell figure (docs/design.md §4).
 
-**Interval method: Student-t interval of the mean**, mean ± t(1 − α/2, n − 1) · s / √n
-with the sample standard deviation s (ddof 1). A study has 2–5 seeds per cell; at
-those sizes the normal interval (±1.96 s/√n) is far too narrow (t is 12.7 for two
-seeds, 2.78 for five), and a bootstrap has only a handful of distinct resamples, so
-its interval collapses towards the observed range. The t interval assumes the
-per-seed values are roughly normal, reasonable for accuracies averaged over a few
-hundred problems. Bounds are not clipped to [0, 1]: a bound outside it shows how
-little a few seeds pin down. With one seed there is no interval (NaN), not a zero-
-width one. The t quantile comes from ``scipy.special.stdtrit`` (what ``scipy.stats.t.ppf``
-computes, without the second it takes to import ``scipy.stats``).
+The interval is Student-t's, mean ± t(1 − α/2, n − 1) · s / √n, not clipped to [0, 1];
+one seed gives none (NaN). Why not the normal interval or a bootstrap: docs/report.md
+(``seeds``). The t quantile comes from ``scipy.special.stdtrit``, avoiding the second
+``scipy.stats`` takes to import.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The per-cell tables of ``matrixrl report`` (docs/design.md §4, §5): summary and diagnostics.
 
-Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell`.
-
-Summary columns: the axes; ``base``, ``peak``, ``peak_step``, ``final``,
-``final_tail`` (mean of the last ``final_tail_k`` checkpoints), ``gain``,
-``gain_z`` and ``peak_gain_z`` (final and peak minus base, in standard errors),
-``cliff``, ``cliff_onset``, ``signature`` (how the run ended: ``cliff``, ``collapse``,
-``decline``, ``no gain`` or ``gain``), ``n_checkpoints`` (see :mod:`matrixrl.analysis.curves`);
-then, per role and per metric the role has (``answer_acc`` for roles that propose
-an answer, ``verdict_acc`` for roles that judge one, ``disagreement`` for roles with
-parallel agents: the fraction of episodes whose agents' answers differ), its value
-at the base checkpoint, at the cell's peak checkpoint and at the final checkpoint:
-``{role}_{metric}_base``, ``..._peak``, ``..._final``.
+Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell_record`; the
+columns are docs/report.md's ("The tables and their columns").
 """
 
 from __future__ import annotations
@@ -19,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, extra_axes, missing
-from matrixrl.analysis.cell import INTERVENTION_METRICS, LOGP_GAP_METRICS, ROLE_METRICS, cell_record, records_frame
-from matrixrl.analysis.diagnostics import AMP_MAX, AMP_MEAN, NORM_RATIO
-from matrixrl.analysis.diagnostics import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
+from matrixrl.analysis.cell_record import INTERVENTION_METRICS, LOGP_GAP_METRICS, ROLE_METRICS, cell_record, records_frame
+from matrixrl.analysis.gradients import AMP_MAX, AMP_MEAN, NORM_RATIO
+from matrixrl.analysis.gradients import SUMMARY_COLUMNS as DIAGNOSTIC_SUMMARY
 from matrixrl.config import AXES, Analysis
 
 CHECKPOINTS = ("base", "peak", "final")

@@ -1,19 +1,9 @@
 """experiments.yaml: its schema, reading it with overrides, and one-line errors.
 
-experiments.yaml holds the science: the grid's axes and the settings that define
-what a cell computes. Runtime matters (cores, cluster, profile) never live here.
-Every model forbids unknown keys, and every error names its key path.
-
-- :mod:`matrixrl.config.schema`: the sections' models (``Config`` and below); a task
-  kind's settings come from its task module, a workflow's from its workflow module;
-- :mod:`matrixrl.config.load`: ``load_config`` (YAML, ``--set``, ``--only``, paths
-  resolved and checked) and ``validate``;
-- :mod:`matrixrl.config.messages`: a pydantic error as one line;
-- :mod:`matrixrl.config.reference`: ``python -m matrixrl.config.reference`` writes
-  docs/config.md, every setting with its type, default and description.
-
-``Strict``, ``RUNTIME`` and ``science`` live in :mod:`matrixrl.settings`
-and errors in :mod:`matrixrl.errors`; both are re-exported here for existing callers.
+experiments.yaml holds the science, never runtime matters; every model forbids unknown keys
+and every error names its key path. ``schema`` (the models), ``load`` (``load_config``),
+``messages`` (a pydantic error as one line), ``reference`` (docs/config-reference.md).
+``Strict``, ``RUNTIME``, ``science`` (matrixrl.settings) and the errors are re-exported here.
 """
 
 from matrixrl.config.load import apply_only, apply_set, load_config, parse_only, parse_set, validate

@@ -1,6 +1,6 @@
-"""docs/config.md, the reference of every experiments.yaml setting, generated from the schema.
+"""docs/config-reference.md, the reference of every experiments.yaml setting, generated from the schema.
 
-``python -m matrixrl.config.reference`` rewrites docs/config.md; ``--check`` only
+``python -m matrixrl.config.reference`` rewrites docs/config-reference.md; ``--check`` only
 compares, and exits 1 with one line when the file is out of date (the test suite
 runs it). Each section lists its keys with their type, default, description and
 whether they are runtime settings; a ``scales:`` or ``tasks:`` entry is listed once
@@ -26,7 +26,7 @@ from matrixrl.config.schema import Config, TrainOverrides
 from matrixrl.settings import is_runtime, kind_values, models_in
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "config.md"
+DOC = REPO / "docs" / "config-reference.md"
 COMMAND = "python -m matrixrl.config.reference"
 WIDTH = 100
 
@@ -228,7 +228,7 @@ def _section(path: str, model: type[BaseModel], label: str, level: int) -> list[
 
 
 def render() -> str:
-    """The whole of docs/config.md."""
+    """The whole of docs/config-reference.md."""
     lines = [HEADER, "## Top level", "", _doc(Config), ""]
     lines += [_key(name, field) for name, field in Config.model_fields.items()]
     lines.append("")
@@ -249,15 +249,15 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description="Write docs/config.md from the schema.")
+    parser = argparse.ArgumentParser(prog=COMMAND, description="Write docs/config-reference.md from the schema.")
     parser.add_argument("--check", action="store_true", help="only check that the file is up to date")
-    parser.add_argument("--path", type=Path, default=DOC, help="the file (default: docs/config.md of the repository)")
+    parser.add_argument("--path", type=Path, default=DOC, help="the file (default: docs/config-reference.md of the repository)")
     args = parser.parse_args(argv)
     from matrixrl.plugins import ENV, plugin_modules
 
-    if plugin_modules():  # their entries are in the schema now, and docs/config.md is the package's own
+    if plugin_modules():  # their entries are in the schema now, and docs/config-reference.md is the package's own
         print(
-            f"Error: {ENV} is set ({', '.join(plugin_modules())}), and docs/config.md documents the package's own "
+            f"Error: {ENV} is set ({', '.join(plugin_modules())}), and docs/config-reference.md documents the package's own "
             f"workflows and task kinds only; unset {ENV} and run {COMMAND} again",
             file=sys.stderr,
         )
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.path.read_text() if args.path.is_file() else None
         if current != text:
-            shown = "docs/config.md" if args.path == DOC else str(args.path)
+            shown = "docs/config-reference.md" if args.path == DOC else str(args.path)
             print(f"{shown} is out of date; run {COMMAND}", file=sys.stderr)
             return 1
         return 0

@@ -1,12 +1,8 @@
 """The experiments.yaml schema: one pydantic model per section.
 
-Over 500 lines on purpose: the schema reads top to bottom as experiments.yaml's sections do,
-each model beside the validators that check it, ending with :class:`Config` and its checks
-across sections; it is what docs/config.md is generated from.
-
 Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
 has a description: ``python -m matrixrl.config.reference`` writes them into
-docs/config.md. A task kind's settings live in its task module and a workflow's in
+docs/config-reference.md. A task kind's settings live in its task module and a workflow's in
 its workflow module; this module assembles them into :class:`Config`.
 """
 
@@ -60,7 +56,7 @@ class Grid(Strict):
     memory: list[str] = Field(
         default_factory=lambda: ["none"],
         min_length=1,
-        description="memory modes every checkpoint is evaluated under (MemCollab, docs/memory.md): none, own, "
+        description="memory modes every checkpoint is evaluated under (MemCollab, docs/memcollab.md): none, own, "
         "transfer, self_contrast, memcollab; modes other than none need a memory: section and chat-style scales. "
         "Training is not multiplied: each mode is one more evaluation of the same checkpoints",
     )
@@ -491,7 +487,7 @@ class Evaluate(Strict):
 
 
 class Memory(Strict):
-    """MemCollab's memory (docs/memory.md): built from a weak and a strong scale's base models.
+    """MemCollab's memory (docs/memcollab.md): built from a weak and a strong scale's base models.
 
     Both models solve a task's memory-building problems (drawn from its training
     problems, never its evaluation set); a distiller turns their trajectories into
@@ -521,7 +517,7 @@ class Memory(Strict):
     distill_prefix: str = Field(
         "1. When",
         description="the distiller's reply is prefilled with this, so it opens with a constraint rather than a "
-        "preamble (matrixrl.memory.DISTILLER_PREFIX); \"\" for none, e.g. to let a thinking model think first",
+        "preamble (matrixrl.memcollab.DISTILLER_PREFIX); \"\" for none, e.g. to let a thinking model think first",
     )
     label_max_new_tokens: int = Field(16, ge=1, description="longest labeller reply, in tokens")
     entries_per_problem: int = Field(
@@ -603,7 +599,7 @@ class Config(Strict):
     eval: Evaluate = Field(Evaluate(), description="how each evaluated checkpoint is scored")
     analysis: Analysis = Field(Analysis(), description="thresholds of the report's tables")
     memory: Memory | None = Field(
-        None, description="MemCollab's memory, read by grid.memory's modes other than none (docs/memory.md)"
+        None, description="MemCollab's memory, read by grid.memory's modes other than none (docs/memcollab.md)"
     )
 
     @field_validator("results_dir")
@@ -664,7 +660,7 @@ class Config(Strict):
         if memory is None:
             raise ConfigError(
                 f"{where}: {used} needs a memory: section; add memory: {{weak: SCALE, strong: SCALE}} "
-                "naming two chat-style scales (docs/memory.md)"
+                "naming two chat-style scales (docs/memcollab.md)"
             )
         for field in ("weak", "strong", "distiller", "labeller"):
             name = getattr(memory, field)

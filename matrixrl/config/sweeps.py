@@ -1,14 +1,8 @@
 """Extra grid axes: any setting, by its dotted key, with a list of values.
 
-``grid: {train.lr: [1.0e-4, 5.0e-5]}`` makes ``train.lr`` an axis beside the five
-fixed ones. Each value is checked as ``--set train.lr=VALUE`` would be: the whole
-config is validated with the value in place (:func:`with_settings`), and the first
-problem is one line naming ``grid.KEY``. Only settings a cell computes from can be
-axes: not ``analysis:`` (the report's thresholds), not a runtime setting (threads,
-batch sizes: they change no result), not a scale's definition (its base model: list
-a second scale under ``grid.scale`` instead; a scale's ``train:`` may be swept).
-Which cells an axis multiplies, and how it shows in their ids, is
-``matrixrl.grid``'s business.
+Each value is checked as ``--set KEY=VALUE`` would be (:func:`with_settings`), the first
+problem one line naming ``grid.KEY``. Only settings a cell computes from can be axes
+(docs/sweeps.md); which cells an axis multiplies is ``matrixrl.grid``'s business.
 """
 
 from __future__ import annotations

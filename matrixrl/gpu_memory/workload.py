@@ -179,7 +179,7 @@ def _text_tokens(*texts: str) -> int:
 def label_prompt_tokens(task) -> int:
     """Tokens of the labeller's longest prompt: its messages (the options of the task's
     family), the chat template and the question."""
-    from matrixrl.memory.labels import labeller_messages
+    from matrixrl.memcollab.labels import labeller_messages
 
     return CHAT_TEMPLATE_TOKENS + _text_tokens(*labeller_messages("", task_family(task))) + question_tokens(task)
 
@@ -187,8 +187,8 @@ def label_prompt_tokens(task) -> int:
 def distill_prompt_tokens(spec) -> int:
     """Tokens of the distiller's longest prompt: its messages for a contrast pair, two
     trajectories quoted at ``prompts.quote_chars``, the question, the template and the prefix."""
-    from matrixrl.memory.data import Pair, Trajectory
-    from matrixrl.memory.distill import distiller_messages
+    from matrixrl.memcollab.data import Pair, Trajectory
+    from matrixrl.memcollab.distill import distiller_messages
 
     right, wrong = (Trajectory("p", "", "m", "", "", correct, 0) for correct in (True, False))
     family = task_family(spec.task)

@@ -1,8 +1,7 @@
 """Job entry points: one function per Snakemake rule, files in → file out.
 
-The Snakefile's ``run:`` rules call them: ``evaluate`` and ``analyse`` inside the
-Snakemake process, ``train`` and ``prepare_base`` in a child forked from a
-pre-imported server (``forked.py``). ``python -m matrixrl.jobs RULE SPEC_JSON PATHS...``
-runs one training or warm-start by hand. Modules import torch only inside
-functions, so the Snakefile itself stays quick to load.
+The Snakefile's rules call them through ``matrixrl.jobs.execute``, forked from the job
+server (``forked.py``) or in Snakemake's process as ``matrixrl.dag.KINDS`` says;
+``python -m matrixrl.jobs RULE SPEC_JSON PATHS...`` runs one by hand. Modules import torch
+only inside functions, so the Snakefile stays quick to load.
 """

@@ -1,29 +1,10 @@
 """evaluate: score one checkpoint on the task's fixed evaluation set, as the study does.
 
-Each problem gets ``eval.samples`` completions at ``eval.temperature`` (0.7 by
-default; 0 decodes greedily). Accuracy is the mean pass@1 over problems and
-samples; its standard error is that of the mean of per-problem accuracies,
-std(c_i / k) / sqrt(n), which for k samples per problem is the honest one (the k
-completions of one problem are not independent trials). The unbiased pass@j
-(Chen et al. 2021) is stored for j = 1, 2, 4, ... up to k. Samples are keyed by
-the cell's seed and the checkpoint's step (``eval_seed``), so on CPU a rerun draws
-the same completions whatever the batch size or the jobs running beside it
-(docs/design.md §3). On a GPU the batch's shape picks the kernels, and so the
-bf16 rounding of the logits: there an ``eval.batch_size`` other than the default is
-part of the evaluation's spec (``grid.eval_science``). Step 0 is the base model, the same for every cell of a
-(workflow, task, scale): it is evaluated once, with seed 0's key
-(``evaluate_base``), and each cell's step 0 is a copy (``copy_base_eval``).
-
-Each evaluation is its own process, forked from the pre-imported server like a
-training job (``jobs/forked.py``), with ``eval.threads`` torch threads: its own
-generator state and thread pool, and its log gets whatever it prints, a traceback
-included. A checkpoint of a GPU scale is evaluated on a GPU the job claims and
-alone sees (``matrixrl.models.devices.claimed_gpu``). The cell's task, workflow and
-model are built as training builds them (``matrixrl.train.cell.build_cell``).
-
-Under a memory (``evaluate_memory``, ``evaluate_base_memory``), the memory's
-``jobs.memory.Guide`` is read here and handed to the evaluation as its prompt guide
-(``workflows.styles.PromptGuide``); the evaluation itself knows nothing of memory.
+Accuracy, its standard error, pass@j, keyed samples and the base model's one evaluation
+(``evaluate_base``, copied to each cell's step 0 by ``copy_base_eval``): docs/design.md §3.
+Each evaluation is a forked job process building the cell as training does
+(``train.cell.build_cell``); under a memory, the memory's ``jobs.memcollab.Guide`` is its
+prompt guide, and the evaluation itself knows nothing of memory.
 """
 
 from __future__ import annotations
@@ -104,7 +85,7 @@ def evaluate_memory(
     spec: MemoryEvalSpec, step: int, checkpoint: Path, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
 ) -> MemoryEvalResult:
     """A checkpoint's evaluation with the memory ``spec`` names in its guided roles' prompts."""
-    from matrixrl.jobs.memory import Guide
+    from matrixrl.jobs.memcollab import Guide
 
     _check_checkpoint(spec.cell, step, checkpoint)
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
@@ -118,7 +99,7 @@ def evaluate_base_memory(
     spec: MemoryEvalSpec, base_dir: Path, bank: Path, labels: Path, output: Path, log=print
 ) -> MemoryEvalResult:
     """The base model's evaluation under a memory: every cell's memory step 0, as ``evaluate_base``."""
-    from matrixrl.jobs.memory import Guide
+    from matrixrl.jobs.memcollab import Guide
 
     guide = Guide.read(spec.mode, bank, labels, spec.retrieval)
     cell = spec.cell.cell
@@ -147,7 +128,7 @@ def _evaluate(
 ) -> EvalResult:
     """``checkpoint`` None: the base model itself (a fresh policy: adapters at zero); ``guide``:
     applied to the prompts before the rollouts, and what it returns recorded in a
-    MemoryEvalResult (``evaluate_memory`` passes a memory's, jobs.memory.Guide)."""
+    MemoryEvalResult (``evaluate_memory`` passes a memory's, jobs.memcollab.Guide)."""
     import torch
 
     from matrixrl.train.cell import build_cell

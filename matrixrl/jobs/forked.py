@@ -1,49 +1,15 @@
 """Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
-Importing torch + transformers (+ PEFT and TRL) costs about 7 CPU-seconds per Python
-process on a 2-core machine, more than a small job's own work. A ``shell:`` rule pays
-it once per job (bench/job_launch.py measures it). Here the rules that load a model
-(``train``, the evaluations, ``prepare_base``, the memory jobs) instead ask a **job
-server**: a single-threaded process that imports the job modules once and forks a
-fresh child per job. One server serves every run of the same Python, code and
-environment one after another, and several at once: it outlives the run that started
-it by :data:`LINGER_ENV` seconds (default :data:`DEFAULT_LINGER_S`), so that the next
-`matrixrl run` (a sweep's next value, a test suite's next run) starts its jobs at once.
-Inside a SLURM (PBS, LSF) job the server is that job's own and ends with it
-(:data:`BATCH_JOB_VARS`).
-
-The child is still its own process, exactly as a shell job's:
-
-- its own pid, RNG, torch thread pool and GPU claim (``models.devices.claimed_gpu``),
-  so training stays deterministic and a ``kill -9`` leaves the checkpoints to resume from;
-- the environment and working directory of the Snakemake process that asked for it;
-- its title reads ``matrixrl.jobs RULE NAME`` in ``ps``/``pgrep -f``;
-- its stdout and stderr go to the rule's log, as ``python -m matrixrl.jobs`` would write it;
-- it dies with the Snakemake process that asked for it (a thread waits for the end of
-  its request's connection) and with the server (``PR_SET_PDEATHSIG``), so no training
-  outlives its run to write into a cell a later run owns;
-- a signal meant for the run's process group reaches it: the child is the server's,
-  not in Snakemake's group, so whatever stops a run's group (matrixrl/snake/process.py)
-  also calls :func:`signal_jobs`, and the server passes the signal to the children
-  that group asked for. SIGTERM ends a child at once, between two atomic writes, so its
-  checkpoints and results are whole or absent.
-
-A server is only reused where it would import what a fresh one would: its address is a
-hash of the Python executable and the environment variables that steer imports
-(:func:`server_key`), and before each fork it checks that no module file it imported
-has changed since (an edited checkout, an upgraded package); if one has, it answers
-"stale", stops listening, and the requester starts a fresh server.
-
-Why not fork the Snakemake process itself: it runs threads (each job's ``run:``
-block, its scheduler), and forking a threaded process can copy a held lock into the
-child. The server is started by fork + exec and forks only from its one thread.
-
-The server never starts CUDA: a child forked from a process that has cannot use it,
-and a GPU job sets ``CUDA_VISIBLE_DEVICES`` to its claimed GPU only after the fork.
-``torch.cuda.is_available()`` starts CUDA (``cuInit``) to count the GPUs unless
-``PYTORCH_NVML_BASED_CUDA_CHECK=1`` makes it ask NVML instead, so this module sets
-that for the server (tests/test_gpu_claims.py imports the preload with CUDA's start
-made to fail).
+The rules that load a model ask a **job server**, a single-threaded process that imported
+the job modules once, to fork a fresh child per job. The child is its own process as a
+shell job's would be: its own pid, RNG, torch threads and GPU claim, the environment and
+folder of the Snakemake process that asked, a title ``matrixrl.jobs RULE NAME``, the
+rule's log; it dies with its requester and with the server, and gets the signals meant
+for its run's process group (:func:`signal_jobs`). A server lingers :data:`LINGER_ENV`
+seconds (default :data:`DEFAULT_LINGER_S`) for the next run, is reused only where it
+would import what a fresh one would (:func:`server_key`, and no imported file changed),
+ends with the batch job it runs in (:data:`BATCH_JOB_VARS`), and never starts CUDA.
+Why, and what it saves: docs/architecture.md, "Why jobs do not start their own Python".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """train: GRPO-train one cell from its scale's base model (resuming if interrupted).
 
-A cell whose scale runs on a GPU, or whose memory's labeller does, first claims one
-GPU of the machine for the whole job and hides the others, before CUDA starts
-(``matrixrl.models.devices.claimed_gpu``): the cell's model and its labeller share it.
-A cell trained with a memory (``CellSpec.memory``) has its prompts guided by
-``jobs.memory.TrainingGuide``, which this job makes for the trainer (the trainer takes
-any ``workflows.styles.PromptGuide`` and knows nothing of memory).
+A cell whose scale or labeller runs on a GPU claims one GPU for the whole job
+(``models.devices.claimed_gpu``); a cell trained with a memory gets a
+``jobs.memcollab.TrainingGuide`` for the trainer, which knows nothing of memory.
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ def memory_guide(spec: CellSpec, memory: tuple[Path, Path], log=print):
     cell's task, under ``fork_rng``): the bank file's constraints, and the labeller loaded from its folder."""
 
     def make(task):
-        from matrixrl.jobs.memory import TrainingGuide
+        from matrixrl.jobs.memcollab import TrainingGuide
 
         guide = TrainingGuide.load(spec.memory, *memory, task.family, spec.prompts)
         log(f"{spec.cell.id}: training with memory {spec.memory.mode} ({len(guide.entries)} constraints)")

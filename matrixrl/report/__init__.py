@@ -1,15 +1,9 @@
 """The report: tables built from the store (``tables``) and rendered (``formats``).
 
-Every report table is one entry of ``TABLES``, which everything about it derives from:
-``matrixrl report --table``'s choices and help, the default columns of the reading
-formats, the sections of the HTML page, ``Study.tables``. Adding a table means its
-builder (a function of the per-cell rows, in a module of its own or beside others)
-and one entry here, or, outside the package, ``register_table`` in a plugin module
-(docs/extending.md).
-
-This module stays light (no pandas) so that the CLI can offer the names and their
-help at start-up: a builder given by its import path is imported when its table is
-first built.
+Every table is one entry of ``TABLES``, from which the CLI's choices and help, the default
+columns, the HTML page's sections and ``Study.tables`` derive; a new table is its builder
+and one entry (or ``register_table`` in a plugin; docs/extending.md). No pandas here, so
+the CLI offers the names at start-up; a builder is imported when its table is first built.
 """
 
 from __future__ import annotations
@@ -105,7 +99,7 @@ TABLES: Registry = Registry(
                 "mechanism", "mechanism: does the signal rise before the cliff?", "does the signal rise before the cliff?",
                 f"{_TABLES}:_mechanism", ("cliff@onset", "signal", "change", "rise_step", "lead", "verdict"),
             ),
-            # Built from the store's memory evaluations, not from the per-cell rows (from_store._memory_frame).
+            # Built from the store's memory evaluations, not from the per-cell rows (from_store.memory_frame).
             Table(
                 "memory", "memory: accuracy with each memory mode, and its difference from none",
                 "accuracy under each memory mode vs none", f"{_TABLES}:_memory",
@@ -118,7 +112,7 @@ TABLES: Registry = Registry(
                 "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "n_cells", "n_seeds", "verdict"),
                 per_cell=False, first=True, row_axes=(),
             ),
-            # Built from the store's job_costs and the base models' result files (from_store._cost_frame);
+            # Built from the store's job_costs and the base models' result files (from_store.cost_frame);
             # what running the study took, not what it found: not on the HTML page.
             Table(
                 "cost", "cost: what the jobs took, per kind of job and scale",

@@ -1,22 +1,8 @@
 """Which columns a report table shows: a short default that answers its question, all on request.
 
-The reading formats (``table``, ``markdown``, ``latex``) show a table's default
-columns unless ``--columns`` or ``--wide`` asks for others; ``csv`` and ``json``
-keep every column unless ``--columns`` names some. The axes always come first:
-they say which cell (or group of cells) a row is about.
-
-Some reading columns are two or three columns joined into one, so that a figure
-and what qualifies it stay together in little width:
-
-- ``peak@step``: ``0.336@40``, the peak accuracy and its step;
-- ``cliff@onset``: ``no``, or ``yes@30`` with the cliff's onset step;
-- ``X±ci``: a mean (``X_mean``, seeds) or mean difference (``X_diff``, compare;
-  or ``X`` beside ``X_lo`` and ``X_hi``, memory's ``base_diff``) with the half-width
-  of its interval, ``0.053±0.098``; the Student-t interval is symmetric, so this is
-  exactly ``[X_lo, X_hi]``; without an interval (one seed, one pair) just the mean.
-
-In ``csv`` and ``json`` a joined name stands for its parts (``peak@step``: ``peak``
-and ``peak_step``), at full precision.
+The axes come first. Reading formats show the default columns and join some
+(``peak@step``, ``cliff@onset``, ``X±ci``); in ``csv`` and ``json`` a joined name stands for
+its parts. docs/report.md, "Which columns".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Rendering one report table: a rich table, csv, markdown, latex or json.
 
-Columns keep the frame's order. Two families of output:
-
-- for reading (``table``, ``markdown``, ``latex``): floats with 3 decimals, integers
-  as they are, booleans ``yes``/``no``, a missing value ``—`` (``--`` in LaTeX);
-  numbers right-aligned, text (and the axes) left-aligned;
-- for programs (``csv``, ``json``): every value at full precision (Python's
-  shortest round-trip float text), booleans ``True``/``False`` in csv and
-  ``true``/``false`` in json, a missing value empty in csv and ``null`` in json.
-
-Markdown comes from pandas' ``to_markdown`` (tabulate), LaTeX from pandas'
-``to_latex`` (a booktabs ``tabular``; needs jinja2), csv from ``to_csv``.
-
-The ``table`` format never cuts a value to fit the terminal (:class:`FittedTable`):
-a table too wide for it first wraps long headers at their underscores, then
-stacks its columns in sections that each repeat the row's keys (its axes), and on
-a terminal too narrow even for that lists each row's values one per line.
+Columns keep the frame's order. ``table``, ``markdown`` and ``latex`` are for reading
+(3 decimals, ``—`` for a missing value), ``csv`` and ``json`` for programs (full precision);
+the ``table`` format never cuts a value (:class:`FittedTable`). docs/report.md has the rules.
 """
 
 from __future__ import annotations
@@ -210,17 +197,11 @@ def _table_width(columns: Sequence[_Column]) -> int:
 
 class FittedTable:
     """A report table for the terminal that fits the width it is printed at, and never
-    shortens a value: rich would otherwise squeeze every column to "0.2…".
+    shortens a value (rich would squeeze every column to "0.2…").
 
-    At print time, the first of these that fits: the whole table; the table with
-    headers wrapped at their underscores (the widest savings first, only as far as
-    needed); then also with the columns that have one value in every row moved to a
-    line under the table (the counts first, then the axes, then the figures, each
-    kind all at once);
-    those columns stacked in numbered sections of as many columns as fit, each
-    repeating the ``keys`` (the columns that say what a row is); and, where not even
-    the keys and one column fit, each row as a list of ``column  value`` lines.
-    ``caption`` lines follow, wrapped.
+    At print time, the first layout that fits, in the order docs/report.md gives ("The
+    terminal table never cuts a value"); stacked sections repeat the ``keys``. ``caption``
+    lines follow, wrapped.
     """
 
     def __init__(

@@ -13,24 +13,24 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl import grid as G
-from matrixrl.analysis.memory import MODES as MEMORY_MODES
-from matrixrl.analysis.memory import memory_table
+from matrixrl.analysis.memcollab import MODES as MEMORY_MODES
+from matrixrl.analysis.memcollab import memory_table
 from matrixrl.config import Config
 from matrixrl.report.rows import current_evaluations
 from matrixrl.store import Store
 
 
-def _cost_owners(config: Config, runs: pd.DataFrame) -> list[str]:
+def cost_owners(config: Config, runs: pd.DataFrame) -> list[str]:
     """The store's owners of the selected runs' results, and of the memory built for their tasks."""
     from matrixrl.layout import MEMORY_OWNER
 
     return [*runs["cell"], *(f"{MEMORY_OWNER}{task}" for task in config.grid.task)]
 
 
-def _cost_frame(costs: pd.DataFrame, config: Config) -> pd.DataFrame:
+def cost_frame(costs: pd.DataFrame, config: Config) -> pd.DataFrame:
     """The cost table: the stored results' job costs and the base models' jobs, whose result
     files the store does not hold (read where the job graph puts them)."""
-    from matrixrl.analysis.cost import cost_table
+    from matrixrl.analysis.cost_table import cost_table
     from matrixrl.dag import RULES, Graph
     from matrixrl.errors import ResultFileError
     from matrixrl.results import BaseResult, EvalResult, read_result
@@ -91,7 +91,7 @@ def _new_memory_digests(config: Config) -> dict[tuple[str, str], str]:
     return {key: spec.digest() for key, spec in G.memory_evals(config, specs, plan).items()}
 
 
-def _memory_rows(store: Store, selected: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def stored_memory_rows(store: Store, selected: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The store's ordinary and memory evaluations of the runs of the grid cells ``selected``
     (a grid frame), as the memory table reads them."""
     runs = list(dict.fromkeys(selected["run"]))
@@ -101,12 +101,12 @@ def _memory_rows(store: Store, selected: pd.DataFrame) -> tuple[pd.DataFrame, pd
     return store.rows("evaluations", runs if not memory.empty else []), memory
 
 
-def _memory_frame(
+def memory_frame(
     evals: pd.DataFrame, memory: pd.DataFrame, config: Config, selected: pd.DataFrame, current: Mapping[str, tuple[str, str]]
 ) -> pd.DataFrame:
     """The memory table of the grid cells ``selected`` (a grid frame), from the store's memory
     evaluations and, for ``none``, its ordinary evaluations (those under the current spec),
-    as :func:`_memory_rows` read them."""
+    as :func:`stored_memory_rows` read them."""
     evals = current_evaluations(evals, current)
     memory = current_memory_evaluations(memory, config)
     cells = selected.drop(columns=["run_policy"])

@@ -16,24 +16,24 @@ from matrixrl.analysis.axes import PerCell, cells_frame, missing
 from matrixrl.config import AXES, Config
 
 
-def _grid_frame(config: Config) -> pd.DataFrame:
+def grid_frame(config: Config) -> pd.DataFrame:
     """The grid's cells (``cell`` + AXES + the extra axes, None where one leaves a cell alone)
     and ``run``, the id their results are stored under."""
-    return _grid(config)[0].copy(deep=False)  # copy on write: the caller's to change
+    return grid_and_runs(config)[0].copy(deep=False)  # copy on write: the caller's to change
 
 
 _GRIDS: dict[int, tuple[Config, tuple[pd.DataFrame, pd.DataFrame, str | None]]] = {}
 
 
-def _grid(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
-    """The grid frame of ``config``, its runs (:func:`_runs_frame`) and its :func:`same_run_caption`,
+def grid_and_runs(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """The grid frame of ``config``, its runs (:func:`runs_frame`) and its :func:`same_run_caption`,
     computed once per config, as ``rows._spec_digests``."""
     cached = _GRIDS.get(id(config))
     if cached is None or cached[0] is not config:
         if len(_GRIDS) > 64:
             _GRIDS.clear()
         grid = _new_grid_frame(config)
-        cached = _GRIDS[id(config)] = (config, (grid, _runs_frame(grid), same_run_caption(grid)))
+        cached = _GRIDS[id(config)] = (config, (grid, runs_frame(grid), same_run_caption(grid)))
     return cached[1]
 
 
@@ -44,7 +44,7 @@ def _new_grid_frame(config: Config) -> pd.DataFrame:
     return cells_frame(rows, ["cell", *AXES, *extra, "run", "run_policy"])
 
 
-def _runs_frame(cells: pd.DataFrame) -> pd.DataFrame:
+def runs_frame(cells: pd.DataFrame) -> pd.DataFrame:
     """The runs of ``cells`` (a grid frame) as cells of their own: ``cell`` (the run id) and its ``policy``."""
     runs = cells.drop_duplicates("run")
     return pd.DataFrame({"cell": runs["run"], "policy": runs["run_policy"]})
@@ -62,7 +62,7 @@ def same_run_caption(cells: pd.DataFrame) -> str | None:
     )
 
 
-def _selected(frame: pd.DataFrame, only: Mapping[str, Sequence] | None, skip: tuple[str, ...] = ()) -> pd.Series:
+def selected_mask(frame: pd.DataFrame, only: Mapping[str, Sequence] | None, skip: tuple[str, ...] = ()) -> pd.Series:
     keep = pd.Series(True, index=frame.index)
     for axis, values in (only or {}).items():
         if axis in skip or axis not in frame.columns:
@@ -86,7 +86,7 @@ def sort_rows(frame: pd.DataFrame, config: Config, group_by: Sequence[str] = ())
     return frame.take(order).reset_index(drop=True)
 
 
-def _sorted_cells(per_cell: PerCell, config: Config, group_by: Sequence[str] = ()) -> PerCell:
+def sorted_cells(per_cell: PerCell, config: Config, group_by: Sequence[str] = ()) -> PerCell:
     """The rows of ``per_cell`` in :func:`sort_rows`' order (a per-cell table built from them needs no sort)."""
     keys = _sort_keys(per_cell.columns, config, group_by)
     if not keys:

@@ -1,11 +1,9 @@
 """Where a command may write a path the user named: anywhere but over what the study reads.
 
-``report --html`` and ``--plots``, ``plot --out``, ``export --out``. The study's inputs are its experiments file, its tasks' data and its hf scales' local folders,
-and everything matrixrl keeps under ``results_dir`` (the store, ``summary.json``, the cells' and
-base models' results, logs, run state). A page or a plots folder written over one of them would
-lose it without a word, so it is refused before anything is computed. The rest of ``results_dir``
-is fair game: ``report --html results/report.html`` is the documented habit, and a second report
-overwrites its own page.
+For ``report --html`` and ``--plots``, ``plot --out``, ``export --out``: a path over the
+experiments file, a task's data, an hf scale's folder or what matrixrl keeps under
+``results_dir`` is refused before anything is computed; the rest of ``results_dir`` is
+fair game (``report --html results/report.html``).
 """
 
 from __future__ import annotations

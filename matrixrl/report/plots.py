@@ -1,18 +1,8 @@
-"""PNG figures of a study: learning curves, and one cell's gradient diagnostics.
+"""PNG figures of a study: learning curves (one figure per task), and one cell's gradient diagnostics.
 
-- ``learning_curve_figures``: one figure per task, one panel per (workflow, scale)
-  of that task (rows: workflows, columns: scales, in the grid's order). Each panel
-  overlays the policy modes, each in its fixed colour (``POLICY_COLOURS``): the
-  mean accuracy over seeds as a line, the seeds' min–max as a band, every seed's
-  peak as a triangle and every seed's cliff onset as a dashed vertical line. Peaks
-  and cliffs come from ``matrixrl.analysis.curves.summarize_cells``, so they are
-  the numbers of ``matrixrl report``.
-- ``diagnostics_figure``: one cell's per-role gradient norm and gradient-mass
-  share at every update (plus amplification, for roles with parallel agents),
-  with the cell's peak and cliff onset marked.
-
-Figures are plain ``matplotlib.figure.Figure`` objects (no pyplot, no display, no
-global state); ``png_bytes`` renders one with the Agg backend.
+Plain ``matplotlib.figure.Figure`` objects, without pyplot state; ``png_bytes`` renders one.
+Peaks and cliffs are the numbers of ``matrixrl report``. What each figure shows:
+docs/report.md, "Plots and the HTML report".
 """
 
 from __future__ import annotations
@@ -30,7 +20,7 @@ import pandas as pd
 from matrixrl import atomic
 from matrixrl.analysis.axes import extra_axes, grouped
 from matrixrl.analysis.curves import summarize_cells
-from matrixrl.analysis.diagnostics import share_table
+from matrixrl.analysis.gradients import share_table
 from matrixrl.config import Analysis, Config
 from matrixrl.config.sweeps import spelled
 from matrixrl.errors import ConfigError, closest, did_you_mean
@@ -158,16 +148,12 @@ def check_diagnostics_cells(study: PlotData, cells: Sequence[str], option: str =
 def learning_curve_figures(
     cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis, line_by: str = "policy", tasks: Sequence[str] | None = None
 ) -> dict[str, Figure]:
-    """One learning-curve figure per task of ``cells`` (see the module docstring).
+    """One learning-curve figure per task of ``cells`` (``cell`` and the grid axes, in grid order),
+    a panel per (workflow, scale), from ``evals`` (the store's evaluations).
 
-    ``cells``: columns ``cell`` and the grid axes (extra axes too), in the grid's
-    order; ``evals``: the store's evaluations (``cell, step, accuracy, n``), other
-    cells ignored. Each panel draws one line per value of ``line_by`` (an axis other
-    than workflow, task, scale and seed), in its own colour; where other axes vary
-    too (the policy mode, another extra axis), each of their combinations has its own
-    line style. Panels of (workflow, scale) pairs with no evaluation yet say so.
-    Returns ``{curves_name(task): figure}`` in the grid's task order; ``tasks``: of these
-    tasks only (drawn as they are among all of them: the same line styles).
+    Each panel draws a colour per value of ``line_by`` and a line style per combination of
+    the other varying axes. Returns ``{curves_name(task): figure}`` in the grid's task
+    order; ``tasks``: of these tasks only (with the line styles of all of them).
     """
     from matplotlib.figure import Figure
 
@@ -390,18 +376,13 @@ def _mark_peak_and_cliff(axes, cell: str, evals: pd.DataFrame, analysis: Analysi
 
 
 def png_bytes(fig: Figure, dpi: int = PNG_DPI) -> bytes:
-    """The figure as PNG bytes (Agg backend; no display needed).
-
-    Stored with a 256-colour palette: a third of the size of the full-colour
-    image (it is embedded in the HTML report, which users mail), with no visible loss.
-    """
+    """The figure as PNG bytes (Agg backend), with a 256-colour palette: a third of the size,
+    for the HTML report that users mail."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from PIL import Image  # Pillow: a dependency of matplotlib
 
-    # Drawn once on an Agg canvas, its pixels taken as they are: the same pixels as ``savefig``,
-    # which walks every artist of a figure with a layout engine twice (once to lay it out, once
-    # to render) and encodes a full-colour PNG that would only be decoded again here (a fifth
-    # to a quarter more CPU for the curves of the default study).
+    # Drawn once on an Agg canvas: the same pixels as ``savefig``, which lays out and renders
+    # twice and encodes a full-colour PNG that would only be decoded again here.
     canvas, old_dpi, old_face = fig.canvas, fig.get_dpi(), fig.get_facecolor()
     try:
         fig.set_dpi(dpi)
@@ -424,10 +405,10 @@ def drawing_version() -> str:
     matplotlib and Pillow (a cached PNG is drawn again when any of them changes)."""
     from importlib.metadata import version
 
-    from matrixrl.analysis import axes, curves, diagnostics
+    from matrixrl.analysis import axes, curves, gradients
 
     code = hashlib.sha256()
-    for module in (__file__, axes.__file__, curves.__file__, diagnostics.__file__):  # what draws, and what it draws from
+    for module in (__file__, axes.__file__, curves.__file__, gradients.__file__):  # what draws, and what it draws from
         code.update(Path(module).read_bytes())
     return f"{code.hexdigest()[:16]} matplotlib {version('matplotlib')} pillow {version('pillow')}"
 

@@ -1,17 +1,9 @@
 """The per-cell records every table is built from, cached in the store under their inputs' key.
 
-Every table is computed from one record per cell (``matrixrl.analysis.cell``).
-A record depends only on that cell's stored results and the ``analysis:``
-settings, so the store caches it (``cell_summaries``) under a cache key of
-exactly those inputs: the digests the store keeps of each of the cell's stored
-results (``cell_keys``, from ``cell_inputs``; one per train or eval result), the
-analysis settings and :data:`RECORD_VERSION`. A report reads the cache keys,
-recomputes only the cells whose key changed (a new evaluation, a re-trained cell,
-another threshold), and aggregates the records into the requested tables, built
-from the records as plain rows (``analysis.axes.PerCell``). What a record takes
-from the cell's training alone (``analysis.cell.training_part``) is cached too
-(``cell_trainings``, keyed by the training's digest): a recomputed record whose
-training is unchanged reads only the cell's evaluations.
+A record (``matrixrl.analysis.cell_record``) depends only on its cell's stored results, the
+``analysis:`` settings and :data:`RECORD_VERSION`, so a report recomputes only the cells
+whose key changed; a record's training part is cached apart (``cell_trainings``).
+docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from matrixrl.analysis.cell import ROLE_METRICS, TRAINING_METRICS, record_of, training_part
+from matrixrl.analysis.cell_record import ROLE_METRICS, TRAINING_METRICS, record_of, training_part
 from matrixrl.config import Config
 from matrixrl.store import Store
 
@@ -56,7 +48,7 @@ def compute_records(
 
     ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
     results each record is computed from; other stored rows are left out.
-    ``trainings``: ``{cell: training part}`` (``analysis.cell.training_part``) known
+    ``trainings``: ``{cell: training part}`` (``analysis.cell_record.training_part``) known
     already, used as it is; the parts computed here are added to it. Only cells
     without one read their training's rows (the diagnostics are most of the store).
     """

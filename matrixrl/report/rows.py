@@ -1,13 +1,8 @@
 """A study's stored rows, as the report reads them: one copy per grid cell, current results only.
 
-The store keeps results by run id; a grid cell that is another cell's run (a
-one-role workflow under ``isolated``) gets that run's rows under its own id, as
-the report's rows do. Only results computed under each run's current spec are
-kept (:func:`current_specs`): an evaluation whose spec digest is not the run's
-``eval_digest()``, a training's rows whose is not its ``train_digest()``; results
-written before digests are kept.
-
-Nothing here ingests: call ``matrixrl.store.ingest_for_report`` first.
+A cell that is another cell's run gets that run's rows under its own id; only results
+computed under each run's current spec are kept (:func:`current_specs`). Nothing here
+ingests: call ``matrixrl.store.ingest_for_report`` first.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ import pandas as pd
 
 from matrixrl import grid as G
 from matrixrl.analysis.axes import cells_frame
-from matrixrl.analysis.cell import rows_of_cells
+from matrixrl.analysis.cell_record import rows_of_cells
 from matrixrl.config import AXES, Config
 from matrixrl.errors import ConfigError
 from matrixrl.store import read_table

@@ -1,19 +1,9 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table is computed from one record per cell (``matrixrl.analysis.cell``), which the
-store caches (``records``); a report recomputes only the cells whose results or settings
-changed, and aggregates the records into the requested tables. The grid's frames and the
-rows' order are ``grid_frames``'s; the memory and cost tables read the store's own rows
-(``from_store``).
-
-Only results computed under the cell's current spec are reported
-(``rows.current_specs``): an evaluation whose spec digest is not the cell's
-``eval_digest()``, a training whose is not its ``train_digest()`` (an old
-schedule's checkpoint left on disk, say) is left out; results without a spec
-digest (files written before digests) are kept.
-
-Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
-axes first — each axis in the order experiments.yaml lists its values.
+Every table aggregates one cached record per cell (``matrixrl.analysis.cell_record``), so a
+report recomputes only the cells whose results or settings changed (docs/architecture.md,
+"Reports at scale"); the memory and cost tables read the store's own rows. Only results
+computed under a cell's current spec are reported (``rows.current_specs``).
 """
 
 from __future__ import annotations
@@ -24,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell, missing
-from matrixrl.analysis.cell import per_cell_rows
+from matrixrl.analysis.cell_record import per_cell_rows
 from matrixrl.analysis.compare import CONTROL, against_table, compare_table
 from matrixrl.analysis.mechanism import mechanism_caption, mechanism_table
 from matrixrl.analysis.seeds import seeds_table
@@ -35,8 +25,8 @@ from matrixrl.config.sweeps import spelled as _shown
 from matrixrl.errors import ConfigError, closest, did_you_mean
 from matrixrl.report import TABLES
 from matrixrl.layout import store_path
-from matrixrl.report.from_store import _cost_frame, _cost_owners, _memory_frame, _memory_rows, memory_modes
-from matrixrl.report.grid_frames import _grid, _grid_frame, _runs_frame, _selected, _sorted_cells, same_run_caption, sort_rows
+from matrixrl.report.from_store import cost_frame, cost_owners, memory_frame, memory_modes, stored_memory_rows
+from matrixrl.report.grid_frames import grid_and_runs, grid_frame, runs_frame, same_run_caption, selected_mask, sort_rows, sorted_cells
 from matrixrl.report.records import cell_records
 from matrixrl.report.rows import current_specs, nothing_stored
 from matrixrl.store import Store, ingest_for_report, repairing
@@ -70,11 +60,11 @@ def _mechanism(per_cell: PerCell, confidence: float) -> pd.DataFrame:
 
 
 def _memory(per_cell: PerCell, confidence: float) -> pd.DataFrame:
-    raise TypeError("the memory table is built from the store's memory evaluations: see _memory_frame")
+    raise TypeError("the memory table is built from the store's memory evaluations: see memory_frame")
 
 
 def _cost(per_cell: PerCell, confidence: float) -> pd.DataFrame:
-    raise TypeError("the cost table is built from the store's job costs: see _cost_frame")
+    raise TypeError("the cost table is built from the store's job costs: see cost_frame")
 
 
 # The builders above are the built-in entries of the registry (matrixrl.report.TABLES),
@@ -138,18 +128,11 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
-    ``db_file`` is the SQLite file (``matrixrl.layout.store_path(results_dir)``);
-    this reads it and refreshes its per-cell cache, it does not ingest result files.
-    ``group_by`` (``"workflow,policy"`` or a list) sorts rows by those axes first;
-    ConfigError if an axis is unknown or the table aggregates over it.
-    ``only`` (``{axis: values}``, e.g. from ``--only``) keeps the rows of those
-    cells; ``compare`` still takes its controls (the other policy mode, the
-    ``single`` workflow) from the whole grid of ``config``, and keeps a row when
-    every axis it names is selected. Per-cell tables (summary, diagnostics,
-    mechanism) have a ``cell`` column first; tables may be empty. The mechanism
-    table's one-line tally is in ``frame.attrs["caption"]``. ``against`` (``(axis, control
-    value)``, from :func:`parse_against`) makes ``compare`` every value of that axis
-    against the control instead of the built-in comparisons.
+    Reads the SQLite file ``db_file`` and refreshes its per-cell cache (no ingest).
+    ``group_by``, ``only`` and ``against`` (from :func:`parse_against`) are ``--group-by``,
+    ``--only`` (``{axis: values}``; controls still come from the whole grid) and
+    ``--against``; ConfigError if an axis is unknown or the table aggregates over it.
+    Per-cell tables have a ``cell`` column first; tables may be empty.
     """
     frames, _ = _build(db_file, config, names, group_by, only, against)
     return frames
@@ -165,19 +148,19 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
     if not db_file.is_file():
         raise ConfigError(f"{db_file}: no store yet; run `matrixrl run` first")
 
-    grid = _grid_frame(config)
-    selected = grid[_selected(grid, only)] if only else grid
+    grid = grid_frame(config)
+    selected = grid[selected_mask(grid, only)] if only else grid
     needed = selected
     if not only:
         pass  # the whole grid: its own controls
     elif "compare" in names and against is not None:
         # Controls: the control value's cells, matching the selection on every other axis.
-        needed = grid[grid["cell"].isin(selected["cell"]) | _selected(grid, only, skip=(against[0],))]
+        needed = grid[grid["cell"].isin(selected["cell"]) | selected_mask(grid, only, skip=(against[0],))]
     elif "compare" in names:
         # Controls: the other policy mode and the single workflow, for the selected tasks, scales and seeds.
-        controls = _selected(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
+        controls = selected_mask(grid, only, skip=("workflow", "policy")) & grid["workflow"].isin({*selected["workflow"], CONTROL})
         needed = grid[grid["cell"].isin(selected["cell"]) | controls]
-    runs = _runs_frame(needed) if only else _grid(config)[1]
+    runs = runs_frame(needed) if only else grid_and_runs(config)[1]
     current = current_specs(config, runs["cell"])
 
     def read() -> tuple[dict[str, dict], tuple[pd.DataFrame, pd.DataFrame] | None]:
@@ -185,8 +168,8 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         # is a good part of an incremental report's time.
         with Store(db_file) as store:
             records = cell_records(store, runs, config, current) if any(name not in FROM_STORE for name in names) else {}
-            memory = _memory_rows(store, selected) if "memory" in names else None
-            costs = store.rows("job_costs", _cost_owners(config, runs)) if "cost" in names else None
+            memory = stored_memory_rows(store, selected) if "memory" in names else None
+            costs = store.rows("job_costs", cost_owners(config, runs)) if "cost" in names else None
         return records, memory, costs
 
     by_run, memory_rows, costs = repairing(db_file, read)  # a damaged store is rebuilt, and read again
@@ -201,9 +184,9 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         per_selected = per_cell.where(lambda row: row["cell"] in chosen)
     else:
         per_selected = per_cell
-    per_selected = _sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
+    per_selected = sorted_cells(per_selected, config, axes)  # the per-cell tables keep this order
 
-    same_run = same_run_caption(selected) if only else _grid(config)[2]
+    same_run = same_run_caption(selected) if only else grid_and_runs(config)[2]
     frames = {}
     for name in names:
         if name == "compare":
@@ -211,11 +194,11 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
                 table = against_table(_evaluated(per_cell).frame(), *against, config.analysis.confidence)
             else:
                 table = TABLES[name].build(per_cell, config.analysis.confidence)
-            table = table[_selected(table, only)] if only else table
+            table = table[selected_mask(table, only)] if only else table
         elif name == "memory":
-            table = _memory_frame(*memory_rows, config, selected, current)
+            table = memory_frame(*memory_rows, config, selected, current)
         elif name == "cost":
-            table = _cost_frame(costs, config)
+            table = cost_frame(costs, config)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if not TABLES[name].per_cell:  # a per-cell table keeps the order of its rows, sorted already
@@ -262,7 +245,7 @@ def report_table(
             fix = (
                 f"run `matrixrl run` to evaluate them under {', '.join(modes)}"
                 if modes
-                else "list memory modes in grid.memory (docs/memory.md) and run `matrixrl run`"
+                else "list memory modes in grid.memory (docs/memcollab.md) and run `matrixrl run`"
             )
             raise nothing_stored(results, needs, fix)
         raise nothing_stored(results, needs)

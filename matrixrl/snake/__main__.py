@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from matrixrl.snake.command import _dry_run_in_this_process
+from matrixrl.snake.command import dry_run_in_this_process
 
 if __name__ == "__main__":
-    print(json.dumps(_dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])))
+    print(json.dumps(dry_run_in_this_process(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])))

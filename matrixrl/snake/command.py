@@ -120,7 +120,7 @@ def pending_jobs(config: Config, workdir: Path, stale: list[str] = ()) -> list[d
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = ()) -> list[dict]:
+def dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = ()) -> list[dict]:
     from snakemake.api import SnakemakeApi
     from snakemake.logging import logger
     from snakemake.settings.enums import RerunTrigger

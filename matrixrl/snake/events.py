@@ -25,7 +25,7 @@ _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 _FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 
 
-class _LogParser:
+class LogParser:
     """Snakemake's log, line by line, as :class:`RunEvent` s; knows which jobs are running.
 
     Snakemake reports a job as a block: ``rule NAME:`` (or ``Error in rule NAME:``)
@@ -123,11 +123,11 @@ class TimeLeft:
         parts = [f"running: {', '.join(f'{rule} ×{n}' if n > 1 else rule for rule, n in counts.items())}"] if counts else []
         left = self.seconds_left(now)
         if left is not None and (counts or any(self.waiting.values())):
-            parts.append(f"about {_duration(left)} left")
+            parts.append(f"about {format_duration(left)} left")
         return " · ".join(parts) or "jobs"
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     if seconds < 90:
         return f"{max(1, round(seconds))} s"
     if seconds < 90 * 60:

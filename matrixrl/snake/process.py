@@ -1,10 +1,6 @@
 """Snakemake's process under `matrixrl run`: stopped on a signal, recorded while it runs, ended with its run.
 
-Snakemake runs in a session of its own; the run tees its log (matrixrl.snake.events),
-stops it and its jobs on SIGINT, SIGTERM or SIGHUP, records itself under the results
-folder while Snakemake runs, and releases the lock of a Snakemake it had to kill.
-A run killed without a word (kill -9) cannot stop Snakemake: Snakemake watches its
-run and stops itself (follow_run, called by the Snakefile).
+What a user sees when a run is stopped, and the locks: docs/faults.md, "Stopping a run".
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from pathlib import Path
 from matrixrl import atomic
 from matrixrl import layout as L
 from matrixrl.snake.command import job_environment
-from matrixrl.snake.events import RunEvent, _LogParser
-from matrixrl.snake.profiles import _cluster_profile
+from matrixrl.snake.events import RunEvent, LogParser
+from matrixrl.snake.profiles import is_cluster_profile
 
 def _default_stop_signals() -> None:
     """In Snakemake's child before exec: SIGINT and SIGTERM act by default there, even when
@@ -38,12 +34,9 @@ def _default_stop_signals() -> None:
 def run_with_events(command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
     """Run Snakemake, tee its log to ``log_path``, pass each parsed event to ``on_event``; return its exit code.
 
-    Snakemake runs in a session of its own, so that a signal to this process's group
-    (Ctrl-C in a terminal, a SIGTERM to the job's group) reaches this process only;
-    SIGINT, SIGTERM or SIGHUP then stop Snakemake and its jobs and raise
-    :class:`RunStopped` (see :func:`stop_on_signals`). If this process dies
-    without a word (kill -9), Snakemake stops itself (:func:`follow_run`). While it runs,
-    the run is recorded under ``--directory`` (:func:`live_runs`).
+    Snakemake runs in a session of its own, so a signal to this process's group reaches
+    this process only, which stops Snakemake and raises :class:`RunStopped`
+    (:func:`stop_on_signals`); a kill -9 leaves Snakemake to stop itself (:func:`follow_run`).
     """
     with stop_on_signals() as guard:
         return guard.run(command, log_path, on_event)
@@ -90,13 +83,9 @@ _ACTIVE: _Guard | None = None
 def stop_on_signals() -> Iterator[_Guard]:
     """Within: SIGINT, SIGTERM and SIGHUP raise :class:`RunStopped`, after stopping Snakemake if it runs.
 
-    Outside :func:`run_with_events` a signal raises at once. While Snakemake runs, the
-    first signal stops it (:func:`_stop_group`: its jobs end, their checkpoints stay, it
-    releases its lock, within :data:`GRACE_S` or it is killed), and
-    :func:`run_with_events` raises once the whole process group is gone; a second
-    signal kills the group without waiting. Handlers are installed only from the main
-    thread (elsewhere the signals keep their handlers), and not for a signal this
-    process was started ignoring (``nohup``); nested uses share one.
+    While Snakemake runs, the first signal stops it (:func:`_stop_group`) and a second kills
+    its group at once. Handlers are installed from the main thread only, and not for a signal
+    this process was started ignoring (``nohup``); nested uses share one.
     """
     global _ACTIVE
     if _ACTIVE is not None:
@@ -151,14 +140,14 @@ class _Guard:
 
     def run(self, command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
         workdir = Path(_option(command, "--directory") or ".")
-        self.cluster = _cluster_profile(_option(command, "--profile"))
+        self.cluster = is_cluster_profile(_option(command, "--profile"))
         record = None if "--unlock" in command else workdir / L.run_record(os.getpid())
         locks_before = _lock_files(workdir)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = job_environment()
         env[RUN_PID_ENV] = str(os.getpid())
         env[RUN_LOG_ENV] = str(log_path.resolve())
-        parser = _LogParser()
+        parser = LogParser()
         self.running = parser.running
         self.deferred = True
         proc = None
@@ -227,12 +216,10 @@ def _stop_group(
 ) -> None:
     """Stop Snakemake, the leader of process group ``pgid``, and its jobs; kill the group after :data:`GRACE_S`.
 
-    Locally the whole group gets SIGTERM, again every second (a job forked meanwhile
-    too): the jobs die, their checkpoints stay, their rules fail, and Snakemake,
-    which SIGTERM tells to start nothing more, exits and releases its lock. Under a
-    cluster executor Snakemake gets SIGINT, once: it cancels its cluster jobs and
-    exits. ``ended(timeout)`` waits up to ``timeout`` for Snakemake to end, true
-    once it has; ``ready()`` says whether Snakemake may be sent SIGTERM yet.
+    Locally the group gets SIGTERM every second (so Snakemake starts nothing more and
+    releases its lock); under a cluster executor Snakemake gets SIGINT once, which cancels
+    its cluster jobs. ``ended(timeout)`` is true once Snakemake has ended; ``ready()`` says
+    whether it may be sent SIGTERM yet.
     """
     deadline = time.monotonic() + GRACE_S
     if cluster:
@@ -341,11 +328,8 @@ def _alive(record: dict) -> bool:
 
 
 def live_runs(results_dir: str | Path) -> list[dict]:
-    """The other `matrixrl run` s recorded under ``results_dir`` that are still going.
-
-    Each run records itself in ``.matrixrl/runs/PID.json`` while its Snakemake runs: its
-    pid and start time, and Snakemake's pid. A record whose process is gone (a run
-    killed with -9) is stale: ignored, and removed.
+    """The other `matrixrl run` s recorded under ``results_dir`` (``.matrixrl/runs/PID.json``)
+    that are still going; a record whose process is gone is removed.
     """
     runs = []
     for path in sorted((Path(results_dir) / L.RUNS_DIR).glob("*.json")):
@@ -370,12 +354,8 @@ _FOLLOWING = False
 def follow_run(workflow) -> None:
     """Called by the Snakefile: stop this Snakemake and its jobs once the `matrixrl run` that started it is gone.
 
-    A `matrixrl run` killed with -9 cannot stop Snakemake, which runs in a session of
-    its own; so Snakemake watches its parent. Only the Snakemake process that
-    `matrixrl run` started watches (its parent's pid is :data:`RUN_PID_ENV`), not the
-    dry-runs, nor Snakemake's job processes on a cluster. Once the parent is gone,
-    the log goes on in the run's log file, and the run stops as on a signal
-    (:func:`_stop_group`): its jobs end, Snakemake releases its lock and exits.
+    Only the Snakemake that `matrixrl run` started watches (its parent's pid is
+    :data:`RUN_PID_ENV`); once the parent is gone it stops as on a signal (:func:`_stop_group`).
     """
     global _FOLLOWING
     try:

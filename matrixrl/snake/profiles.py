@@ -142,7 +142,7 @@ def cluster_executor(profile: str | Path | None) -> str | None:
     return None if executor in _LOCAL_EXECUTORS else executor
 
 
-def _cluster_profile(profile: str | None) -> bool:
+def is_cluster_profile(profile: str | None) -> bool:
     """Whether a profile sends jobs to a cluster executor (they are no processes of this machine)."""
     try:
         return cluster_executor(profile) is not None

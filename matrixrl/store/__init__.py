@@ -1,20 +1,9 @@
 """The SQLite store: every checkpoint's accuracy and every step's training metrics.
 
-Result files are the truth; the store is an index over them that mirrors them
-exactly and makes tables quick to regenerate. Only the submitting host writes the
-store (never a cluster job). One module per concern:
-
-- ``schema``: the tables (those of results derived from ``matrixrl.results``), the
-  schema version, the engine's settings;
-- ``repair``: telling a store that cannot be used, moving it aside, creating a new one;
-- ``writes``: what one result puts in the store and takes out, its digest, its cell's keys;
-- ``ingestion``: ``ingest``, the store made to mirror the result files (and so rebuilt),
-  and the store opened (``engine_at``, ``repairing``);
-- ``queries``: :class:`Store`, the reads and caches of reports, and ``read_table``;
-- ``costs``: every job cost the store holds, read without SQLAlchemy (``plan``'s estimate).
-
-The names below are imported on first use (PEP 562): ``plan`` reads the store's costs
-without paying for SQLAlchemy and pandas, a second at start.
+An index over the result files, which are the truth; only the submitting host writes it.
+Submodules: ``schema``, ``repair``, ``writes``, ``ingestion``, ``queries``,
+``recorded_costs`` (docs/architecture.md's tree). The names below are imported on first
+use (PEP 562), so ``plan`` reads costs without importing SQLAlchemy and pandas.
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ _HOMES = {
     "repairing": "ingestion",
     "Store": "queries",
     "read_table": "queries",
-    "recorded_costs": "costs",
+    "recorded_costs": "recorded_costs",
     "StoreError": "repair",
     "Result": "writes",
 }

@@ -1,14 +1,8 @@
 """Ingest: the store made to mirror the result files, and opened (rebuilt from them if unusable).
 
-``ingest`` upserts files that are new or changed since they were last read (keyed
-by path, size, mtime and inode; a file that changed within two seconds of its
-reading is read once more next time, and only a result whose digest differs is
-written) and deletes the rows of files that are gone, all in one transaction, after
-validating every file it reads — a corrupt file aborts the ingest with nothing written.
-
-A store that cannot be used (``matrixrl.store.repair``) is rebuilt by an ingest, and
-an ingest opens the store: so the two that open it and rebuild it are here too,
-:func:`engine_at` (and :func:`engine_for`) and :func:`repairing`.
+The store opens (:func:`engine_at`) and rebuilds (:func:`repairing`) here, since a rebuild
+is an ingest. What a user sees of it: docs/faults.md, "The store"; the scan's rules:
+docs/report.md, "Reports at scale".
 """
 
 from __future__ import annotations
@@ -40,39 +34,35 @@ from matrixrl.results import (
     TrajectoriesResult,
     read_result,
 )
-from matrixrl.store.repair import _NEW, T, _create, _inspect, _Problem, _repairing, _set_aside
-from matrixrl.store.schema import CELL_INPUTS, CELL_SUMMARIES, CELL_TRAININGS, INGESTED_FILES, MEMORY_INPUTS, _engine
+from matrixrl.store.repair import NEW_STORE, T, StoreProblem, create_store, inspect_store, repair_and_run, set_aside
+from matrixrl.store.schema import CELL_INPUTS, CELL_SUMMARIES, CELL_TRAININGS, INGESTED_FILES, MEMORY_INPUTS, open_engine
 from matrixrl.store.writes import (
     Result,
-    _digest,
-    _forget,
-    _is_cell_part,
-    _key,
-    _refresh_keys,
-    _stored_digests,
-    _upsert,
-    _write_result,
+    forget_result,
+    is_cell_part,
+    refresh_keys,
+    result_digest,
+    store_key,
+    stored_digests,
+    upsert_rows,
+    write_result,
 )
 
 
 def engine_at(db_file: str | Path):
-    """An engine on the SQLite store ``db_file``, the one way the store is opened.
-
-    A missing store is created with every table. An unusable one (damaged, or of
-    another schema version; see :func:`_inspect`) is moved aside with a one-line
-    note on stderr and, if it is a results directory's store, rebuilt from its
-    result files first.
+    """An engine on the SQLite store ``db_file``, the one way the store is opened: a missing
+    store is created, an unusable one moved aside with a note and rebuilt from its result files.
     """
     db_file = Path(db_file)
     with disk_errors_named(db_file, "the store"):
-        state = _inspect(db_file)
-        if isinstance(state, _Problem):
-            _set_aside(db_file, state)
+        state = inspect_store(db_file)
+        if isinstance(state, StoreProblem):
+            set_aside(db_file, state)
             _rebuild(db_file)
-            state = _NEW if not db_file.exists() else None
-        if state == _NEW:
-            _create(db_file)
-    return _engine(db_file)
+            state = NEW_STORE if not db_file.exists() else None
+        if state == NEW_STORE:
+            create_store(db_file)
+    return open_engine(db_file)
 
 
 def engine_for(results_dir: str | Path):
@@ -80,14 +70,12 @@ def engine_for(results_dir: str | Path):
 
 
 def repairing(db_file: str | Path, action: Callable[[], T], *, rebuild: bool = True) -> T:
-    """``action()`` (which opens the store ``db_file`` itself, and closes it); if it fails
-    because the file is damaged (``PRAGMA quick_check`` says so), the store is moved aside
-    with a note, rebuilt from the result files (unless ``rebuild`` is false: ``action``
-    reads them itself), and ``action`` runs once more. A full disk or a read-only
-    folder is a :class:`DiskError` naming the store; any other error is raised as it is."""
+    """``action()`` (which opens and closes the store ``db_file``), run once more after moving a
+    damaged store aside and (unless ``rebuild`` is false) rebuilding it. A full disk or a
+    read-only folder is a :class:`DiskError` naming the store."""
     db_file = Path(db_file)
     with disk_errors_named(db_file, "the store"):
-        return _repairing(db_file, action, _rebuild if rebuild else None)
+        return repair_and_run(db_file, action, _rebuild if rebuild else None)
 
 
 def _rebuild(db_file: Path) -> None:
@@ -105,14 +93,14 @@ def _read(path: Path, kind: type) -> Result:
     file is validated before the store is written, so a corrupt one leaves it as it was."""
     result = read_result(path, kind)
     try:
-        _check_records(result)
+        check_records(result)
     except (ValueError, TypeError, KeyError) as exc:
         raise ResultFileError(f"{path}: corrupt result file ({exc}); {_FIX}") from None
     return result
 
 
 _RECORD_TYPES = {
-    # The JSON types of the memory's records' fields (matrixrl.memory.data), checked with its
+    # The JSON types of the memory's records' fields (matrixrl.memcollab.data), checked with its
     # from_dict (which checks the keys): a value of another type is a corrupt file.
     "Trajectory": {"problem_id": str, "question": str, "model": str, "completion": str, "answer": str,
                    "correct": bool, "tokens": int, "sample": int},
@@ -136,8 +124,8 @@ def _record(kind, data, where: str):
         raise ValueError(f"{where}: {exc}") from None
 
 
-def _check_records(result: Result) -> None:
-    from matrixrl.memory.data import Entry, Label, Trajectory
+def check_records(result: Result) -> None:
+    from matrixrl.memcollab.data import Entry, Label, Trajectory
 
     def unique(keys: list, what: str) -> None:
         seen = set()
@@ -206,14 +194,9 @@ def _changes(
 ) -> tuple[list[tuple[Path, str, object, tuple[int, int, int]]], list[str], list[str]]:
     """The result files to read (new, changed, or backing a result a gone file held too),
     each with its ``(size, mtime_ns, inode)`` before it is read; the paths of known files
-    that are gone; and those of known files that were read as another result than their
-    path's (``"step": 7`` in ``eval/step_1.json``, which a store written before
-    ``read_result`` checked it took as step 7): their rows are forgotten as a gone file's
-    and they are read again, with every file that backs the result they held.
-
-    A file is changed when any of the three differs (a job writes its result to a new
-    file renamed over the old one: a new inode, whatever the size and time say), and
-    is read again when it had changed within :data:`RACY_NS` of its last reading.
+    that are gone; and those of known files once read as another result than their path's
+    (forgotten as gone, then read again). A file is changed when any of the three differs,
+    or when it had changed within :data:`RACY_NS` of its last reading.
     """
     found: dict[str, tuple[Path, object, tuple[int, int, int]]] = {}
     for pattern, kind in RESULT_FILES:
@@ -257,16 +240,9 @@ def ingest(results_dir: str | Path) -> int:
     """Make the store mirror the result files; returns how many files' results were new
     or changed (and so written into the store).
 
-    A file is read when it is new, or its size, modification time or inode differ from
-    when it was last read, or it changed within :data:`RACY_NS` of its last reading; a
-    result it holds is written only if its digest differs from the stored one. New and
-    changed results are upserted, the rows of files that are gone deleted, in one
-    transaction. Every file is read and validated before the store is opened for
-    writing, so an unusable one raises ``ResultFileError`` with nothing written (not
-    even a new, empty store). An unusable store is moved aside (one note on stderr) and
-    every file read into a new one. A store this process cannot write (a read-only archive
-    or shared copy) is copied, and the files read into the copy, which this process then
-    reads as the folder's store (:func:`_private_copy`).
+    Changed results are upserted and gone files' rows deleted in one transaction, after
+    every file is read and validated: an unusable one raises ``ResultFileError`` with nothing
+    written. A store this process cannot write is read through a copy (:func:`_private_copy`).
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -277,16 +253,16 @@ def ingest(results_dir: str | Path) -> int:
 
 def _ingest(results_dir: Path) -> int:
     db_file = store_path(results_dir)
-    state = _inspect(db_file)
-    if isinstance(state, _Problem):
-        _set_aside(db_file, state)  # and read every file into a new store below
+    state = inspect_store(db_file)
+    if isinstance(state, StoreProblem):
+        set_aside(db_file, state)  # and read every file into a new store below
     began = time.time_ns()
     known, again = _known_files(results_dir)
     pending, gone, misread = _changes(results_dir, known, again)
     parsed = [(rel, _read(path, kind), signature) for path, rel, kind, signature in pending]
     for rel, result, _ in parsed:
-        if _key(result) != L.result_key(rel):  # read_result checks the fields that make the key: never
-            raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(_key(result))}); {_FIX}")
+        if store_key(result) != L.result_key(rel):  # read_result checks the fields that make the key: never
+            raise ResultFileError(f"{results_dir / rel}: corrupt result file (holds {'/'.join(store_key(result))}); {_FIX}")
     if not parsed and not gone:
         return 0
     if not _writable(results_dir):
@@ -296,21 +272,21 @@ def _ingest(results_dir: Path) -> int:
     try:
         with Session(engine) as session, session.begin():
             for rel in (*gone, *misread):
-                _forget(session, *known[rel][4:])
+                forget_result(session, *known[rel][4:])
                 session.execute(delete(INGESTED_FILES).where(INGESTED_FILES.c.path == rel))
-            keys = [_key(result) for _, result, _ in parsed]
-            stored = _stored_digests(session, {cell for cell, _ in keys}) if not again else {}
+            keys = [store_key(result) for _, result, _ in parsed]
+            stored = stored_digests(session, {cell for cell, _ in keys}) if not again else {}
             for (rel, result, (size, mtime_ns, inode)), (cell, part) in zip(parsed, keys):
-                if stored.get((cell, part)) != _digest(result):
-                    _write_result(session, result)
+                if stored.get((cell, part)) != result_digest(result):
+                    write_result(session, result)
                     written += 1
                 # The file as it was before it was read: a change while it was read shows next time.
                 row = {"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "read_ns": began, "cell": cell, "part": part}
-                _upsert(session, INGESTED_FILES, [row])
+                upsert_rows(session, INGESTED_FILES, [row])
             # Only a cell's train and eval results are its summary's inputs: memory results leave
             # cell_keys, and so every cached summary, as they were.
-            emptied = {known[rel][4] for rel in (*gone, *misread) if _is_cell_part(*known[rel][4:])}
-            _refresh_keys(session, emptied | {cell for cell, part in keys if _is_cell_part(cell, part)})
+            emptied = {known[rel][4] for rel in (*gone, *misread) if is_cell_part(*known[rel][4:])}
+            refresh_keys(session, emptied | {cell for cell, part in keys if is_cell_part(cell, part)})
             if emptied:  # cells none of whose results are left: no cached summary either
                 for cache in (CELL_SUMMARIES, CELL_TRAININGS):
                     session.execute(
@@ -329,10 +305,9 @@ def _writable(results_dir: Path) -> bool:
 
 
 def _private_copy(results_dir: Path) -> Path:
-    """A copy of ``results_dir``'s store (none: a new one is made there) in a temporary folder
-    of this process, removed when it exits; this process's store of ``results_dir`` from now
-    on (:func:`matrixrl.layout.stand_in_store`), until its next ingest. Named apart from
-    ``matrixrl.sqlite``: a rebuild would read the result files of the folder it is in."""
+    """A copy of ``results_dir``'s store in a temporary folder removed at exit, this process's
+    store of ``results_dir`` until its next ingest (:func:`matrixrl.layout.stand_in_store`). Named
+    apart from ``matrixrl.sqlite``: a rebuild would read the result files of the folder it is in."""
     folder = Path(tempfile.mkdtemp(prefix="matrixrl-store-"))
     atexit.register(shutil.rmtree, folder, True)
     copy = folder / "store-copy.sqlite"

@@ -1,12 +1,8 @@
 """Queries: the Store's reads for reports, its caches (summaries, trainings, figures), and read_table.
 
-For incremental reports the store also keeps, per cell, a digest of every result
-it holds for that cell and the spec digest it was computed under (``cell_inputs``:
-one row per train or eval result; ``cell_keys``: the SHA-256 of all of them in one
-row per cell, rewritten with every write), and caches, each entry with the cache key
-of what it was computed from: the cell's summary (``cell_summaries``), what the
-summary takes from its training alone (``cell_trainings``), and the HTML page's drawn
-figures (``figures``); see :class:`Store`, ``matrixrl.report.records`` and ``.html``.
+The caches (``cell_summaries``, ``cell_trainings``, ``figures``) are keyed by digests of
+what they were computed from (``cell_inputs``, ``cell_keys``): docs/architecture.md,
+"Reports at scale".
 """
 
 from __future__ import annotations
@@ -23,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from matrixrl.errors import DiskError, disk_errors_named
 from matrixrl.layout import store_path
-from matrixrl.store.ingestion import _check_records, engine_at, engine_for, repairing
-from matrixrl.store.schema import _IN_CHUNK, CELL_SUMMARIES, CELL_TRAININGS, FIGURES, METADATA
-from matrixrl.store.writes import Result, _is_cell_part, _refresh_keys, _upsert_sql, _write_result
+from matrixrl.store.ingestion import check_records, engine_at, engine_for, repairing
+from matrixrl.store.schema import CELL_SUMMARIES, CELL_TRAININGS, FIGURES, IN_CHUNK, METADATA
+from matrixrl.store.writes import Result, is_cell_part, refresh_keys, upsert_sql, write_result
 
 
 def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
@@ -67,9 +63,9 @@ class Store:
         keys: list[tuple[str, str]] = []
         with Session(self.engine) as session, session.begin():
             for result in results:
-                _check_records(result)
-                keys.append(_write_result(session, result))
-            _refresh_keys(session, {cell for cell, part in keys if _is_cell_part(cell, part)})
+                check_records(result)
+                keys.append(write_result(session, result))
+            refresh_keys(session, {cell for cell, part in keys if is_cell_part(cell, part)})
         return len(keys)
 
     def rows(self, table: str, cells: Sequence[str], **equal: str | Sequence[str]) -> pd.DataFrame:
@@ -81,8 +77,8 @@ class Store:
             # The query as text on sqlite3's own connection: pandas reads it the same way, without
             # SQLAlchemy compiling it and wrapping every row (most of the time of a small read).
             driver = conn.connection.driver_connection
-            for start in range(0, max(len(cells), 1), _IN_CHUNK):
-                chunk = list(cells[start : start + _IN_CHUNK])
+            for start in range(0, max(len(cells), 1), IN_CHUNK):
+                chunk = list(cells[start : start + IN_CHUNK])
                 where, params = [f"cell IN ({', '.join('?' * len(chunk))})"], chunk
                 for column, wanted in equal.items():
                     values = [wanted] if isinstance(wanted, str) else list(wanted)
@@ -100,8 +96,8 @@ class Store:
         found: list[tuple] = []
         with self.engine.connect() as conn:
             driver = conn.connection.driver_connection  # sqlite3's own: rows as plain tuples
-            for start in range(0, len(cells), _IN_CHUNK):
-                chunk = list(cells[start : start + _IN_CHUNK])
+            for start in range(0, len(cells), IN_CHUNK):
+                chunk = list(cells[start : start + IN_CHUNK])
                 found += driver.execute(sql.format(cells=", ".join("?" * len(chunk))), chunk).fetchall()
         return found
 
@@ -125,11 +121,8 @@ class Store:
 
     def input_keys(self, cells: Sequence[str], current: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
         """Per cell, a text that names exactly its :meth:`input_digests` (``current`` as there):
-        what a cache key of the cell's results is made of; cells with none are absent.
-
-        Read from ``cell_keys``, one row per cell (a report reads them all each time, and a
-        row per result took most of a report with every record cached); only a cell with a
-        result computed under another spec than its current one reads its results' digests.
+        what a cache key of the cell's results is made of; cells with none are absent. Read
+        from ``cell_keys``, but for a cell with a result of another spec than its current one.
         """
         found: dict[str, str] = {}
         filtered = []
@@ -152,7 +145,7 @@ class Store:
         return {cell: (key, json.loads(summary)) for cell, key, summary in rows}
 
     def cached_trainings(self, cells: Sequence[str]) -> dict[str, tuple[str, dict]]:
-        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell.training_part``)."""
+        """Per cell, the cached ``(cache key, training part)`` of its summary (``analysis.cell_record.training_part``)."""
         rows = self._select("SELECT cell, cache_key, training FROM cell_trainings WHERE cell IN ({cells})", cells)
         return {cell: (key, json.loads(training)) for cell, key, training in rows}
 
@@ -160,10 +153,8 @@ class Store:
         self, summaries: Mapping[str, tuple[str, dict]], trainings: Mapping[str, tuple[str, dict]] | None = None
     ) -> None:
         """Cache ``{cell: (cache key, summary)}``, counting each cell's computations, and
-        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction.
-
-        Only a cache: a store that cannot be written (a read-only results folder,
-        an archive) keeps its old entries, and the report is computed all the same.
+        ``trainings``, ``{cell: (cache key, training part)}``, in one transaction; a store that
+        cannot be written keeps its old entries.
         """
         if not summaries and not trainings:
             return
@@ -186,15 +177,12 @@ class Store:
             if rows:
                 driver.executemany(sql, rows)
             if parts:
-                driver.executemany(_upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
+                driver.executemany(upsert_sql(CELL_TRAININGS, ("cell", "cache_key", "training")), parts)
 
     @contextlib.contextmanager
     def _caching(self):
-        """One transaction on sqlite3's connection that writes the caches only, committed
-        without waiting for the disk (``synchronous = OFF``; the ingest's transactions do):
-        the wait was most of a report with nothing new to compute. A crash of the machine
-        amid it loses cache entries, at worst damages the file, which the store then
-        moves aside and rebuilds from the result files (see ``matrixrl.store.repair``)."""
+        """One transaction on sqlite3's connection that writes the caches only, committed without
+        waiting for the disk (docs/architecture.md, "Reports at scale")."""
         with disk_errors_named(self.path, "the store"), self.engine.connect() as conn:
             driver = conn.connection.driver_connection
             (synchronous,) = driver.execute("PRAGMA synchronous").fetchone()
@@ -215,8 +203,8 @@ class Store:
         found: dict[str, tuple[str, bytes]] = {}
         with self.engine.connect() as conn:
             driver = conn.connection.driver_connection
-            for start in range(0, len(names), _IN_CHUNK):
-                chunk = list(names[start : start + _IN_CHUNK])
+            for start in range(0, len(names), IN_CHUNK):
+                chunk = list(names[start : start + IN_CHUNK])
                 sql = f"SELECT name, cache_key, png FROM figures WHERE name IN ({', '.join('?' * len(chunk))})"
                 found.update((name, (key, bytes(png))) for name, key, png in driver.execute(sql, chunk).fetchall())
         return found
@@ -229,7 +217,7 @@ class Store:
         rows = [(name, key, png) for name, (key, png) in figures.items()]
         try:
             with self._caching() as driver:
-                driver.executemany(_upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
+                driver.executemany(upsert_sql(FIGURES, ("name", "cache_key", "png")), rows)
         except DiskError:
             pass
 

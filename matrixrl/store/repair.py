@@ -1,19 +1,9 @@
 """Repair: a store that cannot be used is told, moved aside and created anew.
 
-A store that cannot be used — not a SQLite file, truncated or malformed, a table
-missing or with other columns than these, written by another schema version — is
-moved aside (``matrixrl.sqlite.damaged-YYYYmmdd-HHMMSS``, with its journal if
-any), said so in one line on stderr, and rebuilt from the result files. Every
-open (:func:`engine_at`) checks what is cheap to check: the header, the schema
-version, every table's columns. ``PRAGMA quick_check`` reads the whole file (about
-75 ms for a 35 MB store, 0.6 s for the 210 MB one of ``bench/report.py``), so it
-runs only when an operation on the store fails (:func:`repairing`), to tell a
-damaged file from any other error. A store that cannot be moved aside is a
-:class:`StoreError` naming the fix.
-
-Rebuilding is an ingest, and an ingest opens the store: so the two that open it
-and rebuild it, :func:`engine_at` and :func:`repairing`, are in
-``matrixrl.store.ingestion``, with ``ingest``; what they do to a store is here.
+An unusable store (not SQLite, damaged, a table missing or changed, another schema
+version) is moved aside with one line on stderr, to be rebuilt from the result files;
+one that cannot be moved is a :class:`StoreError` naming the fix. The opening and
+rebuilding live in ``matrixrl.store.ingestion``; docs/faults.md, "The store".
 """
 
 from __future__ import annotations
@@ -32,7 +22,7 @@ import sqlalchemy.exc
 from sqlalchemy import create_engine
 
 from matrixrl.errors import UserError
-from matrixrl.store.schema import METADATA, SCHEMA_VERSION, _expected_columns
+from matrixrl.store.schema import METADATA, SCHEMA_VERSION, expected_columns
 
 _COMPANIONS = ("-journal", "-wal", "-shm")
 """The files SQLite keeps next to a database while it writes it."""
@@ -43,7 +33,7 @@ class StoreError(UserError):
 
 
 @dataclass(frozen=True)
-class _Problem:
+class StoreProblem:
     """Why a store file cannot be used, as the note and the error say it."""
 
     was: str  # "was damaged (...)": the note, after it was moved aside
@@ -52,13 +42,13 @@ class _Problem:
     kind: str = "damaged"  # the moved file's suffix: NAME.KIND-YYYYmmdd-HHMMSS
 
 
-def _damaged(reason: str, inode: int) -> _Problem:
+def _damaged(reason: str, inode: int) -> StoreProblem:
     reason = " ".join(reason.split())  # one line
-    return _Problem(f"was damaged ({reason})", f"is damaged ({reason})", inode)
+    return StoreProblem(f"was damaged ({reason})", f"is damaged ({reason})", inode)
 
 
-_NEW = "new"
-"""What :func:`_inspect` says of a missing or empty store file: create its tables."""
+NEW_STORE = "new"
+"""What :func:`inspect_store` says of a missing or empty store file: create its tables."""
 
 
 def _column_difference(table: str, found: list[tuple], expected: list[tuple]) -> str:
@@ -73,9 +63,9 @@ def _column_difference(table: str, found: list[tuple], expected: list[tuple]) ->
     return f"table {table} " + (" and ".join(said) or "has other column types or keys than expected")
 
 
-def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
-    """What makes ``db_file`` unusable as a store of this version (a :class:`_Problem`);
-    ``_NEW`` if it is missing or an empty database; None if it is usable.
+def inspect_store(db_file: Path, thorough: bool = False) -> StoreProblem | str | None:
+    """What makes ``db_file`` unusable as a store of this version (a :class:`StoreProblem`);
+    ``NEW_STORE`` if it is missing or an empty database; None if it is usable.
 
     Only reads. Cheap: the header, the version and each table's columns (a
     millisecond); ``thorough`` adds ``PRAGMA quick_check``, which reads the whole file.
@@ -84,15 +74,15 @@ def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
     try:
         stat = db_file.stat()
     except FileNotFoundError:
-        return _NEW
+        return NEW_STORE
     if stat.st_size == 0:
-        return _NEW  # SQLite's empty database: a store being created
+        return NEW_STORE  # SQLite's empty database: a store being created
     try:
         # mode=rw: never create a file that is gone by now
         conn = sqlite3.connect(f"{db_file.resolve().as_uri()}?mode=rw", uri=True, timeout=30)
     except sqlite3.OperationalError:
         if not db_file.exists():
-            return _NEW
+            return NEW_STORE
         raise
     try:
         # One read transaction: what it reads is one committed state, never a writer's half-written one.
@@ -100,11 +90,11 @@ def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if version == 0 and not tables:
-            return _NEW
+            return NEW_STORE
         if version != SCHEMA_VERSION:
             said = f"written by another version of matrixrl (store schema {version}, this one uses {SCHEMA_VERSION})"
-            return _Problem(f"was {said}", f"was {said}", stat.st_ino, kind=f"schema-{version}")
-        for table, expected in _expected_columns().items():
+            return StoreProblem(f"was {said}", f"was {said}", stat.st_ino, kind=f"schema-{version}")
+        for table, expected in expected_columns().items():
             if table not in tables:
                 return _damaged(f"table {table} is missing", stat.st_ino)
             found = [tuple(row) for row in conn.execute(f'PRAGMA table_info("{table}")')]
@@ -123,7 +113,7 @@ def _inspect(db_file: Path, thorough: bool = False) -> _Problem | str | None:
         conn.close()
 
 
-def _set_aside(db_file: Path, problem: _Problem) -> None:
+def set_aside(db_file: Path, problem: StoreProblem) -> None:
     """Move the unusable store (and its journal) to ``NAME.damaged-YYYYmmdd-HHMMSS`` next to it
     (``NAME.schema-N-…`` for another version's store, which an older matrixrl can still read),
     and say so in one line on stderr; StoreError (how to fix it) if it cannot be moved."""
@@ -165,7 +155,7 @@ def _fill(db_file: Path) -> None:
         engine.dispose()
 
 
-def _create(db_file: Path) -> None:
+def create_store(db_file: Path) -> None:
     """A new store with every table, created whole: no other process sees one half made."""
     if db_file.exists():  # SQLite's empty database: fill it where it is
         _fill(db_file)
@@ -199,16 +189,16 @@ T = TypeVar("T")
 _DATABASE_ERRORS = (sqlalchemy.exc.DatabaseError, sqlite3.DatabaseError, pd.errors.DatabaseError)
 
 
-def _repairing(db_file: Path, action: Callable[[], T], rebuild: Callable[[Path], object] | None) -> T:
+def repair_and_run(db_file: Path, action: Callable[[], T], rebuild: Callable[[Path], object] | None) -> T:
     """``repairing``'s work (see there): ``rebuild``, if any, fills the new store."""
     try:
         return action()
     except _DATABASE_ERRORS as exc:
         try:
-            problem = _inspect(db_file, thorough=True)
+            problem = inspect_store(db_file, thorough=True)
         except sqlite3.OperationalError:
             problem = None
-        if not isinstance(problem, _Problem):
+        if not isinstance(problem, StoreProblem):
             raise
         cause = _sqlite_error(exc)
         if problem.was.startswith("was damaged") and cause is not None:
@@ -216,7 +206,7 @@ def _repairing(db_file: Path, action: Callable[[], T], rebuild: Callable[[Path],
             # rather than quick_check's page-by-page account
             problem = _damaged(str(cause), problem.inode)
         error = exc
-    _set_aside(db_file, problem)
+    set_aside(db_file, problem)
     if rebuild is not None:
         rebuild(db_file)
     try:

@@ -1,16 +1,7 @@
 """The store's schema: its tables (the result tables derived from matrixrl.results), version and engine.
 
-Besides the cells' training and evaluation files the store holds the memory's (MemCollab,
-docs/memory.md): each checkpoint's evaluation under a memory mode
-(``memory_evaluations``, ``memory_role_metrics``) and what each of its problems was
-shown (``retrievals``), and what the memory was built from: trajectories, labels, the
-distiller's prompts and replies (``distill_prompts``) and every memory's entries with
-their provenance (``memory_entries``), one row per such file in ``memory_builds``.
-A memory-building result belongs to no cell: ``ingested_files`` names it by
-``memory:TASK`` and its part (``trajectories/SCALE-kN``, ``labels``, ``distilled/BANK``,
-``bank/BANK``), and a memory evaluation by its cell and ``memory/MODE/step_N``. Their
-digests are kept in ``memory_inputs``, apart from ``cell_inputs``, so that a memory
-result never changes a cell's summary cache key.
+Besides the cells' results it holds MemCollab's (docs/memcollab.md), whose digests are kept
+in ``memory_inputs``, apart from ``cell_inputs``. Each table's comment says what a row is.
 """
 
 from __future__ import annotations
@@ -55,7 +46,7 @@ CELL_KEYS = _table("cell_keys", {"cell": String}, {"inputs": Text}, {"train_spec
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
 )
-# What a cell's summary takes from its training alone (JSON, see analysis.cell.training_part) and
+# What a cell's summary takes from its training alone (JSON, see analysis.cell_record.training_part) and
 # the cache key of what it was computed from: kept while the cell's evaluations come in.
 CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
 # The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
@@ -128,7 +119,7 @@ ROLE_METRICS = Table(
     *_result_columns(RoleMetric, keys=("step", "role", "metric")),
 )
 
-# --- MemCollab's memory (docs/memory.md) ---------------------------------------------------------
+# --- MemCollab's memory (docs/memcollab.md) ---------------------------------------------------------
 # A checkpoint's evaluation under a memory mode (``memory``: own, transfer, ...; ``bank``: the
 # memory it read): the columns of ``evaluations`` and the memory's. Its per-role metrics and
 # pass@j are in memory_role_metrics, as role_metrics holds an evaluation's.
@@ -152,7 +143,7 @@ RETRIEVALS = _table(
     {"entry": Integer},
 )
 # One model's trajectories on a task's memory-building problems (a TrajectoriesResult per
-# (task, scale, samples)): matrixrl.memory.Trajectory's fields.
+# (task, scale, samples)): matrixrl.memcollab.Trajectory's fields.
 TRAJECTORIES = _table(
     "trajectories",
     {"task": String, "scale": String, "samples": Integer, "problem_id": String, "sample": Integer},
@@ -209,7 +200,7 @@ which are the truth (like a damaged one)."""
 
 
 @functools.cache
-def _expected_columns() -> dict[str, list[tuple]]:
+def expected_columns() -> dict[str, list[tuple]]:
     """``PRAGMA table_info`` of every table, as this module creates them."""
     engine = create_engine("sqlite://")
     try:
@@ -223,7 +214,7 @@ def _expected_columns() -> dict[str, list[tuple]]:
         engine.dispose()
 
 
-def _engine(db_file: Path):
+def open_engine(db_file: Path):
     """An engine on the store file ``db_file`` as it is, with the store's settings on every
     connection (``engine_at`` checks the file, and creates or repairs it, first)."""
     engine = create_engine(f"sqlite:///{db_file}")
@@ -232,7 +223,7 @@ def _engine(db_file: Path):
     def _pragmas(conn, _):
         # Concurrent readers (report) wait for the one writer rather than failing.
         conn.execute("PRAGMA busy_timeout = 30000")
-        conn.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)  # _refresh_keys's cell keys
+        conn.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)  # writes.refresh_keys's cell keys
 
     return engine
 
@@ -242,4 +233,4 @@ def _sha256_hex(text: str | None) -> str | None:
 
 
 # SQLite's limit on bound values also caps ``cell IN (...)`` lists.
-_IN_CHUNK = 10_000  # (a query that binds two lists binds twice as many: SQLite's limit is 32,766)
+IN_CHUNK = 10_000  # (a query that binds two lists binds twice as many: SQLite's limit is 32,766)

@@ -28,11 +28,11 @@ from matrixrl.results import (
     TrajectoriesResult,
 )
 from matrixrl.store.schema import (
-    _IN_CHUNK,
     CELL_INPUTS,
     CELLS,
     DISTILL_PROMPTS,
     EVALUATIONS,
+    IN_CHUNK,
     JOB_COSTS,
     MEMORY_BUILDS,
     MEMORY_ENTRIES,
@@ -48,7 +48,7 @@ from matrixrl.store.schema import (
 
 
 @functools.cache
-def _upsert_sql(table, columns: tuple[str, ...]) -> str:
+def upsert_sql(table, columns: tuple[str, ...]) -> str:
     # Plain SQLite upsert text: SQLAlchemy cannot cache its compiled ON CONFLICT construct
     # and would recompile it for every result file.
     keys = [c.name for c in table.primary_key.columns]
@@ -59,11 +59,11 @@ def _upsert_sql(table, columns: tuple[str, ...]) -> str:
     )
 
 
-def _upsert(session: Session, table, rows: list[dict]) -> None:
+def upsert_rows(session: Session, table, rows: list[dict]) -> None:
     """Insert or update ``rows`` (dicts with the same keys) by primary key, as one executemany."""
     if rows:
         columns = tuple(rows[0])
-        session.connection().exec_driver_sql(_upsert_sql(table, columns), [tuple(r[c] for c in columns) for r in rows])
+        session.connection().exec_driver_sql(upsert_sql(table, columns), [tuple(r[c] for c in columns) for r in rows])
 
 
 Result = TrainResult | EvalResult | MemoryEvalResult | TrajectoriesResult | LabelsResult | DistilledResult | BankResult
@@ -73,11 +73,11 @@ MEMORY_KINDS = (MemoryEvalResult, TrajectoriesResult, LabelsResult, DistilledRes
 """The memory's results: their digests are in memory_inputs, not cell_inputs (see MEMORY_INPUTS)."""
 
 
-def _digest(result: Result) -> str:
+def result_digest(result: Result) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
 
 
-def _key(result: Result) -> tuple[str, str]:
+def store_key(result: Result) -> tuple[str, str]:
     """The result's ``(cell, part)``: its cell (``memory:TASK`` for a memory-building result) and
     its key among that cell's results (``cell_inputs.part``, or ``memory_inputs.part``); the
     key :func:`matrixrl.layout.result_key` reads from its file's path (tests/test_layout.py).
@@ -103,10 +103,10 @@ def _key(result: Result) -> tuple[str, str]:
 
 def _part(result: Result) -> str:
     """The result's key among its cell's results (``cell_inputs.part``)."""
-    return _key(result)[1]
+    return store_key(result)[1]
 
 
-def _is_cell_part(cell: str, part: str) -> bool:
+def is_cell_part(cell: str, part: str) -> bool:
     """Whether ``(cell, part)`` is a cell's train or eval result, the inputs of its summary (in cell_inputs)."""
     return part == "train" or part.startswith("eval/")
 
@@ -135,7 +135,7 @@ _FORGET = {
 }
 
 
-def _forget(session: Session, cell: str, part: str) -> None:
+def forget_result(session: Session, cell: str, part: str) -> None:
     """Delete every row the store holds from one result (``part`` of ``cell``)."""
     conn = session.connection()
     kind, _, rest = part.partition("/")
@@ -157,7 +157,7 @@ def _forget(session: Session, cell: str, part: str) -> None:
         conn.exec_driver_sql("DELETE FROM memory_builds WHERE task = :task AND part = :part", {"task": task, "part": part})
     for sql in _FORGET[kind]:
         conn.exec_driver_sql(sql, values)
-    inputs = "cell_inputs" if _is_cell_part(cell, part) else "memory_inputs"
+    inputs = "cell_inputs" if is_cell_part(cell, part) else "memory_inputs"
     conn.exec_driver_sql(f"DELETE FROM {inputs} WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
     conn.exec_driver_sql("DELETE FROM job_costs WHERE cell = :cell AND part = :part", {"cell": cell, "part": part})
 
@@ -168,14 +168,14 @@ def _eval_metric_rows(result: EvalResult) -> list[dict]:
     return [*(r.model_dump(exclude={"step"}) for r in result.roles), *pass_rows]
 
 
-def _write_result(session: Session, result: Result) -> tuple[str, str]:
+def write_result(session: Session, result: Result) -> tuple[str, str]:
     """Replace everything the store holds from this one result, and record its digests;
     returns its ``(cell, part)``."""
-    cell, part = _key(result)
-    _forget(session, cell, part)
+    cell, part = store_key(result)
+    forget_result(session, cell, part)
     if isinstance(result, TrainResult):
-        _upsert(session, CELLS, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
-        _upsert(session, TRAIN_STEPS, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
+        upsert_rows(session, CELLS, [{"cell": result.cell, **result.axes, "spec_digest": result.spec_digest}])
+        upsert_rows(session, TRAIN_STEPS, [{"cell": result.cell, **m.model_dump()} for m in result.metrics])
         if result.diagnostics:
             # A long run logs hundreds of thousands of rows: straight to the driver's executemany,
             # which is an order of magnitude faster than building SQLAlchemy parameters per row.
@@ -185,23 +185,23 @@ def _write_result(session: Session, result: Result) -> tuple[str, str]:
                 f"INSERT INTO diagnostics (cell, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
                 [(result.cell, *(d[c] for c in columns)) for d in dumped],
             )
-        _upsert(session, ROLE_METRICS, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
+        upsert_rows(session, ROLE_METRICS, [{"cell": result.cell, "source": "train", **r.model_dump()} for r in result.roles])
     elif isinstance(result, MemoryEvalResult):
         _write_memory_evaluation(session, result)
     elif isinstance(result, EvalResult):
-        _upsert(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "cost"})])
-        _upsert(
+        upsert_rows(session, EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "cost"})])
+        upsert_rows(
             session,
             ROLE_METRICS,
             [{"cell": result.cell, "source": "eval", **row, "step": result.step} for row in _eval_metric_rows(result)],
         )
     else:
         _write_memory_build(session, part, result)
-    inputs = CELL_INPUTS if _is_cell_part(cell, part) else MEMORY_INPUTS
-    _upsert(session, inputs, [{"cell": cell, "part": part, "digest": _digest(result), "spec_digest": result.spec_digest}])
+    inputs = CELL_INPUTS if is_cell_part(cell, part) else MEMORY_INPUTS
+    upsert_rows(session, inputs, [{"cell": cell, "part": part, "digest": result_digest(result), "spec_digest": result.spec_digest}])
     cost = getattr(result, "cost", None)
     if cost is not None:
-        _upsert(session, JOB_COSTS, [{"cell": cell, "part": part, "rule": _rule_of(part), **cost.model_dump()}])
+        upsert_rows(session, JOB_COSTS, [{"cell": cell, "part": part, "rule": _rule_of(part), **cost.model_dump()}])
     return cell, part
 
 
@@ -213,8 +213,8 @@ def _rule_of(part: str) -> str:
 
 def _write_memory_evaluation(session: Session, result: MemoryEvalResult) -> None:
     key = {"cell": result.cell, "memory": result.memory, "step": result.step}
-    _upsert(session, MEMORY_EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "retrievals", "cost"})])
-    _upsert(session, MEMORY_ROLE_METRICS, [{**key, **row} for row in _eval_metric_rows(result)])
+    upsert_rows(session, MEMORY_EVALUATIONS, [result.model_dump(exclude={"roles", "pass_at", "retrievals", "cost"})])
+    upsert_rows(session, MEMORY_ROLE_METRICS, [{**key, **row} for row in _eval_metric_rows(result)])
     rows = []
     for shown in result.retrievals:
         query = {**key, "problem_id": shown.problem_id, "bank": result.bank, "label": shown.label}
@@ -238,7 +238,7 @@ def _write_memory_build(session: Session, part: str, result: Result) -> None:
     kind = part.partition("/")[0]
     build = {"task": result.task, "part": part, "kind": kind, "spec_digest": result.spec_digest}
     if isinstance(result, TrajectoriesResult):
-        from matrixrl.memory.data import Trajectory
+        from matrixrl.memcollab.data import Trajectory
 
         records = [Trajectory.from_dict(t) for t in result.trajectories]
         _insert_rows(
@@ -248,7 +248,7 @@ def _write_memory_build(session: Session, part: str, result: Result) -> None:
         )
         build |= {"scale": result.scale, "samples": result.samples, "accuracy": result.accuracy, "seconds": result.seconds}
     elif isinstance(result, LabelsResult):
-        from matrixrl.memory.data import Label
+        from matrixrl.memcollab.data import Label
 
         labels = {problem: Label.from_dict(label) for problem, label in result.labels.items()}
         rows = []
@@ -273,7 +273,7 @@ def _write_memory_build(session: Session, part: str, result: Result) -> None:
             "entries": len(result.entries), "seconds": result.seconds, "dropped": json.dumps(result.dropped, sort_keys=True),
         }  # fmt: skip
     else:  # BankResult
-        from matrixrl.memory.data import Entry
+        from matrixrl.memcollab.data import Entry
 
         rows = []
         for i, entry in enumerate(Entry.from_dict(e) for e in result.entries):
@@ -284,22 +284,18 @@ def _write_memory_build(session: Session, part: str, result: Result) -> None:
             })  # fmt: skip
         _insert_rows(session, MEMORY_ENTRIES, rows)
         build |= {"bank": result.memory, "mode": result.mode, "entries": len(rows)}
-    _upsert(session, MEMORY_BUILDS, [build])
+    upsert_rows(session, MEMORY_BUILDS, [build])
 
 
-def _refresh_keys(session: Session, cells: set[str]) -> None:
+def refresh_keys(session: Session, cells: set[str]) -> None:
     """Write ``cell_keys`` again for ``cells`` from their ``cell_inputs`` (after results were
-    written or forgotten; a cell without any result has none).
-
-    ``inputs`` is the SHA-256 of every (part, digest, spec digest) in order, not their text
-    (15 kB for a cell of 100 checkpoints): a report reads and hashes every cell's, and the
-    text made up most of an incremental report's reading (docs/performance.md). A store
-    written before keeps its texts until a cell's next write: a different key, so that
-    cell's record is computed once more."""
+    written or forgotten; a cell without any result has none): the SHA-256 of every (part,
+    digest, spec digest) in order (docs/architecture.md, "Reports at scale").
+    """
     listed = sorted(cells)
     conn = session.connection()  # its engine's connections have sha256_hex (engine_at)
-    for start in range(0, len(listed), _IN_CHUNK):
-        chunk = tuple(listed[start : start + _IN_CHUNK])
+    for start in range(0, len(listed), IN_CHUNK):
+        chunk = tuple(listed[start : start + IN_CHUNK])
         marks = ", ".join("?" * len(chunk))
         conn.exec_driver_sql(f"DELETE FROM cell_keys WHERE cell IN ({marks})", chunk)
         conn.exec_driver_sql(
@@ -312,12 +308,12 @@ def _refresh_keys(session: Session, cells: set[str]) -> None:
         )
 
 
-def _stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], str]:
+def stored_digests(session: Session, cells: set[str]) -> dict[tuple[str, str], str]:
     """The digest of every result stored for ``cells``, by ``(cell, part)``."""
     found: dict[tuple[str, str], str] = {}
     listed = sorted(cells)
-    for start in range(0, len(listed), _IN_CHUNK):
-        chunk = listed[start : start + _IN_CHUNK]
+    for start in range(0, len(listed), IN_CHUNK):
+        chunk = listed[start : start + IN_CHUNK]
         marks = ", ".join("?" * len(chunk))
         sql = (
             f"SELECT cell, part, digest FROM cell_inputs WHERE cell IN ({marks}) "

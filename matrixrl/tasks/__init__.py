@@ -1,18 +1,9 @@
 """Tasks: one module per task family; ``build_task`` maps a config's ``kind`` to it.
 
-- ``arith``: seeded multi-term addition (math, tiny models);
-- ``pyfunc``: seeded program synthesis from input/output examples (code, tiny models);
-- ``gsm8k``, ``math``, ``math_generic``: math problems from files (``mathdata``);
-- ``humaneval``, ``code_generic``: code problems with unit tests from files (``code``).
-
-Each module holds its task class and that task's ``Settings`` (its entry under
-``tasks:``, a pydantic model whose ``kind`` field lists the kinds it serves; the
-class names it as ``Task.Settings``). Adding a task kind means its module and one
-line in ``TASK_KINDS`` (outside the package: ``register_task_kind`` in a plugin module,
-docs/extending.md): experiments.yaml's ``tasks:`` schema is built from it
-(``TASK_SETTINGS``). A task of a new ``family`` (``tasks.base.Family``) needs more: the
-prompt styles phrase their instructions and read answers by family. Nothing here
-imports ``matrixrl.config``.
+Each module holds its task class and its ``Settings`` (its entry under ``tasks:``). A new
+kind is its module and one line in ``TASK_KINDS`` (or ``register_task_kind`` in a plugin);
+a new ``family`` needs the prompt styles too (docs/extending.md). Nothing here imports
+``matrixrl.config``.
 """
 
 from typing import get_args

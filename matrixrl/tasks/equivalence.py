@@ -1,18 +1,9 @@
 """Mathematical equivalence of a model's answer and a reference, by math-verify.
 
-``math_verify.parse`` turns text into SymPy objects (``1,000`` → 1000, ``$5`` and
-``5 dollars`` → 5, ``\\frac{1}{2}`` → 1/2) and ``math_verify.verify`` compares them
-(``0.5`` equals ``1/2``). Answers that contain a backslash are LaTeX (the inside of a
-``\\boxed{}``) and are parsed in math mode first; others as plain text first (so the
-words of ``5 dollars`` are not read as a product of symbols). Either way the other
-reading is the fallback.
-
-math-verify bounds each parse and comparison with ``signal.alarm``, which works only
-in a process's main thread, and some answers (``10^{10^{10}}``) never finish without
-it. In the main thread (a training or evaluation job) scoring runs in-process with
-those timeouts; in any other thread it goes to a helper process, ``python -m
-matrixrl.tasks.equivalence``, whose main thread can use them, and which is killed
-and restarted if it still overruns.
+An answer with a backslash is parsed as LaTeX first, others as plain text first, the other
+reading the fallback. math-verify's timeouts need the main thread, so from any other
+thread the comparison goes to a helper process (``python -m matrixrl.tasks.equivalence``),
+restarted when it overruns. docs/tasks.md has examples.
 """
 
 from __future__ import annotations

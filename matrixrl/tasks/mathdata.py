@@ -1,15 +1,8 @@
 """Math word problems from files, scored by mathematical equivalence (math-verify).
 
-Record formats (one ``kind`` each):
-
-- ``gsm8k``: ``question``, ``answer`` (a worked solution ending ``#### 18``; the text
-  after the last ``####`` is the reference);
-- ``math`` (MATH-style): ``problem``, and ``answer`` or else a ``solution`` whose last
-  ``\\boxed{}`` holds the reference;
-- ``math_generic``: ``prompt``, ``answer``.
-
-An answer is correct when math-verify finds it equal to the reference (``1,000`` =
-``1000``, ``0.5`` = ``\\frac{1}{2}``, ``$18`` = ``18``); see ``matrixrl.tasks.equivalence``.
+Kinds ``gsm8k`` (``question``, ``answer`` ending ``#### N``), ``math`` (``problem``, and
+``answer`` or a ``solution``'s last ``\\boxed{}``) and ``math_generic`` (``prompt``,
+``answer``); docs/tasks.md. Equivalence: ``matrixrl.tasks.equivalence``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples.
 
-A problem shows a few examples of an integer function, ``1>4,2>5,7>10``, and the
-answer is a Python expression in ``x`` (``x+3``). It is correct when
-``def f(x): return <answer>`` passes hidden tests on inputs that were not shown, run
-in the sandbox; any expression that computes the function passes (``3+x``, ``x+1+2``),
-and so does a whole ``def f(x): ...`` (what a chat model's code block holds).
-
-Functions come from small families (``FAMILIES``), each a polynomial of degree at most
-two in ``x``, so any three examples determine the function and the hidden tests only
-check that the answer found it. The warm-start sees mostly the ``warmstart_families``
-(easier, one constant) and only a ``warmstart_hard_fraction`` of the training families,
-so the base model solves some but not most problems: GRPO groups get mixed rewards.
-
-Scoring: an answer that does not parse as one expression fails at once; one that is
-integer arithmetic on ``x`` (``+ - * // %``, signs, int literals: nearly every answer
-a tiny model gives) is computed by walking its syntax tree, nothing executed; any
-other expression runs with the hidden tests in the sandbox (``matrixrl.sandbox``).
-
-Questions avoid ``= ? : |``, the compact prompt style's delimiters, and canonical
-answers avoid commas and blanks and fit in 8 characters, what the compact style
-quotes of another role's answer.
+A problem shows examples of an integer function (``1>4,2>5,7>10``); the answer, a Python
+expression in ``x`` or a whole ``def f(x)``, is correct when it passes hidden tests on
+inputs not shown. Integer arithmetic on ``x`` is computed from its syntax tree, anything
+else runs in the sandbox. The families, the warm-start's share and the keys: docs/tasks.md.
 """
 
 from __future__ import annotations

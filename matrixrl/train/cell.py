@@ -1,15 +1,8 @@
 """``build_cell``: what training and evaluation of one cell both build from its spec.
 
-The scale's model source (a tiny scale's warm-started folder, or an hf scale's path,
-dtype and device) and its tokenizer; the task; the prompt style and the workflow
-played in it. From these the policy is built on the base model (training's step 0)
-or loaded from a checkpoint (a resumed training, every evaluation), and the
-``generate`` function is made over the policy, with the caller's sampling settings
-(training samples at ``train.temperature``; evaluation samples keyed at
-``eval.temperature``, docs/design.md §3).
-
-Torch's thread count is each job's own (``train.threads``, ``eval.threads``): the
-caller sets it before building.
+The scale's model source and tokenizer, the task, the prompt style and workflow, the
+policy (on the base model or from a checkpoint) and the ``generate`` function with the
+caller's sampling settings. The caller sets torch's thread count first.
 """
 
 from __future__ import annotations

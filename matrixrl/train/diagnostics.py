@@ -1,64 +1,13 @@
 """Per-update gradient diagnostics: the measurements behind docs/design.md §5.
 
-The study's mechanism claims are about gradients: under the isolated policy (IP)
-parallel same-role agents add up their gradients (amplification), under the shared
-policy (SP) the role with the most gradient mass captures the shared parameters.
-This module turns one update's per-agent gradient vectors into long-format rows;
-``matrixrl.analysis.diagnostics.summarize_diagnostics`` condenses many steps into one row per cell.
-
-Obtaining per-agent gradients (one backward pass per agent, differencing ``.grad``)
----------------------------------------------------------------------------------
-``update.update_policy`` already splits a step into sub-batches whose losses add up to
-the step's loss (every loss of matrixrl.train.losses divides by counts of the whole
-step, so the loss is additive over turns). Each agent's turns get their own backward passes, and
-:class:`AgentGradients` takes a snapshot of the accumulated ``.grad`` after each
-agent's: the change between two snapshots is exactly that agent's gradient, while
-``.grad`` ends as the sum, so the optimizer step is unchanged::
-
-    grads = AgentGradients(params)
-    for each agent:  (its backward passes)
-        grads.record(role, agent, tokens)
-    rows = gradient_diagnostics(grads.close(), shared=...)   # before clip_grad_norm_
-
-Snapshots are copies of ``.grad`` on its own device and in its own dtype (float32
-for trained parameters). Every figure below is a function of the Gram matrix of the
-agents' gradients (their pairwise dot products), which :meth:`AgentGradients.close`
-computes in float64 one chunk of one parameter at a time: no flattened copy of a
-whole model's gradient, no float64 copy larger than a chunk, nothing moved to the
-CPU. Memory: one snapshot per agent that learned this step (a full fine-tune of a
-billion-parameter model: 4 GB each), freed when the parameter set is done. Close
-before ``clip_grad_norm_`` (which rescales ``.grad`` in place): the diagnostics
-describe the raw, unclipped gradients. Under SP there is one parameter set, so every
-agent's gradient lives in one space; under IP each role's lives in its own set.
-Differencing costs one copy per agent; a separate ``torch.autograd.grad`` per role
-was measured at about 30% slower (docs/design.md §5; bench/diagnostics.py).
-
-Rows
-----
-Each row is ``{"kind", "role", "agent", "other", "value"}`` with ``None`` in the
-fields a kind does not use; ``value`` is a Python float.
-
-==================== ====== ============ ============ ==========================================
-kind                 role   agent        other        value
-==================== ====== ============ ============ ==========================================
-agent_norm           role   agent        None         ‖g_agent‖
-agent_tokens         role   agent        None         completion tokens of the agent's turns
-role_norm            role   None         None         ‖Σ_agents-of-role g‖
-role_tokens          role   None         None         Σ tokens of the role's agents
-role_share           role   None         None         role_norm / Σ_roles role_norm (0 if all 0)
-agent_cosine         role   first agent  second agent cos(g_a, g_b), same role, names sorted
-role_cosine          first  None         second role  cos(G_r, G_s), SP only, names sorted
-amplification        role   None         None         ‖Σ g_i‖ / mean ‖g_i‖, roles with ≥2 agents
-role_total_cosine    role   None         None         cos(G_r, Σ_roles G), SP only
-==================== ====== ============ ============ ==========================================
-
-Conventions: a cosine involving a zero vector is undefined and its row is skipped
-(no NaN rows); amplification is skipped when the role's mean agent norm is 0.
-Cross-role kinds (``role_cosine``, ``role_total_cosine``) are emitted only under
-``shared=True``: under IP the roles' gradients live in different parameter spaces.
-``role_share`` is emitted in both modes (it compares norms, not directions).
-Rows come in a deterministic order: by kind as in the table, roles and agents
-sorted by name. All arithmetic is done in float64.
+:class:`AgentGradients` snapshots the accumulated ``.grad`` after each agent's backward
+passes, so an agent's gradient is the change between two snapshots and ``.grad`` ends as
+their sum (the optimizer step is unchanged); close it before ``clip_grad_norm_``, so the
+diagnostics describe the raw gradients. :func:`gradient_diagnostics` turns the agents'
+gradients into long-format rows ``{"kind", "role", "agent", "other", "value"}``, in float64;
+``matrixrl.analysis.gradients.summarize_diagnostics`` condenses them into one row per cell.
+The kinds of row, their conventions and what the snapshots cost: docs/architecture.md,
+"Per-agent gradients and the diagnostics' rows".
 """
 
 from __future__ import annotations

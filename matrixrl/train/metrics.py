@@ -1,18 +1,8 @@
 """Per-role metrics of a batch of episodes: how good each role's own output is.
 
-Used at every training step and at every evaluation (both on sampled episodes),
-so the store holds, per role, the accuracy of its own answers where it proposes
-one (``generator``, ``worker``, ``aggregator``...), the accuracy of its verdicts
-where it judges (``evaluator``), its mean response length, and, for a role with
-parallel agents (voting's generators, orch_workers' workers), ``disagreement``: the
-fraction of episodes whose parallel agents did not all give the same answer (0
-means the parallel branches were copies of one another); plus
-``any_correct``, the fraction of episodes in which some turn proposed a correct
-answer (the ceiling an aggregator or synthesizer could reach).
-
-These are for the report only: nothing here feeds the loss. The rewards and
-advantages the trainer learns from are computed in matrixrl.train.rewards, whose
-``score_episodes`` scores the answers read here.
+At every training step and evaluation: each role's answer or verdict accuracy, response
+length and, for parallel agents, ``disagreement``; and ``any_correct`` (docs/design.md §3).
+For the report only: nothing here feeds the loss (matrixrl.train.rewards does).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """A call's prompts tokenized once, their KV cache computed once per repeated prompt and prefix.
 
-Prompts that repeat within a call (a group's rollouts of one problem, parallel
-agents, evaluation samples) are encoded once: their KV cache, all but the last prompt
-token, is computed per distinct prompt and copied to every row that repeats it, and
-decoding continues from there. It is the same computation as encoding every row.
-Distinct prompts that share a long prefix (a chat template's role instructions, a
-group's problem) have it encoded once too (``prefilled_cache``): the same computation
-up to rounding.
-
-Prompts are tokenized without adding special tokens and padded on the left, what
-``tokenizer(prompts, padding=True, add_special_tokens=False)`` gives (``tokenize_prompts``).
+Repeated prompts are encoded once and their cache copied (the same computation); shared
+long prefixes are encoded once too (the same up to rounding; :func:`prefilled_cache`).
+Prompts are tokenized without special tokens and padded on the left (``tokenize_prompts``).
 """
 
 from __future__ import annotations
@@ -21,11 +14,8 @@ import torch
 
 from matrixrl.models.versions import check_kv_cache_kept
 
-# Prompts that share a prefix of at least this many tokens have it encoded once. Below
-# it the saving (the prefix's tokens times the other prompts) is less than the extra
-# forward call costs on CPU (a call of a few rows of tiny-s costs what ~100 token
-# positions do). Compact-style prompts (tiny models) share far less (a default question is at
-# most 14 tokens), so they keep the exact layout their recorded results were decoded with.
+# Prompts that share a prefix of at least this many tokens have it encoded once; why 32:
+# docs/architecture.md, "Shared prefixes".
 SHARED_PREFIX_MIN_TOKENS = 32
 
 
@@ -76,19 +66,10 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, tokenized: Tok
     """The prompts' KV cache computed without repeating work, or None when there is none
     to save (every prompt distinct, no long prefix shared).
 
-    - Prompts that repeat (a group's rollouts of one problem, parallel agents,
-      evaluation samples) are encoded once and their cache copied to every row that
-      repeats them, laid out as the tokenizer padded the batch: the same width and
-      positions, so the same arithmetic as encoding every row.
-    - Prefixes of at least ``SHARED_PREFIX_MIN_TOKENS`` tokens shared by distinct
-      prompts are encoded once (``_prefix_levels``): a chat template's role
-      instructions, common to the whole call, then the problem, common to a group's
-      judge or aggregator prompts, then what each prompt alone holds, each level one
-      forward pass attending to the level above. A row is laid out as its levels'
-      segments, each left-padded to its level's width: positions count real tokens
-      only and the padding is masked, so each row computes what it would alone, up
-      to the rounding of differently shaped products.
-
+    A repeated prompt is encoded once and its cache copied to every row that repeats it,
+    laid out as the tokenizer padded the batch (the same arithmetic); prefixes of at least
+    ``SHARED_PREFIX_MIN_TOKENS`` tokens shared by distinct prompts are encoded once per level
+    (``_prefix_levels``), the same up to rounding. docs/architecture.md, "Shared prefixes".
     ``tokenized``: the prompts as ``tokenize_prompts`` gives them, when the caller has them already.
     """
     if tokenized is None:

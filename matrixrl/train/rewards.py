@@ -1,22 +1,9 @@
 """How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages.
 
-A training step takes its episodes through three functions, in this order
-(docs/design.md §2):
-
-1. ``score_episodes``: every answer the episodes propose, judge or end with, scored
-   by one ``task.score_batch`` call (a code task runs the whole batch in the sandbox
-   at once), each score checked to be 0.0 or 1.0 (``tasks.base.checked_scores``).
-   Evaluation scores its episodes the same way.
-2. ``assign_rewards``: ``episode.reward`` is the score of the final answer, and each
-   turn's ``turn.reward`` follows ``train.reward``: ``outcome`` gives every turn the
-   episode's reward; ``per_agent`` scores a turn on its own output
-   (``verdict_score`` for a judging turn).
-3. ``assign_advantages``: turns are grouped by (problem, agent, turn index), the same
-   agent's same turn across the group's rollouts; ``turn.advantage`` = reward − group
-   mean, divided by the group's std (+``EPS``) when ``train.scale_rewards``.
-
-The loss (matrixrl.train.grpo) reads ``turn.advantage`` and nothing else of these;
-the per-role report metrics (matrixrl.train.metrics) score the same answers.
+A training step calls, in order, ``score_episodes`` (one ``task.score_batch`` call, each
+score 0.0 or 1.0), ``assign_rewards`` (``train.reward``: ``outcome`` or ``per_agent``) and
+``assign_advantages`` (grouped by problem, agent and turn index); the rules are
+docs/design.md §2's. The loss reads ``turn.advantage`` and nothing else of these.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Workflows: one module per topology, registered in ``WORKFLOWS``.
 
-Adding a workflow means one module (a ``WorkflowBase`` with ``name``, ``description``,
-``roles``, ``run`` and ``warmstart_pairs``, plus its ``Settings``) and one line in
-``WORKFLOWS``, or, outside the package, ``register_workflow`` in a plugin module
-(docs/extending.md). The rest derives from the registry: experiments.yaml's
-``workflows:`` section (each workflow's ``Settings`` and ``description``), the valid
-values and help of ``grid.workflow``, the roles that per-role settings may name, the
-warm-start's role formats. Every workflow takes a prompt style
-(``matrixrl.workflows.styles``); without one it uses the compact style. A role that
-the styles have no method for gets its prompt from ``RolePrompt``\\ s the workflow
-declares (``WorkflowBase.prompts``): a new role touches no style.
+A workflow is one module (a ``WorkflowBase`` and its ``Settings``) and one line in
+``WORKFLOWS`` (or ``register_workflow`` in a plugin); the schema, ``grid.workflow``'s
+help and the warm-start's role formats derive from the registry. docs/extending.md.
 """
 
 import re

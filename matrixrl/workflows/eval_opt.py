@@ -1,19 +1,10 @@
 """``eval_opt``: the generator drafts, the evaluator judges, the generator refines until satisfied.
 
-Loop, each stage one batched ``generate`` call over the episodes still active:
-``generator`` drafts (``style.generator``); while attempts < ``max_iterations`` the
-``evaluator`` judges the latest draft (``style.evaluator``); an episode whose verdict
-satisfies ``style.parse_verdict`` is done, the others get a refine prompt
-(``style.refine``: previous draft + the evaluator's feedback) answered by the same
-``generator`` role. The last attempt is not evaluated (its verdict could change
-nothing), so an episode has at most ``max_iterations`` generator turns and
-``max_iterations - 1`` evaluator turns, in the order
-``generator0#0, evaluator0#0, generator0#1, evaluator0#1, ...``. The answer is the
-last draft's. ``max_iterations`` defaults to 3 for math tasks and 2 for code.
-
-An episode is written as a play (``play``, one episode's story from draft to answer);
-``run`` plays the batch in lockstep (``workflows.base.lockstep``), which makes the calls
-above.
+Each stage is one batched ``generate`` call over the episodes still active. The last
+attempt is not evaluated, so an episode has at most ``max_iterations`` generator turns
+and one fewer evaluator turns (``generator0#0, evaluator0#0, generator0#1, ...``); the
+answer is the last draft. One episode is written as a play (``play``) and ``run`` plays
+the batch in lockstep (``workflows.base.lockstep``).
 """
 
 from __future__ import annotations

@@ -105,12 +105,10 @@ def report_pngs(
     """The page's plots as PNGs: the learning curves of every task, then the gradient
     diagnostics of each of ``cliff_cells``, as ``study_figures`` draws them.
 
-    Each is kept in the store under a cache key of what it is drawn from (the digests of
-    its cells' results, the grid's cells, the thresholds, the drawing code and the
-    versions of matplotlib and Pillow) and drawn again only when that changes: drawing
-    is most of the time of a page, and after a new evaluation only its task's curves
-    change. ``cells`` (grid order) and ``evals`` as in ``plots.PlotData``; ``current``:
-    ``rows.current_specs`` of ``config``.
+    Each is cached in the store under a key of what it is drawn from (its cells' results,
+    the thresholds, the drawing code, matplotlib's and Pillow's versions) and drawn again
+    only when that changes (docs/architecture.md, "Reports at scale"). ``cells`` and
+    ``evals`` as in ``plots.PlotData``; ``current``: ``rows.current_specs`` of ``config``.
     """
     from matrixrl import grid as G
     from matrixrl.layout import store_path
@@ -154,7 +152,7 @@ def _draw(
 ) -> dict[str, bytes]:
     """The PNGs of the curves of ``tasks`` and the diagnostics of ``cliff_cells`` (``study_figures``'
     figures), reading the diagnostics of those cells only."""
-    from matrixrl.analysis.cell import rows_of_cells
+    from matrixrl.analysis.cell_record import rows_of_cells
     from matrixrl.layout import store_path
     from matrixrl.report.plots import diagnostics_figure, diagnostics_name, learning_curve_figures, png_bytes
     from matrixrl.report.rows import current_trainings

@@ -14,7 +14,7 @@ from matrixrl.analysis.axes import extra_axes, grouped
 from matrixrl.config.sweeps import spelled
 from matrixrl.report.formats import is_missing, value_text
 from matrixrl.report.html.assets import NEGATIVE, POLICY_COLOURS, POSITIVE
-from matrixrl.report.html.page import _attr, _classes, _sign, _text, image_html
+from matrixrl.report.html.page import class_attr, escape_attr, escape_text, image_html, sign_of
 
 
 @dataclass
@@ -85,8 +85,8 @@ def square_html(square: Square, full: float, edge: bool) -> str:
     edge_class = " task-edge" if edge else ""
     if square.rows.empty:
         return (
-            f'<td class="square none{edge_class}" data-square="{_attr(square.anchor)}">'
-            f'<a href="#{_attr(square.anchor)}">no results yet</a></td>'
+            f'<td class="square none{edge_class}" data-square="{escape_attr(square.anchor)}">'
+            f'<a href="#{escape_attr(square.anchor)}">no results yet</a></td>'
         )
     n = len(square.rows)
     cliffs = int(square.rows["cliff"].astype(bool).sum())
@@ -99,7 +99,7 @@ def square_html(square: Square, full: float, edge: bool) -> str:
         background, colour = _colour(value, full)
         text = "—" if value is None else f"{value:+.3f}"
         parts.append(
-            f'<span class="{name}" style="background:{background};color:{colour}" data-value="{_attr(json.dumps(value))}">'
+            f'<span class="{name}" style="background:{background};color:{colour}" data-value="{escape_attr(json.dumps(value))}">'
             f'<span class="label">{name}</span>{text}</span>'
         )
         tip.append(f"{name} − base: {text}")
@@ -118,8 +118,8 @@ def square_html(square: Square, full: float, edge: bool) -> str:
         classes += " same"
         tip.append(f"one role: the same runs as {square.same_as}")
     return (
-        f'<td class="{classes}{edge_class}" data-square="{_attr(square.anchor)}">'
-        f'<a href="#{_attr(square.anchor)}" title="{_attr("; ".join(tip))}">{"".join(parts)}</a></td>'
+        f'<td class="{classes}{edge_class}" data-square="{escape_attr(square.anchor)}">'
+        f'<a href="#{escape_attr(square.anchor)}" title="{escape_attr("; ".join(tip))}">{"".join(parts)}</a></td>'
     )
 
 
@@ -132,15 +132,15 @@ def matrix_html(cells: pd.DataFrame, squares: Mapping[tuple, Square], n_seeds: i
     columns = [(s, p) for s in scales for p in policies]  # under each task
     head = (
         '<thead><tr><th rowspan="3"></th>'
-        + "".join(f'<th colspan="{len(columns)}" class="task-edge">{_text(t)}</th>' for t in tasks)
+        + "".join(f'<th colspan="{len(columns)}" class="task-edge">{escape_text(t)}</th>' for t in tasks)
         + "</tr><tr>"
         + "".join(
-            f'<th colspan="{len(policies)}"{_classes(**{"task-edge": i == 0})}>{_text(s)}</th>'
+            f'<th colspan="{len(policies)}"{class_attr(**{"task-edge": i == 0})}>{escape_text(s)}</th>'
             for _ in tasks for i, s in enumerate(scales)
         )
         + "</tr><tr>"
         + "".join(
-            f'<th{_classes(**{"task-edge": i == 0})} style="color:{POLICY_COLOURS.get(p, "#333")}">{_text(p)}</th>'
+            f'<th{class_attr(**{"task-edge": i == 0})} style="color:{POLICY_COLOURS.get(p, "#333")}">{escape_text(p)}</th>'
             for _ in tasks for i, (_, p) in enumerate(columns)
         )
         + "</tr></thead>"
@@ -157,11 +157,11 @@ def matrix_html(cells: pd.DataFrame, squares: Mapping[tuple, Square], n_seeds: i
                 for i, (scale, policy) in enumerate(columns):
                     square = _square_at(squares, (workflow, task, scale, policy), combo)
                     tds.append(square_html(square, full, i == 0) if square else '<td class="square"></td>')
-            rows.append(f'<tr><th class="workflow">{_text(workflow)}</th>{"".join(tds)}</tr>')
+            rows.append(f'<tr><th class="workflow">{escape_text(workflow)}</th>{"".join(tds)}</tr>')
         caption = ", ".join(_axis_label(a, v) for a, v in zip(extra, combo))
         blocks.append(
-            (f"<h3>{_text(caption)}</h3>" if caption else "")
-            + f'<table class="matrix" data-matrix="{_attr(caption)}">{head}<tbody>{"".join(rows)}</tbody></table>'
+            (f"<h3>{escape_text(caption)}</h3>" if caption else "")
+            + f'<table class="matrix" data-matrix="{escape_attr(caption)}">{head}<tbody>{"".join(rows)}</tbody></table>'
         )
     over = f"mean over {n_seeds} seeds" if n_seeds > 1 else "one seed"
     same = any(s.same_as for s in squares.values())
@@ -236,7 +236,7 @@ def curve_svg(square: Square, evals: pd.DataFrame, y_range: tuple[float, float],
             )
     return (
         f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-size="10" fill="#555" '
-        f'role="img" aria-label="accuracy of {_attr(square.label)} by training step">{"".join(parts)}</svg>'
+        f'role="img" aria-label="accuracy of {escape_attr(square.label)} by training step">{"".join(parts)}</svg>'
     )
 
 
@@ -291,27 +291,27 @@ def cards_html(
     cards = []
     for square in squares.values():
         classes = "card cliff" if square.images else "card"
-        head = f"<h3>{_text(square.label)}</h3>"
+        head = f"<h3>{escape_text(square.label)}</h3>"
         if square.same_as:
-            head += f'<p class="caption">One role: the same runs as {_text(square.same_as)}.</p>'
+            head += f'<p class="caption">One role: the same runs as {escape_text(square.same_as)}.</p>'
         if square.rows.empty:
-            cards.append(f'<article class="{classes}" id="{_attr(square.anchor)}">{head}<p class="empty">No evaluations stored yet.</p></article>')
+            cards.append(f'<article class="{classes}" id="{escape_attr(square.anchor)}">{head}<p class="empty">No evaluations stored yet.</p></article>')
             continue
         body = "".join(
-            f"<tr><th>{_text(name)}</th>"
-            + "".join(f"<td{_classes(num=name != 'seed', **(_text_sign(t) if name == 'gain' else {}))}>{_text(t)}</td>" for t in texts)
+            f"<tr><th>{escape_text(name)}</th>"
+            + "".join(f"<td{class_attr(num=name != 'seed', **(_text_sign(t) if name == 'gain' else {}))}>{escape_text(t)}</td>" for t in texts)
             + "</tr>"
             for name, texts in card_rows(square, diagnostics, mechanism)
         )
         task = square.axes["task"]
         links = " · ".join(
-            [f'<a href="#plot-curves-{_attr(task)}">all {_text(task)} curves</a>']
+            [f'<a href="#plot-curves-{escape_attr(task)}">all {escape_text(task)} curves</a>']
             + [f'<a href="#table-{name}">{name}</a>' for name in ("summary", "diagnostics", "mechanism") if name in on_page]
         )
         links = f'<p class="caption">{links}</p>'
         figures = "".join(image_html(name, png) for name, png in square.images.items())
         cards.append(
-            f'<article class="{classes}" id="{_attr(square.anchor)}">{head}<div class="beside">'
+            f'<article class="{classes}" id="{escape_attr(square.anchor)}">{head}<div class="beside">'
             f"{curve_svg(square, evals, y_range, x_max)}<table>{body}</table></div>"
             f"{links}{figures}</article>"
         )
@@ -334,6 +334,6 @@ def _slug(text: str) -> str:
 def _text_sign(text: str) -> dict:
     """The sign classes of a number shown as ``text`` (``-0.029``: neg)."""
     try:
-        return _sign(float(text))
+        return sign_of(float(text))
     except ValueError:
         return {}

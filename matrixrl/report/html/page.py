@@ -66,33 +66,33 @@ def table_html(section: TableSection) -> str:
     """``<table data-table=NAME>``: header cells carry ``data-column``, body cells ``data-value`` (JSON)."""
     frame = section.frame
     if section.omitted:
-        return f'<p class="empty omitted" data-table="{_attr(section.name)}">{_text(section.omitted)}</p>'
+        return f'<p class="empty omitted" data-table="{escape_attr(section.name)}">{escape_text(section.omitted)}</p>'
     if frame.empty:
-        return f'<p class="empty" data-table="{_attr(section.name)}">{_text(section.empty)}</p>'
+        return f'<p class="empty" data-table="{escape_attr(section.name)}">{escape_text(section.empty)}</p>'
     records = json.loads(to_json(frame))
     brief = set(frame.columns if section.brief is None else section.brief)
     columns = [
         (c, is_numeric_column(frame, c), signed(section.name, frame, c), c not in brief) for c in frame.columns
     ]
     head = "".join(
-        f'<th data-column="{_attr(c)}"{_classes(num=n, more=m)}>{_text(c)}</th>' for c, n, _, m in columns
+        f'<th data-column="{escape_attr(c)}"{class_attr(num=n, more=m)}>{escape_text(c)}</th>' for c, n, _, m in columns
     )
     rows = []
     for values, record in zip(frame.itertuples(index=False, name=None), records):
         cells = "".join(
-            f'<td data-value="{_attr(json.dumps(record[c]))}"'
-            f'{_classes(num=n, more=m, **_sign(v) if s else VERDICT_SIGNS.get(v, {}) if c == "verdict" else {})}>'
-            f"{_text(value_text(v, c))}</td>"
+            f'<td data-value="{escape_attr(json.dumps(record[c]))}"'
+            f'{class_attr(num=n, more=m, **sign_of(v) if s else VERDICT_SIGNS.get(v, {}) if c == "verdict" else {})}>'
+            f"{escape_text(value_text(v, c))}</td>"
             for (c, n, s, m), v in zip(columns, values)
         )
         rows.append(f"<tr>{cells}</tr>")
     more = sum(m for *_, m in columns)
     toggle = ""
     if more:
-        box = f"every-{_attr(section.name)}"
+        box = f"every-{escape_attr(section.name)}"
         toggle = f'<input type="checkbox" class="every" id="{box}"><label for="{box}">every column ({more} more)</label>'
     return (
-        f'{toggle}<div class="scroll{" brief" if more else ""}"><table data-table="{_attr(section.name)}">'
+        f'{toggle}<div class="scroll{" brief" if more else ""}"><table data-table="{escape_attr(section.name)}">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
@@ -101,8 +101,8 @@ def image_html(name: str, png: bytes) -> str:
     """A ``<figure>`` with the PNG inline as a data: URI."""
     data = base64.b64encode(png).decode("ascii")
     return (
-        f'<figure id="plot-{_attr(name)}"><img src="data:image/png;base64,{data}" alt="{_attr(name)}">'
-        f"<figcaption>{_text(name)}.png</figcaption></figure>"
+        f'<figure id="plot-{escape_attr(name)}"><img src="data:image/png;base64,{data}" alt="{escape_attr(name)}">'
+        f"<figcaption>{escape_text(name)}.png</figcaption></figure>"
     )
 
 
@@ -125,15 +125,15 @@ def report_page(
     toc += [(f"figures-{i}", f.title) for i, f in enumerate(figures)]
     toc += [("cells", "Cells")] if cards else []
     toc += [(f"table-{t.name}", t.name) for t in tables]
-    nav = " ".join(f'<a href="#{_attr(anchor)}">{_text(name)}</a>' for anchor, name in toc)
-    body = [f"<h1>{_text(title)}</h1>", f'<p class="meta">{_text(meta)}</p>', f"<nav>{nav}</nav>"]
+    nav = " ".join(f'<a href="#{escape_attr(anchor)}">{escape_text(name)}</a>' for anchor, name in toc)
+    body = [f"<h1>{escape_text(title)}</h1>", f'<p class="meta">{escape_text(meta)}</p>', f"<nav>{nav}</nav>"]
     body.extend(_table_section(t) for t in leading)
     if matrix:
         body.append(matrix)
     for i, f in enumerate(figures):
-        body.append(f'<section id="figures-{i}"><h2>{_text(f.title)}</h2>')
+        body.append(f'<section id="figures-{i}"><h2>{escape_text(f.title)}</h2>')
         if f.note:
-            body.append(f'<p class="caption">{_text(f.note)}</p>')
+            body.append(f'<p class="caption">{escape_text(f.note)}</p>')
         body.extend(image_html(name, png) for name, png in f.images.items())
         body.append("</section>")
     if cards:
@@ -141,33 +141,33 @@ def report_page(
     body.extend(_table_section(t) for t in tables)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_attr(CSP)}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{escape_attr(CSP)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_text(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        f"<title>{escape_text(title)}</title><style>{STYLE}</style></head>\n<body>\n"
         + "\n".join(body)
         + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
 
 
 def _table_section(t: TableSection) -> str:
-    caption = "".join(f'<p class="caption">{_text(line)}</p>' for line in t.caption.split("\n")) if t.caption and not t.omitted else ""
-    return f'<section id="table-{_attr(t.name)}"><h2>{_text(t.title)}</h2>{caption}{table_html(t)}</section>'
+    caption = "".join(f'<p class="caption">{escape_text(line)}</p>' for line in t.caption.split("\n")) if t.caption and not t.omitted else ""
+    return f'<section id="table-{escape_attr(t.name)}"><h2>{escape_text(t.title)}</h2>{caption}{table_html(t)}</section>'
 
 
-def _sign(value) -> dict:
+def sign_of(value) -> dict:
     if is_missing(value) or isinstance(value, bool) or not isinstance(value, numbers.Real) or value == 0:
         return {}
     return {"pos": value > 0, "neg": value < 0}
 
 
-def _classes(**flags: bool) -> str:
+def class_attr(**flags: bool) -> str:
     names = [name for name, on in flags.items() if on]
     return f' class="{" ".join(names)}"' if names else ""
 
 
-def _text(value: str) -> str:
+def escape_text(value: str) -> str:
     return html.escape(str(value), quote=False)
 
 
-def _attr(value: str) -> str:
+def escape_attr(value: str) -> str:
     return html.escape(str(value), quote=True)

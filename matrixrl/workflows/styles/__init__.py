@@ -1,27 +1,10 @@
 """Prompt styles: how each role's prompt is written and its completion read; the PromptGuide hook.
 
-A workflow never formats text itself; it asks its style for every role's prompt
-(``style.generator(problem)``, ``style.evaluator(problem, draft)``, ...) and for
-what a completion means (``style.answer(text)``, ``style.parse_verdict(text)``,
-``style.parse_strategies(text, n)``), so the same workflow code serves every style.
-
-- ``compact``: one-line prompts for tiny character-level models (``4+8+9=`` → ``21``);
-  a completion is the answer as-is. See ``styles.compact``.
-- ``chat``: a system and a user message per role, rendered with the tokenizer's chat
-  template, instructions phrased for the task's family (math: ``\\boxed{}``; code:
-  a python block); answers are extracted from the completion. See ``styles.chat``.
-
-Those methods serve the built-in roles. A workflow's own role gets its prompt from the
-``RolePrompt`` the workflow declares (``styles.roles``), which every style writes with
-its generic ``ask(role, problem, prompt, shown)``: a new role needs no edit here.
-
-A scale picks its style (``prompt_style:``); ``PromptSettings`` (the ``prompts:``
-section of experiments.yaml, defined beside the chat style) tunes the chat style.
-
-``PromptGuide`` is the hook through which something outside the workflow (a memory,
-``matrixrl.jobs.memory``) adds guidance to a style's prompts: training calls it with each
-step's problems, an evaluation with its problems, before their rollouts; neither knows
-what the guidance is.
+A workflow never formats text itself: it asks its style for every role's prompt and for
+what a completion means, so one workflow serves every style (``compact`` for tiny models,
+``chat`` for chat templates). A workflow's own role is a ``RolePrompt`` (``styles.roles``)
+that every style writes with its generic ``ask``. ``PromptGuide`` lets something outside
+the workflow (a memory) add guidance to the prompts. docs/extending.md has the rules.
 """
 
 from __future__ import annotations

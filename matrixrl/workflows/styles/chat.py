@@ -1,37 +1,9 @@
 """The chat prompt style: role prompts as chats for instruct models.
 
-Each role's prompt is a system message (what the role does and how to answer) and a
-user message (the problem, plus whatever the role is shown), rendered with the
-tokenizer's chat template (``add_generation_prompt=True``), so the prompt ends where
-the assistant's reply begins. Instructions follow the task's family:
-
-- math: reason briefly, put the final answer in ``\\boxed{}``;
-- code: reply with one ```` ```python ```` block defining the function.
-
-Reading completions (one simple rule each, documented here, nothing cleverer):
-
-- answer, math: the first of these that the completion has:
-  1. the content of the last complete ``\\boxed{...}`` (braces balanced);
-  2. the rest of the line after the last ``####`` (GSM8K's final line, ``#### 18``)
-     that starts with a number or LaTeX, so a markdown heading (``#### Step 1``) is
-     no answer;
-  3. the rest of the line after the last ``Answer:``;
-  4. the last number (``-3``, ``1,234``, ``3.5``, ``3/4``; a ``$`` or ``%`` around it
-     and thousands separators dropped); digits touching a letter, brace or ``^`` are
-     part of an expression (``x2``, ``\\frac{1}{2}``, ``2^10``), not a number;
-  5. the whole completion, stripped.
-  A closing period is dropped from a marker's line. Every rule before the whole text
-  exists because math-verify, given a worked solution, may compare an earlier
-  quantity (``28 days``, ``$4.00``, ``20%``) instead of the final answer.
-- answer, code: the first fenced block tagged ``python``/``py`` or untagged (an
-  unclosed fence runs to the end of the completion); else the whole completion.
-- verdict: the last ``VERDICT: CORRECT`` / ``VERDICT: INCORRECT`` (any case); none
-  counts as not satisfied, as an evaluator that gives no verdict approves nothing.
-- strategies: numbered lines (``1. ...``, ``2) ...``); if there are none, the
-  non-empty lines; padded by repeating the last one (or a generic strategy).
-
-Completions quoted into another role's prompt (drafts, candidates, feedback) keep
-their last ``PromptSettings.quote_chars`` characters, where the final answer is.
+Each role's prompt is a system message (what the role does and how to answer) and a user
+message (the problem, plus what the role is shown), rendered with the tokenizer's chat
+template. How answers, code, verdicts and strategies are read from a reply: docs/tasks.md
+and docs/real-models.md, "prompt_style".
 """
 
 from __future__ import annotations
@@ -127,7 +99,7 @@ class ChatStyle:
 
     def guide(self, blocks: Mapping[str, str], roles: Sequence[str]) -> None:
         """Put ``blocks[problem id]`` (a memory's guidance text) at the start of the user message of
-        every prompt ``roles`` write about that problem (docs/memory.md, "Retrieval and use").
+        every prompt ``roles`` write about that problem (docs/memcollab.md, "Retrieval and use").
         A problem without a block, and every other role, keeps its prompt byte for byte."""
         self._guidance = {problem: block for problem, block in blocks.items() if block}
         self._guided = frozenset(roles)

@@ -1,31 +1,11 @@
 """The compact prompt style: one-line role prompts for tiny character-level models.
 
 Every prompt is one short line that starts with the problem's question and ends in a
-delimiter that says what the completion is:
-
-- ``=`` → an answer (generator, refine, aggregator, worker, synthesizer);
-- ``?`` after ``question=draft`` → a verdict (evaluator);
-- ``:`` → strategy tokens (orchestrator).
-
-Examples for the arith task (``4+8+9`` → ``21``):
-
-==============  ==================  =========
-role            prompt              completion
-==============  ==================  =========
-generator       ``4+8+9=``          ``21``
-generator       ``4+8+9=20N+=``     ``21``    (refine: previous draft + evaluator feedback)
-evaluator       ``4+8+9=20?``       ``N+``    (``Y`` right; ``N+`` go up; ``N-`` go down; ``N``)
-aggregator      ``4+8+9?21,20,21=`` ``21``
-orchestrator    ``4+8+9:``          ``LRP``   (one character per strategy, no separators)
-worker          ``L|4+8+9=``        ``21``
-synthesizer     ``4+8+9?21,21,20=`` ``21``    (the aggregator's format, another role)
-==============  ==================  =========
-
-Templates never parse the question; the helpers below only compare answer strings
-and perturb integer-looking answers, so they stay task-agnostic. The answer a turn
-proposes is its completion text as generated (the task's scorer strips it).
-``CompactStyle`` bundles these functions behind the interface every style offers
-(see ``matrixrl.workflows.styles``).
+delimiter that says what the completion is: ``=`` an answer, ``?`` after
+``question=draft`` a verdict, ``:`` the orchestrator's strategy tokens (each role's
+prompt for arith: docs/extending.md, "Prompts"). Templates never parse the question,
+so they stay task-agnostic. ``CompactStyle`` bundles these functions behind the
+interface of ``matrixrl.workflows.styles``.
 """
 
 from __future__ import annotations

@@ -16,18 +16,12 @@ STYLE_ROLES = ("generator", "evaluator", "aggregator", "orchestrator", "worker",
 
 @dataclass(frozen=True)
 class RolePrompt:
-    """How the styles write one role's prompt.
+    """How the styles write one role's prompt (docs/extending.md, "Prompts").
 
-    ``instruction``: what the role does, the chat style's system message; ``{noun}``
-    stands for the task family's noun (``math``, ``programming``). When ``answers``
-    (the completion proposes an answer, which ``style.answer`` reads), the chat style
-    appends the family's answer format (``\\boxed{}``, one python block).
-
-    ``compact``: the compact style's one-line template, ``{question}`` the problem's
-    question and ``{shown}`` the answers the role is shown (other turns' completions,
-    cleaned and comma-separated). End it with the delimiter of what the completion is
-    (``=``: an answer), and make it differ from every other role's, so that a tiny
-    model can tell the roles apart: ``{question}=`` is the generator's.
+    ``instruction``: the chat style's system message (``{noun}``: the family's noun), followed
+    by the family's answer format when ``answers``. ``compact``: the compact style's one-line
+    template over ``{question}`` and ``{shown}`` (the answers the role is shown), ending in the
+    delimiter of what the completion is and unlike every other role's.
     """
 
     instruction: str

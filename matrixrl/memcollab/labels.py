@@ -1,21 +1,15 @@
 """Task labels: each problem's (category, subcategory), from a fixed taxonomy per family.
 
-The paper has an LLM label problems freely; a small model's free-form labels would
-rarely match from one problem to the next, and retrieval keeps only memory of the
-same label. So the labeller picks one numbered option of ``TAXONOMY[family]``, the
-last always ``other / other``. Memory problems and query problems must be labelled
-by the same labeller and prompt.
-
-``parse_label`` never raises: the first option written out as "category /
-subcategory" (case, spacing and ``&``/"and" free), else the first number that is an
-option's, else ``other / other``.
+The labeller picks a numbered option of ``TAXONOMY[family]`` (the last ``other / other``);
+``parse_label`` never raises. Why a taxonomy, and how a reply is read: docs/memcollab.md,
+"Labels".
 """
 
 from __future__ import annotations
 
 import re
 
-from matrixrl.memory.data import Label
+from matrixrl.memcollab.data import Label
 
 OTHER = Label("other", "other")
 MAX_LABEL_CHARS = 4000  # a label is a few words; longer replies are read this far

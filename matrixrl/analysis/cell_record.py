@@ -1,14 +1,9 @@
 """One record per cell: everything the report tables need, from that cell's rows alone.
 
-A record depends only on the cell's evaluations, its eval-time role metrics, its
-gradient diagnostics, its policy mode and the ``analysis:`` settings — which is
-what lets the store cache records per cell and recompute only cells whose inputs
-changed (``matrixrl.report.records``). Every table is then built from the frame of
-records (:func:`records_frame`): the per-cell tables select columns from it, the
-seed and comparison tables aggregate it.
-
-A cell without a step-0 (base model) evaluation yet has no curve fields (all
-None): it is left out of the accuracy tables until its base is evaluated.
+A record depends only on the cell's evaluations, role metrics, gradient diagnostics,
+policy mode and the ``analysis:`` settings, so the store caches it per cell
+(``matrixrl.report.records``); every table is built from :func:`records_frame`. A cell
+without a base (step 0) evaluation has no curve fields yet.
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from matrixrl.analysis.curves import CurveSummary, summarize_curve
-from matrixrl.analysis.diagnostics import cell_diagnostics, share_table
+from matrixrl.analysis.gradients import cell_diagnostics, share_table
 from matrixrl.analysis.mechanism import FIELDS as MECHANISM_FIELDS
 from matrixrl.analysis.mechanism import Signal, assess, signal_of
 from matrixrl.analysis.axes import PerCell, axes_of, cells_frame

@@ -1,39 +1,12 @@
 """Distillation: the distiller's prompt for a pair, and reading its constraints back.
 
-The distiller is asked for at most ``max_entries`` constraints, one per line, of the
-form "When <situation>, enforce <what to do>; avoid <the error>", abstract (no final
-answer, no problem-specific numbers). It never sees the reference answer: it is told
-which trajectory is correct, and a correct trajectory carries its own answer. Quoted
-trajectories keep their last ``quote_chars`` characters, as the chat style quotes.
-
-Reading (``parse_entries``) never raises. Its rules, in order:
-
-1. Only the text after the last ``</think>`` is read (a thinking model's reasoning is
-   not its answer), and of it only the first ``MAX_READ_CHARS`` (``truncated`` says so).
-2. Each non-empty line, stripped of markdown (list markers, numbering, ``>``, headers,
-   emphasis, backticks, a "Constraint 1:" label), is one candidate. Lines are never
-   joined: a constraint wrapped over two lines is lost.
-3. A candidate is dropped, counted under the first reason that applies:
-   ``injection``: it addresses the reader (instructions to ignore instructions, role
-   prefixes such as "system:", chat-template tags); ``no_form``: it does not start
-   with "When" and contain "enforce" (the "avoid" clause is optional: a correct
-   trajectory alone shows no error, and the action is the constraint's substance);
-   ``too_long``: over ``MAX_ENTRY_CHARS``; ``answer``: it holds a ``\\boxed`` or the
-   source problem's reference answer as a standalone token (a conservative rule: a
-   short answer such as ``2`` also drops "divide by 2", a problem-specific number
-   anyway); ``duplicate``: it repeats a kept entry (case, spacing and final
-   punctuation aside); ``over_limit``: beyond the first ``max_entries`` kept.
-
-The deny-list is a filter on what reaches another model's prompt, not a sandbox: an
-entry is only ever text in a prompt, and code answers still run in the sandbox.
-
-An assistant-reply prefix (``DISTILLER_PREFIX``, "1. When") may be prefilled: the
-caller appends it to the prompt rendered with ``add_generation_prompt=True``,
-generates, and parses ``completed(prefix, completion)``; the entries then record it
-(``prompt_digest(system, user, prefix)``). It makes every reply start as a numbered
-constraint instead of a preamble; it does not make a model write "enforce" (measured
-with SmolLM2-135M-Instruct in docs/memory.md). A thinking model prefilled this way
-skips its thinking; use no prefix ("") to let it think.
+:func:`distiller_messages` asks for at most ``max_entries`` constraints of the form "When
+<situation>, enforce <what to do>; avoid <the error>"; the distiller never sees the
+reference answer. :func:`parse_entries` never raises: it keeps the lines of that form and
+counts each line it drops under the first of ``DROP_REASONS`` that applies. A reply may be
+prefilled with ``DISTILLER_PREFIX`` and read back through :func:`completed`. The rules in
+full, and what a 135M distiller does with them: docs/memcollab.md, "Distillation and what
+is kept".
 """
 
 from __future__ import annotations
@@ -43,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from matrixrl.memory.data import Entry, Label, Pair
+from matrixrl.memcollab.data import Entry, Label, Pair
 from matrixrl.settings import settings_digest
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.chat import ELLIPSIS

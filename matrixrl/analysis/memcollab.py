@@ -1,26 +1,7 @@
 """The memory table: accuracy under each memory mode, and its difference from ``none``.
 
-One row per (workflow, task, scale, policy, extra axes) and memory mode, over the
-cells' seeds (docs/report.md). ``none`` is the ordinary evaluation of every
-checkpoint; the other modes are the same checkpoints evaluated with a memory's
-guidance (docs/memory.md).
-
-- ``base``: the mean over seeds of the accuracy at step 0 (the base model, with the
-  mode's memory).
-- ``peak`` / ``peak_step``: the mode's own peak, on the mean curve over seeds: the
-  checkpoint (among those every seed of the row has) where the mean accuracy is
-  highest, the earliest on ties. One step for the row, so the response length at the
-  peak is that of one checkpoint; with one seed it is the cell's own peak, as in the
-  summary.
-- ``base_diff`` / ``peak_diff``: mode − ``none`` paired by seed (at step 0; at each
-  row's own peak step), the mean over the seeds both have, with its Student-t
-  interval (``_lo``, ``_hi``; ``seeds.t_interval``, NaN with one pair); ``n_pairs``
-  those seeds. Missing on the ``none`` row itself.
-- ``entries``: memory entries shown per evaluation problem, the mean over the mode's
-  evaluations (0 for ``none``).
-- ``base_tokens`` / ``peak_tokens``: mean completion tokens per episode (all turns)
-  at step 0 and at the peak, the mean over seeds (missing where evaluations did not
-  record it).
+One row per (workflow, task, scale, policy, extra axes) and memory mode, over the cells'
+seeds; the columns are docs/report.md's (``memory``), the modes docs/memcollab.md's.
 """
 
 from __future__ import annotations
@@ -36,7 +17,7 @@ from matrixrl.analysis.seeds import GROUP_AXES, t_interval
 
 NONE = "none"
 MODES = (NONE, "own", "transfer", "self_contrast", "memcollab")
-"""Every memory mode, in docs/memory.md's order (``none``: no memory, the ordinary evaluation)."""
+"""Every memory mode, in docs/memcollab.md's order (``none``: no memory, the ordinary evaluation)."""
 
 FIGURES = [
     "n_seeds", "base", "peak", "peak_step",
@@ -83,15 +64,9 @@ def memory_table(
     modes: Sequence[str] = MODES,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """The memory table (see the module docstring).
-
-    ``cells``: the grid cells to report (``cell``, the axes, extra axes and ``run``, the
-    id their results are stored under); ``evaluations``: the store's rows of their
-    ordinary evaluations (``cell`` = run, ``step``, ``accuracy``, ``response_tokens``),
-    the ``none`` rows; ``memory_evaluations``: their memory evaluations (also ``memory``,
-    the mode, and ``entries_mean``). ``modes``: the modes to report, in order (``none``
-    comes first in any case). A group gets rows only if one of its cells has a memory
-    evaluation of a mode other than ``none``; groups appear in the order of ``cells``.
+    """The memory table of ``cells`` (the axes and ``run``) from their ordinary ``evaluations``
+    (the ``none`` rows) and ``memory_evaluations``, for ``modes`` in order (``none`` first).
+    A group gets rows only if a cell of it has a memory evaluation; groups in ``cells``' order.
     """
     extra = extra_axes(cells.columns)
     groups = [*GROUP_AXES, *extra]

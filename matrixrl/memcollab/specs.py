@@ -1,26 +1,9 @@
 """The memory jobs' specs: which memory jobs a config asks for, and what each computes from.
 
-The grid uses these (``grid.plan_memory``, ``grid.MemoryEvalSpec``, a cell's ``memory``);
-this module never imports the grid: what it needs of it (a scale as a memory job loads
-it) is passed in as ``ref``.
-
-``grid.memory`` lists modes; every checkpoint of every cell is evaluated once more
-under each mode but ``none`` (the ordinary evaluation). A mode reads one *bank*, a
-memory named by what it was built from:
-
-- ``own-{scale}``: distilled from ``scale``'s own trajectories (mode ``own`` of that
-  scale, and ``transfer`` of the other one: naive transfer reads the other's own);
-- ``self_contrast-{scale}``: ``scale``'s correct vs incorrect sampled trajectories;
-- ``memcollab``: weak vs strong, one bank for both consumers.
-
-Per task, the jobs are: ``collect`` (a model's trajectories on the building
-problems, per (scale, samples)), ``label`` (the labeller's labels of building and
-evaluation problems), ``distill`` (a bank's constraints), ``bank`` (those with
-their source problems' labels), then per cell and checkpoint ``evaluate_memory``
-(step 0 once per base evaluation and bank: ``evaluate_base_memory``, copied). Each
-spec below holds exactly what its job's result is computed from, upstream results
-by their digests, so that changing the distiller reruns distillation, banks and
-memory evaluations, and nothing else (docs/memory.md, "The jobs").
+The grid uses these and this module never imports the grid: what it needs (a scale as a
+memory job loads it) is passed in as ``ref``. Each spec holds exactly what its job's result
+is computed from, upstream results by their digests; the jobs, the banks and what a change
+reruns: docs/memcollab.md, "The jobs".
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class Pair:
 
 @dataclass(frozen=True)
 class Label:
-    """A problem's place in its family's taxonomy (``matrixrl.memory.labels``)."""
+    """A problem's place in its family's taxonomy (``matrixrl.memcollab.labels``)."""
 
     category: str
     subcategory: str

@@ -1,18 +1,8 @@
 """Retrieval and use: the entries a new problem is shown, and how they enter a prompt.
 
-``retrieve`` keeps the source problems of the query's label, ranks them by TF-IDF
-cosine similarity of their questions to the query's, and returns the entries of the
-top ``top_p`` (at most ``per_problem`` each, in distillation order; at most ``limit``
-in all). The vectoriser (scikit-learn's ``TfidfVectorizer``, default settings) is
-fitted once per bank on its source problems' questions, so a question's score does
-not depend on which label it is filtered by. Ties (equal to 1e-12) go to the smaller
-source problem id; a source problem with no word in common with the query still
-counts (it shares the label). The query problem's own entries are never returned.
-
-The guidance goes at the start of the user message: the system message stays each
-role's fixed instructions, everything a role is shown about this problem is in the
-user message (as the chat style does with drafts and candidates), and the problem
-itself stays last, nearest the reply. No entries leave the prompt exactly as it was.
+``retrieve`` ranks the source problems of the query's label by TF-IDF similarity and
+returns their entries; the guidance goes at the start of the user message, and no entries
+leave the prompt as it was. docs/memcollab.md, "Retrieval and use".
 """
 
 from __future__ import annotations
@@ -22,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from matrixrl.memory.data import Entry, Label
+from matrixrl.memcollab.data import Entry, Label
 from matrixrl.tasks.base import Problem
 
 GUIDANCE_HEADER = (

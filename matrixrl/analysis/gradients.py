@@ -31,20 +31,11 @@ def share_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_diagnostics(frame: pd.DataFrame, shares: pd.DataFrame | None = None) -> dict:
-    """One cell's diagnostics summary (missing values are ``None``).
-
-    - ``dominant_role`` / ``dominant_share``: the role with the highest mean share
-      over the cell's updates (0 where it did not act), and that mean; ties go to
-      the role whose name sorts first.
-    - ``amplified_role``, ``amplification_mean``, ``amplification_max``: among roles
-      with several agents, the one with the highest mean amplification over the
-      updates where it was defined, with that mean and its maximum.
-    - ``{role}_amp_mean`` / ``{role}_amp_max`` for every role with several agents.
-    - ``{role}_norm_ratio``: the role's mean gradient norm (over the updates where
-      it acted) divided by the smallest such mean among the cell's roles; missing
-      for every role when that smallest mean is 0.
-
-    ``shares``: the cell's :func:`share_table`, if already computed.
+    """One cell's diagnostics summary (missing values are ``None``): ``dominant_role`` and
+    ``dominant_share`` (ties to the name that sorts first), ``amplified_role`` with
+    ``amplification_mean``/``_max``, ``{role}_amp_mean``/``_max`` and ``{role}_norm_ratio``
+    (missing for every role when the smallest role's mean norm is 0); docs/report.md
+    (``diagnostics``) defines them. ``shares``: the cell's :func:`share_table`, if computed.
     """
     row: dict = {
         "dominant_role": None,

@@ -1,25 +1,9 @@
 """The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each job (matrixrl.memory.specs says what it reads) is its own process, forked from
-the job server like training and evaluation (jobs/forked.py), and writes one result
-file (matrixrl.results) atomically. Models are base models, decoding with matrixrl's
-own loop (``train.rollout.make_generate``), stored in their compute dtype on a GPU and in
-float32 on CPU (:func:`stored_in_compute_dtype`); a job whose model's scale runs on a
-GPU claims one first, and sees it alone (``models.devices.claimed_gpu``). The evaluation
-of a checkpoint under a memory is ``jobs.evaluate``'s, with a :class:`Guide` applied to
-the cell's prompts; a cell trained with a memory has each step's prompts guided by a
-:class:`TrainingGuide` (``jobs.train`` makes it). Both are ``workflows.styles.PromptGuide``s:
-training and evaluation call them and import nothing of memory.
-
-- ``collect``: the chat style's generator prompt for each building problem, as a
-  ``single`` cell asks it; greedy, or sampled at the spec's temperature with keys
-  from (memory seed, scale name), so two scales that load one model still sample
-  differently; each answer scored by the task.
-- ``label``: the labeller's pick for each building and evaluation problem, greedy.
-- ``distill``: the mode's pairs (memory.modes.pairs_for), one distiller call per
-  pair, greedy, its reply prefilled with ``memory.distill_prefix``; every prompt and
-  reply (prefix included) is kept with what was read from it.
-- ``bank``: the distilled constraints with their source problems' labels.
+Each job is a forked process that writes one result file (specs: matrixrl.memcollab.specs),
+decoding base models with matrixrl's own loop. :class:`Guide` and :class:`TrainingGuide` are
+the ``workflows.styles.PromptGuide`` s that evaluation and training apply, importing nothing
+of memory. What each job reads and the choices it makes: docs/memcollab.md, "The jobs".
 """
 
 from __future__ import annotations
@@ -34,7 +18,7 @@ import numpy as np
 
 from matrixrl.errors import UserError
 from matrixrl.jobs.cost import Meter
-from matrixrl.memory import (
+from matrixrl.memcollab import (
     Entry,
     Label,
     MemoryBank,
@@ -49,7 +33,7 @@ from matrixrl.memory import (
     prompt_digest,
     retrieve,
 )
-from matrixrl.memory.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
+from matrixrl.memcollab.specs import BankSpec, CollectSpec, DistillSpec, LabelSpec, ModelRef, Retrieval, TrainMemory
 from matrixrl.models.devices import claimed_gpu
 from matrixrl.results import (
     BankResult,
@@ -123,14 +107,8 @@ def _load(ref: ModelRef, base_dir: Path, family: str, prompts, batch_size: int, 
 
 
 def stored_in_compute_dtype(source) -> bool:
-    """Whether a memory job's model (or a training's labeller) is stored in its compute dtype.
-
-    It never trains, so float32 weights would keep nothing but a float32 residual stream: on
-    a GPU it is stored as a LoRA cell's frozen base is (bfloat16 under ``dtype: auto``) and
-    computes as that base does, in half the bytes and without autocast's 16-bit copies of
-    float32 weights (gpu_memory's estimate counts it so). On CPU it keeps float32 weights
-    under a 16-bit compute dtype, as every CPU result was computed (a float32 scale, every
-    tiny one, loads the same either way)."""
+    """Whether a memory job's model (or a training's labeller) is stored in its compute dtype:
+    on a GPU yes, on CPU no (docs/memcollab.md, "The jobs": the models' dtype)."""
     return source.device.startswith("cuda")
 
 

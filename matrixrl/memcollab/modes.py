@@ -1,29 +1,16 @@
 """The memory modes: which trajectories each one needs and which pairs it distils.
 
-A memory axis compares, for a consumer that is one of two models (``weak`` and
-``strong``, scale names), the memory it is given:
-
-- ``none``: no memory, no pairs.
-- ``own``: one pair per problem from the consumer's own trajectory alone.
-- ``transfer``: the other model's own memory (naive transfer).
-- ``self_contrast``: the consumer's correct vs incorrect trajectories of one problem.
-- ``memcollab``: the weak model's trajectory vs the strong model's; one memory,
-  shared by both consumers.
-
-Trajectory collections are keyed by (model, samples): ``samples == 1`` is one greedy
-trajectory per problem (the paper decodes greedily); more is that many sampled ones,
-which only self-contrast needs (greedy decoding would repeat one trajectory). The
-two are different collections: a sampled collection's sample 0 is not the greedy one.
-
-Every mode distils at most one pair per source problem, so the memories compare at
-equal size and cost; pairs come in the order their problems first appear.
+``none``, ``own``, ``transfer``, ``self_contrast`` and ``memcollab``, for a consumer that is
+``weak`` or ``strong``; collections are keyed by (model, samples). Every mode distils at
+most one pair per source problem, in the order the problems first appear. The modes and
+their collections: docs/memcollab.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from matrixrl.memory.data import Pair, Trajectory
+from matrixrl.memcollab.data import Pair, Trajectory
 
 MODES = ("none", "own", "transfer", "self_contrast", "memcollab")
 CONTRAST_SAMPLES = 4  # self-contrast's default samples per problem
@@ -57,18 +44,11 @@ def needed_trajectories(
 
 
 def pairs_for(mode: str, consumer: str, weak: str, strong: str, trajectories: Iterable[Trajectory]) -> list[Pair]:
-    """The pairs ``mode`` distils for ``consumer``, from trajectories of any models.
-
-    - own / transfer: the first (lowest-sample) trajectory of the model, one pair per
-      problem, correct or not (``Pair.single``).
-    - self_contrast: the consumer's first correct and first incorrect sample of a
-      problem; problems where all samples agree give none.
-    - memcollab: the first trajectories of weak and strong on one problem, when their
-      outcomes differ: τ+ is the weak model's if it is correct, else the strong
-      model's, τ− the other. Both right or both wrong, or one model missing the
-      problem: no pair (there is nothing to contrast). The same for either consumer.
-
-    Trajectories of other models are ignored; two of one (model, problem, sample) are an error.
+    """The pairs ``mode`` distils for ``consumer``, from trajectories of any models, one pair per
+    source problem at most, as docs/memcollab.md's table of modes and "Choices where the paper
+    is silent" say (own and transfer: ``Pair.single`` of the first trajectory; self_contrast
+    and memcollab: only problems whose outcomes differ). Trajectories of other models are
+    ignored; two of one (model, problem, sample) are an error.
     """
     other = _other(mode, consumer, weak, strong)
     attempts: dict[tuple[str, str], dict[int, Trajectory]] = {}
