@@ -17,7 +17,7 @@ import torch
 from matrixrl.train.diagnostics import AgentGradients, GradientSet, grad_snapshot, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, completion_logps
 from matrixrl.train.interventions import Damper, kl_k3, role_value
-from matrixrl.train.losses import StepCounts, policy_loss
+from matrixrl.train.losses import StepCounts, kl_term, policy_loss
 
 
 def update_policy(
@@ -113,19 +113,20 @@ def update_policy(
                     if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
                         old_logps[key] = logps.detach()
                         _add_gap(role_gap, role, old_logps[key], batch)
-                    loss, clipped = policy_loss(
-                        logps, old_logps[key], batch.advantages, batch.completion_mask, cfg, counts
-                    )
+                    kl = None
                     if beta[role] > 0:
                         if first:  # the reference's log-probabilities of the sampled tokens, once per step
                             with torch.no_grad(), policy.reference() as reference:
                                 ref_logps[key] = completion_logps(reference, batch, cfg.temperature)
                         k3 = kl_k3(logps, ref_logps[key], batch.completion_mask)
-                        loss = loss + beta[role] * k3.sum() / total_tokens
+                        kl = kl_term(k3, logps, old_logps[key], batch.completion_mask, beta[role], cfg)
                         if first:
                             totals = role_kl.setdefault(role, [0.0, 0])
                             totals[0] += float(k3.detach().sum())
                             totals[1] += int(batch.completion_mask.sum())
+                    loss, clipped = policy_loss(
+                        logps, old_logps[key], batch.advantages, batch.completion_mask, cfg, counts, kl=kl
+                    )
                     if grads is not None:
                         grads.before_backward()
                     loss.backward()
