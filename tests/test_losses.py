@@ -158,9 +158,10 @@ def matrixrl_passes(
     monkeypatch.setattr(update, "policy_loss", recorded)
     policy.train(True)
     for _ in range(steps):
-        row, _ = update.update_policy(
+        done = update.update_policy(
             policy, optimizers, episodes(), 0, cfg, diagnostics=False, micro_batch_tokens=micro_batch_tokens
         )
+    row = {**done.metrics, "role_kl": done.by_role("kl")}
     monkeypatch.undo()
     return policy, optimizers, [sum(pass_losses) for pass_losses in losses], row
 
@@ -402,3 +403,24 @@ def test_the_losses_bench_times_every_accepted_loss_against_dapo(run_bench):
     assert rows["dapo", "token"][1] == "1.00x"
     assert all(float(seconds) > 0 for seconds, _ in rows.values())
     assert lines[-1] == f"refused by the schema (loss_problem), not run: {', '.join(refused)}"
+
+
+def test_the_last_pass_shows_what_the_first_cannot_gspos_roles(tiny):
+    """The first pass's ratio is 1, so GSPO's role shares there are token-level grpo's; the
+    last pass's (``last_pass_share``, recorded from ppo_epochs 2 on) see the sequence ratio."""
+    _, model = tiny
+
+    def shares(level: str, epochs: int):
+        policy = build_policy("shared", copy.deepcopy(model), ROLES, Policies(adapter="full"))
+        optimizers = {name: torch.optim.AdamW(params, lr=0.05) for name, (_, params) in policy.parameter_sets().items()}
+        policy.train(True)
+        done = update.update_policy(policy, optimizers, episodes(), 0, settings("grpo", level, ppo_epochs=epochs))
+        first = {row["role"]: row["value"] for row in done.diagnostics if row["kind"] == "role_share"}
+        return first, done.by_role("last_pass_share")
+
+    (token_first, token_last), (gspo_first, gspo_last) = shares("token", 2), shares("sequence", 2)
+    assert gspo_first == pytest.approx(token_first, rel=1e-6)
+    assert set(gspo_last) == set(token_last) == set(ROLES)
+    assert sum(gspo_last.values()) == pytest.approx(1.0)
+    assert max(abs(gspo_last[r] - token_last[r]) for r in ROLES) > 1e-3
+    assert shares("sequence", 1)[1] == {}  # one pass: nothing beyond the diagnostics
