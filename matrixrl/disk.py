@@ -1,6 +1,6 @@
 """The disk a grid's checkpoints need at their peak, under ``train.keep_checkpoints``.
 
-A checkpoint (``trainer.save_checkpoint``) holds, per parameter set (one under
+A checkpoint (``checkpoints.save_checkpoint``) holds, per parameter set (one under
 shared, one per role under isolated), the trained weights (the whole model under
 ``policies.adapter: full``, the LoRA adapter under ``lora``) and AdamW's two moment
 tensors of the same size; the step-0 checkpoint has no optimizer state yet. Its
