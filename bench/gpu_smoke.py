@@ -20,7 +20,7 @@ included), and its last checkpoint is evaluated by the evaluation job's ``_evalu
 - **parameters**: every parameter set of the policy moved (a CPU copy of its trainable
   tensors taken when the optimizers are made, compared after the last step); under LoRA
   only the adapters train, and every base weight is bit-for-bit what it was;
-- **log-prob gap**: the update's ``role_logp_gap`` (|Δ log p| between the rollout's sampled
+- **log-prob gap**: the update's per-role ``logp_gap`` (|Δ log p| between the rollout's sampled
   log-probabilities and the update's) is reported for every role, finite, and its mean
   under ``GAP_LIMIT``, 0.05 nats per token, in every step (bfloat16's rounding gave means of
   3e-3 to 7e-3 in tests/test_precision.py; a rollout that decoded without its KV cache gave the
@@ -1135,7 +1135,7 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> d
         out["rollout_s"] = time.perf_counter() - began
         policy.train(True)
         began = time.perf_counter()
-        metrics, _ = update_policy(
+        update = update_policy(
             policy, optimizers, episodes, tokenizer.pad_token_id, cfg, damper=Damper.from_train(cfg),
             micro_batch_tokens=cfg.micro_batch_tokens,
         )  # fmt: skip
@@ -1156,8 +1156,9 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> d
     short = sum(len(t.completion.completion_ids) != reply for t in turns)
     if short:
         failures.append(f"{short} of {len(turns)} rollout rows stopped before max_new_tokens ({reply})")
-    gaps = {role: [pair] for role, pair in metrics["role_logp_gap"].items()}
-    out["logp_gap"] = {role: {"mean": mean, "max": largest} for role, (mean, largest) in metrics["role_logp_gap"].items()}
+    measured = {role: (u.gap[0] / u.gap[2], u.gap[1]) for role, u in update.roles.items() if u.gap and u.gap[2]}
+    gaps = {role: [pair] for role, pair in measured.items()}
+    out["logp_gap"] = {role: {"mean": mean, "max": largest} for role, (mean, largest) in measured.items()}
     roles = {t.role for t in turns}
     if set(gaps) != roles:
         failures.append(f"log-prob gap reported for {sorted(gaps)}, not every role of {sorted(roles)}")

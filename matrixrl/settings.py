@@ -108,6 +108,13 @@ its default it stays out of :func:`science`, so existing results keep their dige
 and rerun nothing. Its default must compute exactly what the code did before it."""
 
 
+def inert_without(*names: str) -> dict:
+    """``json_schema_extra`` of a setting that acts only through others (``names``, fields of the
+    same model): while every one of them is at its default it stays out of :func:`science`, as
+    :data:`ADDED` does at its own default; once one is set it is science, whatever its value."""
+    return {"inert_without": names}
+
+
 def is_runtime(field) -> bool:
     return isinstance(field.json_schema_extra, dict) and bool(field.json_schema_extra.get("runtime"))
 
@@ -118,7 +125,7 @@ def science(value: Any) -> Any:
         return {
             name: science(getattr(value, name))
             for name, field in type(value).model_fields.items()
-            if not is_runtime(field) and not _omitted(field, getattr(value, name))
+            if not is_runtime(field) and not _omitted(field, getattr(value, name)) and not _inert(field, value)
         }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
@@ -159,3 +166,16 @@ def kind_values(model: type[BaseModel]) -> tuple:
     """The ``kind:`` values a model of a discriminated union stands for (none: not a union member)."""
     kind = model.model_fields.get("kind")
     return get_args(kind.annotation) if kind is not None else ()
+
+
+def _inert(field, model) -> bool:
+    """Whether ``field`` of ``model`` acts only through fields that are all at their defaults."""
+    extra = field.json_schema_extra
+    names = extra.get("inert_without") if isinstance(extra, dict) else None
+    if not names:
+        return False
+    fields = type(model).model_fields
+    return all(
+        getattr(model, name) == (fields[name].default_factory() if fields[name].default_factory else fields[name].default)
+        for name in names
+    )

@@ -27,7 +27,7 @@ from conftest import EXPERIMENTS, REPO
 
 TRAIN_KEYS = (
     "steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, group_size, lr, ppo_epochs, temperature, "
-    "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, damper, "
+    "max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, use_bias_correction_kl, damper, "
     "damper_roles, damper_window, advantage_group, loss_type, importance_sampling_level, sapo_temperature_pos, "
     "sapo_temperature_neg, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg"
 )
@@ -182,13 +182,15 @@ def test_a_loss_at_a_level_it_does_not_run_at_is_refused_with_the_fix(raw: dict,
 
 
 def test_the_schema_reads_the_losses_registry_without_importing_torch() -> None:
-    """train.loss_type's names and each loss's refusals come from matrixrl.train.losses, which the
-    schema imports; neither may import torch (seconds, on every config check and `matrixrl plan`)."""
+    """train.loss_type's names and each loss's refusals come from matrixrl.config.loss_types, which
+    the schema imports; neither may import torch (seconds, on every config check and `matrixrl plan`)
+    nor the training package."""
     code = (
         "import sys\n"
         "from matrixrl.config.schema import LOSS_TYPES, Train, loss_problem\n"
-        "from matrixrl.train.losses import LOSSES\n"
-        "assert LOSS_TYPES == tuple(LOSSES) and LOSS_TYPES[0] == 'dapo', LOSS_TYPES\n"
+        "from matrixrl.config.loss_types import REFUSALS\n"
+        "assert LOSS_TYPES == tuple(REFUSALS) and LOSS_TYPES[0] == 'dapo', LOSS_TYPES\n"
+        "assert 'matrixrl.train' not in sys.modules, 'the training package was imported'\n"
         "refused = sorted((loss, level) for loss in LOSS_TYPES for level in ('token', 'sequence')\n"
         "    if loss_problem(Train.model_construct(loss_type=loss, importance_sampling_level=level, epsilon_high=5.0)))\n"
         "assert refused == [('luspo', 'token'), ('vespo', 'sequence')], refused\n"

@@ -34,7 +34,7 @@ def optimizers_of(policy, lr=1e-2):
 def updated(policy, cfg: Train, damper=None, steps: int = 2):
     optimizers = optimizers_of(policy, cfg.lr)
     policy.train(True)
-    rows = [update_policy(policy, optimizers, episodes_for(ROLES), 0, cfg, damper=damper)[0] for _ in range(steps)]
+    rows = [update_policy(policy, optimizers, episodes_for(ROLES), 0, cfg, damper=damper) for _ in range(steps)]
     policy.train(False)
     return snapshot(policy), rows
 
@@ -57,8 +57,8 @@ def test_a_damper_of_strength_zero_and_a_zero_kl_leave_the_update_bit_for_bit(ba
     damped, rows = updated(seeded(base, mode, adapter), zero, damper=Damper(0.0, {}, 10))
     for name in plain:
         assert all(torch.equal(a, b) for a, b in zip(plain[name], damped[name])), name
-    assert [r["loss"] for r in rows] == [r["loss"] for r in plain_rows]
-    assert all(scale == 1.0 for row in rows for _, scale in row["role_damper"].values())
+    assert [r.metrics["loss"] for r in rows] == [r.metrics["loss"] for r in plain_rows]
+    assert all(scale == 1.0 for row in rows for scale in row.by_role("damper_scale").values())
 
 
 # --- the KL anchor ----------------------------------------------------------------------
@@ -86,8 +86,8 @@ def test_the_kl_is_zero_at_the_base_and_grows_as_the_policy_moves(base, mode, ad
 
         policy.attach_reference(load_causal_lm(base))
     _, rows = updated(policy, Train(lr=5e-2, kl_beta=0.5), steps=3)
-    assert rows[0]["role_kl"] == {"aggregator": pytest.approx(0.0, abs=1e-7), "generator": pytest.approx(0.0, abs=1e-7)}
-    assert all(value > 1e-6 for value in rows[-1]["role_kl"].values()), rows[-1]["role_kl"]
+    assert rows[0].by_role("kl") == {"aggregator": pytest.approx(0.0, abs=1e-7), "generator": pytest.approx(0.0, abs=1e-7)}
+    assert all(value > 1e-6 for value in rows[-1].by_role("kl").values()), rows[-1].by_role("kl")
 
 
 def test_the_kl_value_matches_a_forward_of_the_base_model(base) -> None:
@@ -101,14 +101,14 @@ def test_the_kl_value_matches_a_forward_of_the_base_model(base) -> None:
     updated(policy, cfg, steps=2)  # move away from the base
     optimizers = {name: torch.optim.SGD(params, lr=0.0) for name, (_, params) in policy.parameter_sets().items()}
     policy.train(True)
-    row, _ = update_policy(policy, optimizers, episodes_for(("generator",)), 0, cfg)
+    row = update_policy(policy, optimizers, episodes_for(("generator",)), 0, cfg)
     turns = [t for e in episodes_for(("generator",)) for t in e.turns]
     batch = TurnBatch.from_turns(turns, pad_token_id=0)
     with torch.no_grad():
         mine = completion_logps(policy.model_for("generator"), batch, cfg.temperature)
         theirs = completion_logps(load_causal_lm(base), batch, cfg.temperature)
     expected = float(kl_k3(mine, theirs, batch.completion_mask).sum() / batch.completion_mask.sum())
-    assert row["role_kl"]["generator"] == pytest.approx(expected, rel=1e-5)
+    assert row.by_role("kl")["generator"] == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize("adapter", ["full", "lora"])
@@ -202,9 +202,9 @@ def test_under_isolated_each_set_is_its_roles_gradient() -> None:
 def test_a_damped_update_moves_less_along_a_repeated_direction(base, mode) -> None:
     """The same batch twice: the second step's gradient is aligned with the first's, so it is damped."""
     _, rows = updated(fresh_policy(base, mode, "full"), Train(lr=1e-3), damper=Damper(0.3, {}, 10), steps=3)
-    first, later = rows[0]["role_damper"], rows[-1]["role_damper"]
-    assert all(scale == 1.0 for _, scale in first.values())
-    assert all(cos > 0.5 and scale < 1.0 for cos, scale in later.values()), later
+    first, later = rows[0].roles, rows[-1].roles
+    assert all(role.damper[1] == 1.0 for role in first.values())
+    assert all(role.damper[0] > 0.5 and role.damper[1] < 1.0 for role in later.values()), later
 
 
 # --- advantages ----------------------------------------------------------------------------

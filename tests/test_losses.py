@@ -53,6 +53,38 @@ def settings(loss: str, level: str, **more) -> Train:
     return Train(loss_type=loss, importance_sampling_level=level, **{**values, **more})
 
 
+def test_the_losses_are_the_registrys_names_in_its_order():
+    """The configuration's registry (matrixrl.config.loss_types) names every loss function of
+    matrixrl.train.losses, and no other, the default first."""
+    from matrixrl.config.loss_types import LOSS_TYPES as REGISTERED
+    from matrixrl.train.losses import LOSSES
+
+    assert tuple(LOSSES) == REGISTERED == LOSS_TYPES and REGISTERED[0] == Train().loss_type == "dapo"
+
+
+def test_gspo_is_named_as_the_setting_it_is():
+    """GSPO is a level of grpo, not a loss: the plan's error says which two settings make it."""
+    from conftest import run_cli
+
+    result = run_cli("plan", "--set", "train.loss_type=gspo")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "Error: experiments.yaml with --set 'train.loss_type=gspo': train.loss_type: unknown loss type 'gspo'; "
+        "GSPO is loss_type grpo with importance_sampling_level: sequence; set both"
+    ]
+
+
+def test_the_kl_correction_is_part_of_a_cells_spec_only_with_a_kl_anchor():
+    """Without a KL anchor the correction computes nothing, so the default grid keeps its digests;
+    with one the KL term is TRL's (not the form earlier results were computed with), so the
+    setting, at either value, is part of the spec and those results are not reused."""
+    from matrixrl.settings import science
+
+    assert "use_bias_correction_kl" not in science(Train(use_bias_correction_kl=False))
+    assert science(Train(kl_beta=0.1))["use_bias_correction_kl"] is True
+    assert science(Train(kl_beta_roles={"aggregator": 0.1}, use_bias_correction_kl=False))["use_bias_correction_kl"] is False
+
+
 def test_the_refused_pairs_are_the_ones_listed():
     refused = set()
     for loss in LOSS_TYPES:
@@ -103,12 +135,18 @@ class RecordingSGD(Recording, torch.optim.SGD):
     up to rounding (AdamW's first step is lr · sign(g), which rounding flips where g is about 0)."""
 
 
-def matrixrl_passes(model, cfg: Train, mode: str, monkeypatch, micro_batch_tokens=None, optimizer=RecordingAdamW):
-    """``update_policy`` over :data:`TURNS` at ``cfg``: its metrics row, the parameter sets'
-    recording optimizers, and (one parameter set: ``shared``) each pass's summed loss."""
+def matrixrl_passes(
+    model, cfg: Train, mode: str, monkeypatch, micro_batch_tokens=None, optimizer=RecordingAdamW, steps: int = 1
+):
+    """``update_policy`` over :data:`TURNS` at ``cfg``, ``steps`` times: the last step's metrics
+    row, the parameter sets' recording optimizers, and (one parameter set: ``shared``) each
+    pass's summed loss, passes of every step in order. With ``cfg.kl_beta`` > 0 the KL's
+    reference is ``model`` as given."""
     policy = build_policy(mode, copy.deepcopy(model), ROLES, Policies(adapter="full"))
+    if cfg.kl_beta > 0:
+        policy.attach_reference(copy.deepcopy(model))
     optimizers = {name: optimizer(params, cfg.lr) for name, (_, params) in policy.parameter_sets().items()}
-    losses: list[list[float]] = [[] for _ in range(cfg.ppo_epochs)]
+    losses: list[list[float]] = [[] for _ in range(cfg.ppo_epochs * steps)]
     compute = update.policy_loss
 
     def recorded(*args, **kwargs):
@@ -119,9 +157,11 @@ def matrixrl_passes(model, cfg: Train, mode: str, monkeypatch, micro_batch_token
 
     monkeypatch.setattr(update, "policy_loss", recorded)
     policy.train(True)
-    row, _ = update.update_policy(
-        policy, optimizers, episodes(), 0, cfg, diagnostics=False, micro_batch_tokens=micro_batch_tokens
-    )
+    for _ in range(steps):
+        done = update.update_policy(
+            policy, optimizers, episodes(), 0, cfg, diagnostics=False, micro_batch_tokens=micro_batch_tokens
+        )
+    row = {**done.metrics, "role_kl": done.by_role("kl")}
     monkeypatch.undo()
     return policy, optimizers, [sum(pass_losses) for pass_losses in losses], row
 
@@ -156,34 +196,64 @@ def trl_trainer(model, tokenizer, cfg: Train, tmp_path):
         vespo_k_neg=cfg.vespo_k_neg, vespo_lambda_neg=cfg.vespo_lambda_neg,
     )  # fmt: skip
     logging.getLogger("trl").setLevel(logging.ERROR)
+    # Built at beta 0 (with a beta TRL would load a reference model by name); the KL's terms are
+    # set after: _compute_loss reads them, and the reference's log-probabilities come in its inputs.
+    args.use_bias_correction_kl = cfg.use_bias_correction_kl
     trainer = GRPOTrainer(
         model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
         train_dataset=Dataset.from_dict({"prompt": ["1+2="] * 2}), processing_class=tokenizer,
     )  # fmt: skip
     trainer.current_gradient_accumulation_steps = 1  # set by TRL's training loop, which this test does not run
+    trainer.beta = cfg.kl_beta
     trainer.model.train(True)
     return trainer
 
 
-def trl_second_pass(trainer, start: dict, second: dict, pad_token_id: int):
-    """TRL's loss and gradients (by parameter name) for the model at ``second``, its old
-    log-probabilities computed by TRL from the model at ``start``."""
+def trl_logps(trainer, parameters: dict, inputs: dict) -> torch.Tensor:
+    """TRL's per-token log-probabilities of ``inputs``'s completions for the model at ``parameters``."""
     model = trainer.model
-    inputs = trl_batch(pad_token_id)
-    set_parameters(model, start)
+    set_parameters(model, parameters)
     with torch.no_grad():
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        old, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, inputs["completion_ids"].shape[1])
-    set_parameters(model, second)
-    with torch.no_grad():
-        new, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, inputs["completion_ids"].shape[1])
-    moved = float((new - old)[inputs["completion_mask"].bool()].abs().max())
-    assert moved > 0.1  # the first pass moved the model: the second pass's ratios are off 1
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, inputs["completion_ids"].shape[1])
+    return logps
+
+
+def trl_pass(trainer, start: dict | None, current: dict, pad_token_id: int, reference: dict | None = None):
+    """TRL's loss and gradients (by parameter name) for the model at ``current``, its old
+    log-probabilities computed by TRL from the model at ``start`` (None: TRL's on-policy pass,
+    old = current), the KL's reference (with ``trainer.beta`` > 0) from the model at ``reference``."""
+    model = trainer.model
+    inputs = trl_batch(pad_token_id)
+    if reference is not None:
+        inputs["ref_per_token_logps"] = trl_logps(trainer, reference, inputs)
+    if start is not None:
+        old = trl_logps(trainer, start, inputs)
+        new = trl_logps(trainer, current, inputs)
+        moved = float((new - old)[inputs["completion_mask"].bool()].abs().max())
+        assert moved > 0.1  # the first pass moved the model: the second pass's ratios are off 1
+        inputs["old_per_token_logps"] = old
+    set_parameters(model, current)
     model.zero_grad(set_to_none=True)
-    loss = trainer._compute_loss(model, {**inputs, "old_per_token_logps": old})
+    loss = trainer._compute_loss(model, inputs)
     loss.backward()
     return loss.item(), {name: p.grad for name, p in model.named_parameters()}
+
+
+def trl_second_pass(trainer, start: dict, second: dict, pad_token_id: int):
+    """TRL's loss and gradients for the model at ``second``, its old log-probabilities from ``start``."""
+    return trl_pass(trainer, start, second, pad_token_id)
+
+
+def assert_trls(ours_loss: float, ours: dict, trl_loss: float, trl_grads: dict) -> None:
+    """matrixrl's loss and gradients (by parameter name) equal TRL's up to float32 rounding."""
+    assert ours_loss == pytest.approx(trl_loss, rel=1e-5, abs=1e-7)
+    assert set(ours) == set(trl_grads)
+    scale = max(float(g.abs().max()) for g in trl_grads.values())
+    assert scale > 0
+    for name, grad in ours.items():
+        torch.testing.assert_close(grad, trl_grads[name], rtol=1e-4, atol=1e-6 * scale, msg=name)
 
 
 def set_parameters(model, values: dict[str, torch.Tensor]) -> None:
@@ -211,13 +281,33 @@ def test_the_loss_and_its_gradient_are_trls(tiny, loss, level, monkeypatch, tmp_
 
     trainer = trl_trainer(copy.deepcopy(model), tokenizer, cfg, tmp_path)
     trl_loss, trl_grads = trl_second_pass(trainer, start, second, tokenizer.pad_token_id)
+    assert_trls(losses[1], ours, trl_loss, trl_grads)
 
-    assert losses[1] == pytest.approx(trl_loss, rel=1e-5, abs=1e-7)
-    assert set(ours) == set(trl_grads)
-    scale = max(float(g.abs().max()) for g in trl_grads.values())
-    assert scale > 0
-    for name, grad in ours.items():
-        torch.testing.assert_close(grad, trl_grads[name], rtol=1e-4, atol=1e-6 * scale, msg=name)
+
+KL_CASES = [(loss, level, bias) for loss, level in RUNNABLE for bias in (True, False)]
+
+
+@pytest.mark.parametrize(
+    "loss,level,bias", KL_CASES, ids=[f"{loss}-{level}-{'corrected' if b else 'bare'}" for loss, level, b in KL_CASES]
+)
+def test_the_kl_anchor_is_trls(tiny, loss, level, bias, monkeypatch, tmp_path):
+    """β > 0, as TRL adds it: β · k3 (× the importance ratio with ``use_bias_correction_kl``) in
+    each token's term, before the loss's normaliser. Two steps of two passes each, so that the
+    second step's policy is away from the reference (the model before the first step), and
+    both of that step's passes are compared: the on-policy one (ratio 1, where the bias
+    correction changes the gradient only through the ratio's own) and the clipped one."""
+    tokenizer, model = tiny
+    cfg = settings(loss, level, kl_beta=0.3, use_bias_correction_kl=bias)
+    policy, optimizers, losses, row = matrixrl_passes(model, cfg, "shared", monkeypatch, steps=2)
+    (optimizer,) = optimizers.values()
+    named = functools.partial(by_name, policy.model_for("generator"), optimizer.params)
+    reference, old, second = named(optimizer.before[0]), named(optimizer.before[2]), named(optimizer.before[3])
+    trainer = trl_trainer(copy.deepcopy(model), tokenizer, cfg, tmp_path)
+    pad = tokenizer.pad_token_id
+    on_policy = trl_pass(trainer, None, old, pad, reference=reference)
+    assert_trls(losses[2], named(optimizer.grads[2]), *on_policy)
+    assert_trls(losses[3], named(optimizer.grads[3]), *trl_pass(trainer, old, second, pad, reference=reference))
+    assert row["role_kl"]["generator"] > 1e-4  # the KL term acted: the policy is away from its reference
 
 
 @pytest.mark.parametrize("mode", ["shared", "isolated"])
@@ -313,3 +403,24 @@ def test_the_losses_bench_times_every_accepted_loss_against_dapo(run_bench):
     assert rows["dapo", "token"][1] == "1.00x"
     assert all(float(seconds) > 0 for seconds, _ in rows.values())
     assert lines[-1] == f"refused by the schema (loss_problem), not run: {', '.join(refused)}"
+
+
+def test_the_last_pass_shows_what_the_first_cannot_gspos_roles(tiny):
+    """The first pass's ratio is 1, so GSPO's role shares there are token-level grpo's; the
+    last pass's (``last_pass_share``, recorded from ppo_epochs 2 on) see the sequence ratio."""
+    _, model = tiny
+
+    def shares(level: str, epochs: int):
+        policy = build_policy("shared", copy.deepcopy(model), ROLES, Policies(adapter="full"))
+        optimizers = {name: torch.optim.AdamW(params, lr=0.05) for name, (_, params) in policy.parameter_sets().items()}
+        policy.train(True)
+        done = update.update_policy(policy, optimizers, episodes(), 0, settings("grpo", level, ppo_epochs=epochs))
+        first = {row["role"]: row["value"] for row in done.diagnostics if row["kind"] == "role_share"}
+        return first, done.by_role("last_pass_share")
+
+    (token_first, token_last), (gspo_first, gspo_last) = shares("token", 2), shares("sequence", 2)
+    assert gspo_first == pytest.approx(token_first, rel=1e-6)
+    assert set(gspo_last) == set(token_last) == set(ROLES)
+    assert sum(gspo_last.values()) == pytest.approx(1.0)
+    assert max(abs(gspo_last[r] - token_last[r]) for r in ROLES) > 1e-3
+    assert shares("sequence", 1)[1] == {}  # one pass: nothing beyond the diagnostics

@@ -234,7 +234,8 @@ def test_clipping_engages_from_the_second_pass_only(base):
         cfg = Train(ppo_epochs=epochs, lr=5e-2)
         optimizers = {"shared": torch.optim.AdamW(policy.parameter_sets()["shared"][1], lr=cfg.lr)}
         policy.train(True)
-        row, diagnostics = update_policy(policy, optimizers, episodes_for(ROLES), pad_token_id=0, cfg=cfg)
+        update = update_policy(policy, optimizers, episodes_for(ROLES), pad_token_id=0, cfg=cfg)
+        row, diagnostics = update.metrics, update.diagnostics
         fractions[epochs] = row["clip_fraction"]
         assert changed(start, snapshot(policy)["shared"])
         # The diagnostics describe the first (on-policy) pass: one row set per agent either way.

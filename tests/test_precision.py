@@ -118,7 +118,7 @@ def test_ten_bfloat16_steps_track_a_float32_run(model_dir):
         losses = []
         policy.train(True)
         for _ in range(10):
-            row, _ = update_policy(policy, optimizers, episodes(), 0, Train(), diagnostics=False)
+            row = update_policy(policy, optimizers, episodes(), 0, Train(), diagnostics=False).metrics
             losses.append(row["loss"])
         runs[dtype] = (losses, [a - b for a, b in zip(weights(policy), start)])
     (loss32, moved32), (loss16, moved16) = runs["float32"], runs["bfloat16"]
@@ -242,8 +242,8 @@ def test_the_log_prob_gap_is_zero_in_float32_and_measured_in_bfloat16(model_dir)
         found = sampled_episodes(policy, tokenizer)
         assert all(t.completion.sampled_logps is not None for e in found for t in e.turns)
         policy.train(True)
-        row, _ = update_policy(policy, adamw(policy, 1e-6), found, tokenizer.pad_token_id, Train(), diagnostics=False)
-        gaps[dtype] = row["role_logp_gap"]
+        update = update_policy(policy, adamw(policy, 1e-6), found, tokenizer.pad_token_id, Train(), diagnostics=False)
+        gaps[dtype] = {role: (u.gap[0] / u.gap[2], u.gap[1]) for role, u in update.roles.items() if u.gap}
         assert set(gaps[dtype]) == set(ROLES)
     # float32: rounding of differently shaped products only (measured here: max 8e-6).
     assert all(largest < 1e-4 for _, largest in gaps["float32"].values()), gaps["float32"]
@@ -395,7 +395,7 @@ def test_streamed_diagnostics_match_whole_float64_vectors_without_making_one(mod
     optimizers = {name: Recorder(params) for name, (_, params) in policy.parameter_sets().items()}
     policy.train(True)
     with Float64Sizes() as sizes:
-        _, rows = update_policy(policy, optimizers, found, 0, Train())
+        rows = update_policy(policy, optimizers, found, 0, Train()).diagnostics
     got = {(r["kind"], r["role"], r["agent"], r["other"]): r["value"] for r in rows if r["kind"] in {k[0] for k in expected}}
     assert set(got) == set(expected)
     for key, value in expected.items():

@@ -19,7 +19,8 @@ from matrixrl.config import load_config
 from matrixrl.grid import Cell, base_spec, cell_spec
 from matrixrl.jobs.prepare_base import prepare_base
 from matrixrl.layout import checkpoint_dir
-from matrixrl.train.trainer import COMPLETE, complete_checkpoints, latest_checkpoint, train_cell
+from matrixrl.train.checkpoints import COMPLETE, complete_checkpoints, latest_checkpoint
+from matrixrl.train.trainer import train_cell
 
 from conftest import EXPERIMENTS
 
@@ -142,3 +143,48 @@ def test_a_one_role_workflow_is_the_same_computation_under_both_modes(study, tmp
         assert curve(a) == curve(b), adapter
         wa, wb = weights(checkpoint_dir(tmp_path / f"shared-{adapter}", 6)), weights(checkpoint_dir(tmp_path / f"isolated-{adapter}", 6))
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), adapter
+
+
+def fake_checkpoint(cell_dir: Path, step: int, digest: str) -> None:
+    import json
+
+    from matrixrl.train.checkpoints import STATE_FILE
+
+    folder = checkpoint_dir(cell_dir, step)
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", STATE_FILE):
+        (folder / name).write_bytes(b"x" * 64)
+    (folder / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
+
+
+@pytest.mark.parametrize("why", ["other settings", "a replay on a device that is not exact"])
+def test_a_removal_killed_midway_leaves_no_complete_checkpoint_missing_files(tmp_path, monkeypatch, why):
+    """resume_point removes checkpoints (stale ones; those after a replay's start) through the
+    rename-then-delete path: a kill during a deletion leaves a ``step_N.deleting``, never a
+    ``step_N`` with its ``COMPLETE`` marker and part of its files; the next resume ends it."""
+    from matrixrl.train.checkpoints import resume_point
+
+    cell_dir = tmp_path / "cell"
+    written_under = "old" if why == "other settings" else "now"
+    for step in (0, 20, 30):  # the checkpoint of step 10 is gone: a replay rebuilds it
+        fake_checkpoint(cell_dir, step, written_under)
+    whole = {p.name for p in checkpoint_dir(cell_dir, 0).iterdir()}
+    real_rmtree = shutil.rmtree
+
+    def killed_after_one_file(path, *args, **kwargs):
+        next(p for p in sorted(Path(path).iterdir()) if p.name != COMPLETE).unlink()
+        raise KeyboardInterrupt("killed mid-delete")
+
+    monkeypatch.setattr(shutil, "rmtree", killed_after_one_file)
+    with pytest.raises(KeyboardInterrupt):
+        resume_point(cell_dir, "now", 30, lambda line: None, evaluated=[0, 10, 20, 30], exact=False)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    for step in complete_checkpoints(cell_dir):  # what a resume may read: every step_N with COMPLETE
+        assert {p.name for p in checkpoint_dir(cell_dir, step).iterdir()} == whole, step
+    assert any(p.name.endswith(".deleting") for p in checkpoint_dir(cell_dir, 0).parent.iterdir())  # struck mid-delete
+
+    lines: list[str] = []
+    start = resume_point(cell_dir, "now", 30, lines.append, evaluated=[0, 10, 20, 30], exact=False)
+    assert not any(p.name.endswith(".deleting") for p in checkpoint_dir(cell_dir, 0).parent.iterdir())
+    assert start == (None if why == "other settings" else 0)
+    assert sorted(complete_checkpoints(cell_dir)) == ([] if why == "other settings" else [0])

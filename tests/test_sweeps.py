@@ -60,7 +60,7 @@ BAD = [
         "grid.train.colour=[1, 2]",
         "grid.train.colour: unknown key; valid keys here: steps, eval_every, checkpoint_every, keep_checkpoints, problems_per_step, "
         "group_size, lr, ppo_epochs, temperature, max_new_tokens, epsilon_low, epsilon_high, scale_rewards, reward, "
-        "max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, damper, damper_roles, damper_window, advantage_group, "
+        "max_grad_norm, threads, micro_batch_tokens, rollout_batch_size, kl_beta, kl_beta_roles, use_bias_correction_kl, damper, damper_roles, damper_window, advantage_group, "
         "loss_type, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, vespo_k_pos, vespo_lambda_pos, "
         "vespo_k_neg, vespo_lambda_neg",
     ),

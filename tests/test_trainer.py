@@ -98,3 +98,22 @@ def test_a_training_whose_numbers_stop_being_numbers_fails_with_one_line(tmp_pat
     assert str(caught.value).startswith(f"{cell.id}: training diverged at step 1: ")
     assert str(caught.value).endswith("is nan; lower train.lr (docs/lr-sweep.md) or train.max_grad_norm, or check that the model's weights are finite")
     assert sorted(p.name for p in (tmp_path / "cell" / "checkpoints").iterdir()) == ["step_0"]
+
+
+def test_an_updates_role_rows_are_train_jsons_in_its_order():
+    """The trainer stores an update's per-role figures as these rows: entropy of every role, then
+    each measured figure by kind (kl, the log-probability gap, the damper, the last pass's share)."""
+    from matrixrl.train.update import RoleUpdate, Update
+
+    roles = {
+        "generator": RoleUpdate(entropy_sum=3.0, tokens=6, kl=[0.5, 5], gap=[0.2, 0.1, 4], damper=(0.4, 0.9)),
+        "aggregator": RoleUpdate(entropy_sum=1.0, tokens=0, gap=[0.0, 0.0, 0], last_pass_share=0.25),
+    }
+    rows = [(r["role"], r["metric"], r["value"]) for r in Update({}, roles).role_rows(7)]
+    assert rows == [
+        ("generator", "entropy", 0.5), ("aggregator", "entropy", 1.0), ("generator", "kl", 0.1),
+        ("generator", "logp_gap_mean", 0.05), ("generator", "logp_gap_max", 0.1),
+        ("generator", "damper_cos", 0.4), ("generator", "damper_scale", 0.9), ("aggregator", "last_pass_share", 0.25),
+    ]  # fmt: skip
+    assert {r["step"] for r in Update({}, roles).role_rows(7)} == {7}
+    assert Update({}, roles).by_role("kl") == {"generator": 0.1}

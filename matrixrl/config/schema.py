@@ -21,19 +21,16 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from matrixrl.config.loss_types import LOSS_TYPES, NOT_A_LOSS_TYPE, loss_problem
 from matrixrl.errors import ConfigError, did_you_mean, did_you_mean_registered
-from matrixrl.settings import ADDED, RUNTIME, Strict
+from matrixrl.settings import ADDED, RUNTIME, Strict, inert_without
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
-from matrixrl.train.losses import LOSSES
 from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
 
 AXES = ("workflow", "task", "scale", "policy", "seed")
 POLICIES = ("shared", "isolated")
 
-# train.loss_type's values: TRL 1.16's GRPOConfig.loss_type, the names of matrixrl.train.losses's
-# registry, the default first (that module imports no torch, so the schema stays quick to import).
-LOSS_TYPES = tuple(LOSSES)
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
@@ -95,7 +92,8 @@ def _known_roles(by_role: dict[str, float] | None) -> dict[str, float] | None:
 # Before the Literal's own check, whose message has no "did you mean" (a scale's train: gets them too).
 def _known_loss_type(value):
     if isinstance(value, str) and value not in LOSS_TYPES:
-        raise ValueError(f"unknown loss type {value!r}; {did_you_mean(value, LOSS_TYPES)}")
+        fix = NOT_A_LOSS_TYPE.get(value.lower()) or did_you_mean(value, LOSS_TYPES)
+        raise ValueError(f"unknown loss type {value!r}; {fix}")
     return value
 
 
@@ -200,15 +198,22 @@ class Train(Strict):
     kl_beta: float = Field(
         0.0,
         ge=0,
-        description="per-role KL anchor (the study's I1): each role's loss gains β · KL(π_role ‖ π_base) on its "
-        "completion tokens (k3 estimator, token-mean like the policy loss); the reference is the cell's base "
-        "model; 0: off",
+        description="per-role KL anchor (the study's I1), as TRL 1.16's beta: each of a role's completion tokens "
+        "gains β · KL(π_role ‖ π_base) (k3 estimator; with use_bias_correction_kl, times the importance ratio) "
+        "in its per-token loss, before loss_type's own normaliser; the reference is the cell's base model; 0: off",
         json_schema_extra=ADDED,
     )
     kl_beta_roles: Annotated[dict[str, Annotated[float, Field(ge=0)]], AfterValidator(_known_roles)] = Field(
         default_factory=dict,
         description="β of named roles (e.g. {aggregator: 0.1}); roles not named get kl_beta",
         json_schema_extra=ADDED,
+    )
+    use_bias_correction_kl: bool = Field(
+        True,
+        description="the KL anchor's importance-sampling correction, as TRL 1.16's (same name and default): each "
+        "token's KL term is multiplied by the importance ratio, which carries a gradient even where it is 1; "
+        "false: the bare k3 term (no effect, and no part of a cell's spec, while no role has a kl_beta)",
+        json_schema_extra=inert_without("kl_beta", "kl_beta_roles"),
     )
     damper: float = Field(
         0.0,
@@ -234,7 +239,8 @@ class Train(Strict):
         json_schema_extra=ADDED,
     )
 
-    # The policy loss (matrixrl.train.losses; docs/design.md §2, "Losses"): TRL 1.16's names and defaults.
+    # The policy loss (names and refusals: matrixrl.config.loss_types; functions: matrixrl.train.losses;
+    # docs/design.md §2, "Losses"): TRL 1.16's names and defaults.
     loss_type: Annotated[Literal[LOSS_TYPES], BeforeValidator(_known_loss_type)] = Field(
         "dapo",
         description="the policy loss, by TRL 1.16's name (docs/design.md §2, Losses): dapo (clipped, token-mean "
@@ -280,12 +286,6 @@ class Train(Strict):
         if problem is not None:
             raise ValueError(problem)
         return self
-
-
-def loss_problem(train: Train) -> str | None:
-    """Why ``train``'s loss settings cannot run together (one line with the fix), or None:
-    what its loss's line of ``LOSSES`` refuses (matrixrl.train.losses, beside the loss)."""
-    return LOSSES[train.loss_type].refuses(train)
 
 
 def _unset(field: FieldInfo) -> FieldInfo:

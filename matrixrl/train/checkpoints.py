@@ -1,12 +1,12 @@
-"""A cell's checkpoint folders on disk: which are complete, and how one is removed.
+"""A cell's checkpoints on disk: saving one, where a training resumes, and removing one.
 
-A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is
-there: the trainer writes it under ``step_N.tmp`` and renames it into place
-(``trainer.save_checkpoint``). Removing one goes the other way round: the folder
-is renamed out of the ``step_N`` names first, atomically, then deleted, so a kill
-mid-delete never leaves a ``step_N`` that holds part of a checkpoint.
+A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is there:
+:func:`save_checkpoint` writes it under another name and renames it into place. Every
+removal goes the other way round (:func:`remove_checkpoint`): the folder is renamed out
+of the ``step_N`` names first, atomically, then deleted, so a kill mid-delete never
+leaves a ``step_N`` that holds part of a checkpoint.
 
-No torch here: the retention job runs inside Snakemake's process.
+No torch at import: the retention job runs inside Snakemake's process.
 """
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Callable
 
+from matrixrl import atomic
+from matrixrl.errors import disk_errors_named
 from matrixrl.layout import checkpoint_dir, checkpoints_dir
 
 COMPLETE = "COMPLETE"
+STATE_FILE = "trainer_state.pt"
+"""A checkpoint's training state beside the weights: step, optimizers, RNG, the logs so far."""
 DELETING = ".deleting"
 """Suffix of a checkpoint folder being removed (``step_N.deleting``): never resumed from."""
 
@@ -79,7 +85,7 @@ def remove_checkpoint(cell_dir: Path, step: int) -> int:
 
     The rename out of ``step_N`` is the atomic part: before it the checkpoint is whole,
     after it no ``step_N`` exists; a kill during the deletion that follows leaves a
-    ``step_N.deleting`` that :func:`finish_removals` (or the trainer's clean-up) ends.
+    ``step_N.deleting`` that :func:`finish_removals` ends.
     """
     folder = checkpoint_dir(cell_dir, step)
     doomed = folder.with_name(folder.name + DELETING)
@@ -100,3 +106,82 @@ def finish_removals(cell_dir: Path) -> dict[int, int]:
             finished[int(match.group(1))] = folder_bytes(path)
             shutil.rmtree(path)
     return finished
+
+
+def resume_point(
+    cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = (),
+    exact: bool = True,
+) -> int | None:
+    """Where training of ``cell_dir`` resumes, or None to start afresh.
+
+    Checkpoints written under other settings are removed (said in the log), so the
+    cell's folder only ever holds one training's checkpoints; so are leftovers of a
+    write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
+    whose checkpoint is gone while a later one exists is rebuilt: training resumes
+    from the last checkpoint before it, and replays the same steps.
+
+    ``exact``: whether replaying a step gives back the same weights (on CPU it does; on
+    a GPU nondeterministic kernels make the replay another sample of the same
+    training). If not, the checkpoints after the replay's start are removed before it
+    begins: a replay stopped halfway would otherwise resume from the old path's latest
+    checkpoint and leave a cell whose checkpoints come from two trainings.
+    """
+    folder = checkpoints_dir(cell_dir)
+    leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []
+    if leftovers:
+        log(f"removing {', '.join(leftovers)} from {folder}: unfinished writes or removals of a stopped run")
+        finish_removals(cell_dir)
+        for name in leftovers:  # none is a checkpoint's name: nothing resumes from them
+            path = folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    stale = sorted(step for step, written_under in complete_checkpoints(cell_dir).items() if written_under != digest)
+    if stale:
+        log(
+            f"checkpoints at steps {', '.join(map(str, stale))} were written under other training settings; "
+            "removing them"
+        )
+        for step in stale:
+            remove_checkpoint(cell_dir, step)
+    up_to = steps
+    latest = latest_checkpoint(cell_dir, digest, up_to=steps)
+    present = complete_checkpoints(cell_dir)
+    missing = [s for s in evaluated if latest is not None and s < latest and s not in present]
+    if missing:
+        up_to = min(missing) - 1
+        log(f"the checkpoint of step {min(missing)} is missing; rebuilding it")
+    start = latest_checkpoint(cell_dir, digest, up_to=up_to) if up_to >= 0 else None
+    later = sorted(step for step in present if start is not None and step > start)
+    if missing and not exact and later:
+        log(
+            f"replaying from step {start} on a device whose kernels are not deterministic: the checkpoints at steps "
+            f"{', '.join(map(str, later))} belong to the path being replaced; removing them"
+        )
+        for step in later:
+            remove_checkpoint(cell_dir, step)
+    return start
+
+
+def save_checkpoint(
+    cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]], digest: str
+) -> None:
+    """Write the checkpoint of ``step`` (the policy's weights, :data:`STATE_FILE`, ``COMPLETE``
+    with ``digest``) to a temporary folder, then rename: a kill never leaves a half checkpoint,
+    and a full disk leaves none (a :class:`DiskError` naming the checkpoint)."""
+    import torch  # loaded by the trainer that calls this
+
+    folder = checkpoint_dir(cell_dir, step)
+    with disk_errors_named(folder, f"the checkpoint of step {step} to"), atomic.replaced_dir(folder) as tmp:
+        policy.save(tmp)
+        torch.save(
+            {
+                "step": step,
+                "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+                "torch_rng": torch.get_rng_state(),
+                **logs,  # per-step metrics so far: a resumed run continues the same lists
+            },
+            tmp / STATE_FILE,
+        )
+        (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))

@@ -2,15 +2,14 @@
 
 All are off by default, and off leaves the update exactly as without them.
 
-- **Per-role KL anchor** (the study's I1; ``train.kl_beta``, ``train.kl_beta_roles``).
-  A role's loss gains β_role · KL(π_θ ‖ π_ref) on its completion tokens. The estimator
-  is k3 (Schulman's low-variance one), with r = log π_ref − log π_θ per token:
-  exp(r) − r − 1, which is ≥ 0 and unbiased under π_θ's samples. It is summed over the
-  role's tokens and divided by the step's token count, as the policy loss is
-  (DAPO's token-mean). The reference is the cell's base model: under LoRA the same
-  model with its adapters off (no second copy), under full fine-tuning one frozen copy
-  shared by all roles (one more model in memory). Unlike the study's code, which
-  anchors only isolated policies, it works under both modes.
+- **Per-role KL anchor** (the study's I1; ``train.kl_beta``, ``train.kl_beta_roles``,
+  ``train.use_bias_correction_kl``). Each of a role's completion tokens gains
+  β_role · k3 in its per-token loss, as TRL 1.16 adds it: k3 = exp(r) − r − 1 with
+  r = log π_ref − log π_θ (:func:`kl_k3`), times the importance ratio when corrected
+  (matrixrl.train.losses's ``kl_term``), then divided by the loss's own normaliser.
+  The reference is the cell's base model: under LoRA the same model with its adapters
+  off, under full fine-tuning one frozen copy shared by all roles. It works under both
+  modes (docs/interventions.md).
 - **Gradient-coherence damper** (the study's I6; ``train.damper``, ``train.damper_roles``,
   ``train.damper_window``). After the backward pass and before clipping, a role's
   gradient g becomes g · (1 − λ_role · clamp(cos(g, ḡ), 0, 1)). Here ḡ is the moving

@@ -1,43 +1,27 @@
 """The policy losses of a GRPO step, one function each, registered by name in ``LOSSES``.
 
 ``train.loss_type`` picks one; every value of TRL 1.16's ``GRPOConfig.loss_type`` is
-here under TRL's name, computing what TRL's ``GRPOTrainer._compute_loss`` computes
-(tests/test_losses.py checks each against TRL's own trainer, gradients included).
-A loss is two things: its per-token term (a clipped, capped, soft-gated or
-gamma-weighted importance ratio times the advantage) and its normaliser (what the
-sum over the tokens is divided by). ``train.importance_sampling_level`` chooses the
-ratio: per token, or one per turn from the mean of its tokens' log-ratios (GSPO).
+here under TRL's name, computing what TRL's ``GRPOTrainer._compute_loss`` computes,
+the KL anchor included (tests/test_losses.py checks each against TRL's own trainer,
+gradients included). A loss is a per-token term (a clipped, capped, soft-gated or
+gamma-weighted importance ratio times the advantage, plus the KL term when
+``kl_beta`` > 0) and a normaliser (what the sum over tokens is divided by).
+``train.importance_sampling_level`` chooses the ratio: per token, or one per turn
+from the mean of its tokens' log-ratios (GSPO).
 
-What a normaliser counts in a multi-agent step (docs/design.md §2, "Losses"): every
-count is over the whole step, never over a micro-batch, so the update splits a step
-into micro-batches (per agent, per ``micro_batch_tokens``) whose losses add up to
-the step's loss. A "sequence" is one turn (one role call's completion): an episode
-of several turns contributes each as a row, as TRL's batch holds one completion
-per row. Every loss but ``bnpo`` counts the whole step, every parameter set's
-turns (TRL's global batch); ``bnpo`` counts the turns of the parameter set being
-updated (TRL's local batch: the same as ``dapo`` under a shared policy, one role's
-turns under an isolated one). Turns whose advantage is 0 count too, as in TRL's
-batch, though the update skips their forward pass (they add 0 to every sum).
-
-This module is the one home of the losses: ``LOSSES`` is their registry, each line a
-loss's name, its function and what it refuses to run with (luspo below sequence level,
-vespo above token level, cispo's cap below 1). The schema (matrixrl.config.schema)
-takes ``train.loss_type``'s values and its ``loss_problem`` from it, so importing this
-module must not import torch (3 s, and ``matrixrl plan`` and every config check import
-the schema): the losses use tensor methods, and the few torch functions that have none
-are imported inside the function that calls them, by when torch is loaded. Nothing
-here imports the schema (it imports this module).
-
-Adding a loss: one function of the signature of ``Loss`` below, its line in ``LOSSES``
-(with what it refuses, if anything) and its parameters as ``train:`` fields
-(docs/extending.md, "A loss").
+Every normaliser counts over the whole step (``StepCounts``), never a micro-batch, so
+a step's micro-batches add up to its loss; what a "sequence" and a "batch" are in a
+multi-agent step is docs/design.md §2, "Losses". The names and what each loss refuses
+are matrixrl.config.loss_types (the configuration's, below this package); ``LOSSES``
+holds the functions under the same names, in the same order. Adding a loss:
+docs/extending.md, "A loss".
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     import torch
@@ -54,28 +38,11 @@ class StepCounts:
 
 
 Loss = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
-"""``(logps, old_logps, advantages, mask, cfg, counts) -> (loss, clipped tokens)``: the
-loss of a micro-batch's turns (rows), such that the micro-batches of a step add up
-to the step's loss, and how many of its completion tokens a clip or cap acted on.
-``cfg`` is the ``train:`` settings (TRL's parameter names: the schema's ``Train``)."""
-
-
-def _any_settings(cfg) -> str | None:
-    """What a loss that runs with every setting refuses: nothing."""
-    return None
-
-
-@dataclass(frozen=True)
-class Registered:
-    """A line of ``LOSSES``: the loss, and why it cannot run with given ``train:`` settings.
-
-    ``refuses(cfg)`` is one line with the fix, or None: the schema's ``loss_problem``
-    asks it of every ``train:`` (and every scale's merged one) before anything runs.
-    TRL 1.16 warns about luspo's and vespo's refused levels and computes them anyway;
-    a sweep here would spend a run on each."""
-
-    loss: Loss
-    refuses: Callable[[Any], str | None] = _any_settings
+"""``(logps, old_logps, advantages, mask, cfg, counts, kl=None) -> (loss, clipped tokens)``:
+the loss of a micro-batch's turns (rows), such that the micro-batches of a step add
+up to the step's loss, and how many of its completion tokens a clip or cap acted on.
+``cfg`` is the ``train:`` settings (TRL's parameter names: the schema's ``Train``);
+``kl``, when given, is added to each token's term before the normaliser (``kl_term``)."""
 
 
 def log_importance_weights(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -108,77 +75,68 @@ def _nothing_clipped() -> torch.Tensor:
     return torch.zeros(())
 
 
+def _plus(per_token: torch.Tensor, kl: torch.Tensor | None) -> torch.Tensor:
+    """A loss's per-token term with the KL term added (TRL: before the normaliser; a sequence-level
+    term of [rows, 1] broadcasts to the tokens)."""
+    return per_token if kl is None else per_token + kl
+
+
 def _turn_means(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Each turn's mean over its own tokens (a turn without tokens: 0)."""
     return (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
-def dapo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def dapo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """Clipped surrogate, summed over tokens, divided by the step's tokens (DAPO's token-mean;
     matrixrl's loss before loss_type existed, and its default)."""
     per_token, is_clipped = _clipped(logps, old_logps, advantages, mask, cfg)
+    per_token = _plus(per_token, kl)
     return (per_token * mask).sum() / max(counts.tokens, 1.0), _clipped_tokens(is_clipped, mask)
 
 
-def grpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def grpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """Clipped surrogate, each turn's token-mean, averaged over the step's turns (every turn
     weighs the same whatever its length; GSPO at sequence level)."""
     per_token, is_clipped = _clipped(logps, old_logps, advantages, mask, cfg)
+    per_token = _plus(per_token, kl)
     return _turn_means(per_token, mask).sum() / max(counts.turns, 1), _clipped_tokens(is_clipped, mask)
 
 
-def bnpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def bnpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """Clipped surrogate, summed over tokens, divided by the tokens of the parameter set's turns."""
     per_token, is_clipped = _clipped(logps, old_logps, advantages, mask, cfg)
+    per_token = _plus(per_token, kl)
     return (per_token * mask).sum() / max(counts.set_tokens, 1.0), _clipped_tokens(is_clipped, mask)
 
 
-def dr_grpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def dr_grpo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """Clipped surrogate, summed over tokens, divided by a constant: the step's turns × the
     longest completion a turn can have (Dr. GRPO: no length bias, no per-step token count)."""
     per_token, is_clipped = _clipped(logps, old_logps, advantages, mask, cfg)
+    per_token = _plus(per_token, kl)
     constant = counts.turns * counts.max_completion_length
     return (per_token * mask).sum() / max(constant, 1), _clipped_tokens(is_clipped, mask)
 
 
-def luspo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def luspo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """Clipped surrogate of a sequence ratio, summed over each turn's tokens (its loss scaled by
     its length), averaged over the step's turns (LUSPO)."""
     per_token, is_clipped = _clipped(logps, old_logps, advantages, mask, cfg)
+    per_token = _plus(per_token, kl)
     return (per_token * mask).sum(-1).sum() / max(counts.turns, 1), _clipped_tokens(is_clipped, mask)
 
 
-def luspo_refuses(cfg) -> str | None:
-    """LUSPO's length scaling is of a sequence ratio: token level is refused."""
-    if cfg.importance_sampling_level != "sequence":
-        return (
-            "loss_type luspo scales a sequence ratio's loss by the turn's length, so it needs "
-            "importance_sampling_level: sequence (got token); set it, or use another loss_type"
-        )
-    return None
-
-
-def cispo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def cispo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """−sg(min(w, ε_high))·A·log π_θ: the importance weight capped at ``epsilon_high`` and
     detached, so a capped token still has a gradient (MiniMax-M1); token-mean over the step."""
     ratio = log_importance_weights(logps, old_logps, mask, cfg.importance_sampling_level).exp()
     adv = advantages.unsqueeze(1)
-    per_token = -ratio.clamp(max=cfg.epsilon_high).detach() * adv * logps
+    per_token = _plus(-ratio.clamp(max=cfg.epsilon_high).detach() * adv * logps, kl)
     is_capped = (ratio > cfg.epsilon_high) & (adv > 0)
     return (per_token * mask).sum() / max(counts.tokens, 1.0), _clipped_tokens(is_capped, mask)
 
 
-def cispo_refuses(cfg) -> str | None:
-    """A cap below 1 caps every token from the first pass on."""
-    if cfg.epsilon_high < 1:
-        return (
-            f"loss_type cispo caps each token's importance weight at epsilon_high ({cfg.epsilon_high:g}), below 1, "
-            "so every token would be capped from the first pass; set epsilon_high: 5.0 (ScaleRL's ε_max, TRL's advice)"
-        )
-    return None
-
-
-def sapo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def sapo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """A soft gate instead of a clip: −σ(τ(w − 1))·4/τ·A, τ by the advantage's sign
     (``sapo_temperature_pos`` above 0, ``sapo_temperature_neg`` otherwise); each turn's
     token-mean, averaged over the step's turns (SAPO). Nothing is clipped."""
@@ -187,7 +145,7 @@ def sapo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
     ratio = log_importance_weights(logps, old_logps, mask, cfg.importance_sampling_level).exp()
     adv = advantages.unsqueeze(1)
     temperatures = torch.where(adv > 0, cfg.sapo_temperature_pos, cfg.sapo_temperature_neg)
-    per_token = -((temperatures * (ratio - 1)).sigmoid() * 4 / temperatures) * adv
+    per_token = _plus(-((temperatures * (ratio - 1)).sigmoid() * 4 / temperatures) * adv, kl)
     return _turn_means(per_token, mask).sum() / max(counts.turns, 1), _nothing_clipped()
 
 
@@ -206,38 +164,37 @@ def vespo_weights(advantages, log_ratio, mask, cfg) -> torch.Tensor:
         return (lam + k * log_w - lam * log_w.exp()).exp().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def vespo(logps, old_logps, advantages, mask, cfg, counts: StepCounts):
+def vespo(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None):
     """−φ(w)·A·log π_θ with VESPO's gamma weight of the turn's sequence ratio (it computes its
     own, so it runs at token level only); token-mean over the step. Nothing is clipped."""
     phi = vespo_weights(advantages, logps - old_logps, mask, cfg)
-    per_token = -phi * advantages.unsqueeze(1) * logps
+    per_token = _plus(-phi * advantages.unsqueeze(1) * logps, kl)
     return (per_token * mask).sum() / max(counts.tokens, 1.0), _nothing_clipped()
 
 
-def vespo_refuses(cfg) -> str | None:
-    """VESPO computes its own sequence ratio: sequence level would repeat token level's run."""
-    if cfg.importance_sampling_level != "token":
-        return (
-            "loss_type vespo weighs each turn by its own sequence ratio whatever the level, so "
-            "importance_sampling_level: sequence would repeat token's run; set it to token"
-        )
-    return None
-
-
-LOSSES: dict[str, Registered] = {
-    "dapo": Registered(dapo),
-    "grpo": Registered(grpo),
-    "dr_grpo": Registered(dr_grpo),
-    "bnpo": Registered(bnpo),
-    "cispo": Registered(cispo, refuses=cispo_refuses),
-    "sapo": Registered(sapo),
-    "luspo": Registered(luspo, refuses=luspo_refuses),
-    "vespo": Registered(vespo, refuses=vespo_refuses),
+LOSSES: dict[str, Loss] = {
+    "dapo": dapo,
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "bnpo": bnpo,
+    "cispo": cispo,
+    "sapo": sapo,
+    "luspo": luspo,
+    "vespo": vespo,
 }
-"""Every loss by its ``train.loss_type`` name (TRL's), the default first: the schema's
-``LOSS_TYPES`` are these names, in this order."""
+"""Every loss by its ``train.loss_type`` name: matrixrl.config.loss_types's names, in its order."""
 
 
-def policy_loss(logps, old_logps, advantages, mask, cfg, counts: StepCounts) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``cfg.loss_type`` loss of one micro-batch: (loss, clipped tokens)."""
-    return LOSSES[cfg.loss_type].loss(logps, old_logps, advantages, mask, cfg, counts)
+def kl_term(k3: torch.Tensor, logps, old_logps, mask, beta: float, cfg) -> torch.Tensor:
+    """The KL anchor's per-token term as TRL 1.16 adds it to each token's loss: β · k3, and
+    with ``cfg.use_bias_correction_kl`` times the importance ratio at ``cfg``'s level
+    (differentiable, so it changes the gradient even where the ratio is 1)."""
+    if cfg.use_bias_correction_kl:
+        return beta * k3 * log_importance_weights(logps, old_logps, mask, cfg.importance_sampling_level).exp()
+    return beta * k3
+
+
+def policy_loss(logps, old_logps, advantages, mask, cfg, counts: StepCounts, kl=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``cfg.loss_type`` loss of one micro-batch, ``kl`` (``kl_term``'s, or None) in each
+    token's term: (loss, clipped tokens)."""
+    return LOSSES[cfg.loss_type](logps, old_logps, advantages, mask, cfg, counts, kl=kl)

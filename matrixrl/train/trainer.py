@@ -15,7 +15,8 @@ Deviations from textbook GRPO, all deliberate:
   pass, detached, so the first pass has ratio 1 and no clipping, and the clip acts
   from the second pass on. There are no mini-batches: each pass is one optimizer
   step per parameter set over the whole step. The gradient diagnostics describe
-  the first pass (the on-policy gradient).
+  the first pass (the on-policy gradient); with more passes each role's share of
+  the last pass's gradient is the role metric ``last_pass_share`` (docs/losses.md).
 - No KL penalty and no reference model by default (as DAPO and TRL's default
   ``beta=0``); ``train.kl_beta`` switches on the study's KL anchor to the base model
   (matrixrl.train.interventions), per role if asked.
@@ -37,11 +38,8 @@ where it stopped, and any other change of a training setting starts afresh.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -49,15 +47,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from matrixrl import atomic
 from matrixrl.config import Train
-from matrixrl.errors import DivergedError, disk_errors_named
+from matrixrl.errors import DivergedError
 from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
-from matrixrl.layout import checkpoint_dir, checkpoints_dir
+from matrixrl.layout import checkpoint_dir
 from matrixrl.models.policies import Policy
 from matrixrl.tasks import Task
 from matrixrl.train.cell import build_cell
-from matrixrl.train.checkpoints import COMPLETE, complete_checkpoints, is_step_dir, latest_checkpoint
+from matrixrl.train.checkpoints import STATE_FILE, resume_point, save_checkpoint
 from matrixrl.train.interventions import Damper, needs_reference
 from matrixrl.train.metrics import role_metrics
 from matrixrl.train.rewards import assign_advantages, assign_rewards, score_episodes
@@ -65,9 +62,6 @@ from matrixrl.train.update import update_policy
 from matrixrl.workflows import Workflow
 from matrixrl.workflows.base import Generate, rollout
 from matrixrl.workflows.styles import PromptGuide
-
-STATE_FILE = "trainer_state.pt"
-
 
 def step_seed(seed: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
@@ -77,78 +71,6 @@ def init_seed(seed: int) -> int:
     """Seeds what building the policy draws (LoRA's initial A matrices), whatever the
     process drew before: a cell's initial adapters depend on its seed alone."""
     return int(np.random.SeedSequence([seed, 0x1A17]).generate_state(1)[0])
-
-
-def resume_point(
-    cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = (),
-    exact: bool = True,
-) -> int | None:
-    """Where training of ``cell_dir`` resumes, or None to start afresh.
-
-    Checkpoints written under other settings are removed (said in the log), so the
-    cell's folder only ever holds one training's checkpoints; so are leftovers of a
-    write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
-    whose checkpoint is gone while a later one exists is rebuilt: training resumes
-    from the last checkpoint before it, and replays the same steps.
-
-    ``exact``: whether replaying a step gives back the same weights (on CPU it does; on
-    a GPU nondeterministic kernels make the replay another sample of the same
-    training). If not, the checkpoints after the replay's start are removed before it
-    begins: a replay stopped halfway would otherwise resume from the old path's latest
-    checkpoint and leave a cell whose checkpoints come from two trainings.
-    """
-    folder = checkpoints_dir(cell_dir)
-    leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []
-    if leftovers:
-        log(f"removing {', '.join(leftovers)} from {folder}: unfinished writes or removals of a stopped run")
-        for name in leftovers:
-            path = folder / name
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-    stale = sorted(step for step, written_under in complete_checkpoints(cell_dir).items() if written_under != digest)
-    if stale:
-        log(
-            f"checkpoints at steps {', '.join(map(str, stale))} were written under other training settings; "
-            "removing them"
-        )
-        for step in stale:
-            shutil.rmtree(checkpoint_dir(cell_dir, step))
-    up_to = steps
-    latest = latest_checkpoint(cell_dir, digest, up_to=steps)
-    present = complete_checkpoints(cell_dir)
-    missing = [s for s in evaluated if latest is not None and s < latest and s not in present]
-    if missing:
-        up_to = min(missing) - 1
-        log(f"the checkpoint of step {min(missing)} is missing; rebuilding it")
-    start = latest_checkpoint(cell_dir, digest, up_to=up_to) if up_to >= 0 else None
-    later = sorted(step for step in present if start is not None and step > start)
-    if missing and not exact and later:
-        log(
-            f"replaying from step {start} on a device whose kernels are not deterministic: the checkpoints at steps "
-            f"{', '.join(map(str, later))} belong to the path being replaced; removing them"
-        )
-        for step in later:
-            shutil.rmtree(checkpoint_dir(cell_dir, step))
-    return start
-
-
-def save_checkpoint(
-    cell_dir: Path, step: int, policy, optimizers: dict, logs: dict[str, list[dict]], digest: str
-) -> None:
-    """Write to a temporary folder, then rename: a kill never leaves a half checkpoint,
-    and a full disk leaves none (a :class:`DiskError` naming the checkpoint)."""
-    folder = checkpoint_dir(cell_dir, step)
-    with disk_errors_named(folder, f"the checkpoint of step {step} to"), atomic.replaced_dir(folder) as tmp:
-        policy.save(tmp)
-        torch.save(
-            {
-                "step": step,
-                "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
-                "torch_rng": torch.get_rng_state(),
-                **logs,  # per-step metrics so far: a resumed run continues the same lists
-            },
-            tmp / STATE_FILE,
-        )
-        (tmp / COMPLETE).write_text(json.dumps({"step": step, "resume_digest": digest}))
 
 
 def make_optimizers(policy, cfg: Train) -> dict[str, torch.optim.Optimizer]:
@@ -324,17 +246,11 @@ def grpo_step(run: GrpoRun, step: int):
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
     policy.train(True)
-    row, step_diagnostics = update_policy(
+    update = update_policy(
         policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=cfg.micro_batch_tokens
     )
-    roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
-    roles += [{"step": step + 1, "role": r, "metric": "kl", "value": v} for r, v in row.pop("role_kl").items()]
-    for role, (mean, largest) in row.pop("role_logp_gap").items():
-        roles += [{"step": step + 1, "role": role, "metric": "logp_gap_mean", "value": mean},
-                  {"step": step + 1, "role": role, "metric": "logp_gap_max", "value": largest}]  # fmt: skip
-    for role, (cos, scale) in row.pop("role_damper").items():
-        roles += [{"step": step + 1, "role": role, "metric": "damper_cos", "value": cos},
-                  {"step": step + 1, "role": role, "metric": "damper_scale", "value": scale}]  # fmt: skip
+    row = dict(update.metrics)
+    roles += update.role_rows(step + 1)
     rewards = [e.reward for e in episodes]
     row.update(
         step=step + 1,
@@ -344,4 +260,4 @@ def grpo_step(run: GrpoRun, step: int):
         seconds=time.perf_counter() - began,
         completion_tokens=sum(len(t.completion.completion_ids) for e in episodes for t in e.turns),
     )
-    return row, roles, [{"step": step + 1, **d} for d in step_diagnostics]
+    return row, roles, [{"step": step + 1, **d} for d in update.diagnostics]

@@ -1,166 +1,193 @@
 """One GRPO update of a policy from a step's scored episodes: per agent, in micro-batches.
 
-``update_policy`` is the trainer's optimisation half (matrixrl.train.trainer's
-``grpo_step`` samples and scores, then calls it): ``train.loss_type``'s loss of
-matrixrl.train.losses over each agent's turns, a backward pass per agent (so that the
-per-agent gradient diagnostics of matrixrl.train.diagnostics come from differencing
-``.grad``), the interventions' KL anchor and damper (matrixrl.train.interventions),
-clipping, one AdamW step per parameter set, and the log-probability gap between the
-rollout and the update. The trainer's docstring lists every deviation from textbook
-GRPO.
+``update_policy`` is the trainer's optimisation half (matrixrl.train.trainer's ``grpo_step``
+samples and scores, then calls it); it returns an :class:`Update`, which the trainer stores
+as the step's metrics row and per-role rows. The trainer's docstring lists every deviation
+from textbook GRPO.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
 from matrixrl.train.diagnostics import AgentGradients, GradientSet, grad_snapshot, gradient_diagnostics
 from matrixrl.train.grpo import TurnBatch, completion_logps
 from matrixrl.train.interventions import Damper, kl_k3, role_value
-from matrixrl.train.losses import StepCounts, policy_loss
+from matrixrl.train.losses import StepCounts, kl_term, policy_loss
+
+
+@dataclass
+class RoleUpdate:
+    """One role's figures of an update, summed over its turns (first pass, unless named otherwise)."""
+
+    entropy_sum: float = 0.0  # the rollout's entropy over the role's completion tokens
+    tokens: int = 0
+    kl: list | None = None  # [k3 sum, tokens], with a KL anchor
+    gap: list | None = None  # [|Δ log p| sum, max, tokens], where the rollout kept its log-probabilities
+    damper: tuple[float, float] | None = None  # (cos, scale), with a damper
+    last_pass_share: float | None = None  # role_share of the last pass's gradient (ppo_epochs > 1)
+
+
+@dataclass
+class Update:
+    """What one update did: the step's metrics (loss and gradient norm of the first pass, the
+    clipped fraction over every pass), each role's figures, the first pass's gradient diagnostics."""
+
+    metrics: dict[str, float]
+    roles: dict[str, RoleUpdate] = field(default_factory=dict)
+    diagnostics: list[dict] = field(default_factory=list)
+
+    def role_rows(self, step: int) -> list[dict]:
+        """The per-role metric rows of training step ``step``, as train.json holds them: entropy,
+        then kl, the log-probability gap, the damper and the last pass's share, where measured."""
+        found = [(role, "entropy", u.entropy_sum / max(u.tokens, 1)) for role, u in self.roles.items()]
+        found += [(role, "kl", u.kl[0] / max(u.kl[1], 1)) for role, u in self.roles.items() if u.kl is not None]
+        for role, u in self.roles.items():
+            if u.gap is not None and u.gap[2]:
+                found += [(role, "logp_gap_mean", u.gap[0] / u.gap[2]), (role, "logp_gap_max", u.gap[1])]
+        for role, u in self.roles.items():
+            if u.damper is not None:
+                found += [(role, "damper_cos", u.damper[0]), (role, "damper_scale", u.damper[1])]
+        found += [(r, "last_pass_share", u.last_pass_share) for r, u in self.roles.items() if u.last_pass_share is not None]
+        return [{"step": step, "role": role, "metric": metric, "value": value} for role, metric, value in found]
+
+    def by_role(self, metric: str) -> dict[str, float]:
+        """``metric``'s value per role (a name of :meth:`role_rows`)."""
+        return {row["role"]: row["value"] for row in self.role_rows(0) if row["metric"] == metric}
 
 
 def update_policy(
     policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True, damper: Damper | None = None,
     micro_batch_tokens: int | None = None,
-) -> tuple[dict, list[dict]]:
-    """The policy's update from one step's scored episodes: one optimizer step per
-    parameter set, each on the turns of the roles it serves.
+) -> Update:
+    """Update ``policy`` from one step's scored ``episodes``: per parameter set, ``cfg.ppo_epochs``
+    passes over the turns of the roles it serves, each an optimizer step.
 
-    The loss is ``cfg.loss_type``'s (matrixrl.train.losses), its normaliser counted over
-    the whole step (``StepCounts``): every turn of the step, or for ``bnpo`` the turns of
-    the parameter set, never a micro-batch's. So the micro-batches' losses add up to the
-    step's, whatever ``micro_batch_tokens`` is.
-
-    Every agent's turns get their own backward passes, and the change in the
-    accumulated ``.grad`` is that agent's gradient (docs/design.md §5: cheaper than a
-    separate ``autograd.grad`` per role; matrixrl.train.diagnostics). ``.grad`` still
-    ends as the sum, so the step is the same as one backward over all turns. Turns
-    whose advantage is 0 (every rollout of their group scored alike: half or more of
-    a collapsing run's) add exactly nothing to the loss or its gradient, so they skip
-    the forward and backward passes; they still count in the token-mean's
-    denominator, and their entropy was recorded while sampling. An agent's turns go
-    through the model in micro-batches of at most ``micro_batch_tokens`` rows ×
-    padded length (None: all at once; ``micro_batches``), whose losses add up to the
-    agent's: the same gradient up to rounding, in bounded memory. With
-    ``cfg.ppo_epochs > 1`` each parameter set takes that many passes and optimizer
-    steps over its turns, the ratio taken against the first pass's log-probabilities.
-    Returns the step's metrics (loss and gradient norm of the first pass; the clipped
-    fraction of tokens over all passes) and the first pass's gradient diagnostics
-    rows (none with ``diagnostics=False``, which skips the snapshots;
-    bench/diagnostics.py times the difference).
-
-    The first pass also measures how far the log-probabilities it computes are from
-    the ones the rollout sampled with (``role_logp_gap``: per role, mean and max of
-    |Δ log p| over the tokens it recomputes): 0 up to rounding in float32, the
-    training–inference mismatch of a 16-bit compute dtype otherwise.
-
-    The interventions (matrixrl.train.interventions) act here when switched on: a
-    role with a KL coefficient gets the KL term in its loss (and all its turns take
-    part, since the KL has a gradient where the advantage is 0); ``damper`` scales each
-    role's gradient before clipping. Their per-role values of the first pass are in
-    the metrics' ``role_kl`` and ``role_damper``.
+    Each agent's turns go through the model in micro-batches of at most ``micro_batch_tokens``
+    rows × padded length (None: at once), each its own backward pass; ``cfg.loss_type``'s loss
+    counts its normaliser over the whole step, so they add up to the step's loss. Turns whose
+    advantage is 0 skip the passes (they add nothing) unless their role has a KL anchor. The
+    ratio is taken against the first pass's log-probabilities. The change of ``.grad`` over an
+    agent's passes is its gradient (the diagnostics, skipped with ``diagnostics=False``; the
+    damper's per-role view); the damper acts before clipping. Deviations from textbook GRPO:
+    matrixrl.train.trainer's docstring.
     """
-    turns_by_agent: dict[tuple[str, str], list] = {}
+    by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
         for turn in episode.turns:
-            turns_by_agent.setdefault((turn.role, turn.agent), []).append(turn)
-    total_tokens = sum(len(t.completion.completion_ids) for ts in turns_by_agent.values() for t in ts)
-    n_turns = sum(len(ts) for ts in turns_by_agent.values())
-    stats = {"loss": 0.0, "clipped": 0.0}
-    role_entropy: dict[str, list[float]] = {}  # role → [entropy sum, tokens]
-    squared_norm = 0.0
-    gradient_sets: list[GradientSet] = []
+            by_agent.setdefault((turn.role, turn.agent), []).append(turn)
+    tokens = sum(len(t.completion.completion_ids) for turns in by_agent.values() for t in turns)
+    n_turns = sum(len(turns) for turns in by_agent.values())
     beta = {role: role_value(cfg.kl_beta, cfg.kl_beta_roles, role) for role in policy.roles}
-    role_kl: dict[str, list[float]] = {}  # role → [k3 sum, tokens], first pass
-    role_gap: dict[str, list[float]] = {}  # role → [|Δ log p| sum, max, tokens], first pass
-    role_damper: dict[str, tuple[float, float]] = {}  # role → (cos, scale), first pass
-    for name, (roles, params) in policy.parameter_sets().items():
-        acting = [(key, turns) for key, turns in sorted(turns_by_agent.items()) if key[0] in roles]
+    step = _Step(policy, cfg, beta, damper)
+    for name, (served, params) in policy.parameter_sets().items():
+        acting = [(key, turns) for key, turns in sorted(by_agent.items()) if key[0] in served]
         if not acting:
             continue  # a parameter set whose roles did not act this step stays untouched
-        optimizer = optimizers[name]
         counts = StepCounts(
-            tokens=total_tokens,
-            turns=n_turns,
-            set_tokens=sum(len(t.completion.completion_ids) for _, turns in acting for t in turns),
+            tokens=tokens, turns=n_turns, set_tokens=sum(len(t.completion.completion_ids) for _, ts in acting for t in ts),
             max_completion_length=cfg.max_new_tokens,
-        )
-        batches: dict[tuple[str, str], list[TurnBatch]] = {}
-        old_logps: dict[tuple[str, str, int], torch.Tensor] = {}
-        ref_logps: dict[tuple[str, str, int], torch.Tensor] = {}
-        for (role, agent), turns in acting:
-            totals = role_entropy.setdefault(role, [0.0, 0])
-            totals[0] += sum(t.completion.entropy_sum for t in turns)
-            totals[1] += sum(len(t.completion.completion_ids) for t in turns)
-            learning = [t for t in turns if t.advantage != 0.0 or beta[role] > 0]
-            batches[(role, agent)] = [
-                TurnBatch.from_turns(part, pad_token_id).to(policy.device)
-                for part in micro_batches(learning, micro_batch_tokens)
-            ]
+        )  # fmt: skip
+        agents = step.batches(acting, pad_token_id, micro_batch_tokens)
         for epoch in range(cfg.ppo_epochs):
-            first = epoch == 0
-            optimizer.zero_grad(set_to_none=True)
-            grads = AgentGradients(params) if diagnostics and first else None
-            role_starts: dict[str, list] = {}  # the damper's view: .grad before each role's turns
-            for (role, agent), turns in acting:
-                if damper is not None and role not in role_starts:
-                    role_starts[role] = grad_snapshot(params)
-                model = policy.model_for(role)
-                for part, batch in enumerate(batches[(role, agent)]):
-                    key = (role, agent, part)
-                    logps = completion_logps(model, batch, cfg.temperature)
-                    if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
-                        old_logps[key] = logps.detach()
-                        _add_gap(role_gap, role, old_logps[key], batch)
-                    loss, clipped = policy_loss(
-                        logps, old_logps[key], batch.advantages, batch.completion_mask, cfg, counts
-                    )
-                    if beta[role] > 0:
-                        if first:  # the reference's log-probabilities of the sampled tokens, once per step
-                            with torch.no_grad(), policy.reference() as reference:
-                                ref_logps[key] = completion_logps(reference, batch, cfg.temperature)
-                        k3 = kl_k3(logps, ref_logps[key], batch.completion_mask)
-                        loss = loss + beta[role] * k3.sum() / total_tokens
-                        if first:
-                            totals = role_kl.setdefault(role, [0.0, 0])
-                            totals[0] += float(k3.detach().sum())
-                            totals[1] += int(batch.completion_mask.sum())
-                    if grads is not None:
-                        grads.before_backward()
-                    loss.backward()
-                    if first:
-                        stats["loss"] += loss.item()
-                    stats["clipped"] += clipped.item()
-                if grads is not None:
-                    grads.record(role, agent, sum(len(t.completion.completion_ids) for t in turns))
-            if grads is not None:
-                gradient_sets.append(grads.close())  # before the damper and clipping change .grad
-            for p in params:
-                # As after a backward over every turn: zero, not absent, gradients, so AdamW
-                # still steps (momentum) when no turn of the set had an advantage.
-                if p.grad is None and p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-            if damper is not None:
-                damped = _damp(params, role_starts, damper, update=first)
-                if first:
-                    role_damper.update(damped)
-            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if first:
-                squared_norm += float(norm) ** 2
-            optimizer.step()
+            last = epoch == cfg.ppo_epochs - 1 and epoch > 0  # a later pass's shares (ratios off 1)
+            step.one_pass(agents, params, optimizers[name], counts, epoch == 0, diagnose=diagnostics and (epoch == 0 or last))
     metrics = {
-        "loss": stats["loss"],
-        "entropy": sum(total for total, _ in role_entropy.values()) / max(total_tokens, 1),
-        "clip_fraction": stats["clipped"] / max(total_tokens * cfg.ppo_epochs, 1),
-        "grad_norm": squared_norm**0.5,
-        "response_length": total_tokens / max(n_turns, 1),
-        "role_entropy": {role: total / max(n, 1) for role, (total, n) in role_entropy.items()},
-        "role_kl": {role: total / max(n, 1) for role, (total, n) in role_kl.items()},
-        "role_logp_gap": {role: (total / n, largest) for role, (total, largest, n) in role_gap.items() if n},
-        "role_damper": role_damper,
+        "loss": step.loss,
+        "entropy": sum(u.entropy_sum for u in step.roles.values()) / max(tokens, 1),
+        "clip_fraction": step.clipped / max(tokens * cfg.ppo_epochs, 1),
+        "grad_norm": step.squared_norm**0.5,
+        "response_length": tokens / max(n_turns, 1),
     }
-    return metrics, gradient_diagnostics(gradient_sets, shared=policy.mode == "shared") if diagnostics else []
+    shared = policy.mode == "shared"
+    for row in gradient_diagnostics(step.last_sets, shared=shared) if step.last_sets else []:
+        if row["kind"] == "role_share":  # docs/losses.md: the first pass cannot see a ratio's effect on roles
+            step.roles[row["role"]].last_pass_share = row["value"]
+    return Update(metrics, step.roles, gradient_diagnostics(step.gradient_sets, shared=shared) if diagnostics else [])
+
+
+class _Step:
+    """An update's running state: its totals, each role's figures, and per micro-batch (role,
+    agent, index) the first pass's and the reference's log-probabilities."""
+
+    def __init__(self, policy, cfg, beta: dict[str, float], damper: Damper | None):
+        self.policy, self.cfg, self.beta, self.damper = policy, cfg, beta, damper
+        self.roles: dict[str, RoleUpdate] = {}
+        self.loss = self.clipped = self.squared_norm = 0.0
+        self.gradient_sets: list[GradientSet] = []  # the first pass's, per parameter set
+        self.last_sets: list[GradientSet] = []  # the last pass's (ppo_epochs > 1)
+        self.old_logps: dict[tuple, torch.Tensor] = {}
+        self.ref_logps: dict[tuple, torch.Tensor] = {}
+
+    def batches(self, acting: list, pad_token_id: int, max_tokens: int | None) -> list[tuple[str, str, int, list]]:
+        """Per agent: (role, agent, its completion tokens, its micro-batches of the turns that
+        learn); records each role's rollout entropy."""
+        found = []
+        for (role, agent), turns in acting:
+            figures = self.roles.setdefault(role, RoleUpdate())
+            figures.entropy_sum += sum(t.completion.entropy_sum for t in turns)
+            n_tokens = sum(len(t.completion.completion_ids) for t in turns)
+            figures.tokens += n_tokens
+            learning = [t for t in turns if t.advantage != 0.0 or self.beta[role] > 0]
+            parts = [TurnBatch.from_turns(p, pad_token_id).to(self.policy.device) for p in micro_batches(learning, max_tokens)]
+            found.append((role, agent, n_tokens, parts))
+        return found
+
+    def one_pass(self, agents: list, params: list, optimizer, counts: StepCounts, first: bool, diagnose: bool) -> None:
+        """One pass of a parameter set over its agents' micro-batches, then its optimizer step."""
+        optimizer.zero_grad(set_to_none=True)
+        gradients = AgentGradients(params) if diagnose else None
+        role_starts: dict[str, list] = {}  # the damper's view: .grad before each role's turns
+        for role, agent, n_tokens, parts in agents:
+            if self.damper is not None and role not in role_starts:
+                role_starts[role] = grad_snapshot(params)
+            for index, batch in enumerate(parts):
+                if gradients is not None:
+                    gradients.before_backward()
+                self._backward(role, (role, agent, index), batch, counts, first)
+            if gradients is not None:
+                gradients.record(role, agent, n_tokens)
+        if gradients is not None:  # before the damper and clipping change .grad
+            (self.gradient_sets if first else self.last_sets).append(gradients.close())
+        for p in params:
+            # As after a backward over every turn: zero, not absent, gradients, so AdamW
+            # still steps (momentum) when no turn of the set had an advantage.
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        if self.damper is not None:
+            for role, found in _damp(params, role_starts, self.damper, update=first).items():
+                if first:
+                    self.roles[role].damper = found
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        if first:
+            self.squared_norm += float(norm) ** 2
+        optimizer.step()
+
+    def _backward(self, role: str, key: tuple, batch: TurnBatch, counts: StepCounts, first: bool) -> None:
+        """The loss of one micro-batch (with its role's KL term) and its backward pass."""
+        cfg, figures = self.cfg, self.roles[role]
+        logps = completion_logps(self.policy.model_for(role), batch, cfg.temperature)
+        if first:  # the sampling policy's log-probabilities: ratio 1 in this pass
+            self.old_logps[key] = logps.detach()
+            _add_gap(figures, self.old_logps[key], batch)
+        kl = None
+        if self.beta[role] > 0:
+            if first:  # the reference's log-probabilities of the sampled tokens, once per step
+                with torch.no_grad(), self.policy.reference() as reference:
+                    self.ref_logps[key] = completion_logps(reference, batch, cfg.temperature)
+            k3 = kl_k3(logps, self.ref_logps[key], batch.completion_mask)
+            kl = kl_term(k3, logps, self.old_logps[key], batch.completion_mask, self.beta[role], cfg)
+            if first:
+                figures.kl = figures.kl or [0.0, 0]
+                figures.kl[0] += float(k3.detach().sum())
+                figures.kl[1] += int(batch.completion_mask.sum())
+        loss, clipped = policy_loss(logps, self.old_logps[key], batch.advantages, batch.completion_mask, cfg, counts, kl=kl)
+        loss.backward()
+        if first:
+            self.loss += loss.item()
+        self.clipped += clipped.item()
 
 
 def micro_batches(turns: list, max_tokens: int | None) -> list[list]:
@@ -183,15 +210,15 @@ def micro_batches(turns: list, max_tokens: int | None) -> list[list]:
     return [*runs, current] if current else runs
 
 
-def _add_gap(role_gap: dict[str, list[float]], role: str, logps: torch.Tensor, batch: TurnBatch) -> None:
+def _add_gap(figures: RoleUpdate, logps: torch.Tensor, batch: TurnBatch) -> None:
     """Add the |Δ log p| between ``logps`` and the rollout's sampled log-probabilities of
-    ``batch``'s tokens to ``role``'s [sum, max, tokens] (turns sampled without them: none)."""
+    ``batch``'s tokens to the role's [sum, max, tokens] (turns sampled without them: none)."""
     if batch.sampled_logps is None:
         return
     mask = batch.completion_mask > 0
     gap = (logps.float() - batch.sampled_logps).abs()[mask]
     if gap.numel():
-        totals = role_gap.setdefault(role, [0.0, 0.0, 0])
+        totals = figures.gap = figures.gap or [0.0, 0.0, 0]
         totals[0] += float(gap.sum())
         totals[1] = max(totals[1], float(gap.max()))
         totals[2] += int(gap.numel())
