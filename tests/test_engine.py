@@ -261,3 +261,29 @@ def test_make_generate_with_the_engine_gives_the_decoders_completions() -> None:
             for a, b in zip(outs[0], outs[1]):
                 assert b.sampled_logps == pytest.approx(a.sampled_logps, abs=1e-4)
                 assert b.entropy_sum == pytest.approx(a.entropy_sum, abs=1e-4)
+
+
+def test_a_cache_that_does_not_fit_decodes_with_the_decoder_after_one_line(monkeypatch) -> None:
+    from matrixrl.config import TinyScale
+    from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
+    from matrixrl.train.rollout import make_generate
+
+    tokenizer = build_char_tokenizer()
+    scale = TinyScale(kind="tiny", hidden_size=64, num_layers=2, intermediate_size=96, num_heads=16, num_kv_heads=8)
+    model = build_tiny_model(scale, tokenizer, seed=0).eval()
+
+    class Policy:
+        def model_for(self, role):
+            return model
+
+    def no_room(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(Engine, "_allocate", no_room)
+    lines = []
+    texts = ["1+2=", "12+30=", "1+2="]  # a repeated prompt: the prefilled cache's path
+    generate = make_generate(Policy(), tokenizer, max_new_tokens=8, temperature=1.0, sample=False, engine=True, log=lines.append)
+    reference = make_generate(Policy(), tokenizer, max_new_tokens=8, temperature=1.0, sample=False, engine=False)
+    assert [c.completion_ids for c in generate("g", texts)] == [c.completion_ids for c in reference("g", texts)]
+    generate("g", texts)
+    assert lines == ["rollout: decoding with the eager decoder: a cache of 4 rows x 256 positions does not fit on cpu"]

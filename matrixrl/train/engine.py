@@ -460,7 +460,8 @@ class Engine:
     def decode(self, model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, sampler: Sampler) -> Decoded | None:
         """The call decoded (after ``load``): the first pass by ``model`` as ``rollout.decode`` makes
         it, every later token by ``decode_step``. None, with one line saying why, when its cache
-        does not fit on the device (the caller then decodes with ``rollout.decode``)."""
+        does not fit on the device: the caller then decodes with ``rollout.decode`` (from a fresh
+        prefill: this one's ``cache`` was released)."""
         from transformers import DynamicCache
 
         from matrixrl.models.versions import check_kv_cache_kept
@@ -470,12 +471,6 @@ class Engine:
         device = input_ids.device
         self.switches = self.captures = 0
         need = width + max_new_tokens - 1  # the cache columns the last token is written to, and before
-        try:
-            s = self._allocate(bucket_rows(batch), bucket_length(need), batch, sampler)
-        except torch.OutOfMemoryError:
-            self.say(f"rollout: decoding with the eager decoder: a cache of {bucket_rows(batch)} rows x {bucket_length(need)} positions does not fit on {device}")
-            return None
-        out = Outputs.allocate(batch, max_new_tokens, sampler, device)
 
         # The first pass, as rollout.decode makes it (the same inputs, positions and mask).
         mask = attention_mask
@@ -490,10 +485,12 @@ class Engine:
         kept = cache.get_seq_length() + inputs.shape[1]
         logits = model(input_ids=inputs, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
         check_kv_cache_kept(cache, kept)
-        for i, layer in enumerate(cache.layers[: len(w.layers)]):
-            s.k[i][:batch, :, :width].copy_(layer.keys)
-            s.v[i][:batch, :, :width].copy_(layer.values)
-        del cache
+        try:
+            s = self._allocate(bucket_rows(batch), bucket_length(need), batch, sampler, cache)
+        except torch.OutOfMemoryError:
+            self.say(f"rollout: decoding with the eager decoder: a cache of {bucket_rows(batch)} rows x {bucket_length(need)} positions does not fit on {device}")
+            return None
+        out = Outputs.allocate(batch, max_new_tokens, sampler, device)
         s.mask[:batch, :width].masked_fill_(mask.bool(), 0.0)
         s.pos[:batch].copy_(positions[:, -1] + 1)
         s.col.fill_(width)
@@ -523,12 +520,18 @@ class Engine:
             return Decoded(tokens)
         return Decoded(tokens, out.logps[:batch, :done].tolist(), out.entropies[:batch, :done].tolist())
 
-    def _allocate(self, slots: int, length: int, batch: int, sampler: Sampler) -> State:
+    def _allocate(self, slots: int, length: int, batch: int, sampler: Sampler, cache) -> State:
+        """The bucket's state, its cache filled from the first pass's ``cache``, whose layers are
+        released one by one as they are copied (the two caches are never held whole together)."""
         w = self.weights
         device = w.device
         shape = (slots, w.kv_heads, length, w.head_dim)
-        k_full = [torch.zeros(shape, dtype=w.dtype, device=device) for _ in w.layers]
-        v_full = [torch.zeros(shape, dtype=w.dtype, device=device) for _ in w.layers]
+        k_full, v_full = [], []
+        for layer in cache.layers[: len(w.layers)]:
+            for full, held in ((k_full, layer.keys), (v_full, layer.values)):
+                full.append(torch.zeros(shape, dtype=w.dtype, device=device))
+                full[-1][:batch, :, : held.shape[2]].copy_(held)
+            layer.keys = layer.values = None
         mask_full = torch.full((slots, length), float("-inf"), dtype=w.dtype, device=device)
         mask_full[batch:, 0] = 0.0  # an empty slot attends to one (zero) position: no NaN
         rows = torch.arange(slots, device=device)

@@ -240,6 +240,8 @@ def make_generate(
             if decoder is not None:
                 sampler = _engine_sampler(keyed, sample, temperature, keys)
                 decoded = decoder.decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, sampler=sampler)
+                if decoded is None and prefill:  # the engine released the prefilled cache as it copied it
+                    cache = prompt_cache.prefilled_cache(model, tokenizer, chunk, device, tokenized).cache
             if decoded is not None:
                 generated, entropies, logps = decoded.tokens, decoded.entropies, decoded.logps
             elif use_hf_generate:
