@@ -24,6 +24,7 @@ and unmerged; ``merge_ms`` (a role switch); ``greedy`` tokens and logits against
 
     python bench/decode_engine.py
     python bench/decode_engine.py --device cuda
+    python bench/decode_engine.py --window --scale-down    # the window's path on CPU, tiny widths
 """
 
 from __future__ import annotations
@@ -227,9 +228,14 @@ def step_ms_cpu() -> None:
 # --- the GPU window ----------------------------------------------------------------------------
 
 
+def release(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def bandwidth(device: str) -> float:
     """Bytes per second a large device-to-device copy moves (read and write)."""
-    src = torch.empty(2 << 30, dtype=torch.uint8, device=device)
+    src = torch.empty((2 << 30) if device == "cuda" else (256 << 20), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     sync(device)
@@ -243,17 +249,22 @@ def bandwidth(device: str) -> float:
 
 
 def gpu_window(args) -> None:
-    device, rows = "cuda", args.rows
-    policy = build(QWEN3_06B, device, "bfloat16", "lora", rank=64)
-    emit("model", shape="qwen3-0.6b", widths=QWEN3_06B, layers=28, adapters=len(ROLES), rank=64, device=torch.cuda.get_device_name())
+    """The window's measurements; with ``--scale-down`` on CPU at tiny widths (no graphs there)."""
+    device, rows = args.device, args.rows
+    widths, rank = (TINY, 4) if args.scale_down else (QWEN3_06B, 64)
+    cuda = device == "cuda"
+    policy = build(widths, device, "bfloat16", "lora", rank=rank)
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    emit("model", shape="qwen3-0.6b" if widths is QWEN3_06B else "0.6B layers, tiny widths", widths=widths, layers=28, adapters=len(ROLES), rank=rank, device=name)
     model = policy.model_for(ROLES[0])
-    ids, mask = prompts(rows, args.prompt, QWEN3_06B["vocab_size"], device)
+    ids, mask = prompts(rows, args.prompt, widths["vocab_size"], device)
     short, long = 8, 8 + args.steps
 
     reference = per_step(lambda n: today(model, ids, mask, n), device, short, long)
     emit("step_ms", decoder="rollout.decode", rows=rows, prompt=args.prompt, ms=reference * 1e3)
     engines = {}
     for lora, graphs in (("merged", False), ("merged", True), ("unmerged", True)):
+        graphs = graphs and cuda
         engine = engines[lora, graphs] = Engine(lora=lora, graphs=graphs, check_every=8, log=lambda line: emit("log", line=line))
         began = time.perf_counter()
         engine.load(model, torch.bfloat16)
@@ -266,7 +277,7 @@ def gpu_window(args) -> None:
             copy_bytes=engine.weights.copy_bytes(),
         )  # fmt: skip
 
-    merged = engines["merged", True]
+    merged = engines["merged", cuda]
     times = []
     for role in ROLES[1:] + ROLES[:1]:  # role switches: each merges another adapter into the one copy
         other = policy.model_for(role)
@@ -278,16 +289,16 @@ def gpu_window(args) -> None:
     emit("merge_ms", per_switch_ms=[t * 1e3 for t in times], median_ms=statistics.median(times) * 1e3)
 
     compare_greedy(engines["merged", False], model, ids, mask)
-    torch.cuda.empty_cache()
+    release(device)
 
     rate = bandwidth(device)
     emit("bandwidth", bytes_per_s=rate)
     weight_bytes = sum(t.numel() * t.element_size() for t in merged.weights._buffers.values())
     weight_bytes += merged.weights.embed.numel() * merged.weights.embed.element_size()
-    kv_per_token = 28 * 2 * QWEN3_06B["num_key_value_heads"] * QWEN3_06B["head_dim"] * 2
+    kv_per_token = 28 * 2 * widths["num_key_value_heads"] * widths["head_dim"] * 2
     for context in args.sweep:
-        torch.cuda.empty_cache()
-        sweep_ids, sweep_mask = prompts(rows, context, QWEN3_06B["vocab_size"], device, padded=0)
+        release(device)
+        sweep_ids, sweep_mask = prompts(rows, context, widths["vocab_size"], device, padded=0)
         try:
             ms = per_step(lambda n: engined(merged, model, sweep_ids, sweep_mask, n), device, 8, 8 + args.steps) * 1e3
         except torch.OutOfMemoryError as exc:
@@ -335,15 +346,21 @@ def compare_greedy(engine: Engine, model, ids, mask, steps: int = 16) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--scale-down", action="store_true", help="tiny widths at 28 layers (what runs on CPU)")
+    parser.add_argument("--scale-down", action="store_true", help="tiny widths at 28 layers (the window's measurements on CPU)")
+    parser.add_argument("--window", action="store_true", help="the GPU window's measurements (implied by --device cuda)")
     parser.add_argument("--rows", type=int, default=192)
     parser.add_argument("--prompt", type=int, default=600)
     parser.add_argument("--steps", type=int, default=32, help="steps timed per measurement (beyond 8 warm-up ones)")
     parser.add_argument("--sweep", type=int, nargs="*", default=[700, 1600, 2600])
     args = parser.parse_args()
-    if args.device == "cuda" and not args.scale_down:
-        if not torch.cuda.is_available():
-            sys.exit("decode_engine: --device cuda needs a CUDA device (none is visible); run it on CPU without --device")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("decode_engine: --device cuda needs a CUDA device (none is visible); run it on CPU with --window --scale-down")
+    if args.device == "cuda" or args.window:
+        if args.device == "cpu":
+            if not args.scale_down:
+                sys.exit("decode_engine: the window's measurements at real widths need --device cuda; on CPU add --scale-down")
+            torch.set_num_threads(1)
+            args.rows, args.prompt, args.steps, args.sweep = 12, 24, 8, [28, 64, 104]
         gpu_window(args)
         return
     torch.set_num_threads(1)
