@@ -287,3 +287,19 @@ def test_a_cache_that_does_not_fit_decodes_with_the_decoder_after_one_line(monke
     assert [c.completion_ids for c in generate("g", texts)] == [c.completion_ids for c in reference("g", texts)]
     generate("g", texts)
     assert lines == ["rollout: decoding with the eager decoder: a cache of 4 rows x 256 positions does not fit on cpu"]
+
+
+@pytest.mark.slow
+def test_the_window_script_runs_end_to_end_scaled_down_on_cpu(run_bench) -> None:
+    import json
+
+    lines = [json.loads(line) for line in run_bench("decode_engine.py", "--window", "--scale-down")]
+    by = {}
+    for line in lines:
+        by.setdefault(line["what"], []).append(line)
+    assert set(by) == {"model", "step_ms", "merge_ms", "greedy", "bandwidth", "sweep"}
+    decoders = [line["decoder"] for line in by["step_ms"]]
+    assert decoders[0] == "rollout.decode" and len(decoders) == 4  # the reference, then the engine's three
+    assert all(line["ms"] > 0 for line in by["step_ms"] + by["sweep"])
+    assert by["greedy"][0]["rows"] == 12 and by["greedy"][0]["rows_equal"] >= 1
+    assert [line["context"] for line in by["sweep"]] == [28, 64, 104]
