@@ -112,6 +112,16 @@ def test_merging_leaves_the_trained_weights_and_the_base_as_they_were() -> None:
     assert all(torch.equal(before[name], p) for name, p in model.named_parameters())
 
 
+def test_merging_sums_in_float32_inside_a_16_bit_autocast() -> None:
+    """make_generate loads the copy inside the model's compute context."""
+    model = policy_models("shared")[0][1]()
+    plain, autocast = Engine(), Engine()
+    plain.load(model, torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast.load(model, torch.float32)
+    assert all(torch.equal(plain.weights._buffers[k], autocast.weights._buffers[k]) for k in plain.weights._buffers)
+
+
 def test_the_training_sampler_draws_the_same_tokens_and_records_their_logps_and_entropies() -> None:
     ids, mask = prompts()
     model = policy_models("shared")[0][1]()

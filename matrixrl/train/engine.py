@@ -159,10 +159,15 @@ class DecodeWeights:
 
     @torch.no_grad()
     def load(self, model) -> None:
-        """Fill the copy from ``model`` (a transformers model or a PEFT model with its active adapter)."""
+        """Fill the copy from ``model`` (a transformers model or a PEFT model with its active adapter),
+        in float32 arithmetic whatever autocast context it is called in."""
         reason = unsupported_reason(model)
         if reason:
             raise Unsupported(reason)
+        with torch.autocast(self.device.type, enabled=False):  # autocast would merge in 16 bits
+            self._load(model)
+
+    def _load(self, model) -> None:
         base = _base_of(model)
         config = base.config
         self.qk_norm = SUPPORTED[type(base).__name__]
