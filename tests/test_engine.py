@@ -112,6 +112,17 @@ def test_merging_leaves_the_trained_weights_and_the_base_as_they_were() -> None:
     assert all(torch.equal(before[name], p) for name, p in model.named_parameters())
 
 
+def test_the_copys_bytes_on_paper_are_the_loaded_copys() -> None:
+    from matrixrl.train.engine import copy_bytes
+
+    engine = Engine()
+    engine.load(policy_models("shared")[0][1](), torch.bfloat16)
+    paper = copy_bytes(layers=3, hidden=64, intermediate=96, heads=16, kv_heads=8, head_dim=8, dtype_bytes=2)
+    assert engine.weights.copy_bytes() == paper
+    # Qwen3-0.6B: 440M parameters in the projections, 0.88 GB in bfloat16 (docs/performance.md)
+    assert copy_bytes(layers=28, hidden=1024, intermediate=3072, heads=16, kv_heads=8, head_dim=128) == 28 * 15_728_640 * 2
+
+
 def test_merging_sums_in_float32_inside_a_16_bit_autocast() -> None:
     """make_generate loads the copy inside the model's compute context."""
     model = policy_models("shared")[0][1]()

@@ -372,6 +372,14 @@ def decode_step(w: DecodeWeights, s: State, out: Outputs, sampler: Sampler, *, b
     s.step.add_(1)
 
 
+def copy_bytes(*, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
+    """Bytes of the merged inference copy (``DecodeWeights.copy_bytes`` once loaded): every layer's
+    fused q, k, v, o, gate, up and down products in the compute dtype. The embedding and norms
+    are not copied when the model holds them in the compute dtype already."""
+    per_layer = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden + 3 * intermediate * hidden
+    return layers * per_layer * dtype_bytes
+
+
 SAMPLER_OPS = {"greedy": 0, "training": 14, "keyed": 40}
 """Ops a sampler adds to greedy's argmax. Training: scale, log-softmax, entropy (exp, mul, sum, neg)
 and its record, the noise (empty, exponential_, its rows), softmax, the division, the log-prob

@@ -13,6 +13,9 @@ Prompts that repeat within a call, and long prefixes that distinct prompts share
 encoded once (``prompt_cache.prefilled_cache``): the same computation as encoding every
 row, up to rounding.
 
+On a CUDA device ``make_generate`` decodes with :mod:`matrixrl.train.engine` (a static cache and
+a graphed step); elsewhere, and where the engine falls back, with ``decode``.
+
 ``decode`` makes the model calls transformers' ``generate`` makes and picks the same
 tokens, but a row that has emitted its EOS leaves the batch, where generate would
 feed it padding until the longest row ends (a workflow's later stages and
