@@ -324,3 +324,23 @@ def test_the_window_script_runs_end_to_end_scaled_down_on_cpu(run_bench) -> None
     assert all(isinstance(line["ms"], float) for line in by["step_ms"] + by["sweep"])  # timings are the bench's, not asserted
     assert by["greedy"][0]["rows"] == 12 and by["greedy"][0]["rows_equal"] >= 1
     assert [line["context"] for line in by["sweep"]] == [28, 64, 104]
+
+
+def test_the_cache_grows_past_a_length_bucket_mid_call() -> None:
+    """Prompts of 250 tokens: attention's columns grow from 256 to 512 during the call."""
+    torch.manual_seed(4)
+    ids = torch.randint(5, VOCAB, (BATCH, 250))
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    model = policy_models("shared")[0][1]()
+    eos = eos_with_spread_ends(model, ids, mask)
+    expected = decode(model, ids, mask, None, max_new_tokens=24, eos=eos, pad=0, choose=greedy_chooser())
+    engine = Engine(check_every=4)
+    engine.load(model, torch.float32)
+    lengths = []
+    real = Engine._switch
+    engine._switch = lambda s, slots, length: lengths.append(length) or real(engine, s, slots, length)
+    got = engine.decode(model, ids, mask, None, max_new_tokens=24, eos=eos, pad=0, sampler=Sampler("greedy"))
+    assert got.tokens == expected
+    assert 256 in lengths and 512 in lengths

@@ -584,14 +584,12 @@ class Engine:
             order = torch.argsort((~s.live).to(torch.int8), stable=True)[:slots]  # live slots first
             used = s.length
             k_full, v_full = [], []
-            for old in s.k_full:
-                new = torch.empty((slots, *old.shape[1:]), dtype=old.dtype, device=old.device)
-                new[:, :, :used] = old[order, :, :used]
-                k_full.append(new)
-            for old in s.v_full:
-                new = torch.empty((slots, *old.shape[1:]), dtype=old.dtype, device=old.device)
-                new[:, :, :used] = old[order, :, :used]
-                v_full.append(new)
+            for full, olds in ((k_full, s.k_full), (v_full, s.v_full)):
+                for old in olds:
+                    # zeros past the copied columns: a masked position still multiplies its value by 0
+                    new = torch.zeros((slots, *old.shape[1:]), dtype=old.dtype, device=old.device)
+                    new[:, :, :used] = old[order, :, :used]
+                    full.append(new)
             mask_full = s.mask_full[order]
             state.update(
                 pos=s.pos[order], token=s.token[order], live=s.live[order], out_rows=s.out_rows[order],
