@@ -479,7 +479,6 @@ class Engine:
 
         from matrixrl.models.versions import check_kv_cache_kept
 
-        w = self.weights
         batch, width = input_ids.shape
         device = input_ids.device
         self.switches = self.captures = 0
