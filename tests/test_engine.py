@@ -344,3 +344,22 @@ def test_the_cache_grows_past_a_length_bucket_mid_call() -> None:
     got = engine.decode(model, ids, mask, None, max_new_tokens=24, eos=eos, pad=0, sampler=Sampler("greedy"))
     assert got.tokens == expected
     assert 256 in lengths and 512 in lengths
+
+
+def test_a_merged_copy_that_does_not_fit_leaves_the_adapters_unmerged_after_one_line(monkeypatch) -> None:
+    from matrixrl.train.engine import DecodeWeights
+
+    def no_room(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(DecodeWeights, "_merged", no_room)
+    ids, mask = prompts()
+    model = policy_models("shared")[0][1]()
+    lines = []
+    engine = Engine(check_every=4, log=lines.append)
+    for _ in range(2):
+        assert engine.load(model, torch.float32)
+        got = engine.decode(model, ids, mask, None, max_new_tokens=8, eos=-1, pad=0, sampler=Sampler("greedy"))
+    assert engine.lora == "unmerged" and engine.weights.copy_bytes() == 0
+    assert got.tokens == decode(model, ids, mask, None, max_new_tokens=8, eos=-1, pad=0, choose=greedy_chooser())
+    assert lines == ["rollout: adapters unmerged in the decode step: the merged copy of the weights does not fit on cpu"]

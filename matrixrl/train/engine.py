@@ -458,7 +458,8 @@ class Engine:
 
     def load(self, model, dtype: torch.dtype) -> bool:
         """Fill the inference copy from ``model`` (merging its active adapter); False, with the one
-        line saying why, when the engine cannot compute it."""
+        line saying why, when the engine cannot compute it. A merged copy that does not fit on the
+        device makes the engine unmerged from then on, after one line saying so."""
         device = next(model.parameters()).device
         if self.weights is None or self.weights.dtype != dtype or self.weights.device != device:
             self.weights = DecodeWeights(dtype, device, self.lora)
@@ -467,6 +468,12 @@ class Engine:
         except Unsupported as exc:
             self.say(f"rollout: decoding with the eager decoder: the engine does not compute {exc}")
             return False
+        except torch.OutOfMemoryError:
+            if self.lora == "unmerged":
+                raise
+            self.say(f"rollout: adapters unmerged in the decode step: the merged copy of the weights does not fit on {device}")
+            self.lora, self.weights = "unmerged", None
+            return self.load(model, dtype)
         return True
 
     @torch.no_grad()
