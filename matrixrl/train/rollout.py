@@ -13,6 +13,9 @@ Prompts that repeat within a call, and long prefixes that distinct prompts share
 encoded once (``prompt_cache.prefilled_cache``): the same computation as encoding every
 row, up to rounding.
 
+On a CUDA device ``make_generate`` decodes with :mod:`matrixrl.train.engine` (a static cache and
+a graphed step); elsewhere, and where the engine falls back, with ``decode``.
+
 ``decode`` makes the model calls transformers' ``generate`` makes and picks the same
 tokens, but a row that has emitted its EOS leaves the batch, where generate would
 feed it padding until the longest row ends (a workflow's later stages and
@@ -177,6 +180,9 @@ def make_generate(
     batch_size: int = 1 << 30,
     seed: int | None = None,
     use_hf_generate: bool = False,
+    engine: bool | None = None,
+    lora: str = "merged",
+    log=print,
 ):
     """A ``Generate`` callable over ``policy``.
 
@@ -185,12 +191,19 @@ def make_generate(
     module docstring). Otherwise greedy decoding. ``use_hf_generate``: decode with
     transformers' ``generate`` instead of ``decode`` (the same tokens, slower: the
     reference that tests and bench/rollout.py compare to).
+
+    ``engine``: decode with :mod:`matrixrl.train.engine` (static cache, CUDA graphs, the role's
+    adapter merged into one inference copy, or applied in the step with ``lora="unmerged"``);
+    by default on CUDA devices only, so CPU jobs decode with ``decode`` as before. A model the
+    engine does not compute, or a cache that does not fit, decodes with ``decode`` after one
+    line to ``log`` saying why.
     """
     require("transformers")  # an older one would drop the KV cache without a word
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     keyed = sample and seed is not None
     calls = 0
+    engines: dict[str, object] = {}  # the engine, made at the first call on its device
 
     @torch.no_grad()
     def generate(role: str, prompts: list[str]) -> list[Completion]:
@@ -201,6 +214,14 @@ def make_generate(
     def _generate(model, prompts: list[str]) -> list[Completion]:
         nonlocal calls
         device = next(model.parameters()).device
+        decoder = None
+        if not use_hf_generate and (engine if engine is not None else device.type == "cuda"):
+            from matrixrl.models.hf import COMPUTE_DTYPE
+            from matrixrl.train.engine import Engine
+
+            decoder = engines.setdefault("engine", Engine(lora=lora, log=log))
+            if not decoder.load(model, getattr(torch, getattr(model, COMPUTE_DTYPE, "float32"))):
+                decoder = None
         if keyed:  # each call's rows get keys of their own
             call_key = splitmix64(splitmix64(torch.tensor([seed], dtype=torch.int64)) ^ calls)
         calls += 1
@@ -218,7 +239,15 @@ def make_generate(
             if prefill:  # the rows as the cache lays them out
                 ids, mask = prefill.ids, prefill.mask
             logps = None
-            if use_hf_generate:
+            decoded = None
+            if decoder is not None:
+                sampler = _engine_sampler(keyed, sample, temperature, keys)
+                decoded = decoder.decode(model, ids, mask, cache, max_new_tokens=max_new_tokens, eos=eos, pad=pad, sampler=sampler)
+                if decoded is None and prefill:  # the engine released the prefilled cache as it copied it
+                    cache = prompt_cache.prefilled_cache(model, tokenizer, chunk, device, tokenized).cache
+            if decoded is not None:
+                generated, entropies, logps = decoded.tokens, decoded.entropies, decoded.logps
+            elif use_hf_generate:
                 generated, entropies = _hf_generate(model, ids, mask, cache, max_new_tokens, temperature, sample, keys, pad, eos)
             else:
                 if keyed:
@@ -249,6 +278,14 @@ def make_generate(
         return out
 
     return generate
+
+
+def _engine_sampler(keyed: bool, sample: bool, temperature: float, keys):
+    from matrixrl.train.engine import Sampler
+
+    if keyed:
+        return Sampler("keyed", temperature, keys)
+    return Sampler("training" if sample else "greedy", temperature)
 
 
 def _up_to_eos(seq: list[int], eos: int) -> list[int]:
