@@ -21,15 +21,22 @@ wrong to right is no evidence of a gain). So every z below is a finite number.
   several checkpoints, so its z is biased upwards).
 - Terminal cliff: training raised accuracy, then the run fell far below that peak
   and did not recover. A cell has a cliff iff all of
-    0. the peak is a real rise: ``peak_step`` > 0 and ``peak_gain_z >= noise_se``;
+    0. the peak is a real rise however many readings it was picked from:
+       ``peak_step`` > 0 and ``peak_gain_z >= peak_threshold(m, noise_se)``, the
+       one-sided level of ``noise_se`` SEs shared out over the m checkpoints after
+       the base (Bonferroni; ``noise_se`` itself for m = 1);
     1. final <= peak - delta;
     2. peak - final > noise_se * se, with the standard error of the difference
        se = sqrt(se_peak^2 + se_final^2);
     3. some checkpoint after the peak starts a run of checkpoints, lasting to
-       the end, that are all <= peak - delta.
+       the end, that are all <= peak - delta, and the run holds the last two
+       checkpoints (the last one where only one follows the peak): one low
+       reading is not a fall that did not recover.
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
   final unbroken run below the threshold, and after ``peak_step``), else None;
   ``pre_onset`` the checkpoint before it (the cliff happened between the two).
+  docs/design.md §4 gives the reasons and docs/report.md ("How often the rules err")
+  the rates on the paper's 51-checkpoint schedule.
 - Collapse: the run ends far below its base, measured as a cliff's drop is but from
   the base: final <= base - delta and base - final > noise_se SEs of the difference
   (``-gain_z > noise_se``), without a cliff. A run with a real peak that ends that far
@@ -49,6 +56,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,6 +104,21 @@ def _as_int(value: object, what: str) -> int:
     if not as_float.is_integer():
         raise ValueError(f"{what} must be an integer, got {value!r}")
     return int(as_float)
+
+
+def peak_threshold(readings: int, noise_se: float) -> float:
+    """The z a peak picked as the best of ``readings`` checkpoints must reach to be a real rise: the
+    one-sided level of ``noise_se`` standard normal SEs divided among them (Bonferroni), so that flat
+    noise passes it about as often as one reading passes ``noise_se``; ``noise_se`` for one reading
+    or none, and 0 for ``noise_se`` 0 (no margin)."""
+    if readings <= 1 or noise_se <= 0:
+        return float(noise_se)
+    normal = NormalDist()
+    return -normal.inv_cdf(normal.cdf(-noise_se) / readings)
+
+
+FALL_READINGS = 2
+"""A terminal fall holds this many last checkpoints (fewer where fewer follow the peak)."""
 
 
 def _z(difference: float, se: float) -> float:
@@ -167,8 +190,9 @@ def summarize_curve(
     se_drop = math.hypot(error(peak_i), error(last))
     peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and peak_gain_z >= noise
-    cliff = real_peak and below[last] and drop > noise * se_drop and onset_i <= last
+    real_peak = peak_i > 0 and peak_gain_z >= peak_threshold(last, noise)
+    held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
+    cliff = real_peak and held > 0 and drop > noise * se_drop and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
     gain_z = _z(final - base, math.hypot(error(last), error(0)))
     collapse = not cliff and final <= base - analysis.cliff_delta + _TOL and -gain_z > noise
