@@ -395,10 +395,10 @@ def share_rows(role: str, others: tuple[str, ...], rises_at: int | None) -> list
 ROLES = {"voting": ("generator", ("aggregator",)), "orch_workers": ("worker", ("orchestrator", "synthesizer"))}
 
 
-def mechanism_results(experiment: Path, cells: dict):
+def mechanism_results(experiment: Path, cells: dict, config=None):
     """(config, results) of ``cells``: ``{(workflow, policy, seed): (curve, signal rises at: a step or None)}``;
     the signal is amplification (its role jumping 1.7 → 2.6) under isolated and the dominant share under shared."""
-    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
+    config = config or config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
     results = []
     for (workflow, policy, seed), (curve, at) in cells.items():
         role, others = ROLES[workflow]
@@ -419,59 +419,77 @@ def four(workflow: str, policy: str, curve, at) -> dict:
     return {(workflow, policy, seed): (curve, at) for seed in range(4)}
 
 
-def test_the_signal_precedes_cliffs_and_not_calm_runs_or_the_other_way(experiment: Path) -> None:
-    """Voting's runs collapse at 40 (the interval before it starts at 30, so W = 30), orch_workers'
-    do not. Under isolated, voting's amplification jumps at 21 (rises at 22: precedes) and
-    orch_workers' never; under shared, voting's share stays flat and orch_workers' rises at 16."""
+def split(workflow: str, policy: str, cliff_at, calm_at) -> dict:
+    """Six seeds of one configuration: 0-2 cliff (signal at ``cliff_at``), 3-5 stay calm (signal at ``calm_at``)."""
+    return {(workflow, policy, seed): (CLIFF_AT_40, cliff_at) if seed < 3 else (NO_CLIFF, calm_at) for seed in range(6)}
+
+
+def six_seeds(experiment: Path, cells: dict) -> dict[int, dict]:
+    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3, 4, 5]")
+    return claims_of(config, mechanism_results(experiment, cells, config)[1])
+
+
+def test_the_signal_precedes_cliffs_within_configurations_or_the_other_way(experiment: Path) -> None:
+    """In each configuration three seeds collapse at 40 (W = 30) and three do not. Under isolated the
+    cliffs' amplification jumps at 21 (precedes) and the calm runs' never; under shared the cliffs'
+    share stays flat and the calm runs' rises at 16. Each stratum's table is 3/3 against 0/3, P = 1/20;
+    two strata, 1/400."""
+    claims = six_seeds(experiment, {
+        **split("voting", "isolated", 21, None), **split("orch_workers", "isolated", 21, None),
+        **split("voting", "shared", None, 15), **split("orch_workers", "shared", None, 15),
+    })  # fmt: skip
+    six, seven = claims[6], claims[7]
+    assert (six["verdict"], six["estimate"], six["n_cells"], six["evidence"]) == ("supported", 1.0, 12, "MH +1.00, 6/6 vs 0/6")
+    assert six["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 0 of 6 without one; exact p 0.0025 (above)"
+    assert (seven["verdict"], seven["estimate"]) == ("contradicted", -1.0)
+    assert seven["why"] == "within 2 configurations: precedes 0 of 6 cliffs; rose as early in 6 of 6 without one; exact p 0.0025 (below)"
+
+
+def test_configurations_that_differ_in_cliffs_and_signals_decide_nothing(experiment: Path) -> None:
+    """Voting's runs all collapse and their signal rises first; orch_workers' never collapse and their
+    signal never rises: pooled, 4 of 4 against 0 of 4 (the former rule's "supported"); within a
+    configuration there is nothing to compare."""
     claims = mechanism_study(experiment, {
         **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, None),
-        **four("voting", "shared", CLIFF_AT_40, None), **four("orch_workers", "shared", NO_CLIFF, 15),
+        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, None),
     })  # fmt: skip
-    low = 0.025 ** 0.25
-    six, seven = claims[6], claims[7]
-    assert (six["verdict"], six["estimate"], six["lo"], six["n_cells"]) == ("supported", 1.0, approx(1 - math.sqrt(2) * (1 - low)), 8)
-    assert six["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
-    assert (seven["verdict"], seven["estimate"]) == ("contradicted", -1.0)
-    assert seven["why"] == "precedes 0 of 4 cliffs; rose by step 30 in 4 of 4 without one"
-    # Claims 1-5 on the same cells: voting ends 0.1 below base in both modes, orch_workers 0.3 above;
-    # the modes are alike in every configuration.
-    assert verdicts(claims) == {1: "inconclusive", 2: "inconclusive", 3: "inconclusive", 4: "inconclusive",
-                                5: "inconclusive", 6: "supported", 7: "contradicted"}  # fmt: skip
-    assert claims[4]["why"].startswith("equal in every configuration")
+    for claim in (6, 7):
+        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("inconclusive", 8)
+        assert claims[claim]["why"] == (
+            "4 cliffs and 4 calm runs, never both in one configuration: nothing to compare within one (more seeds)"
+        )
 
 
 def test_the_skeptics_control_and_its_matched_window(experiment: Path) -> None:
     # The signal rises in every run, collapsing or not, by step 30: it tells nothing apart.
-    everywhere = mechanism_study(experiment, {
-        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 21),
-        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 15),
+    everywhere = six_seeds(experiment, {
+        **split("voting", "isolated", 21, 21), **split("orch_workers", "isolated", 21, 21),
+        **split("voting", "shared", 15, 15), **split("orch_workers", "shared", 15, 15),
     })  # fmt: skip
     assert (everywhere[6]["verdict"], everywhere[6]["estimate"], everywhere[7]["verdict"]) == ("inconclusive", 0.0, "inconclusive")
-    assert everywhere[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 4 of 4 without one; at equal shares, no number of seeds decides it"
+    assert everywhere[6]["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 6 of 6 without one; exact p 1 (above)"
     # The calm runs' signal rises too, but only at 42, after the window in which it preceded the
     # cliffs: the mechanism table's `rose` says yes for them; the matched window does not count it.
-    late = mechanism_study(experiment, {
-        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 41),
-        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 41),
+    late = six_seeds(experiment, {
+        **split("voting", "isolated", 21, 41), **split("orch_workers", "isolated", 21, 41),
+        **split("voting", "shared", 15, 41), **split("orch_workers", "shared", 15, 41),
     })  # fmt: skip
     assert (late[6]["verdict"], late[7]["verdict"]) == ("supported", "supported")
-    assert late[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
-    # Two cliffs against six calm runs: under the minimum of 3 a group.
-    few = mechanism_study(experiment, {
-        **{("voting", "isolated", s): (CLIFF_AT_40 if s < 2 else NO_CLIFF, 21 if s < 2 else None) for s in range(4)},
-        **four("orch_workers", "isolated", NO_CLIFF, None),
-        **four("voting", "shared", NO_CLIFF, None), **four("orch_workers", "shared", NO_CLIFF, None),
+    assert late[6]["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 0 of 6 without one; exact p 0.0025 (above)"
+    # One configuration split, the other all calm: 3/3 against 0/3 in one stratum is P = 0.05, no verdict.
+    one = six_seeds(experiment, {
+        **split("voting", "isolated", 21, None),
+        **{("orch_workers", "isolated", s): (NO_CLIFF, None) for s in range(6)},
+        **{(w, "shared", s): (NO_CLIFF, None) for w in ("voting", "orch_workers") for s in range(6)},
     })  # fmt: skip
-    assert few[6]["verdict"] == "inconclusive" and few[6]["estimate"] == 1.0
-    # At these shares (all of 2 against none of 6), twice the seeds make 4 cliffs against 12: always decisive.
-    assert few[6]["why"] == (
-        "precedes 2 of 2 cliffs; rose by step 30 in 0 of 6 without one: under 3 a group; "
-        "at these shares, 80% power needs about 2 times the seeds (4 cliffs, 12 without)"
+    assert (one[6]["verdict"], one[6]["estimate"], one[6]["n_cells"]) == ("inconclusive", 1.0, 6)
+    assert one[6]["why"] == (
+        "within 1 configuration: precedes 3 of 3 cliffs; rose as early in 0 of 3 without one; exact p 0.05 (above); "
+        "6 cells in configurations without both left out"
     )
-    assert share_difference(4, 4, 0, 12)[1] > 0
     # No shared cliff: nothing for the share to precede.
-    assert few[7]["verdict"] == "untestable"
-    assert few[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
+    assert one[7]["verdict"] == "untestable"
+    assert one[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
 
 
 def test_every_cell_collapsing_leaves_no_control(experiment: Path) -> None:
@@ -511,11 +529,13 @@ def test_a_collapse_is_a_failure_for_claim_5_and_never_a_cliff_for_claims_4_6_7_
     # 4: voting cliffs in every seed of both modes, orch_workers in none (its collapses are named apart):
     # no configuration differs, and cliff rates are 4 of 8 cells a mode, not 5.
     assert claims[4]["why"] == "equal in every configuration; cliff rates 0.50 isolated, 0.50 shared (Δ +0.00); 2 collapses"
-    # 6 and 7: 4 cliffs whose signal preceded against the 3 calm runs, whose signal never rose; the collapse,
-    # whose signal rose by step 30, is on neither side (as a calm run it would make it 1 of 4: inconclusive).
+    # 6 and 7: 4 cliffs (voting's) and 3 calm runs (orch_workers'); the collapse, whose signal rose by
+    # step 30, is on neither side. No configuration holds both, so nothing is compared within one.
     for claim in (6, 7):
-        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("supported", 7)
-        assert claims[claim]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 3 without one"
+        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("inconclusive", 7)
+        assert claims[claim]["why"] == (
+            "4 cliffs and 3 calm runs, never both in one configuration: nothing to compare within one (more seeds)"
+        )
     # 5: the collapse is a failure, and not a cliff: in orch_workers each mode's one failure is a collapse
     # (share not cliffs 1 and 1), in voting each mode's four are cliffs (0 and 0): alike in both.
     assert (claims[5]["verdict"], claims[5]["estimate"]) == ("inconclusive", None)

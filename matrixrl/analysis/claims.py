@@ -8,14 +8,14 @@ Only a ``cliff`` (a fall after a real peak) is tested as the study's cliff (clai
 The rules, and why each test is the one it is, are in docs/report.md ("claims"),
 written before this code; in short:
 
-- every test but claim 2's gives an interval of an estimate the finding predicts above
+- claims 1, 3, 4, 5 give an interval of an estimate the finding predicts above
   ``null``: wholly above is ``supported``, wholly below ``contradicted``, else
   ``inconclusive``; a study that lacks what a test needs makes it ``untestable``;
-- a share k/m has the Clopper–Pearson interval (the sign test's); a difference of two
-  independent shares the square-and-add (MOVER) interval of the two Clopper–Pearson
-  intervals, with at least :data:`MIN_GROUP` cells a group; a mean difference the
-  Student-t interval (``analysis.seeds.t_interval``), none where every unit is the same
-  (a zero-width interval would claim certainty);
+- a share k/m has the Clopper–Pearson interval (the sign test's); a mean difference the
+  Student-t interval (``analysis.seeds.t_interval``), never narrower than the peaks'
+  own evaluation error allows;
+- claims 6 and 7 compare cliffs with calm runs within configurations: an exact
+  stratified test (its two one-sided p at α/2) and the Mantel–Haenszel difference;
 - claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
   the policy main effect, by nested F-tests, one family under Holm's procedure, and ω²
   (shown at 0 or above, the value as computed in ``why``).
@@ -26,8 +26,8 @@ isolated and a shared cell of one configuration and seed, as ``compare`` pairs t
 Where a claim's figure is measured against the base evaluation that a configuration's
 seeds (and both its modes) share, the configuration is the unit (claims 1, 3, 4, 5;
 claim 2 counts cells but puts the shared base's error into the context's test); the
-mechanism's timing is each training's own, so claims 6 and 7 count cells
-(docs/report.md, "One unit per claim").
+mechanism's timing is each training's own, so claims 6 and 7 count cells, each
+compared only with cells of its own configuration (docs/report.md, "One unit per claim").
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MIN_GROUP, MOST_UNITS, context_seeds_needed, difference_scale_needed, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, sign_units_needed, t_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
@@ -71,8 +71,8 @@ TESTS = {
     3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
     4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
     5: "sign test over configurations: share where shared's failures are less often cliffs",
-    6: "isolated amplification: precedes among cliffs - rose by the same step without a cliff",
-    7: "shared dominant share: precedes among cliffs - rose by the same step without a cliff",
+    6: "isolated amplification, within configurations: precedes among cliffs - rose as early without (exact stratified, MH)",
+    7: "shared dominant share, within configurations: precedes among cliffs - rose as early without (exact stratified, MH)",
 }
 
 
@@ -91,8 +91,8 @@ def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, cla
         lambda: claim_peaks(rows, extra, confidence),
         lambda: claim_cliffs(rows, extra, confidence),
         lambda: claim_failures(rows, extra, confidence),
-        lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence),
-        lambda: claim_mechanism(7, rows, "shared", "share", confidence),
+        lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence, extra),
+        lambda: claim_mechanism(7, rows, "shared", "share", confidence, extra),
     ]
     return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims])
 
@@ -491,8 +491,20 @@ def _not_cliff_share(signatures: Sequence[str]) -> float | None:
     return sum(signature != "cliff" for signature in failed) / len(failed) if failed else None
 
 
-def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float) -> dict:
-    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one."""
+def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float,
+                    extra: Sequence[str] = ()) -> dict:  # fmt: skip
+    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one, within
+    each configuration.
+
+    Runs are compared only with runs of their own configuration (workflow, task, scale, extra-axis
+    values; the seeds of one mode): per configuration with both a cliff and a calm run, a 2×2 table
+    of cliff or calm against the signal early or not (a cliff's preceded it; a calm run's rose by the
+    median step before its configuration's cliffs' onsets). The strata combine in the exact
+    conditional test (each table's margins fixed, the count of preceded cliffs a sum of
+    hypergeometrics): supported when P(T ≥ t) < α/2, contradicted when P(T ≤ t) < α/2. The
+    estimate is the Mantel–Haenszel difference of the two shares. So a configuration that cliffs
+    often and one whose signal rises often cannot make a verdict between them (docs/report.md,
+    "claims 6 and 7")."""
     cells = [row for row in rows if row["policy"] == policy and row.get("signal") == signal]
     if not cells:
         return _untestable(f"no {policy} cell with {_a(signal)} signal (gradient diagnostics)")
@@ -503,29 +515,78 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
         return _untestable(f"no {policy} cliff with a testable {signal} signal: nothing to precede", calm)
     if not calm:
         return _untestable(f"every {policy} cell with {_a(signal)} signal ends in a cliff: no control", cliffs)
-    window = median(int(row["pre_onset"]) for row in cliffs)
-    k1 = sum(row["verdict"] == "precedes" for row in cliffs)
-    k0 = sum(not missing(row.get("rise_step")) and int(row["rise_step"]) <= window for row in calm)
-    d, lo, hi = share_difference(k1, len(cliffs), k0, len(calm), confidence)
-    why = f"precedes {k1} of {len(cliffs)} cliffs; rose by step {window:g} in {k0} of {len(calm)} without one"
-    if min(len(cliffs), len(calm)) < MIN_GROUP:
-        why += f": under {MIN_GROUP} a group" + _difference_note(k1, len(cliffs), k0, len(calm), confidence)
-        return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why, "inconclusive")
-    if verdict(lo, hi, 0.0) == "inconclusive":
-        why += _difference_note(k1, len(cliffs), k0, len(calm), confidence)
-    return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why)
+    tables = mechanism_strata([*cliffs, *calm], extra)
+    used = [row for table in tables for row in table.rows]
+    k1 = sum(table.preceded for table in tables)
+    n1 = sum(table.cliffs for table in tables)
+    k0 = sum(table.rose for table in tables)
+    n0 = sum(table.calm for table in tables)
+    if not tables:
+        return _result(math.nan, math.nan, math.nan, 0.0, [*cliffs, *calm], None,
+                       f"{len(cliffs)} cliffs and {len(calm)} calm runs, never both in one configuration: "
+                       "nothing to compare within one (more seeds)", "inconclusive")  # fmt: skip
+    estimate = mantel_haenszel_difference(tables)
+    p_high, p_low = stratified_exact(tables)
+    alpha = 1 - confidence
+    decided = "supported" if p_high < alpha / 2 else "contradicted" if p_low < alpha / 2 else "inconclusive"
+    why = (f"within {_plural_of(len(tables), 'configuration')}: precedes {k1} of {n1} cliffs; rose as early in {k0} of {n0} "
+           f"without one; exact p {min(p_high, p_low):.3g} ({'above' if p_high <= p_low else 'below'})")  # fmt: skip
+    left = len(cliffs) + len(calm) - len(used)
+    if left:
+        why += f"; {left} cells in configurations without both left out"
+    evidence = f"MH {estimate:+.2f}, {k1}/{n1} vs {k0}/{n0}"
+    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided)
 
 
-def _difference_note(k1: int, n1: int, k0: int, n0: int, confidence: float) -> str:
-    """What would decide claim 6 or 7, inconclusive, at the two shares it found: both groups grown alike (more seeds)."""
-    p1, p0 = k1 / n1, k0 / n0
-    if p1 == p0:
-        return "; at equal shares, no number of seeds decides it"
-    # The interval of p0 − p1 is that of p1 − p0 negated: a contradiction is the mirror's support.
-    times = difference_scale_needed(n1, p1, n0, p0, confidence) if p1 > p0 else difference_scale_needed(n0, p0, n1, p1, confidence)
-    if times is None:
-        return "; at these shares, 80% power needs groups of more than a few hundred cells"
-    return f"; at these shares, 80% power needs about {times} times the seeds ({times * n1} cliffs, {times * n0} without)"
+def _plural_of(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class _Stratum:
+    """One configuration's 2×2 table of claims 6 and 7."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        cliffs = [row for row in rows if bool(row["cliff"])]
+        calm = [row for row in rows if not bool(row["cliff"])]
+        window = median(int(row["pre_onset"]) for row in cliffs)
+        self.rows = rows
+        self.cliffs, self.calm = len(cliffs), len(calm)
+        self.preceded = sum(row["verdict"] == "precedes" for row in cliffs)
+        self.rose = sum(not missing(row.get("rise_step")) and int(row["rise_step"]) <= window for row in calm)
+
+
+def mechanism_strata(rows: Sequence[dict], extra: Sequence[str] = ()) -> list[_Stratum]:
+    """The configurations of ``rows`` (cliffs and calm runs of one mode) that hold both, each as its table."""
+    tables = []
+    for _, group in grouped_rows(rows, ["workflow", "task", "scale", *extra]):
+        kinds = {bool(row["cliff"]) for row in group}
+        if kinds == {True, False}:
+            tables.append(_Stratum(group))
+    return tables
+
+
+def mantel_haenszel_difference(tables: Sequence[_Stratum]) -> float:
+    """The Mantel–Haenszel difference of the shares early (cliffs minus calm runs) over the strata."""
+    top = sum((t.preceded * t.calm - t.rose * t.cliffs) / (t.cliffs + t.calm) for t in tables)
+    bottom = sum(t.cliffs * t.calm / (t.cliffs + t.calm) for t in tables)
+    return top / bottom
+
+
+def stratified_exact(tables: Sequence[_Stratum]) -> tuple[float, float]:
+    """``(P(T ≥ t), P(T ≤ t))`` of the exact conditional test: T the preceded cliffs summed over the
+    strata, each stratum's hypergeometric given its margins (cliffs, calm, and how many were early)."""
+    import numpy as np
+    from scipy.stats import hypergeom
+
+    pmf = np.ones(1)
+    low = 0
+    for t in tables:
+        early = t.preceded + t.rose
+        support = np.arange(max(0, early - t.calm), min(early, t.cliffs) + 1)
+        pmf = np.convolve(pmf, hypergeom.pmf(support, t.cliffs + t.calm, early, t.cliffs))
+        low += int(support[0])
+    observed = sum(t.preceded for t in tables) - low
+    return float(min(1.0, pmf[observed:].sum())), float(min(1.0, pmf[: observed + 1].sum()))
 
 
 def _a(word: str) -> str:
