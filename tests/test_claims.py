@@ -244,6 +244,15 @@ def test_grids_that_lack_what_a_claim_needs_say_why(experiment: Path) -> None:
 # --- claim 2: the ANOVA ----------------------------------------------------------------------
 
 
+def known_share_by_hand(statistic: float, dfn: int, dfd: int, known: float) -> float:
+    """P((χ²_dfn/dfn)/(k + (1 − k)·χ²_dfd/dfd) > statistic), integrated with scipy.stats' densities."""
+    from scipy import integrate
+    from scipy.stats import chi2
+
+    tail = lambda x: chi2.sf(dfn * statistic * (known + (1 - known) * x / dfd), dfn) * chi2.pdf(x, dfd)  # noqa: E731
+    return integrate.quad(tail, 0, np.inf, limit=200)[0]
+
+
 def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float]:
     """Claim 2's figures for gains on voting/orch_workers × arith/pyfunc (in that order), one seed,
     by least squares on dummy columns (numpy, not statsmodels)."""
@@ -266,8 +275,11 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error,
     # and a cell's whole variance (both ω²'s denominator). The error's degrees of freedom: the residual's.
     error = mse + 2 * 0.3 * 0.7 / 1000
+    # The context's test: its statistic over a denominator whose base share (2·s²/error) is known and only
+    # the residual's estimated (3 degrees of freedom), not an F's.
+    known = 2 * 0.3 * 0.7 / 1000 / error
     return {
-        "p_context": f.sf(ss_context / 3 / error, 3, 3), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "p_context": known_share_by_hand(ss_context / 3 / error, 3, 3, known), "p_policy": f.sf(ss_policy / mse, 1, 3),
         "omega2_context": (ss_context - 3 * error) / (total + error), "omega2_policy": (ss_policy - mse) / (total + error),
     }  # fmt: skip
 
@@ -364,7 +376,8 @@ def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: P
     w = 1 / v
     centre = (w * means).sum() / w.sum()
     statistic = (w * (means - centre) ** 2).sum() / 3
-    p_context = f.sf(statistic, 3, 11)  # the residual's degrees of freedom
+    # The bases' share of each v is known, the residual's estimated on its 11 degrees of freedom.
+    p_context = known_share_by_hand(statistic, 3, 11, float((base / v).mean()))
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
     error = mse + 4 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
