@@ -42,7 +42,7 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MOST_UNITS, context_seeds_needed, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_sf, sign_units_needed, t_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
@@ -82,10 +82,16 @@ def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, cla
     records; cells without a base evaluation are left out). Empty when no cell has one.
     ``claims``: those claims only; ``brief``: claim 2 without its descriptive η² (the calibration
     tests the claims over thousands of studies)."""
+    return _frame(list(claim_results(per_cell, confidence, claims, brief).values()))
+
+
+def claim_results(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8),
+                  brief: bool = False) -> dict[int, dict]:
+    """:func:`claims_table`'s rows as dicts, per claim (none without a cell with a base evaluation)."""
     per_cell = PerCell.of(per_cell)
     rows = [row for row in per_cell.rows if not missing(row.get("base"))]
     if not rows:
-        return _frame([])
+        return {}
     extra = extra_axes(per_cell.columns)
     tests: list[Callable[[], dict]] = [
         lambda: claim_gain(rows, confidence),
@@ -96,7 +102,7 @@ def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, cla
         lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence, extra),
         lambda: claim_mechanism(7, rows, "shared", "share", confidence, extra),
     ]
-    return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims])
+    return {i: {"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims}
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -337,10 +343,13 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
 
     gain = frame["gain"].to_numpy(dtype=float)
     contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
-    context_codes = frame.groupby(contexts, sort=True).ngroup().to_numpy()
-    policies = sorted(frame["policy"].unique())
-    indicators = np.eye(context_codes.max() + 1)[context_codes]
-    modes = np.stack([(frame["policy"] == level).to_numpy(dtype=float) for level in policies[1:]], axis=1)
+    keys = list(zip(*(frame[column].tolist() for column in contexts)))
+    code_of = {key: i for i, key in enumerate(sorted(set(keys)))}
+    context_codes = np.array([code_of[key] for key in keys])
+    policy = np.array(frame["policy"].tolist())
+    indicators = np.eye(len(code_of))[context_codes]
+    modes = np.stack([(policy == level).astype(float) for level in sorted(set(policy.tolist()))[1:]], axis=1)
+    base_var = frame["base_var"].to_numpy(dtype=float)
     total = float(((gain - gain.mean()) ** 2).sum())
     full_fit, full_ssr, full_rank = _least_squares(np.hstack([indicators, modes]), gain)
     df_resid = len(gain) - full_rank
@@ -348,14 +357,14 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
         return None
     _, context_ssr, context_rank = _least_squares(indicators, gain)
     mse = full_ssr / df_resid
-    by_context = frame.groupby(contexts)["base_var"]
-    cells_per_context = float(by_context.size().mean())
-    error = mse + cells_per_context * float(by_context.mean().mean())
+    sizes = np.bincount(context_codes)
+    cells_per_context = float(sizes.mean())
+    error = mse + cells_per_context * float((np.bincount(context_codes, weights=base_var) / sizes).mean())
     df = full_rank - context_rank
     p_policy = float(fdtrc(df, df_resid, (context_ssr - full_ssr) / df / mse)) if df > 0 else 1.0
     out = {"p_policy": p_policy, "omega2_policy": (context_ssr - full_ssr - df * mse) / (total + error)}
     adjusted = gain - modes @ full_fit[indicators.shape[1]:]  # policy's fitted effect taken out of every gain
-    test = _context_test(adjusted, frame["base_var"].to_numpy(dtype=float), context_codes, mse)
+    test = _context_test(adjusted, base_var, context_codes, mse)
     if test is None:
         return None
     statistic, df_context, harmonic_variance, known = test
@@ -400,27 +409,6 @@ def _context_test(adjusted, base_var, codes, mse: float) -> tuple[float, int, fl
     centre = float((weights * mean).sum() / weights.sum())
     statistic = float((weights * (mean - centre) ** 2).sum()) / (len(mean) - 1)
     return statistic, len(mean) - 1, float(len(mean) / weights.sum()), float((base / variances).mean())
-
-
-def known_share_sf(statistic: float, dfn: int, dfd: float, known: float) -> float:
-    """P(X > ``statistic``) for X = (χ²_dfn/dfn)/(k + (1 − k)·u²), u² ~ χ²_dfd/dfd and k = ``known``: the
-    null distribution of the context's W/(C − 1) when a share k of each context's variance is known (its
-    base's) and only the rest estimated from the residual (docs/report.md, claim 2). k = 0 is the F's."""
-    from scipy.integrate import quad
-    from scipy.special import chdtrc, fdtrc, gammaln
-
-    if known <= 0:
-        return float(fdtrc(dfn, dfd, statistic))
-    half = dfd / 2
-    log_norm = -half * math.log(2) - float(gammaln(half))
-
-    def integrand(x: float) -> float:  # the residual's χ²_dfd density at x times the χ² tail given it
-        if x <= 0:
-            return 0.0
-        density = math.exp(log_norm + (half - 1) * math.log(x) - x / 2)
-        return density * float(chdtrc(dfn, dfn * statistic * (known + (1 - known) * x / dfd)))
-
-    return min(1.0, quad(integrand, 0, math.inf, limit=200, epsabs=1e-14)[0])
 
 
 def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:

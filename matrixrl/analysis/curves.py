@@ -223,6 +223,51 @@ def summarize_curve(
     )
 
 
+def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndarray, analysis: Analysis) -> dict[str, np.ndarray | list]:
+    """:func:`summarize_curve` over many curves at once (numpy): ``accuracy`` is cells × checkpoints on the
+    shared ``steps`` (0 first), ``n_eval`` the trials of each cell's evaluations, every SE the binomial
+    one (0 taken as 1/n). Returns each :class:`CurveSummary` field as an array over the cells (``cliff_onset``
+    and ``pre_onset`` as lists, None without a cliff; ``signature`` a list). The calibration's simulations
+    read it; tests/test_calibration.py checks it against :func:`summarize_curve` curve by curve."""
+    acc = np.asarray(accuracy, dtype=float)
+    cells, k = acc.shape
+    n = np.asarray(n_eval, dtype=float).reshape(-1, 1) * np.ones((1, k))
+    step = np.asarray(steps)
+    rows = np.arange(cells)
+    last = k - 1
+    se = np.sqrt(acc * (1 - acc) / n)
+    se = np.where(se > 0, se, 1.0 / n)
+    peak_i = acc.argmax(axis=1)
+    base, peak, final = acc[:, 0], acc[rows, peak_i], acc[:, last]
+    tail = min(analysis.final_tail_k, k)
+    below = acc <= (peak - analysis.cliff_delta)[:, None] + _TOL
+    above = ~below
+    last_above = np.where(above.any(axis=1), last - above[:, ::-1].argmax(axis=1), -1)
+    onset_i = np.maximum(last_above + 1, peak_i + 1)
+    noise = analysis.cliff_noise_se
+    drop = peak - final
+    se_drop = np.hypot(se[rows, peak_i], se[:, last])
+    peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
+    real_peak = (peak_i > 0) & (peak_gain_z >= peak_threshold(last, noise))
+    held = np.minimum(FALL_READINGS, last - peak_i)
+    cliff = real_peak & (held > 0) & (drop > noise * se_drop) & (onset_i <= last - held + 1)
+    drop_z = drop / se_drop
+    gain_z = (final - base) / np.hypot(se[:, last], se[:, 0])
+    collapse = ~cliff & (final <= base - analysis.cliff_delta + _TOL) & (-gain_z > noise)
+    signature = np.select(
+        [cliff, collapse, drop_z > noise, gain_z > noise], ["cliff", "collapse", "decline", "gain"], "no gain"
+    ).tolist()
+    onset = [int(step[i]) if c else None for i, c in zip(onset_i.tolist(), cliff.tolist())]
+    pre = [int(step[i - 1]) if c else None for i, c in zip(onset_i.tolist(), cliff.tolist())]
+    return {
+        "base": base, "peak": peak, "peak_step": step[peak_i], "final": final,
+        "final_tail": acc[:, k - tail:].mean(axis=1), "gain": final - base, "peak_gain": peak - base,
+        "gain_z": gain_z, "peak_gain_z": peak_gain_z, "cliff": cliff, "cliff_onset": onset,
+        "n_checkpoints": np.full(cells, k), "drop_z": drop_z, "pre_onset": pre, "signature": signature,
+        "base_se": se[:, 0],
+    }  # fmt: skip
+
+
 _SUMMARY_COLUMNS = [f.name for f in fields(CurveSummary)]
 _DTYPES = {
     "base": "float64",
