@@ -66,6 +66,43 @@ def test_a_synthetic_study_is_made_as_a_run_makes_one() -> None:
     assert sum(row["signature"] == "cliff" for row in cliffs.rows) >= 22
 
 
+def test_the_simulations_records_are_the_per_cell_codes() -> None:
+    """The calibration summarizes thousands of curves at once (``summarize_curves``) and reads each
+    step-up signal from its update (``signal_records``): on the paper's 51 checkpoints and the default
+    grid's 5, every record is what ``summarize_curve`` and ``mechanism.assess`` make of the same draws."""
+    import numpy as np
+    import pandas as pd
+
+    from matrixrl.analysis.calibration import draw_study, study_records
+    from matrixrl.analysis.curves import summarize_curve
+    from matrixrl.analysis.mechanism import Signal, assess
+
+    analysis = Analysis()
+    rng = np.random.default_rng(11)
+    cliffs = 0
+    for shape in (DEFAULT, SHAPES["paper.yaml, 1 seed"]):
+        steps, last = list(shape.steps), shape.steps[-1]
+        for scenario in (NULL, replace(NULL, cliff=(0.6, 0.6), precedes=(0.8, 0.8), fall=(0.2, 0.2), flat=(0.0, 0.0))):
+            drawn = draw_study(shape, scenario, rng, analysis)
+            for i, row in enumerate(study_records(shape, drawn, analysis).rows):
+                accuracy, trials = drawn.accuracy[i].tolist(), int(drawn.trials[i])
+                se = [math.sqrt(a * (1 - a) / trials) for a in accuracy]
+                curve = summarize_curve(steps, accuracy, trials, analysis, se)
+                for key, value in curve.__dict__.items():
+                    assert row[key] == (pytest.approx(value, rel=1e-12) if isinstance(value, float) else value), key
+                cliffs += curve.cliff
+                if drawn.signal[i] is None:
+                    continue
+                updates = np.arange(1, last + 1)
+                values = np.where(updates >= (drawn.rise[i] or last + 1), 2.0, 1.0)
+                series = pd.Series(values, index=pd.Index(updates, dtype="int64"))
+                found = assess(Signal(drawn.signal[i], "generator", series), curve.cliff_onset, steps, analysis,
+                               collapse=curve.signature == "collapse")  # fmt: skip
+                assert {key: row[key] for key in ("rose", "rise_step", "lead", "verdict")} == {
+                    key: found[key] for key in ("rose", "rise_step", "lead", "verdict")}  # fmt: skip
+    assert cliffs > 20  # the comparison saw cliffs, not only calm runs
+
+
 def test_no_rule_decides_beyond_its_level_with_nothing_there() -> None:
     """On the default grid's shape: claim 1 when nothing learns; claims 2-7 when the runs that learn
     gain alike in both modes, 30% end in a cliff and 20% stay flat, and the signals rise at random."""
