@@ -215,9 +215,17 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
                     *evaluations(cell("voting", "shared", seed=seed), [0.3, shared])]  # fmt: skip
     claims = claims_of(config, results)
     three = claims[3]
-    half = 4.3027 * 0.02 / math.sqrt(3)  # t(2), s = 0.02
-    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-4))
-    assert three["why"] == "isolated higher in 3 of 3 seeds of one configuration" and three["n_seeds"] == 3
+    # Their spread, s = 0.02, is less than the peaks' own evaluation error allows (1000 problems each:
+    # the binomial SEs of the three pairs' peaks), which sets the interval: t(2) × that SE of the mean.
+    evaluation = math.sqrt(sum(p * (1 - p) / 1000 + 0.4 * 0.6 / 1000 for p in (0.5, 0.52, 0.48))) / 3
+    assert evaluation > 0.02 / math.sqrt(3)
+    half = 4.302653 * evaluation
+    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-5))
+    assert three["why"] == (
+        f"isolated higher in 3 of 3 seeds of one configuration; the peaks' evaluation error ({evaluation:.4f} SE of "
+        "the mean) sets the interval, wider than their spread's"
+    )
+    assert three["n_seeds"] == 3
     assert claims[2]["why"] == "one workflow, task and scale: no context to vary"
     # With one seed of that one configuration: one pair, no interval.
     one = claims_of(config_for(experiment, "[voting]", task="[arith]"), results[:4])
@@ -576,10 +584,18 @@ def test_one_configuration_with_six_seeds_is_one_unit_for_claims_4_and_5(experim
     )
     # Claim 3's peak difference is between two trainings' own checkpoints (the shared base cancels), so
     # one configuration's seed pairs are its units: isolated's 0.7 against shared's base (0.3), six times,
-    # every one the same: no spread to estimate an interval from.
+    # every one the same: no spread, but never a narrower interval than the peaks' evaluation error allows
+    # (each pair's two peaks of 1000 problems, binomial: 0.21/1000 each), t(5) × that SE of the mean.
     three = claims[3]
-    assert (three["verdict"], three["estimate"], three["lo"], three["evidence"]) == ("inconclusive", approx(0.4), None, "+0.400")
-    assert three["why"] == "isolated higher in 6 of 6 seeds of one configuration, every one +0.400: no spread, no interval"
+    evaluation = math.sqrt(6 * 0.42 / 1000) / 6
+    half = 2.570582 * evaluation
+    assert (three["verdict"], three["estimate"], three["lo"], three["hi"]) == ("supported", approx(0.4), approx(0.4 - half, rel=1e-5),
+                                                                              approx(0.4 + half, rel=1e-5))  # fmt: skip
+    assert three["evidence"] == "+0.400 [+0.378, +0.422]"
+    assert three["why"] == (
+        "isolated higher in 6 of 6 seeds of one configuration; the peaks' evaluation error (0.0084 SE of the mean) "
+        "sets the interval, wider than their spread's"
+    )
 
 
 # --- the table in the report ---------------------------------------------------------------
@@ -628,10 +644,16 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     peaks = {("isolated", 1e-4): 0.5, ("shared", 1e-4): 0.4, ("isolated", 5e-5): 0.52, ("shared", 5e-5): 0.4}
     results = [e for c in G.cells(config) for e in evaluations(c, [0.3, peaks[(c.policy, c.sweep_values()["train.lr"])]])]
     three = claims_of(config, results)[3]
-    half = 12.7062 * 0.02 / math.sqrt(2) / math.sqrt(2)  # t(1); differences 0.1 and 0.12, s = 0.02/√2
+    # Differences 0.1 and 0.12, s = 0.02/√2; the peaks' binomial evaluation error (1000 problems) is wider and
+    # sets the interval: t(1) × its SE of the mean.
+    evaluation = math.sqrt(0.5 * 0.5 / 1000 + 0.52 * 0.48 / 1000 + 2 * 0.4 * 0.6 / 1000) / 2
+    half = 12.7062 * evaluation
     assert (three["verdict"], three["estimate"], three["hi"]) == ("inconclusive", approx(0.11), approx(0.11 + half, rel=1e-4))
     # At a mean of 0.11/s = 7.78 standard deviations, 2 units fall short (t(1) = 12.7) and 3 suffice.
-    assert three["why"] == "isolated higher in 2 of 2 configurations; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+    assert three["why"] == (
+        f"isolated higher in 2 of 2 configurations; the peaks' evaluation error ({evaluation:.4f} SE of the mean) sets the "
+        "interval, wider than their spread's; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+    )
     assert t_power(2, 0.11 / (0.02 / math.sqrt(2)), 0.95) < 0.8 <= t_power(3, 0.11 / (0.02 / math.sqrt(2)), 0.95)
     sets = [a for s in ["grid.workflow=[voting]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0]", lr, *MECHANISM] for a in ("--set", s)]
     page = tmp_path / "report.html"

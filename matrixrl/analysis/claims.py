@@ -48,7 +48,7 @@ from matrixrl.analysis.seeds import t_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
 CLAIMS_COLUMNS = [
-    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "why",
+    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "p", "why",
 ]  # fmt: skip
 """The default columns first, in the order they are read; then what was computed, as numbers, and why."""
 
@@ -77,12 +77,16 @@ TESTS = {
 
 
 def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8),
-                 brief: bool = False) -> pd.DataFrame:
+                 brief: bool = False, family: str = "none") -> pd.DataFrame:
     """A row per claim (``CLAIMS_COLUMNS``) tested on the cells of ``per_cell`` (the per-cell
     records; cells without a base evaluation are left out). Empty when no cell has one.
     ``claims``: those claims only; ``brief``: claim 2 without its descriptive η² (the calibration
-    tests the claims over thousands of studies)."""
-    return _frame(list(claim_results(per_cell, confidence, claims, brief).values()))
+    tests the claims over thousands of studies); ``family``: ``holm`` for Holm's procedure across
+    claims 2-7 (:func:`family_holm`), ``none`` for each claim at its own level."""
+    results = claim_results(per_cell, confidence, claims, brief)
+    if family == "holm":
+        results = family_holm(results, 1 - confidence)
+    return _frame(list(results.values()))
 
 
 def claim_results(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8),
@@ -107,7 +111,7 @@ def claim_results(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, cl
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=CLAIMS_COLUMNS)
-    dtypes = {"claim": "int64", "n_cells": "int64", "n_seeds": "int64", **dict.fromkeys(["estimate", "lo", "hi", "null"], "float64")}
+    dtypes = {"claim": "int64", "n_cells": "int64", "n_seeds": "int64", **dict.fromkeys(["estimate", "lo", "hi", "null", "p"], "float64")}
     return frame.astype(dtypes)
 
 
@@ -143,9 +147,12 @@ def verdict(lo: float, hi: float, null: float) -> str:
     return "supported" if lo > null else "contradicted" if hi < null else "inconclusive"
 
 
-def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None) -> dict:
+def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None,
+            p: float = math.nan) -> dict:  # fmt: skip
+    """A claim's row; ``p``: its test's two-sided p-value (NaN without a test), which Holm's procedure
+    across the family reads (:func:`family_holm`)."""
     return {
-        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null,
+        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null, "p": p,
         "n_cells": len(cells), "n_seeds": len({row["seed"] for row in cells}),
         "verdict": decided if decided is not None else verdict(lo, hi, null), "why": why,
     }  # fmt: skip
@@ -219,7 +226,7 @@ def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
     why = f"{k} of {m} workflow-task-scales gain; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "workflow-task-scales", confidence, " (seeds add none: they share its base)")
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
 
 
 def _sign_note(k: int, m: int, units: str, confidence: float, aside: str = "") -> str:
@@ -257,11 +264,13 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
     # ω² is a share of variance: below 0 it estimates none, and is shown and compared as 0.
     omega_c, omega_p = (max(value, 0.0) for value in raw.values())
     decided = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
+    # Its p in the family: the smaller of its two, Holm-adjusted within the claim (twice it).
+    family_p = min(1.0, 2 * min(anova["p_context"], anova["p_policy"]))
     evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
     test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests (Holm), omega² of context vs policy"
     why = f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}"
     if brief:
-        return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
+        return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p), "test": test}
     why += (f"; η² main {anova['eta2_main']:.2f}, interactions {anova['eta2_interactions']:.2f}, "
             f"policy {anova['eta2_policy']:.2f}")  # fmt: skip
     below = [f"{name} {value:.3g}" for name, value in raw.items() if value < 0]
@@ -269,7 +278,7 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
         why += f"; ω² below 0, shown as 0: {', '.join(below)}"
     if decided == "inconclusive":
         why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence)
-    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
+    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p), "test": test}
 
 
 def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
@@ -428,17 +437,65 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
     if len(units) < 2:
         return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval; more seeds or configurations")
     why = f"isolated higher in {higher} of {len(units)} {unit}"
-    if hi - lo < 1e-9:  # equal units, to float rounding (accuracies are multiples of 1/(n·samples), far coarser)
-        # No spread to estimate the noise from: a zero-width interval would claim certainty (docs/report.md).
-        return _result(mean, math.nan, math.nan, 0.0, cells, f"{mean:+.3f}", f"{why}, every one {mean:+.3f}: no spread, no interval")
-    if verdict(lo, hi, 0.0) == "inconclusive":
-        spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+    # The interval is never narrower than the peaks' own evaluation error allows (docs/report.md, claim 3).
+    groups = pairs if len(pairs) > 1 else [[pair] for pair in pairs[0]]
+    floor = math.sqrt(sum(sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups)) / len(units)
+    from scipy.special import stdtr, stdtrit
+
+    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+    se = max(spread / math.sqrt(len(units)), floor)
+    if se == floor:
+        half = float(stdtrit(len(units) - 1, (1 + confidence) / 2)) * se
+        lo, hi = mean - half, mean + half
+        why += f"; the peaks' evaluation error ({floor:.4f} SE of the mean) sets the interval, wider than their spread's"
+    p = float(2 * stdtr(len(units) - 1, -abs(mean) / se)) if se > 0 else math.nan
+    if verdict(lo, hi, 0.0) == "inconclusive" and spread > 0:
         effect = abs(mean) / spread
         needed = t_units_needed(effect, confidence)
         count = "no number of" if needed is None else f"{needed}"
         what = "configurations" if len(pairs) > 1 else "seed pairs"
         why += f"; at this mean, {effect:.2f} of their standard deviation, 80% power needs {count} {what}"
-    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why)
+    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why, p=p)
+
+
+def _peak_var(row: dict) -> float:
+    """The squared SE of a cell's peak evaluation, from its ``peak_gain_z`` and its base's SE (the peak's
+    and the base's make the rise's); the base's own where the peak is the base."""
+    base_se = 0.0 if missing(row.get("base_se")) else float(row["base_se"])
+    rise, z = float(row["peak"]) - float(row["base"]), row.get("peak_gain_z")
+    if rise == 0 or missing(z) or not math.isfinite(float(z)) or float(z) == 0:
+        return base_se**2
+    return max((rise / float(z)) ** 2 - base_se**2, 0.0)
+
+
+def sign_p(k: int, m: int) -> float:
+    """The sign test's two-sided p of k of m units going one way (twice the smaller tail, at most 1)."""
+    from matrixrl.analysis.power import binomial_tail
+
+    return min(1.0, 2 * min(binomial_tail(m, k, 0.5), binomial_tail(m, m - k, 0.5)))
+
+
+FAMILY = (2, 3, 4, 5, 6, 7)
+"""The claims that are one family under ``family="holm"``: those that test one study's differences
+(claim 1 is the study's premise, tested on its own)."""
+
+
+def family_holm(results: dict[int, dict], alpha: float) -> dict[int, dict]:
+    """``results`` with Holm's procedure across :data:`FAMILY`: the claims with a p, ordered by it, are
+    decided while the i-th smallest (of m) is below α/(m − i + 1); from the first that is not, a
+    supported or contradicted verdict becomes ``inconclusive``, its ``why`` saying so."""
+    tested = sorted((row["p"], claim) for claim, row in results.items() if claim in FAMILY and math.isfinite(row["p"]))
+    out = dict(results)
+    stopped = False
+    for i, (p, claim) in enumerate(tested):
+        level = alpha / (len(tested) - i)
+        stopped = stopped or p >= level
+        row = results[claim]
+        if stopped and row["verdict"] in ("supported", "contradicted"):
+            out[claim] = {**row, "verdict": "inconclusive",
+                          "why": f"{row['why']}; {row['verdict']} alone, not under Holm across claims 2-7 (p {p:.3g}, "
+                                 f"its step's level {level:.3g})"}  # fmt: skip
+    return out
 
 
 def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -461,7 +518,7 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
     why = f"isolated's higher in {k} of {m}; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations whose cliff rates differ", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -496,7 +553,7 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     why = described
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations failing under both modes in different shares of cliffs", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
 
 
 def _not_cliff_share(signatures: Sequence[str]) -> float | None:
@@ -550,7 +607,7 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
     if left:
         why += f"; {left} cells in configurations without both left out"
     evidence = f"MH {estimate:+.2f}, {k1}/{n1} vs {k0}/{n0}"
-    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided)
+    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided, p=min(1.0, 2 * min(p_high, p_low)))
 
 
 def _plural_of(n: int, word: str) -> str:

@@ -163,7 +163,7 @@ def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncent
     2's context statistic when a share k of its denominator is known and the rest estimated on ``dfd``
     degrees of freedom (``claims.context_anova``); k = 0 is the (noncentral) F's."""
     from scipy.integrate import quad
-    from scipy.special import chndtr, gammaln
+    from scipy.special import chdtrc, chndtr, gammaln
 
     half = dfd / 2
     log_norm = -half * math.log(2) - float(gammaln(half))
@@ -172,12 +172,14 @@ def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncent
         if x <= 0:
             return 0.0
         density = math.exp(log_norm + (half - 1) * math.log(x) - x / 2)
-        return density * (1.0 - float(chndtr(dfn * statistic * (known + (1 - known) * x / dfd), dfn, noncentrality)))
+        at = dfn * statistic * (known + (1 - known) * x / dfd)
+        tail = float(chdtrc(dfn, at)) if noncentrality == 0 else 1.0 - float(chndtr(at, dfn, noncentrality))
+        return density * tail
 
     # The χ²_dfd mass lies within 40 of its SDs, √(2·dfd), of its mean dfd (a finite range: quad finds the peak).
     spread = 40 * math.sqrt(2 * dfd)
     lo, hi = max(0.0, dfd - spread), dfd + spread + 40
-    return min(1.0, quad(integrand, lo, hi, points=[dfd], limit=200, epsabs=1e-14)[0])
+    return min(1.0, quad(integrand, lo, hi, points=[dfd], limit=200, epsabs=0.0, epsrel=1e-10)[0])
 
 
 @functools.cache
