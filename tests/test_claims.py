@@ -662,6 +662,20 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     assert '<section id="table-claims">' in page.read_text()
 
 
+def test_a_sweeps_configurations_share_one_base_and_are_one_unit_for_claims_4_and_5(experiment: Path) -> None:
+    """train.lr [1e-4, 5e-5] over voting and orch_workers: four configurations, two base evaluations
+    (every lr of a workflow-task-scale shares one). Isolated falls off a cliff at both rates, shared
+    learns: claim 4 counts the two workflow-task-scales, not the four configurations."""
+    from matrixrl import grid as G
+
+    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", extra=["grid.train.lr=[1.0e-4, 5.0e-5]"])
+    results = [e for c in G.cells(config) for e in evaluations(c, CLIFF(0.7) if c.policy == "isolated" else [0.3, 0.4, 0.45, 0.5])]
+    claims = claims_of(config, results)
+    assert claims[4]["evidence"] == "2/2: 1.00 [0.16, 1.00]"
+    assert claims[4]["why"].startswith("isolated's higher in 2 of 2; cliff rates 1.00 isolated, 0.00 shared")
+    assert claims[3]["why"].startswith("isolated higher in 4 of 4 configurations")  # peaks read between trainings: four
+
+
 # --- a real run ------------------------------------------------------------------------------
 
 

@@ -177,13 +177,17 @@ def _multi_agent(rows: Sequence[dict]) -> list[dict]:
     return [row for row in rows if row["workflow"] != CONTROL]
 
 
-def _pairs(rows: Sequence[dict], extra: Sequence[str]) -> list[list[tuple[dict, dict]]]:
+def _pairs(rows: Sequence[dict], extra: Sequence[str], by_base: bool = False) -> list[list[tuple[dict, dict]]]:
     """Per configuration with both modes as runs of their own, its ``(isolated, shared)`` cells
-    paired by seed (the seeds both have); configurations without a pair are left out."""
+    paired by seed (the seeds both have); configurations without a pair are left out. ``by_base``:
+    per (workflow, task, scale) instead, the configurations of its extra-axis values (a sweep of a
+    training setting) one unit, for they share its one base evaluation; pairs within one value."""
     out = []
-    for _, group in grouped_rows(rows, ["workflow", "task", "scale", *extra]):
-        isolated = {row["seed"]: row for row in group if row["policy"] == "isolated"}
-        shared = {row["seed"]: row for row in group if row["policy"] == "shared"}
+    keys = ["workflow", "task", "scale"] if by_base else ["workflow", "task", "scale", *extra]
+    within = [axis for axis in extra if axis not in keys]
+    for _, group in grouped_rows(rows, keys):
+        isolated = {(row["seed"], *(repr(row[a]) for a in within)): row for row in group if row["policy"] == "isolated"}
+        shared = {(row["seed"], *(repr(row[a]) for a in within)): row for row in group if row["policy"] == "shared"}
         runs = [{row.get("run", row["cell"]) for row in side.values()} for side in (isolated, shared)]
         if not isolated or not shared or runs[0] == runs[1]:
             continue  # one mode only, or a one-role workflow whose isolated cells are its shared runs
@@ -499,8 +503,9 @@ def family_holm(results: dict[int, dict], alpha: float) -> dict[int, dict]:
 
 
 def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
-    """4. Isolated policies fall off terminal cliffs more often: a sign test over configurations."""
-    pairs = _pairs(rows, extra)
+    """4. Isolated policies fall off terminal cliffs more often: a sign test over configurations (those
+    of a sweep that share one base evaluation, one unit: a cliff's real peak reads against it)."""
+    pairs = _pairs(rows, extra, by_base=True)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
@@ -527,8 +532,9 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     Per configuration that fails under both modes, each mode's share of failing seeds whose failure
     is not a cliff; of the m configurations where the modes' shares differ, k where shared's is higher.
     A failure label (``no gain`` above all) is measured against the base evaluation that the
-    configuration's seeds and both its modes share, so its seeds are one unit, not several."""
-    pairs = _pairs(rows, extra)
+    configuration's seeds and both its modes share, so its seeds are one unit, not several, and so
+    are the configurations of a sweep, which share it too."""
+    pairs = _pairs(rows, extra, by_base=True)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
