@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell
-from matrixrl.analysis.claims import claim_results, claims_table
+from matrixrl.analysis.claims import FAMILY, claim_results, claims_table, family_holm
 from matrixrl.analysis.curves import summarize_curves
 from matrixrl.analysis.mechanism import Signal, assess
 from matrixrl.config import Analysis, Config
@@ -63,6 +63,7 @@ from matrixrl.config import Analysis, Config
 BASE_RANGE = (0.25, 0.55)
 """The true base accuracies of the contexts are drawn uniformly from this range."""
 POLICIES = ("shared", "isolated")
+DECIDED = ("supported", "contradicted")
 FALL_DEPTH = 0.20
 """A flat-then-fall run stays at its base for the first half of its checkpoints, then this far below it."""
 CLIFF_MIN_HEIGHT = 0.15
@@ -139,6 +140,7 @@ class Scenario:
     rise: float = 0.0
     precedes: tuple[float, float] = (0.0, 0.0)
     fall: tuple[float, float] = (0.0, 0.0)
+    steady: tuple[float, float] = (0.0, 0.0)
     confound: tuple[tuple[float, float], tuple[float, float]] | None = None
     cliff_height: float | None = None
 
@@ -155,6 +157,17 @@ effect, cliffs and signals alike in both modes."""
 
 NULLS = {1: NO_GAIN, **dict.fromkeys(range(2, 8), NULL)}
 """Per claim, the null its error rate is measured under."""
+
+COLLAPSES = replace(NULL, name="collapses", effect="", cliff=(0.0, 0.0), fall=(0.3, 0.0), steady=(0.3, 0.0))
+"""Claim 4's second null: no real cliff anywhere, but 60% of isolated runs collapse (half flat then a fall of
+:data:`FALL_DEPTH`, half a steady fall) and no shared run does: collapses must not read as cliffs."""
+
+CONFOUNDED = replace(NULL, name="confounded", confound=((0.6, 0.8), (0.1, 0.2)))
+"""Claims 6-7's second null: within every configuration the signal says nothing of cliffs, but half the
+contexts cliff 60% of the time with signals rising in 80% of runs, the others 10% and 20%."""
+
+EXTRA_NULLS = {4: COLLAPSES, 6: CONFOUNDED, 7: CONFOUNDED}
+"""Per claim, the further null its error rate is measured under (docs/report.md, "How often the rules err")."""
 
 PLANTED = {
     1: replace(NO_GAIN, name="gain", effect="learning runs gain +0.08", gain=0.08),
@@ -230,8 +243,10 @@ def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=Non
         cliff_p, rise_p = np.where(odd, cliff_b, cliff_a), np.where(odd, rise_b, rise_a)
     flat_p = np.where(side == 0, scenario.flat[0], scenario.flat[1])
     fall_p = np.where(side == 0, scenario.fall[0], scenario.fall[1])
+    steady_p = np.where(side == 0, scenario.steady[0], scenario.steady[1])
     u = rng.random(cells)
-    kind = np.select([u < cliff_p, u < cliff_p + flat_p, u < cliff_p + flat_p + fall_p], [2, 1, 3], 0)
+    bounds = np.cumsum([cliff_p, flat_p, fall_p, steady_p], axis=0)
+    kind = np.select([u < bounds[0], u < bounds[1], u < bounds[2], u < bounds[3]], [2, 1, 3, 4], 0)
     tb = true_base[context]
     last = steps[-1]
     k = len(steps)
@@ -249,8 +264,11 @@ def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=Non
     cliff = np.minimum(tb[:, None] + height[:, None] * ramp, 0.99)
     # Flat, then from the middle FALL_DEPTH below the base: a fall without a peak.
     fall = np.clip(tb[:, None] - FALL_DEPTH * (index[None, :] >= k // 2), 0.01, 0.99)
+    # Steady fall: linear from the base to FALL_DEPTH below it at the last step.
+    steady = np.clip(tb[:, None] - FALL_DEPTH * steps[None, :] / last, 0.01, 0.99)
     flat = np.repeat(tb[:, None], k, axis=1)
-    true = np.select([kind[:, None] == 0, kind[:, None] == 1, kind[:, None] == 2], [learning, flat, cliff], fall)
+    true = np.select([kind[:, None] == 0, kind[:, None] == 1, kind[:, None] == 2, kind[:, None] == 3],
+                     [learning, flat, cliff, fall], steady)  # fmt: skip
     accuracy = rng.binomial(trials[:, None], true) / trials[:, None]
     accuracy[:, 0] = base[context]
     # Signals: isolated cells of parallel workflows (amplification) and every shared cell (share).
@@ -362,10 +380,14 @@ def study_shapes(experiments: Path, paper: Path) -> dict[str, GridShape]:
 
 @dataclass
 class Rates:
-    """How often each verdict came out, per claim, over ``studies`` synthetic studies."""
+    """How often each verdict came out, per claim, over ``studies`` synthetic studies; ``family`` and
+    ``family_holm``: in how many at least one claim of 2-7 among those tested was decided, each at its
+    own level and under Holm's procedure across them (``claims.family_holm``)."""
 
     studies: int
     counts: dict[int, Counter] = field(default_factory=dict)
+    family: int = 0
+    family_holm: int = 0
 
     def rate(self, claim: int, *verdicts: str) -> float:
         return sum(self.counts[claim][v] for v in verdicts) / self.studies
@@ -393,10 +415,51 @@ def verdict_rates(
     for _ in range(studies):
         study = synthetic_study(shape, scenario, rng, analysis, signals)
         if table is claims_table:  # the same rows, without a DataFrame per study
-            verdicts = {claim: row["verdict"] for claim, row in claim_results(study, analysis.confidence, claims, brief=True).items()}
+            results = claim_results(study, analysis.confidence, claims, brief=True)
+            verdicts = {claim: row["verdict"] for claim, row in results.items()}
+            held = family_holm(results, 1 - analysis.confidence)
+            rates.family += any(verdicts[c] in DECIDED for c in verdicts if c in FAMILY)
+            rates.family_holm += any(held[c]["verdict"] in DECIDED for c in held if c in FAMILY)
         else:
             found = table(study, analysis.confidence, claims)
             verdicts = dict(zip(found["claim"].tolist(), found["verdict"].tolist()))
         for claim in claims:
             rates.counts[claim][verdicts[claim]] += 1
     return rates
+
+
+# --- the cliff rule on single runs ----------------------------------------------------------------
+
+LABELLED = {
+    "flat, then a fall of 0.20": "fall",
+    "a steady fall of 0.20": "steady",
+    "flat (noise alone)": "flat",
+    "a rise of 0.15, then back to the base": "rise",
+}
+"""The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
+
+
+def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, analysis: Analysis | None = None,
+                     height: float = CLIFF_MIN_HEIGHT) -> float:  # fmt: skip
+    """The share of ``runs`` runs of ``kind`` (:data:`LABELLED`) on ``steps``, each evaluation a binomial
+    draw of ``trials`` around a base drawn from :data:`BASE_RANGE`, that the cliff rule labels ``cliff``.
+    A ``rise`` climbs linearly to ``height`` above the base at a checkpoint in the middle of the run
+    (as a planted cliff's) and is back at the base from the next one on."""
+    analysis = analysis or Analysis()
+    rng = np.random.default_rng(seed)
+    step = np.asarray(steps, dtype=float)
+    k, last = len(step), step[-1]
+    index = np.arange(k)
+    base = rng.uniform(*BASE_RANGE, size=runs)[:, None]
+    if kind == "fall":
+        true = base - FALL_DEPTH * (index >= k // 2)
+    elif kind == "steady":
+        true = base - FALL_DEPTH * step / last
+    elif kind == "flat":
+        true = np.repeat(base, k, axis=1)
+    else:
+        peak = np.minimum(rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=runs), k - 2)
+        true = base + height * np.where(index <= peak[:, None], step / step[peak][:, None], 0.0)
+    true = np.clip(true, 0.01, 0.99)
+    accuracy = rng.binomial(trials, true) / trials
+    return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis)["cliff"].mean())
