@@ -150,6 +150,35 @@ def test_an_anti_conservative_rule_is_caught() -> None:
         assert_within_level(pooled, 2)
 
 
+def test_claim_2_at_its_level_where_its_former_rule_is_caught() -> None:
+    """1000 null studies of the default grid's shape (seeded; claim 2 alone, about 10 s): a bound of 5% +
+    3 SEs is 7.07%, which claim 2 keeps and its former rule (either F-test at 5% on its own, one mean base
+    variance, Satterthwaite's df: 7.5-9% in the bench) exceeds. 100-150 studies (a bound of 10-11.5%)
+    could not tell them apart."""
+    bench = runpy.run_path(str(REPO / "bench" / "claims_calibration.py"))
+    assert_within_level(verdict_rates(DEFAULT, NULL, 1000, seed=12, claims=[2]), 2)
+    former = verdict_rates(DEFAULT, NULL, 1000, seed=12, claims=[2], table=bench["former_claim_2"])
+    with pytest.raises(AssertionError, match="claim 2 decided in"):
+        assert_within_level(former, 2)
+
+
+def test_the_family_is_held_by_holm_and_collapses_and_confounding_decide_nothing() -> None:
+    """Under the joint null at least one of claims 2-7 is decided in more than 5% of studies, each at its
+    own level; under Holm across them, within it. Collapses in isolated runs only (no cliff) never make
+    claim 4, nor configurations that differ in both cliffs and signals claims 6-7 (the paper's shape,
+    3 seeds)."""
+    from matrixrl.analysis.calibration import COLLAPSES, CONFOUNDED
+
+    joint = verdict_rates(DEFAULT, NULL, 300, seed=13, claims=range(2, 8))
+    assert joint.family / joint.studies > LEVEL
+    assert joint.family_holm / joint.studies <= bound(joint.studies)
+    paper = SHAPES["paper.yaml, 3 seeds"]
+    assert_within_level(verdict_rates(paper, COLLAPSES, 100, seed=14, claims=[4]), 4)
+    confounded = verdict_rates(paper, CONFOUNDED, 100, seed=15, claims=[6, 7])
+    for claim in (6, 7):
+        assert_within_level(confounded, claim)
+
+
 def test_a_grid_with_extra_axes_or_unsized_evaluations_is_refused(experiment) -> None:
     from matrixrl.config import load_config
 
