@@ -379,3 +379,101 @@ def _bisect(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 4
         else:
             lo = middle
     return hi
+
+
+# --- claim 2's policy test, claim 3 in points, claim 4 with shared cliffing, claims 6-7 within configurations ---------
+
+EVALUATION_ACCURACY = 0.5
+"""The accuracy at which ``plan`` puts evaluation noise into points (the binomial variance is largest there)."""
+CALM_RISES = 0.2
+"""The share of calm runs whose signal rises as early as a cliff's, as ``plan`` assumes for claims 6-7."""
+SHARED_CLIFFS = 0.1
+"""The share of shared runs that cliff, as ``plan`` assumes for claim 4."""
+PRECEDES = 0.9
+"""The share of cliffs the signal precedes at which ``plan`` gives claims 6-7's power (the calibration's planted effect)."""
+DRAWS = 1000
+"""Simulated studies behind claims 6-7's power in ``plan`` (seeded: the same line every time)."""
+
+
+def evaluation_sd(trials: int) -> float:
+    """The binomial SD of one evaluation of ``trials`` trials at :data:`EVALUATION_ACCURACY`."""
+    return math.sqrt(EVALUATION_ACCURACY * (1 - EVALUATION_ACCURACY) / trials)
+
+
+def policy_difference_needed(cells: int, residual_dof: int, sd: float, confidence: float, power: float = POWER) -> float | None:
+    """The mean gain difference isolated − shared (balanced modes over ``cells``) at which claim 2's policy
+    test, F(1, df_resid) at Holm's first step (α/2), reaches ``power`` when each cell's gain has the
+    evaluation SD ``sd`` about its context's (the shared base cancels within a context)."""
+    from scipy.special import fdtri, ncfdtr
+
+    if residual_dof < 1 or cells < 2:
+        return None
+    critical = float(fdtri(1, residual_dof, 1 - _alpha(confidence) / 2))
+    noncentrality = _bisect(lambda lam: 1 - float(ncfdtr(1, residual_dof, lam, critical)) >= power, 0.0, 1000.0, 40)
+    return math.sqrt(4 * sd * sd * noncentrality / cells)
+
+
+def _ties(seeds: int, rate: float, other: float) -> tuple[float, float]:
+    """``(P(X > Y), P(X < Y))`` for X ~ Bin(seeds, rate), Y ~ Bin(seeds, other)."""
+    x, y = binomial_pmf(seeds, rate), binomial_pmf(seeds, other)
+    above = sum(x[i] * y[j] for i in range(seeds + 1) for j in range(seeds + 1) if i > j)
+    below = sum(x[i] * y[j] for i in range(seeds + 1) for j in range(seeds + 1) if i < j)
+    return above, below
+
+
+def sign_power_with_ties(units: int, p_for: float, p_against: float, confidence: float) -> float:
+    """The sign test's power over ``units`` units, each for the finding with probability ``p_for``, against
+    it with ``p_against``, else tied (left out of the test)."""
+    untied = p_for + p_against
+    if untied <= 0:
+        return 0.0
+    share = p_for / untied
+    return sum(weight * sign_power(m, share, confidence) for m, weight in enumerate(binomial_pmf(units, untied)) if m)
+
+
+def cliff_rate_needed(configurations: int, seeds: int, shared: float, confidence: float, power: float = POWER) -> float | None:
+    """The isolated cliff rate at which claim 4's sign test over ``configurations`` of ``seeds`` seeds a mode
+    reaches ``power`` when shared's runs cliff at ``shared``; None when even 1 does not."""
+
+    def reaches(rate: float) -> bool:
+        return sign_power_with_ties(configurations, *_ties(seeds, rate, shared), confidence) >= power
+
+    return _bisect(reaches, shared, 1.0, 20) if reaches(1.0) else None
+
+
+@functools.cache
+def _hypergeometric(total: int, early: int, cliffs: int):
+    import numpy as np
+    from scipy.special import comb
+
+    support = np.arange(max(0, early - (total - cliffs)), min(early, cliffs) + 1)
+    pmf = comb(early, support) * comb(total - early, cliffs - support) / comb(total, cliffs)
+    return int(support[0]), pmf
+
+
+def stratified_power(strata: int, seeds: int, precedes: float, calm_rises: float, confidence: float,
+                     draws: int = DRAWS, seed: int = 0) -> float:  # fmt: skip
+    """Claims 6-7's power, simulated (``draws`` studies, seeded): ``strata`` configurations of ``seeds``
+    cells, each a cliff with probability ½, the signal preceding a cliff with probability ``precedes``
+    and rising as early in a calm run with ``calm_rises``; supported when the exact stratified test's
+    P(T ≥ t) < α/2 (``claims.stratified_exact``), counting the configurations that hold both."""
+    import numpy as np
+
+    if seeds < 2 or strata < 1:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    cliffs = rng.binomial(seeds, 0.5, size=(draws, strata))
+    preceded = rng.binomial(cliffs, precedes)
+    rose = rng.binomial(seeds - cliffs, calm_rises)
+    half = _alpha(confidence) / 2
+    supported = 0
+    for n1, a, c in zip(cliffs.tolist(), preceded.tolist(), rose.tolist()):
+        pmf, low, observed = np.ones(1), 0, 0
+        for cliff, early_cliff, early_calm in zip(n1, a, c):
+            if 0 < cliff < seeds:
+                first, table = _hypergeometric(seeds, early_cliff + early_calm, cliff)
+                pmf = np.convolve(pmf, table)
+                low += first
+                observed += early_cliff
+        supported += len(pmf) > 1 and float(pmf[observed - low:].sum()) < half
+    return supported / draws
