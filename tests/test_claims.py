@@ -614,8 +614,22 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert [r["finding"] for r in rows] == [FINDINGS[n][0] for n in range(1, 8)]
     printed = run_cli("report", "-c", experiment, *sets, "--table", "claims")
     assert printed.exit_code == 0, printed.output
-    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "n_seeds", "verdict"]
+    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "fragility"]
     assert "Each verdict by its rule, fixed in advance (docs/report.md, claims)" in printed.stdout
+    # The footer: the family's rate with nothing there, measured for the grid shapes of docs/report.md only.
+    assert (
+        "Claims 2-7 tested each at its own level; how often one of them is decided with nothing there is not measured "
+        "for this grid's shape (bench/claims_calibration.py)."
+    ) in " ".join(printed.stdout.split())
+    # Under Holm across claims 2-7 (those with a p: 3, 4, 5; claim 2 has no residual degrees of freedom) each p is
+    # held to its step's level: claim 3's 8.5e-7 passes 0.05/3, then claims 4-5's sign tests (6 of 6, p 0.031) fail 0.05/2.
+    held = json.loads(run_cli("report", "-c", experiment, *sets, "--set", "analysis.family=holm", "--table", "claims",
+                              "--format", "json").stdout)  # fmt: skip
+    assert [r["verdict"] for r in held] == ["supported", "inconclusive", "supported", "inconclusive", "inconclusive", "untestable", "untestable"]
+    assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
+    # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
+    # units are removed, down to two.
+    assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal changes it", "1 flip", "1 flip", None, None]
     error = run_cli("report", "-c", experiment, *sets, "--table", "claims", "--group-by", "workflow")
     assert error.exit_code == 2 and "the claims table has no axis columns (a row is about the whole study)" in error.stderr
 

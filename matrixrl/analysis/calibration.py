@@ -463,3 +463,32 @@ def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, se
     true = np.clip(true, 0.01, 0.99)
     accuracy = rng.binomial(trials, true) / trials
     return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis)["cliff"].mean())
+
+
+FAMILY_RATES = {
+    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation": (0.109, 0.010, 0.047, 0.007),
+    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation": (0.051, 0.007, 0.009, 0.003),
+    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation": (0.093, 0.009, 0.024, 0.005),
+    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation": (0.125, 0.010, 0.023, 0.005),
+}
+"""Per grid shape (``GridShape.describe``): how often at least one of claims 2-7 was decided under the joint
+null, ``(rate, SE, rate under Holm, SE)``, from ``python bench/claims_calibration.py`` (1000 studies a shape,
+seed 0; docs/report.md, "How often the rules err")."""
+
+
+def family_caption(config: Config) -> str:
+    """The claims table's footer line on the family: its measured rate for this grid's shape, or that it
+    was not measured."""
+    try:
+        described = GridShape.of(config, "grid").describe()
+    except (ValueError, KeyError):
+        described = None
+    held = "under Holm's procedure" if config.analysis.family == "holm" else "each at its own level"
+    if described not in FAMILY_RATES:
+        return (f"Claims 2-7 tested {held}; how often one of them is decided with nothing there is not measured "
+                "for this grid's shape (bench/claims_calibration.py).")  # fmt: skip
+    raw, raw_se, holm, holm_se = FAMILY_RATES[described]
+    rate, se = (holm, holm_se) if config.analysis.family == "holm" else (raw, raw_se)
+    other = "" if config.analysis.family == "holm" else f"; {100 * holm:.1f}% under Holm (--set analysis.family=holm)"
+    return (f"With nothing there, at least one of claims 2-7 (tested {held}) was decided in {100 * rate:.1f} ± {100 * se:.1f}% "
+            f"of simulated studies of this grid's shape{other} (docs/report.md).")  # fmt: skip

@@ -42,13 +42,13 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MOST_UNITS, context_seeds_needed, known_share_sf, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_sf, sign_threshold, sign_units_needed, t_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
 CLAIMS_COLUMNS = [
-    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "p", "why",
+    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "fragility", "test", "estimate", "lo", "hi", "null", "p", "why",
 ]  # fmt: skip
 """The default columns first, in the order they are read; then what was computed, as numbers, and why."""
 
@@ -148,11 +148,12 @@ def verdict(lo: float, hi: float, null: float) -> str:
 
 
 def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None,
-            p: float = math.nan) -> dict:  # fmt: skip
+            p: float = math.nan, fragility: str | None = None) -> dict:  # fmt: skip
     """A claim's row; ``p``: its test's two-sided p-value (NaN without a test), which Holm's procedure
-    across the family reads (:func:`family_holm`)."""
+    across the family reads (:func:`family_holm`); ``fragility``: the fewest units whose flip or removal
+    changes the verdict (docs/report.md, "Fragile verdicts")."""
     return {
-        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null, "p": p,
+        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null, "p": p, "fragility": fragility,
         "n_cells": len(cells), "n_seeds": len({row["seed"] for row in cells}),
         "verdict": decided if decided is not None else verdict(lo, hi, null), "why": why,
     }  # fmt: skip
@@ -230,7 +231,7 @@ def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
     why = f"{k} of {m} workflow-task-scales gain; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "workflow-task-scales", confidence, " (seeds add none: they share its base)")
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def _sign_note(k: int, m: int, units: str, confidence: float, aside: str = "") -> str:
@@ -264,17 +265,20 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
         return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
                        "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
     raw = {"context": anova["omega2_context"], "policy": anova["omega2_policy"]}
-    contexts = len({tuple(row[axis] for axis in context) for row in cells})
+    keys = [tuple(row[axis] for axis in context) for row in cells]
+    contexts = len(set(keys))
     # ω² is a share of variance: below 0 it estimates none, and is shown and compared as 0.
     omega_c, omega_p = (max(value, 0.0) for value in raw.values())
     decided = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
     # Its p in the family: the smaller of its two, Holm-adjusted within the claim (twice it).
     family_p = min(1.0, 2 * min(anova["p_context"], anova["p_policy"]))
+    fragility = _context_fragility(frame, terms, keys, decided, confidence)
     evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
     test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests (Holm), omega² of context vs policy"
     why = f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}"
     if brief:
-        return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p), "test": test}
+        return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p,
+                          fragility=fragility), "test": test}  # fmt: skip
     why += (f"; η² main {anova['eta2_main']:.2f}, interactions {anova['eta2_interactions']:.2f}, "
             f"policy {anova['eta2_policy']:.2f}")  # fmt: skip
     below = [f"{name} {value:.3g}" for name, value in raw.items() if value < 0]
@@ -282,7 +286,26 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
         why += f"; ω² below 0, shown as 0: {', '.join(below)}"
     if decided == "inconclusive":
         why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence)
-    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p), "test": test}
+    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p,
+                      fragility=fragility), "test": test}  # fmt: skip
+
+
+def _context_fragility(frame: pd.DataFrame, terms: str, keys: list, decided: str, confidence: float) -> str:
+    """How many contexts, each left out alone, change claim 2's verdict (its units are contexts)."""
+    changed = 0
+    distinct = list(dict.fromkeys(keys))
+    for key in distinct:
+        kept = frame[[k != key for k in keys]].reset_index(drop=True)
+        anova = context_anova(kept, terms, describe=False) if kept["policy"].nunique() > 1 else None
+        if anova is None:
+            now = "inconclusive"
+        else:
+            omega_c, omega_p = max(anova["omega2_context"], 0.0), max(anova["omega2_policy"], 0.0)
+            now = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
+        changed += now != decided
+    if not changed:
+        return f"no one of {len(distinct)} contexts left out changes it"
+    return f"{changed} of {len(distinct)} contexts, each left out, change it"
 
 
 def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
@@ -453,13 +476,45 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
         lo, hi = mean - half, mean + half
         why += f"; the peaks' evaluation error ({floor:.4f} SE of the mean) sets the interval, wider than their spread's"
     p = float(2 * stdtr(len(units) - 1, -abs(mean) / se)) if se > 0 else math.nan
+    variances = [sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups]
+    fragility = peak_fragility(units, variances, verdict(lo, hi, 0.0), confidence)
     if verdict(lo, hi, 0.0) == "inconclusive" and spread > 0:
         effect = abs(mean) / spread
         needed = t_units_needed(effect, confidence)
         count = "no number of" if needed is None else f"{needed}"
         what = "configurations" if len(pairs) > 1 else "seed pairs"
         why += f"; at this mean, {effect:.2f} of their standard deviation, 80% power needs {count} {what}"
-    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why, p=p)
+    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why, p=p, fragility=fragility)
+
+
+def peak_interval(units: Sequence[float], variances: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Claim 3's interval of the mean of ``units`` (each with its evaluation variance): Student-t, its SE
+    never below the evaluation error's."""
+    from scipy.special import stdtrit
+
+    m = len(units)
+    mean = sum(units) / m
+    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (m - 1))
+    se = max(spread / math.sqrt(m), math.sqrt(sum(variances)) / m)
+    half = float(stdtrit(m - 1, (1 + confidence) / 2)) * se
+    return mean - half, mean + half
+
+
+def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: str, confidence: float) -> str:
+    """The fewest units whose removal changes claim 3's verdict: removed one at a time, each time the one
+    that most moves the interval against the verdict (toward a decision for an inconclusive one)."""
+    pairs = list(zip(units, variances))
+    removed = 0
+    while len(pairs) > 2:
+        mean = sum(u for u, _ in pairs) / len(pairs)
+        # Against a decided verdict, drop the unit furthest on its side; toward one, the furthest against the mean.
+        side = 1 if (decided == "supported" or (decided == "inconclusive" and mean < 0)) else -1
+        pairs.remove(max(pairs, key=lambda pair: side * pair[0]))
+        removed += 1
+        lo, hi = peak_interval([u for u, _ in pairs], [v for _, v in pairs], confidence)
+        if verdict(lo, hi, 0.0) != decided:
+            return f"{removed} removal{'s' if removed != 1 else ''}"
+    return "no removal changes it"
 
 
 def _peak_var(row: dict) -> float:
@@ -470,6 +525,55 @@ def _peak_var(row: dict) -> float:
     if rise == 0 or missing(z) or not math.isfinite(float(z)) or float(z) == 0:
         return base_se**2
     return max((rise / float(z)) ** 2 - base_se**2, 0.0)
+
+
+def _flips(n: int) -> str:
+    return f"{n} flip{'s' if n != 1 else ''}"
+
+
+def sign_fragility(k: int, m: int, confidence: float) -> str:
+    """The fewest units whose flip changes a sign test's verdict on k of m: a decided one, flips from its
+    side to the other until the interval reaches 0.5; an inconclusive one, flips to the nearer side that
+    decides (none: "no flip decides")."""
+    threshold = sign_threshold(m, confidence)
+    if threshold is None:
+        return "no flip decides"
+    if k >= threshold:
+        return _flips(k - threshold + 1)
+    if m - k >= threshold:
+        return _flips(m - k - threshold + 1)
+    return _flips(min(threshold - k, threshold - (m - k)))
+
+
+def mechanism_fragility(tables: Sequence, decided: str, alpha: float) -> str:
+    """The fewest cells whose early-or-not flips change claims 6-7's verdict (each flip toward the other
+    side, one at a time, the margins of its table moving with it)."""
+    import copy
+
+    current = [copy.copy(t) for t in tables]
+    for flips in range(1, sum(t.cliffs + t.calm for t in tables) + 1):
+        moved = False
+        for t in current:  # one flip against the verdict (toward it for an inconclusive one, to support)
+            towards_support = decided != "supported"
+            if towards_support and t.preceded < t.cliffs:
+                t.preceded += 1
+            elif towards_support and t.rose > 0:
+                t.rose -= 1
+            elif not towards_support and t.preceded > 0:
+                t.preceded -= 1
+            elif not towards_support and t.rose < t.calm:
+                t.rose += 1
+            else:
+                continue
+            moved = True
+            break
+        if not moved:
+            return "no flip changes it"
+        p_high, p_low = stratified_exact(current)
+        now = "supported" if p_high < alpha / 2 else "contradicted" if p_low < alpha / 2 else "inconclusive"
+        if now != decided:
+            return _flips(flips)
+    return "no flip changes it"
 
 
 def sign_p(k: int, m: int) -> float:
@@ -523,7 +627,7 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
     why = f"isolated's higher in {k} of {m}; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations whose cliff rates differ", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -559,7 +663,7 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     why = described
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations failing under both modes in different shares of cliffs", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m))
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def _not_cliff_share(signatures: Sequence[str]) -> float | None:
@@ -613,7 +717,8 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
     if left:
         why += f"; {left} cells in configurations without both left out"
     evidence = f"MH {estimate:+.2f}, {k1}/{n1} vs {k0}/{n0}"
-    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided, p=min(1.0, 2 * min(p_high, p_low)))
+    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided, p=min(1.0, 2 * min(p_high, p_low)),
+                   fragility=mechanism_fragility(tables, decided, alpha))  # fmt: skip
 
 
 def _plural_of(n: int, word: str) -> str:
