@@ -161,36 +161,42 @@ def _t_critical(dof: int, confidence: float) -> float:
 def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncentrality: float = 0.0) -> float:
     """P(X > ``statistic``) for X = (χ'²_dfn(λ)/dfn)/(k + (1 − k)·u²), u² ~ χ²_dfd/dfd, k = ``known``: claim
     2's context statistic when a share k of its denominator is known and the rest estimated on ``dfd``
-    degrees of freedom (``claims.context_anova``); k = 0 is the (noncentral) F's."""
-    from scipy.integrate import quad
-    from scipy.special import chdtrc, chndtr, gammaln
+    degrees of freedom (``claims.context_anova``); k = 0 is the (noncentral) F's. Integrated over the
+    residual's χ²_dfd by Gauss–Legendre in √x over its mass (within 40 SDs of its mean): numpy and
+    scipy.special only, which plan can afford (tests/test_design.py checks it against scipy.stats)."""
+    import numpy as np
+    from scipy.special import chdtrc, chndtr
 
-    half = dfd / 2
-    log_norm = -half * math.log(2) - float(gammaln(half))
+    y, weights = _legendre_nodes(float(dfd))
+    x = y * y
+    at = dfn * statistic * (known + (1 - known) * x / dfd)
+    tail = chdtrc(dfn, at) if noncentrality == 0 else 1.0 - chndtr(at, dfn, noncentrality)
+    return float(min(1.0, np.sum(weights * tail)))
 
-    def integrand(x: float) -> float:  # the residual's χ²_dfd density at x times the χ'² tail given it
-        if x <= 0:
-            return 0.0
-        density = math.exp(log_norm + (half - 1) * math.log(x) - x / 2)
-        at = dfn * statistic * (known + (1 - known) * x / dfd)
-        tail = float(chdtrc(dfn, at)) if noncentrality == 0 else 1.0 - float(chndtr(at, dfn, noncentrality))
-        return density * tail
 
-    # The χ²_dfd mass lies within 40 of its SDs, √(2·dfd), of its mean dfd (a finite range: quad finds the peak).
+@functools.cache
+def _legendre_nodes(dfd: float):
+    """``(√x, weight)`` with Σ weight·g(x) ≈ E[g(χ²_dfd)]: Gauss–Legendre (400 points) in y = √x over
+    the χ²'s mass, the density times dx/dy = 2y folded into the weights."""
+    import numpy as np
+    from scipy.special import gammaln
+
     spread = 40 * math.sqrt(2 * dfd)
-    lo, hi = max(0.0, dfd - spread), dfd + spread + 40
-    return min(1.0, quad(integrand, lo, hi, points=[dfd], limit=200, epsabs=0.0, epsrel=1e-10)[0])
+    lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 40)
+    nodes, weights = np.polynomial.legendre.leggauss(400)
+    y = lo + (hi - lo) * (nodes + 1) / 2
+    half = dfd / 2
+    log_density = (half - 1) * np.log(y * y) - y * y / 2 - half * math.log(2) - float(gammaln(half))
+    return y, weights * (hi - lo) / 2 * np.exp(log_density) * 2 * y
 
 
 @functools.cache
 def known_share_critical(dfn: int, dfd: float, known: float, alpha: float) -> float:
     """The value that :func:`known_share_sf`'s central statistic exceeds with probability ``alpha``."""
-    from scipy.optimize import brentq
-
     hi = 2.0
     while known_share_sf(hi, dfn, dfd, known) > alpha:
         hi *= 2
-    return float(brentq(lambda f: known_share_sf(f, dfn, dfd, known) - alpha, 0.0, hi, xtol=1e-10))
+    return _bisect(lambda f: known_share_sf(f, dfn, dfd, known) <= alpha, 0.0, hi, 40)
 
 
 # --- the Student-t interval (claim 3) ----------------------------------------------------------
