@@ -614,7 +614,7 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert [r["finding"] for r in rows] == [FINDINGS[n][0] for n in range(1, 8)]
     printed = run_cli("report", "-c", experiment, *sets, "--table", "claims")
     assert printed.exit_code == 0, printed.output
-    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "fragility"]
+    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "verdict", "fragility"]
     assert "Each verdict by its rule, fixed in advance (docs/report.md, claims)" in printed.stdout
     # The footer: the family's rate with nothing there, measured for the grid shapes of docs/report.md only.
     assert (
@@ -629,7 +629,7 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
     # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
     # units are removed, down to two.
-    assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal changes it", "1 flip", "1 flip", None, None]
+    assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal", "1 flip", "1 flip", None, None]
     error = run_cli("report", "-c", experiment, *sets, "--table", "claims", "--group-by", "workflow")
     assert error.exit_code == 2 and "the claims table has no axis columns (a row is about the whole study)" in error.stderr
 

@@ -291,7 +291,7 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
 
 
 def _context_fragility(frame: pd.DataFrame, terms: str, keys: list, decided: str, confidence: float) -> str:
-    """How many contexts, each left out alone, change claim 2's verdict (its units are contexts)."""
+    """How many contexts, each left out alone, change claim 2's verdict (its units are contexts): ``k of C``."""
     changed = 0
     distinct = list(dict.fromkeys(keys))
     for key in distinct:
@@ -303,9 +303,7 @@ def _context_fragility(frame: pd.DataFrame, terms: str, keys: list, decided: str
             omega_c, omega_p = max(anova["omega2_context"], 0.0), max(anova["omega2_policy"], 0.0)
             now = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
         changed += now != decided
-    if not changed:
-        return f"no one of {len(distinct)} contexts left out changes it"
-    return f"{changed} of {len(distinct)} contexts, each left out, change it"
+    return f"{changed} of {len(distinct)}"
 
 
 def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
@@ -514,7 +512,7 @@ def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: 
         lo, hi = peak_interval([u for u, _ in pairs], [v for _, v in pairs], confidence)
         if verdict(lo, hi, 0.0) != decided:
             return f"{removed} removal{'s' if removed != 1 else ''}"
-    return "no removal changes it"
+    return "no removal"
 
 
 def _peak_var(row: dict) -> float:
@@ -534,10 +532,10 @@ def _flips(n: int) -> str:
 def sign_fragility(k: int, m: int, confidence: float) -> str:
     """The fewest units whose flip changes a sign test's verdict on k of m: a decided one, flips from its
     side to the other until the interval reaches 0.5; an inconclusive one, flips to the nearer side that
-    decides (none: "no flip decides")."""
+    decides ("no flip": none does)."""
     threshold = sign_threshold(m, confidence)
     if threshold is None:
-        return "no flip decides"
+        return "no flip"
     if k >= threshold:
         return _flips(k - threshold + 1)
     if m - k >= threshold:
@@ -568,12 +566,12 @@ def mechanism_fragility(tables: Sequence, decided: str, alpha: float) -> str:
             moved = True
             break
         if not moved:
-            return "no flip changes it"
+            return "no flip"
         p_high, p_low = stratified_exact(current)
         now = "supported" if p_high < alpha / 2 else "contradicted" if p_low < alpha / 2 else "inconclusive"
         if now != decided:
             return _flips(flips)
-    return "no flip changes it"
+    return "no flip"
 
 
 def sign_p(k: int, m: int) -> float:
