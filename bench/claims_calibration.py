@@ -14,6 +14,13 @@ examples/paper.yaml's matrix with one seed and with three) and per claim:
 - with that claim's effect planted on the same null, the share supported (its power)
   and contradicted (the wrong way).
 
+Under the further nulls of issue 51 (``calibration.EXTRA_NULLS``: collapses in isolated runs only
+for claim 4, configurations that differ in cliffs and signals for claims 6-7), the share decided;
+under the joint null, the share of studies with at least one of claims 2-7 decided, each at its
+level and under Holm's procedure. First, the cliff rule on single runs of each kind
+(``calibration.LABELLED``) per schedule and evaluation size, and the height a rise needs to be
+found in 80%.
+
 Then claim 2 under no effect by its former rule (either F-test at 5%, the context's
 with one mean base variance and Satterthwaite's df), which the calibration changed (docs/report.md, "How often the rules err").
 
@@ -29,7 +36,7 @@ binomial variances in closed form (:func:`planted_sd`). Printed: the line's ω²
 SD that plants it, claim 2's supported rate ± SE, the closed form's power there (80%), their
 difference ± SE, and the mean ω² the claims table showed (an estimate of the planted one).
 
-    python bench/claims_calibration.py [--studies 2000] [--planted 500] [--seed 0]
+    python bench/claims_calibration.py [--studies 1000] [--planted 300] [--runs 2000] [--seed 0]
     python bench/claims_calibration.py --design-check [--planted 1000] [--seed 0]
 """
 
