@@ -14,6 +14,13 @@ examples/paper.yaml's matrix with one seed and with three) and per claim:
 - with that claim's effect planted on the same null, the share supported (its power)
   and contradicted (the wrong way).
 
+Under the further nulls of issue 51 (``calibration.EXTRA_NULLS``: collapses in isolated runs only
+for claim 4, configurations that differ in cliffs and signals for claims 6-7), the share decided;
+under the joint null, the share of studies with at least one of claims 2-7 decided, each at its
+level and under Holm's procedure. First, the cliff rule on single runs of each kind
+(``calibration.LABELLED``) per schedule and evaluation size, and the height a rise needs to be
+found in 80%.
+
 Then claim 2 under no effect by its former rule (either F-test at 5%, the context's
 with one mean base variance and Satterthwaite's df), which the calibration changed (docs/report.md, "How often the rules err").
 
@@ -29,7 +36,7 @@ binomial variances in closed form (:func:`planted_sd`). Printed: the line's ω²
 SD that plants it, claim 2's supported rate ± SE, the closed form's power there (80%), their
 difference ± SE, and the mean ω² the claims table showed (an estimate of the planted one).
 
-    python bench/claims_calibration.py [--studies 2000] [--planted 500] [--seed 0]
+    python bench/claims_calibration.py [--studies 1000] [--planted 300] [--runs 2000] [--seed 0]
     python bench/claims_calibration.py --design-check [--planted 1000] [--seed 0]
 """
 
@@ -45,7 +52,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from matrixrl.analysis.calibration import BASE_RANGE, NO_GAIN, NULL, PLANTED, GridShape, study_shapes, synthetic_study, verdict_rates
+from matrixrl.analysis.calibration import (
+    BASE_RANGE, EXTRA_NULLS, LABELLED, NO_GAIN, NULL, PLANTED, GridShape, cliff_label_rate, study_shapes, synthetic_study, verdict_rates,
+)  # fmt: skip
 from matrixrl.analysis.claims import claims_table
 from matrixrl.analysis.power import POWER, context_omega2_needed, context_power
 from matrixrl.config import Analysis
@@ -56,26 +65,37 @@ REPO = Path(__file__).resolve().parents[1]
 def former_claim_2(per_cell, confidence: float, claims) -> pd.DataFrame:
     """Claim 2's verdict by the rule the calibration replaced: either test at 1 − ``confidence`` on its
     own; the context's the nested F-test of the model against policy alone with error MSE + n̄·s̄² (one
-    mean base variance s̄²) and Satterthwaite's df_resid·(error/MSE)²."""
-    import statsmodels.formula.api as smf
+    mean base variance s̄²) and Satterthwaite's df_resid·(error/MSE)². Least squares in numpy (the
+    cell-means model of the contexts is the full factorial's), so that a test can afford 1000 studies."""
     from scipy.special import fdtrc
 
     rows = [row for row in per_cell.rows if row["workflow"] != "single" and math.isfinite(row["gain"])]
     context = [axis for axis in ("workflow", "task", "scale") if len({row[axis] for row in rows}) > 1]
-    frame = pd.DataFrame({axis: [str(row[axis]) for row in rows] for axis in [*context, "policy"]})
-    frame["gain"] = [float(row["gain"]) for row in rows]
-    terms = "*".join(f"C({axis})" for axis in context)
-    full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
-    policy_only, context_only = smf.ols("gain ~ C(policy)", frame).fit(), smf.ols(f"gain ~ {terms}", frame).fit()
-    total = float(((frame["gain"] - frame["gain"].mean()) ** 2).sum())
-    mse = full.ssr / full.df_resid
-    error = mse + len(rows) / len({tuple(row[a] for a in context) for row in rows}) * sum(float(row["base_se"]) ** 2 for row in rows) / len(rows)
-    _, p_policy, df_policy = full.compare_f_test(context_only)
-    df_context = full.df_model - policy_only.df_model
-    ss_context = max(policy_only.ssr - full.ssr, 0.0)
-    p_context = float(fdtrc(df_context, full.df_resid * (error / mse) ** 2, ss_context / df_context / error))
+    keys = [tuple(row[axis] for axis in context) for row in rows]
+    codes = {key: i for i, key in enumerate(sorted(set(keys)))}
+    indicators = np.eye(len(codes))[[codes[key] for key in keys]]
+    isolated = np.array([[row["policy"] == "isolated"] for row in rows], dtype=float)
+    y = np.array([float(row["gain"]) for row in rows])
+
+    def ssr(x: np.ndarray) -> tuple[float, int]:
+        coefficients, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+        residual = y - x @ coefficients
+        return float(residual @ residual), int(rank)
+
+    full, full_rank = ssr(np.hstack([indicators, isolated]))
+    context_only, context_rank = ssr(indicators)
+    policy_only, policy_rank = ssr(np.hstack([np.ones((len(y), 1)), isolated]))
+    df_resid = len(y) - full_rank
+    total = float(((y - y.mean()) ** 2).sum())
+    mse = full / df_resid
+    error = mse + len(rows) / len(codes) * sum(float(row["base_se"]) ** 2 for row in rows) / len(rows)
+    df_policy = full_rank - context_rank
+    p_policy = float(fdtrc(df_policy, df_resid, (context_only - full) / df_policy / mse))
+    df_context = full_rank - policy_rank
+    ss_context = max(policy_only - full, 0.0)
+    p_context = float(fdtrc(df_context, df_resid * (error / mse) ** 2, ss_context / df_context / error))
     omega_c = max((ss_context - df_context * error) / (total + error), 0.0)
-    omega_p = max((context_only.ssr - full.ssr - df_policy * mse) / (total + error), 0.0)
+    omega_p = max((context_only - full - df_policy * mse) / (total + error), 0.0)
     alpha, decided = 1 - confidence, "inconclusive"
     if p_context < alpha and omega_c > omega_p:
         decided = "supported"
@@ -213,8 +233,9 @@ def percent(rate: float, se: float | None = None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--studies", type=int, default=2000, help="null studies per grid shape (default 2000)")
-    parser.add_argument("--planted", type=int, default=500, help="studies per planted effect and grid shape (default 500)")
+    parser.add_argument("--studies", type=int, default=1000, help="studies per null and grid shape (default 1000)")
+    parser.add_argument("--planted", type=int, default=300, help="studies per planted effect and grid shape (default 300)")
+    parser.add_argument("--runs", type=int, default=2000, help="runs per kind for the cliff rule's labels (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     parser.add_argument("--design-check", action="store_true",
                         help="instead: claim 2's design line against --planted simulated studies per grid shape")  # fmt: skip
@@ -225,30 +246,57 @@ def main() -> None:
         print_design_checks(shapes, args.planted, args.seed)
         return
     started = time.perf_counter()
-    print(f"claims calibration: {args.studies} null studies and {args.planted} per planted effect, per grid shape (seed {args.seed})")
-    former = {}
+    print_labels(shapes, args.runs, args.seed)
+    print()
+    print(f"claims calibration: {args.studies} studies per null and {args.planted} per planted effect, per grid shape (seed {args.seed})")
+    former, family = {}, {}
     for number, (name, shape) in enumerate(shapes.items()):
         seed = args.seed + 1000 * number
         null = verdict_rates(shape, NULL, args.studies, seed, claims=range(2, 8))
+        family[name] = null
         null.counts.update(verdict_rates(shape, NO_GAIN, args.studies, seed + 500, claims=[1]).counts)
+        extra = {claim: verdict_rates(shape, scenario, args.studies, seed + 600 + claim, claims=[claim])
+                 for claim, scenario in EXTRA_NULLS.items()}  # fmt: skip
         print()
         print(f"{name}: {shape.describe()}")
-        print(f"{'claim':>5}  {'no effect: decided':>18}  {'untestable':>10}  {'planted effect':<40}  {'supported':>13}  {'contradicted':>12}")
+        print(f"{'claim':>5}  {'no effect: decided':>18}  {'untestable':>10}  {'further null: decided':>21}  "
+              f"{'planted effect':<40}  {'supported':>13}  {'contradicted':>12}")  # fmt: skip
         for claim, scenario in PLANTED.items():
             planted = verdict_rates(shape, scenario, args.planted, seed + claim, claims=[claim])
             decided = null.decided(claim)
             power = planted.rate(claim, "supported")
+            further = f"{EXTRA_NULLS[claim].name} {percent(extra[claim].decided(claim), extra[claim].se(extra[claim].decided(claim)))}" if claim in extra else ""
             print(
-                f"{claim:>5}  {percent(decided, null.se(decided)):>18}  {percent(null.rate(claim, 'untestable')):>10}  "
+                f"{claim:>5}  {percent(decided, null.se(decided)):>18}  {percent(null.rate(claim, 'untestable')):>10}  {further:>21}  "
                 f"{scenario.effect:<40}  {percent(power, planted.se(power)):>13}  {percent(planted.rate(claim, 'contradicted')):>12}"
             )
         if len(shape.contexts) > 1:
             former[name] = verdict_rates(shape, NULL, args.studies, seed, claims=[2], table=former_claim_2)
     print()
+    print(f"the family (claims 2-7) under no effect, {args.studies} studies: at least one decided, each claim at 5% / Holm across them:")
+    for name, rates in family.items():
+        raw, holm = rates.family / rates.studies, rates.family_holm / rates.studies
+        print(f"  {name}: {percent(raw, rates.se(raw))} / {percent(holm, rates.se(holm))}")
+    print()
     print(f"claim 2 under no effect by its former rule (either F-test at 5%, one mean base variance, Satterthwaite's df), {args.studies} null studies:")
     for name, rates in former.items():
         print(f"  {name}: {percent(rates.decided(2), rates.se(rates.decided(2)))} decided")
     print(f"({time.perf_counter() - started:.0f} s)")
+
+
+def print_labels(shapes: dict[str, GridShape], runs: int, seed: int) -> None:
+    """The share of single runs of each kind that the cliff rule labels ``cliff``, per schedule and evaluation size."""
+    schedules = {len(shape.steps): shape.steps for shape in shapes.values()}
+    print(f"the cliff rule on single runs ({runs} a kind, seed {seed}): the share labelled cliff (± SE)")
+    print(f"{'checkpoints':>11}  {'trials':>6}  " + "  ".join(f"{what:>38}" for what in LABELLED))
+    for checkpoints, steps in sorted(schedules.items()):
+        for trials in (128, 512, 1000):
+            rates = [cliff_label_rate(steps, trials, kind, runs, seed) for kind in LABELLED.values()]
+            print(f"{checkpoints:>11}  {trials:>6}  " + "  ".join(f"{percent(r, math.sqrt(r * (1 - r) / runs)):>38}" for r in rates))
+    for checkpoints, steps in sorted(schedules.items()):
+        for trials in (128, 512):
+            height = next(h / 100 for h in range(15, 60) if cliff_label_rate(steps, trials, "rise", runs, seed, height=h / 100) >= 0.8)
+            print(f"  {checkpoints} checkpoints, {trials} trials: a rise then back to the base is found in 80% from a height of {height:.2f}")
 
 
 if __name__ == "__main__":

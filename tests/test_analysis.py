@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from matrixrl.analysis.curves import CurveSummary, summarize_cells, summarize_curve
+from matrixrl.analysis.curves import CurveSummary, peak_threshold, summarize_cells, summarize_curve
 from matrixrl.config import Analysis
 
 RULE = Analysis()  # cliff_delta=0.10, cliff_noise_se=2.0, final_tail_k=3
@@ -71,11 +71,13 @@ def test_a_cliff_follows_a_real_peak_and_a_fall_from_the_base_without_one_is_a_c
     assert (fell.cliff, fell.cliff_onset, fell.pre_onset, fell.signature) == (False, None, None, "collapse")
     # A peak after step 0 within noise (1.4 SEs) is no real peak: the same fall is a collapse.
     assert summarize_curve([0, 10, 20], [0.3, 0.34, 0.2], 1000, RULE, se).signature == "collapse"
-    # The real peak's edge: a rise of 1.9 SEs (0.054) then a fall to 6 points under the base (11 from
-    # the peak; too little for a collapse) is a decline; a rise of 2.1 SEs and the same fall, a cliff.
-    short = summarize_curve([0, 10, 20], [0.3, 0.3 + 1.9 * noise, 0.24], 1000, RULE, se)
+    # The real peak's edge: picked from 2 readings, a peak must reach 2.28 SEs (2 SEs' one-sided level,
+    # 2.3%, shared by the two). A rise of 2.2 SEs then a fall to 6 points under the base (11 from the
+    # peak; too little for a collapse) is a decline; a rise of 2.35 SEs and the same fall, a cliff.
+    assert peak_threshold(2, 2.0) == approx(2.2776, abs=1e-4)
+    short = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.2 * noise, 0.24], 1000, RULE, se)
     assert (short.cliff, short.signature, short.drop_z > 2) == (False, "decline", True)
-    real = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.1 * noise, 0.24], 1000, RULE, se)
+    real = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.35 * noise, 0.24], 1000, RULE, se)
     assert (real.cliff, real.cliff_onset, real.signature) == (True, 20, "cliff")
     # A collapse needs the cliff's drop from the base: 8 points (under cliff_delta) is a decline, and
     # 10 points within noise (n = 50, binomial SEs: 1.2 SEs) is no gain.
@@ -85,6 +87,43 @@ def test_a_cliff_follows_a_real_peak_and_a_fall_from_the_base_without_one_is_a_c
     bare = Analysis(cliff_delta=0.1, cliff_noise_se=0.0)
     assert summarize_curve([0, 10], [0.3, 0.2], 1000, bare).signature == "collapse"
     assert summarize_curve([0, 10, 20], [0.3, 0.31, 0.2], 1000, bare).signature == "cliff"
+
+
+def test_a_peak_picked_from_many_readings_must_rise_further() -> None:
+    """On the paper's schedule (50 readings after the base) a peak must reach 3.32 SEs, not 2: flat
+    noise's best reading passes 2 SEs in most runs, 3.32 in about one in 40 (docs/report.md)."""
+    assert peak_threshold(1, 2.0) == 2.0 and peak_threshold(50, 0.0) == 0.0
+    assert peak_threshold(50, 2.0) == approx(3.3170, abs=1e-4)
+    steps = list(range(0, 510, 10))
+    se = [0.02] * 51
+    noise = 0.02 * math.sqrt(2)
+    # Flat, one reading 3 SEs high at step 200, then the last ten 12 points down: no real peak.
+    flat = [0.5] * 51
+    flat[20] = 0.5 + 3.0 * noise
+    fallen = [*flat[:41], *[0.38] * 10]
+    summary = summarize_curve(steps, fallen, 1000, RULE, se)
+    assert (summary.peak_step, summary.cliff, summary.signature) == (200, False, "collapse")
+    # The same with a rise of 3.5 SEs: a cliff, its onset the first of the last ten.
+    risen = list(fallen)
+    risen[20] = 0.5 + 3.5 * noise
+    summary = summarize_curve(steps, risen, 1000, RULE, se)
+    assert (summary.cliff, summary.cliff_onset, summary.pre_onset) == (True, 410, 400)
+    # Five readings: the threshold is that of four.
+    assert summarize_curve([0, 1, 2, 3, 4], [0.3, 0.3 + 2.4 * noise, 0.3, 0.2, 0.2], 1000, RULE, se[:5]).cliff is False
+    assert summarize_curve([0, 1, 2, 3, 4], [0.3, 0.3 + 2.6 * noise, 0.3, 0.2, 0.2], 1000, RULE, se[:5]).cliff is True
+
+
+def test_one_low_last_reading_is_no_terminal_fall() -> None:
+    """A fall that did not recover holds the last two readings where two follow the peak."""
+    steps = [0, 10, 20, 30, 40]
+    # Peak 0.7 at 10, recovers to 0.68, then one low last reading: no cliff (a decline).
+    one = summarize_curve(steps, [0.3, 0.7, 0.5, 0.68, 0.4], 1000, RULE)
+    assert (one.cliff, one.cliff_onset, one.signature) == (False, None, "decline")
+    # The last two low: a cliff from step 30.
+    two = summarize_curve(steps, [0.3, 0.7, 0.68, 0.45, 0.4], 1000, RULE)
+    assert (two.cliff, two.cliff_onset, two.pre_onset) == (True, 30, 20)
+    # Only one reading after the peak: that one is the fall.
+    assert summarize_curve(steps, [0.3, 0.4, 0.5, 0.7, 0.4], 1000, RULE).cliff_onset == 40
 
 
 def test_drop_then_recovery_above_threshold_is_not_a_cliff() -> None:

@@ -215,9 +215,17 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
                     *evaluations(cell("voting", "shared", seed=seed), [0.3, shared])]  # fmt: skip
     claims = claims_of(config, results)
     three = claims[3]
-    half = 4.3027 * 0.02 / math.sqrt(3)  # t(2), s = 0.02
-    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-4))
-    assert three["why"] == "isolated higher in 3 of 3 seeds of one configuration" and three["n_seeds"] == 3
+    # Their spread, s = 0.02, is less than the peaks' own evaluation error allows (1000 problems each:
+    # the binomial SEs of the three pairs' peaks), which sets the interval: t(2) × that SE of the mean.
+    evaluation = math.sqrt(sum(p * (1 - p) / 1000 + 0.4 * 0.6 / 1000 for p in (0.5, 0.52, 0.48))) / 3
+    assert evaluation > 0.02 / math.sqrt(3)
+    half = 4.302653 * evaluation
+    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-5))
+    assert three["why"] == (
+        f"isolated higher in 3 of 3 seeds of one configuration; the peaks' evaluation error ({evaluation:.4f} SE of "
+        "the mean) sets the interval, wider than their spread's"
+    )
+    assert three["n_seeds"] == 3
     assert claims[2]["why"] == "one workflow, task and scale: no context to vary"
     # With one seed of that one configuration: one pair, no interval.
     one = claims_of(config_for(experiment, "[voting]", task="[arith]"), results[:4])
@@ -244,6 +252,15 @@ def test_grids_that_lack_what_a_claim_needs_say_why(experiment: Path) -> None:
 # --- claim 2: the ANOVA ----------------------------------------------------------------------
 
 
+def known_share_by_hand(statistic: float, dfn: int, dfd: int, known: float) -> float:
+    """P((χ²_dfn/dfn)/(k + (1 − k)·χ²_dfd/dfd) > statistic), integrated with scipy.stats' densities."""
+    from scipy import integrate
+    from scipy.stats import chi2
+
+    tail = lambda x: chi2.sf(dfn * statistic * (known + (1 - known) * x / dfd), dfn) * chi2.pdf(x, dfd)  # noqa: E731
+    return integrate.quad(tail, 0, np.inf, limit=200)[0]
+
+
 def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float]:
     """Claim 2's figures for gains on voting/orch_workers × arith/pyfunc (in that order), one seed,
     by least squares on dummy columns (numpy, not statsmodels)."""
@@ -266,8 +283,11 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     # 0.3·0.7/1000, twice (a context mean square holds it once per cell), joins the context's error,
     # and a cell's whole variance (both ω²'s denominator). The error's degrees of freedom: the residual's.
     error = mse + 2 * 0.3 * 0.7 / 1000
+    # The context's test: its statistic over a denominator whose base share (2·s²/error) is known and only
+    # the residual's estimated (3 degrees of freedom), not an F's.
+    known = 2 * 0.3 * 0.7 / 1000 / error
     return {
-        "p_context": f.sf(ss_context / 3 / error, 3, 3), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "p_context": known_share_by_hand(ss_context / 3 / error, 3, 3, known), "p_policy": f.sf(ss_policy / mse, 1, 3),
         "omega2_context": (ss_context - 3 * error) / (total + error), "omega2_policy": (ss_policy - mse) / (total + error),
     }  # fmt: skip
 
@@ -364,7 +384,8 @@ def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: P
     w = 1 / v
     centre = (w * means).sum() / w.sum()
     statistic = (w * (means - centre) ** 2).sum() / 3
-    p_context = f.sf(statistic, 3, 11)  # the residual's degrees of freedom
+    # The bases' share of each v is known, the residual's estimated on its 11 degrees of freedom.
+    p_context = known_share_by_hand(statistic, 3, 11, float((base / v).mean()))
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
     error = mse + 4 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
@@ -395,10 +416,10 @@ def share_rows(role: str, others: tuple[str, ...], rises_at: int | None) -> list
 ROLES = {"voting": ("generator", ("aggregator",)), "orch_workers": ("worker", ("orchestrator", "synthesizer"))}
 
 
-def mechanism_results(experiment: Path, cells: dict):
+def mechanism_results(experiment: Path, cells: dict, config=None):
     """(config, results) of ``cells``: ``{(workflow, policy, seed): (curve, signal rises at: a step or None)}``;
     the signal is amplification (its role jumping 1.7 → 2.6) under isolated and the dominant share under shared."""
-    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
+    config = config or config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3]")
     results = []
     for (workflow, policy, seed), (curve, at) in cells.items():
         role, others = ROLES[workflow]
@@ -419,59 +440,77 @@ def four(workflow: str, policy: str, curve, at) -> dict:
     return {(workflow, policy, seed): (curve, at) for seed in range(4)}
 
 
-def test_the_signal_precedes_cliffs_and_not_calm_runs_or_the_other_way(experiment: Path) -> None:
-    """Voting's runs collapse at 40 (the interval before it starts at 30, so W = 30), orch_workers'
-    do not. Under isolated, voting's amplification jumps at 21 (rises at 22: precedes) and
-    orch_workers' never; under shared, voting's share stays flat and orch_workers' rises at 16."""
+def split(workflow: str, policy: str, cliff_at, calm_at) -> dict:
+    """Six seeds of one configuration: 0-2 cliff (signal at ``cliff_at``), 3-5 stay calm (signal at ``calm_at``)."""
+    return {(workflow, policy, seed): (CLIFF_AT_40, cliff_at) if seed < 3 else (NO_CLIFF, calm_at) for seed in range(6)}
+
+
+def six_seeds(experiment: Path, cells: dict) -> dict[int, dict]:
+    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", seed="[0, 1, 2, 3, 4, 5]")
+    return claims_of(config, mechanism_results(experiment, cells, config)[1])
+
+
+def test_the_signal_precedes_cliffs_within_configurations_or_the_other_way(experiment: Path) -> None:
+    """In each configuration three seeds collapse at 40 (W = 30) and three do not. Under isolated the
+    cliffs' amplification jumps at 21 (precedes) and the calm runs' never; under shared the cliffs'
+    share stays flat and the calm runs' rises at 16. Each stratum's table is 3/3 against 0/3, P = 1/20;
+    two strata, 1/400."""
+    claims = six_seeds(experiment, {
+        **split("voting", "isolated", 21, None), **split("orch_workers", "isolated", 21, None),
+        **split("voting", "shared", None, 15), **split("orch_workers", "shared", None, 15),
+    })  # fmt: skip
+    six, seven = claims[6], claims[7]
+    assert (six["verdict"], six["estimate"], six["n_cells"], six["evidence"]) == ("supported", 1.0, 12, "MH +1.00, 6/6 vs 0/6")
+    assert six["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 0 of 6 without one; exact p 0.0025 (above)"
+    assert (seven["verdict"], seven["estimate"]) == ("contradicted", -1.0)
+    assert seven["why"] == "within 2 configurations: precedes 0 of 6 cliffs; rose as early in 6 of 6 without one; exact p 0.0025 (below)"
+
+
+def test_configurations_that_differ_in_cliffs_and_signals_decide_nothing(experiment: Path) -> None:
+    """Voting's runs all collapse and their signal rises first; orch_workers' never collapse and their
+    signal never rises: pooled, 4 of 4 against 0 of 4 (the former rule's "supported"); within a
+    configuration there is nothing to compare."""
     claims = mechanism_study(experiment, {
         **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, None),
-        **four("voting", "shared", CLIFF_AT_40, None), **four("orch_workers", "shared", NO_CLIFF, 15),
+        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, None),
     })  # fmt: skip
-    low = 0.025 ** 0.25
-    six, seven = claims[6], claims[7]
-    assert (six["verdict"], six["estimate"], six["lo"], six["n_cells"]) == ("supported", 1.0, approx(1 - math.sqrt(2) * (1 - low)), 8)
-    assert six["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
-    assert (seven["verdict"], seven["estimate"]) == ("contradicted", -1.0)
-    assert seven["why"] == "precedes 0 of 4 cliffs; rose by step 30 in 4 of 4 without one"
-    # Claims 1-5 on the same cells: voting ends 0.1 below base in both modes, orch_workers 0.3 above;
-    # the modes are alike in every configuration.
-    assert verdicts(claims) == {1: "inconclusive", 2: "inconclusive", 3: "inconclusive", 4: "inconclusive",
-                                5: "inconclusive", 6: "supported", 7: "contradicted"}  # fmt: skip
-    assert claims[4]["why"].startswith("equal in every configuration")
+    for claim in (6, 7):
+        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("inconclusive", 8)
+        assert claims[claim]["why"] == (
+            "4 cliffs and 4 calm runs, never both in one configuration: nothing to compare within one (more seeds)"
+        )
 
 
 def test_the_skeptics_control_and_its_matched_window(experiment: Path) -> None:
     # The signal rises in every run, collapsing or not, by step 30: it tells nothing apart.
-    everywhere = mechanism_study(experiment, {
-        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 21),
-        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 15),
+    everywhere = six_seeds(experiment, {
+        **split("voting", "isolated", 21, 21), **split("orch_workers", "isolated", 21, 21),
+        **split("voting", "shared", 15, 15), **split("orch_workers", "shared", 15, 15),
     })  # fmt: skip
     assert (everywhere[6]["verdict"], everywhere[6]["estimate"], everywhere[7]["verdict"]) == ("inconclusive", 0.0, "inconclusive")
-    assert everywhere[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 4 of 4 without one; at equal shares, no number of seeds decides it"
+    assert everywhere[6]["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 6 of 6 without one; exact p 1 (above)"
     # The calm runs' signal rises too, but only at 42, after the window in which it preceded the
     # cliffs: the mechanism table's `rose` says yes for them; the matched window does not count it.
-    late = mechanism_study(experiment, {
-        **four("voting", "isolated", CLIFF_AT_40, 21), **four("orch_workers", "isolated", NO_CLIFF, 41),
-        **four("voting", "shared", CLIFF_AT_40, 15), **four("orch_workers", "shared", NO_CLIFF, 41),
+    late = six_seeds(experiment, {
+        **split("voting", "isolated", 21, 41), **split("orch_workers", "isolated", 21, 41),
+        **split("voting", "shared", 15, 41), **split("orch_workers", "shared", 15, 41),
     })  # fmt: skip
     assert (late[6]["verdict"], late[7]["verdict"]) == ("supported", "supported")
-    assert late[6]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 4 without one"
-    # Two cliffs against six calm runs: under the minimum of 3 a group.
-    few = mechanism_study(experiment, {
-        **{("voting", "isolated", s): (CLIFF_AT_40 if s < 2 else NO_CLIFF, 21 if s < 2 else None) for s in range(4)},
-        **four("orch_workers", "isolated", NO_CLIFF, None),
-        **four("voting", "shared", NO_CLIFF, None), **four("orch_workers", "shared", NO_CLIFF, None),
+    assert late[6]["why"] == "within 2 configurations: precedes 6 of 6 cliffs; rose as early in 0 of 6 without one; exact p 0.0025 (above)"
+    # One configuration split, the other all calm: 3/3 against 0/3 in one stratum is P = 0.05, no verdict.
+    one = six_seeds(experiment, {
+        **split("voting", "isolated", 21, None),
+        **{("orch_workers", "isolated", s): (NO_CLIFF, None) for s in range(6)},
+        **{(w, "shared", s): (NO_CLIFF, None) for w in ("voting", "orch_workers") for s in range(6)},
     })  # fmt: skip
-    assert few[6]["verdict"] == "inconclusive" and few[6]["estimate"] == 1.0
-    # At these shares (all of 2 against none of 6), twice the seeds make 4 cliffs against 12: always decisive.
-    assert few[6]["why"] == (
-        "precedes 2 of 2 cliffs; rose by step 30 in 0 of 6 without one: under 3 a group; "
-        "at these shares, 80% power needs about 2 times the seeds (4 cliffs, 12 without)"
+    assert (one[6]["verdict"], one[6]["estimate"], one[6]["n_cells"]) == ("inconclusive", 1.0, 6)
+    assert one[6]["why"] == (
+        "within 1 configuration: precedes 3 of 3 cliffs; rose as early in 0 of 3 without one; exact p 0.05 (above); "
+        "6 cells in configurations without both left out"
     )
-    assert share_difference(4, 4, 0, 12)[1] > 0
     # No shared cliff: nothing for the share to precede.
-    assert few[7]["verdict"] == "untestable"
-    assert few[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
+    assert one[7]["verdict"] == "untestable"
+    assert one[7]["why"] == "no shared cliff with a testable share signal: nothing to precede"
 
 
 def test_every_cell_collapsing_leaves_no_control(experiment: Path) -> None:
@@ -511,11 +550,13 @@ def test_a_collapse_is_a_failure_for_claim_5_and_never_a_cliff_for_claims_4_6_7_
     # 4: voting cliffs in every seed of both modes, orch_workers in none (its collapses are named apart):
     # no configuration differs, and cliff rates are 4 of 8 cells a mode, not 5.
     assert claims[4]["why"] == "equal in every configuration; cliff rates 0.50 isolated, 0.50 shared (Δ +0.00); 2 collapses"
-    # 6 and 7: 4 cliffs whose signal preceded against the 3 calm runs, whose signal never rose; the collapse,
-    # whose signal rose by step 30, is on neither side (as a calm run it would make it 1 of 4: inconclusive).
+    # 6 and 7: 4 cliffs (voting's) and 3 calm runs (orch_workers'); the collapse, whose signal rose by
+    # step 30, is on neither side. No configuration holds both, so nothing is compared within one.
     for claim in (6, 7):
-        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("supported", 7)
-        assert claims[claim]["why"] == "precedes 4 of 4 cliffs; rose by step 30 in 0 of 3 without one"
+        assert (claims[claim]["verdict"], claims[claim]["n_cells"]) == ("inconclusive", 7)
+        assert claims[claim]["why"] == (
+            "4 cliffs and 3 calm runs, never both in one configuration: nothing to compare within one (more seeds)"
+        )
     # 5: the collapse is a failure, and not a cliff: in orch_workers each mode's one failure is a collapse
     # (share not cliffs 1 and 1), in voting each mode's four are cliffs (0 and 0): alike in both.
     assert (claims[5]["verdict"], claims[5]["estimate"]) == ("inconclusive", None)
@@ -543,10 +584,18 @@ def test_one_configuration_with_six_seeds_is_one_unit_for_claims_4_and_5(experim
     )
     # Claim 3's peak difference is between two trainings' own checkpoints (the shared base cancels), so
     # one configuration's seed pairs are its units: isolated's 0.7 against shared's base (0.3), six times,
-    # every one the same: no spread to estimate an interval from.
+    # every one the same: no spread, but never a narrower interval than the peaks' evaluation error allows
+    # (each pair's two peaks of 1000 problems, binomial: 0.21/1000 each), t(5) × that SE of the mean.
     three = claims[3]
-    assert (three["verdict"], three["estimate"], three["lo"], three["evidence"]) == ("inconclusive", approx(0.4), None, "+0.400")
-    assert three["why"] == "isolated higher in 6 of 6 seeds of one configuration, every one +0.400: no spread, no interval"
+    evaluation = math.sqrt(6 * 0.42 / 1000) / 6
+    half = 2.570582 * evaluation
+    assert (three["verdict"], three["estimate"], three["lo"], three["hi"]) == ("supported", approx(0.4), approx(0.4 - half, rel=1e-5),
+                                                                              approx(0.4 + half, rel=1e-5))  # fmt: skip
+    assert three["evidence"] == "+0.400 [+0.378, +0.422]"
+    assert three["why"] == (
+        "isolated higher in 6 of 6 seeds of one configuration; the peaks' evaluation error (0.0084 SE of the mean) "
+        "sets the interval, wider than their spread's"
+    )
 
 
 # --- the table in the report ---------------------------------------------------------------
@@ -565,8 +614,22 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert [r["finding"] for r in rows] == [FINDINGS[n][0] for n in range(1, 8)]
     printed = run_cli("report", "-c", experiment, *sets, "--table", "claims")
     assert printed.exit_code == 0, printed.output
-    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "n_seeds", "verdict"]
+    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "verdict", "fragility"]
     assert "Each verdict by its rule, fixed in advance (docs/report.md, claims)" in printed.stdout
+    # The footer: the family's rate with nothing there, measured for the grid shapes of docs/report.md only.
+    assert (
+        "Claims 2-7 tested each at its own level; how often one of them is decided with nothing there is not measured "
+        "for this grid's shape (bench/claims_calibration.py)."
+    ) in " ".join(printed.stdout.split())
+    # Under Holm across claims 2-7 (those with a p: 3, 4, 5; claim 2 has no residual degrees of freedom) each p is
+    # held to its step's level: claim 3's 8.5e-7 passes 0.05/3, then claims 4-5's sign tests (6 of 6, p 0.031) fail 0.05/2.
+    held = json.loads(run_cli("report", "-c", experiment, *sets, "--set", "analysis.family=holm", "--table", "claims",
+                              "--format", "json").stdout)  # fmt: skip
+    assert [r["verdict"] for r in held] == ["supported", "inconclusive", "supported", "inconclusive", "inconclusive", "untestable", "untestable"]
+    assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
+    # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
+    # units are removed, down to two.
+    assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal", "1 flip", "1 flip", None, None]
     error = run_cli("report", "-c", experiment, *sets, "--table", "claims", "--group-by", "workflow")
     assert error.exit_code == 2 and "the claims table has no axis columns (a row is about the whole study)" in error.stderr
 
@@ -595,16 +658,36 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     peaks = {("isolated", 1e-4): 0.5, ("shared", 1e-4): 0.4, ("isolated", 5e-5): 0.52, ("shared", 5e-5): 0.4}
     results = [e for c in G.cells(config) for e in evaluations(c, [0.3, peaks[(c.policy, c.sweep_values()["train.lr"])]])]
     three = claims_of(config, results)[3]
-    half = 12.7062 * 0.02 / math.sqrt(2) / math.sqrt(2)  # t(1); differences 0.1 and 0.12, s = 0.02/√2
+    # Differences 0.1 and 0.12, s = 0.02/√2; the peaks' binomial evaluation error (1000 problems) is wider and
+    # sets the interval: t(1) × its SE of the mean.
+    evaluation = math.sqrt(0.5 * 0.5 / 1000 + 0.52 * 0.48 / 1000 + 2 * 0.4 * 0.6 / 1000) / 2
+    half = 12.7062 * evaluation
     assert (three["verdict"], three["estimate"], three["hi"]) == ("inconclusive", approx(0.11), approx(0.11 + half, rel=1e-4))
     # At a mean of 0.11/s = 7.78 standard deviations, 2 units fall short (t(1) = 12.7) and 3 suffice.
-    assert three["why"] == "isolated higher in 2 of 2 configurations; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+    assert three["why"] == (
+        f"isolated higher in 2 of 2 configurations; the peaks' evaluation error ({evaluation:.4f} SE of the mean) sets the "
+        "interval, wider than their spread's; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+    )
     assert t_power(2, 0.11 / (0.02 / math.sqrt(2)), 0.95) < 0.8 <= t_power(3, 0.11 / (0.02 / math.sqrt(2)), 0.95)
     sets = [a for s in ["grid.workflow=[voting]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0]", lr, *MECHANISM] for a in ("--set", s)]
     page = tmp_path / "report.html"
     result = run_cli("report", "-c", experiment, *sets, "--group-by", "train.lr", "--html", page)
     assert result.exit_code == 0, result.output
     assert '<section id="table-claims">' in page.read_text()
+
+
+def test_a_sweeps_configurations_share_one_base_and_are_one_unit_for_claims_4_and_5(experiment: Path) -> None:
+    """train.lr [1e-4, 5e-5] over voting and orch_workers: four configurations, two base evaluations
+    (every lr of a workflow-task-scale shares one). Isolated falls off a cliff at both rates, shared
+    learns: claim 4 counts the two workflow-task-scales, not the four configurations."""
+    from matrixrl import grid as G
+
+    config = config_for(experiment, "[voting, orch_workers]", task="[arith]", extra=["grid.train.lr=[1.0e-4, 5.0e-5]"])
+    results = [e for c in G.cells(config) for e in evaluations(c, CLIFF(0.7) if c.policy == "isolated" else [0.3, 0.4, 0.45, 0.5])]
+    claims = claims_of(config, results)
+    assert claims[4]["evidence"] == "2/2: 1.00 [0.16, 1.00]"
+    assert claims[4]["why"].startswith("isolated's higher in 2 of 2; cliff rates 1.00 isolated, 0.00 shared")
+    assert claims[3]["why"].startswith("isolated higher in 4 of 4 configurations")  # peaks read between trainings: four
 
 
 # --- a real run ------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ DEFAULT_COLUMNS = {
     "diagnostics": ["dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"],
     "mechanism": ["cliff@onset", "signal", "change", "rise_step", "lead", "verdict"],
     "memory": ["base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"],  # tests/test_memory_report.py
-    "claims": ["finding", "evidence", "n_cells", "n_seeds", "verdict"],
+    "claims": ["finding", "evidence", "n_cells", "verdict", "fragility"],
 }
 
 

@@ -55,14 +55,17 @@ import numpy as np
 import pandas as pd
 
 from matrixrl.analysis.axes import PerCell
-from matrixrl.analysis.claims import claims_table
-from matrixrl.analysis.curves import summarize_curve
+from matrixrl.analysis.claims import FAMILY, claim_results, claims_table, family_holm
+from matrixrl.analysis.curves import summarize_curves
 from matrixrl.analysis.mechanism import Signal, assess
 from matrixrl.config import Analysis, Config
 
 BASE_RANGE = (0.25, 0.55)
 """The true base accuracies of the contexts are drawn uniformly from this range."""
 POLICIES = ("shared", "isolated")
+DECIDED = ("supported", "contradicted")
+FALL_DEPTH = 0.20
+"""A flat-then-fall run stays at its base for the first half of its checkpoints, then this far below it."""
 CLIFF_MIN_HEIGHT = 0.15
 """A planted cliff's peak rises at least this far above the base (and 5 SEs of the difference)."""
 
@@ -136,6 +139,10 @@ class Scenario:
     flat: tuple[float, float] = (0.0, 0.0)
     rise: float = 0.0
     precedes: tuple[float, float] = (0.0, 0.0)
+    fall: tuple[float, float] = (0.0, 0.0)
+    steady: tuple[float, float] = (0.0, 0.0)
+    confound: tuple[tuple[float, float], tuple[float, float]] | None = None
+    cliff_height: float | None = None
 
 
 NO_GAIN = Scenario("no gain", cliff=(0.3, 0.3), flat=(0.2, 0.2), rise=0.5)
@@ -150,6 +157,17 @@ effect, cliffs and signals alike in both modes."""
 
 NULLS = {1: NO_GAIN, **dict.fromkeys(range(2, 8), NULL)}
 """Per claim, the null its error rate is measured under."""
+
+COLLAPSES = replace(NULL, name="collapses", effect="", cliff=(0.0, 0.0), fall=(0.3, 0.0), steady=(0.3, 0.0))
+"""Claim 4's second null: no real cliff anywhere, but 60% of isolated runs collapse (half flat then a fall of
+:data:`FALL_DEPTH`, half a steady fall) and no shared run does: collapses must not read as cliffs."""
+
+CONFOUNDED = replace(NULL, name="confounded", confound=((0.6, 0.8), (0.1, 0.2)))
+"""Claims 6-7's second null: within every configuration the signal says nothing of cliffs, but half the
+contexts cliff 60% of the time with signals rising in 80% of runs, the others 10% and 20%."""
+
+EXTRA_NULLS = {4: COLLAPSES, 6: CONFOUNDED, 7: CONFOUNDED}
+"""Per claim, the further null its error rate is measured under (docs/report.md, "How often the rules err")."""
 
 PLANTED = {
     1: replace(NO_GAIN, name="gain", effect="learning runs gain +0.08", gain=0.08),
@@ -177,76 +195,170 @@ def synthetic_study(
     """One synthetic study of ``shape`` under ``scenario``: its per-cell records as the claims read them.
     ``signals``: also the gradient signals and what the mechanism table makes of them (claims 6, 7).
     ``context_effects``: each context's effect on the gain, in the shape's order, in place of the
-    scenario's draw ``normal(0, context_sd)`` (a grid's contexts have the effects they have)."""
-    steps = list(shape.steps)
+    scenario's draw ``normal(0, context_sd)`` (a grid's contexts have the effects they have).
+
+    Drawn for all cells at once (numpy) and read by :func:`matrixrl.analysis.curves.summarize_curves`,
+    the cliff rule over many curves, and by :func:`signal_records`, the mechanism's verdict for a
+    signal that steps up at one update; tests/test_calibration.py checks both against the per-cell
+    code (``summarize_curve``, ``mechanism.assess``)."""
+    drawn = draw_study(shape, scenario, rng, analysis, signals, context_effects)
+    return study_records(shape, drawn, analysis)
+
+
+@dataclass
+class Drawn:
+    """A synthetic study's draws, one entry (row) per cell in the shape's order (context, mode, seed)."""
+
+    context: np.ndarray
+    side: np.ndarray  # 0 isolated, 1 shared
+    seed: np.ndarray
+    accuracy: np.ndarray  # cells × checkpoints, the base evaluation first
+    trials: np.ndarray
+    signal: list  # the signal's name or None
+    rise: np.ndarray  # the update at which the signal steps up (0: never)
+
+
+def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=None) -> Drawn:
+    """The draws of :func:`synthetic_study` (see the module docstring)."""
+    steps = np.array(shape.steps, dtype=float)
+    contexts, seeds = len(shape.contexts), shape.seeds
+    cells = contexts * 2 * seeds
+    context = np.repeat(np.arange(contexts), 2 * seeds)
+    side = np.tile(np.repeat([1, 0], seeds), contexts)  # POLICIES order: shared, isolated
+    seed = np.tile(np.arange(seeds), 2 * contexts)
+    trials = np.array([shape.trials[task] for _, task, _ in shape.contexts])[context]
+    true_base = rng.uniform(*BASE_RANGE, size=contexts)
+    base = rng.binomial(np.array([shape.trials[task] for _, task, _ in shape.contexts]), true_base) / np.array(
+        [shape.trials[task] for _, task, _ in shape.contexts])  # fmt: skip
+    if context_effects is not None:
+        effect = np.asarray(context_effects, dtype=float)
+    else:
+        effect = rng.normal(0, scenario.context_sd, size=contexts) if scenario.context_sd else np.zeros(contexts)
+    # Each run's kind: 0 learning, 1 flat, 2 cliff, 3 flat then a fall.
+    cliff_p = np.where(side == 0, scenario.cliff[0], scenario.cliff[1])
+    rise_p = np.full(cells, scenario.rise)
+    if scenario.confound is not None:
+        (cliff_a, rise_a), (cliff_b, rise_b) = scenario.confound
+        odd = context % 2 == 1
+        cliff_p, rise_p = np.where(odd, cliff_b, cliff_a), np.where(odd, rise_b, rise_a)
+    flat_p = np.where(side == 0, scenario.flat[0], scenario.flat[1])
+    fall_p = np.where(side == 0, scenario.fall[0], scenario.fall[1])
+    steady_p = np.where(side == 0, scenario.steady[0], scenario.steady[1])
+    u = rng.random(cells)
+    bounds = np.cumsum([cliff_p, flat_p, fall_p, steady_p], axis=0)
+    kind = np.select([u < bounds[0], u < bounds[1], u < bounds[2], u < bounds[3]], [2, 1, 3, 4], 0)
+    tb = true_base[context]
     last = steps[-1]
-    updates = np.arange(1, last + 1)
-    after_window = analysis.mechanism_baseline_steps + 1  # the first update a rise can be seen at
+    k = len(steps)
+    # Learning: linear to base + gain at the last step; isolated runs `isolated_lift` higher after step 0.
+    gain = scenario.gain + effect[context] + np.where(side == 0, 0.5, -0.5) * scenario.policy_gain
+    gain = gain + (rng.normal(0, scenario.training_sd, size=cells) if scenario.training_sd else 0.0)
+    lift = np.where(side == 0, scenario.isolated_lift, 0.0)
+    learning = np.clip(tb[:, None] + gain[:, None] * steps / last + lift[:, None] * (steps > 0), 0.01, 0.99)
+    # Cliff: up to a real peak at a checkpoint in the middle, back at the base from the next one.
+    height = np.array([cliff_height(t) for t in trials]) if scenario.cliff_height is None else np.full(cells, scenario.cliff_height)
+    peak = rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=cells)
+    peak = np.minimum(peak, k - 2)
+    index = np.arange(k)
+    ramp = np.where(index[None, :] <= peak[:, None], steps[None, :] / steps[peak][:, None], 0.0)
+    cliff = np.minimum(tb[:, None] + height[:, None] * ramp, 0.99)
+    # Flat, then from the middle FALL_DEPTH below the base: a fall without a peak.
+    fall = np.clip(tb[:, None] - FALL_DEPTH * (index[None, :] >= k // 2), 0.01, 0.99)
+    # Steady fall: linear from the base to FALL_DEPTH below it at the last step.
+    steady = np.clip(tb[:, None] - FALL_DEPTH * steps[None, :] / last, 0.01, 0.99)
+    flat = np.repeat(tb[:, None], k, axis=1)
+    true = np.select([kind[:, None] == 0, kind[:, None] == 1, kind[:, None] == 2, kind[:, None] == 3],
+                     [learning, flat, cliff, fall], steady)  # fmt: skip
+    accuracy = rng.binomial(trials[:, None], true) / trials[:, None]
+    accuracy[:, 0] = base[context]
+    # Signals: isolated cells of parallel workflows (amplification) and every shared cell (share).
+    names = [_signal_name(shape.contexts[c][0], POLICIES[1 - s], shape) if signals else None for c, s in zip(context, side)]
+    rise = np.zeros(cells, dtype=int)
+    if signals:
+        after_window = analysis.mechanism_baseline_steps + 1
+        precedes_p = np.where(side == 0, scenario.precedes[0], scenario.precedes[1])
+        lead = max(1, int(steps[1] - steps[0]) // 2)
+        a, b = rng.random(cells), rng.random(cells)
+        anywhere = rng.integers(after_window, int(last) + 1, size=cells)
+        preceding = np.maximum(after_window, steps[peak].astype(int) - lead)
+        rise = np.where((kind == 2) & (a < precedes_p), preceding, np.where(b < rise_p, anywhere, 0))
+        rise = np.where([name is not None for name in names], rise, 0)
+    return Drawn(context, side, seed, accuracy, trials, names, rise)
+
+
+def study_records(shape: GridShape, drawn: Drawn, analysis: Analysis) -> PerCell:
+    """The per-cell records of ``drawn`` as the claims read them."""
+    summary = summarize_curves(shape.steps, drawn.accuracy, drawn.trials, analysis)
+    mechanism = signal_records(drawn.signal, drawn.rise, summary, list(shape.steps), analysis)
+    names = list(summary)
+    columns = [value if isinstance(value := summary[name], list) else value.tolist() for name in names]
     rows = []
-    for i, (workflow, task, scale) in enumerate(shape.contexts):
-        trials = shape.trials[task]
-        true_base = rng.uniform(*BASE_RANGE)
-        base = rng.binomial(trials, true_base) / trials  # the one base evaluation, shared by every cell below
-        if context_effects is not None:
-            effect = float(context_effects[i])
-        else:
-            effect = rng.normal(0, scenario.context_sd) if scenario.context_sd else 0.0
-        context_gain = scenario.gain + effect
-        for policy in POLICIES:
-            side = 0 if policy == "isolated" else 1
-            signal = _signal_name(workflow, policy, shape) if signals else None
-            for seed in range(shape.seeds):
-                kind = rng.choice(3, p=_kinds(scenario, side))  # 0 learning, 1 flat, 2 cliff
-                true, pre_onset = _true_curve(kind, steps, true_base, trials, context_gain, policy, scenario, rng)
-                accuracy = [base, *(rng.binomial(trials, p) / trials for p in true[1:])]
-                se = [math.sqrt(a * (1 - a) / trials) for a in accuracy]
-                curve = summarize_curve(steps, accuracy, trials, analysis, se)
-                record = asdict(curve)
-                rise_step = None
-                if signal is not None:
-                    if kind == 2 and rng.random() < scenario.precedes[side]:
-                        rise_step = max(after_window, pre_onset - max(1, (steps[1] - steps[0]) // 2))
-                    elif rng.random() < scenario.rise:
-                        rise_step = int(rng.integers(after_window, last + 1))
-                    values = np.where(updates >= (rise_step or last + 1), 2.0, 1.0)
-                    series = pd.Series(values, index=pd.Index(updates, dtype="int64"))
-                    found = Signal(signal, "generator", series)
-                else:
-                    found = None
-                record.update(assess(found, curve.cliff_onset, steps, analysis, collapse=curve.signature == "collapse"))
-                cell = f"{workflow}-{task}-{scale}-{policy}-s{seed}"
-                rows.append({"cell": cell, "workflow": workflow, "task": task, "scale": scale, "policy": policy,
-                             "seed": seed, "run": cell, **record})  # fmt: skip
+    for i in range(len(drawn.context)):
+        workflow, task, scale = shape.contexts[drawn.context[i]]
+        policy = POLICIES[1 - drawn.side[i]]
+        cell = f"{workflow}-{task}-{scale}-{policy}-s{drawn.seed[i]}"
+        record = {name: column[i] for name, column in zip(names, columns)}
+        rows.append({"cell": cell, "workflow": workflow, "task": task, "scale": scale, "policy": policy,
+                     "seed": int(drawn.seed[i]), "run": cell, **record, **mechanism[i]})  # fmt: skip
     return PerCell(rows, dict.fromkeys(rows[0] if rows else ["cell"], "object"))
+
+
+def _detection_lag(analysis: Analysis, updates: int) -> int | None:
+    """Updates from a signal's step up (1 → 2) to the update at which ``mechanism.assess`` finds it risen
+    (its trailing mean past the baseline's 1 + ``mechanism_rise``); None when it never does."""
+    key = (analysis.mechanism_baseline_steps, analysis.mechanism_rise, analysis.mechanism_smooth_steps, updates)
+    if key not in _LAGS:
+        _LAGS[key] = _lag(analysis, updates)
+    return _LAGS[key]
+
+
+_LAGS: dict[tuple, int | None] = {}
+
+
+def _lag(analysis: Analysis, updates: int) -> int | None:
+    start = analysis.mechanism_baseline_steps + 1
+    index = np.arange(1, updates + 1)
+    series = pd.Series(np.where(index >= start, 2.0, 1.0), index=pd.Index(index, dtype="int64"))
+    found = assess(Signal("share", "generator", series), None, [0, updates], analysis)["rise_step"]
+    return None if found is None else int(found) - start
+
+
+def signal_records(names, rise, summary: dict, steps: list[int], analysis: Analysis) -> list[dict]:
+    """``mechanism.assess``'s fields per cell for a signal named ``names[i]`` (None: no signal) that
+    steps from 1 to 2 at update ``rise[i]`` (0: never), on the cell's summarized curve."""
+    last = steps[-1]
+    lag = _detection_lag(analysis, last)
+    k = analysis.mechanism_baseline_steps
+    out = []
+    for i, name in enumerate(names):
+        record = {"signal": None, "signal_role": None, "baseline": None, "change": None, "rose": None,
+                  "rise_step": None, "lead": None, "verdict": "n/a"}  # fmt: skip
+        if name is None or last <= k:
+            out.append(record)
+            continue
+        onset = summary["cliff_onset"][i]
+        end = last if onset is None else onset
+        record.update(signal=name, signal_role="generator", baseline=1.0)
+        if end <= k:
+            out.append(record)  # the onset falls inside the baseline window
+            continue
+        found = int(rise[i]) + lag if rise[i] and lag is not None and int(rise[i]) + lag <= end else None
+        record.update(rose=found is not None, rise_step=found)
+        if onset is None:
+            record["verdict"] = "collapse" if summary["signature"][i] == "collapse" else "no cliff"
+        elif found is None:
+            record["verdict"] = "absent"
+        else:
+            record["lead"] = onset - found
+            record["verdict"] = "precedes" if found <= summary["pre_onset"][i] else "coincides"
+        out.append(record)
+    return out
 
 
 def _signal_name(workflow: str, policy: str, shape: GridShape) -> str | None:
     if policy == "isolated":
         return "amplification" if workflow in shape.parallel else None
     return "share"  # every multi-agent workflow has several roles
-
-
-def _kinds(scenario: Scenario, side: int) -> list[float]:
-    flat, cliff = scenario.flat[side], scenario.cliff[side]
-    return [1 - flat - cliff, flat, cliff]
-
-
-def _true_curve(kind, steps, base, trials, context_gain, policy, scenario, rng) -> tuple[list[float], int | None]:
-    """The run's true accuracy at each checkpoint, and (a cliff run) the checkpoint before its onset."""
-    last = steps[-1]
-    if kind == 1:
-        return [base] * len(steps), None
-    if kind == 2:
-        height = cliff_height(trials)
-        peak = int(rng.integers(max(1, len(steps) // 4), max(2, 3 * len(steps) // 4)))  # a checkpoint in the middle
-        peak = min(peak, len(steps) - 2)
-        true = [base + height * steps[i] / steps[peak] if i <= peak else base for i in range(len(steps))]
-        return [min(p, 0.99) for p in true], steps[peak]
-    gain = context_gain + (scenario.policy_gain / 2 if policy == "isolated" else -scenario.policy_gain / 2)
-    gain += rng.normal(0, scenario.training_sd) if scenario.training_sd else 0.0
-    lift = scenario.isolated_lift if policy == "isolated" else 0.0
-    true = [base + gain * step / last + (lift if step else 0.0) for step in steps]
-    return [min(max(p, 0.01), 0.99) for p in true], None
 
 
 def study_shapes(experiments: Path, paper: Path) -> dict[str, GridShape]:
@@ -268,10 +380,14 @@ def study_shapes(experiments: Path, paper: Path) -> dict[str, GridShape]:
 
 @dataclass
 class Rates:
-    """How often each verdict came out, per claim, over ``studies`` synthetic studies."""
+    """How often each verdict came out, per claim, over ``studies`` synthetic studies; ``family`` and
+    ``family_holm``: in how many at least one claim of 2-7 among those tested was decided, each at its
+    own level and under Holm's procedure across them (``claims.family_holm``)."""
 
     studies: int
     counts: dict[int, Counter] = field(default_factory=dict)
+    family: int = 0
+    family_holm: int = 0
 
     def rate(self, claim: int, *verdicts: str) -> float:
         return sum(self.counts[claim][v] for v in verdicts) / self.studies
@@ -297,8 +413,82 @@ def verdict_rates(
     rates = Rates(studies, {claim: Counter() for claim in claims})
     signals = any(claim in (6, 7) for claim in claims)  # only the mechanism's claims read them
     for _ in range(studies):
-        found = table(synthetic_study(shape, scenario, rng, analysis, signals), analysis.confidence, claims)
-        verdicts = dict(zip(found["claim"].tolist(), found["verdict"].tolist()))
+        study = synthetic_study(shape, scenario, rng, analysis, signals)
+        if table is claims_table:  # the same rows, without a DataFrame per study
+            results = claim_results(study, analysis.confidence, claims, brief=True)
+            verdicts = {claim: row["verdict"] for claim, row in results.items()}
+            held = family_holm(results, 1 - analysis.confidence)
+            rates.family += any(verdicts[c] in DECIDED for c in verdicts if c in FAMILY)
+            rates.family_holm += any(held[c]["verdict"] in DECIDED for c in held if c in FAMILY)
+        else:
+            found = table(study, analysis.confidence, claims)
+            verdicts = dict(zip(found["claim"].tolist(), found["verdict"].tolist()))
         for claim in claims:
             rates.counts[claim][verdicts[claim]] += 1
     return rates
+
+
+# --- the cliff rule on single runs ----------------------------------------------------------------
+
+LABELLED = {
+    "flat, then a fall of 0.20": "fall",
+    "a steady fall of 0.20": "steady",
+    "flat (noise alone)": "flat",
+    "a rise of 0.15, then back to the base": "rise",
+}
+"""The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
+
+
+def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, analysis: Analysis | None = None,
+                     height: float = CLIFF_MIN_HEIGHT) -> float:  # fmt: skip
+    """The share of ``runs`` runs of ``kind`` (:data:`LABELLED`) on ``steps``, each evaluation a binomial
+    draw of ``trials`` around a base drawn from :data:`BASE_RANGE`, that the cliff rule labels ``cliff``.
+    A ``rise`` climbs linearly to ``height`` above the base at a checkpoint in the middle of the run
+    (as a planted cliff's) and is back at the base from the next one on."""
+    analysis = analysis or Analysis()
+    rng = np.random.default_rng(seed)
+    step = np.asarray(steps, dtype=float)
+    k, last = len(step), step[-1]
+    index = np.arange(k)
+    base = rng.uniform(*BASE_RANGE, size=runs)[:, None]
+    if kind == "fall":
+        true = base - FALL_DEPTH * (index >= k // 2)
+    elif kind == "steady":
+        true = base - FALL_DEPTH * step / last
+    elif kind == "flat":
+        true = np.repeat(base, k, axis=1)
+    else:
+        peak = np.minimum(rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=runs), k - 2)
+        true = base + height * np.where(index <= peak[:, None], step / step[peak][:, None], 0.0)
+    true = np.clip(true, 0.01, 0.99)
+    accuracy = rng.binomial(trials, true) / trials
+    return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis)["cliff"].mean())
+
+
+FAMILY_RATES = {
+    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation": (0.109, 0.010, 0.047, 0.007),
+    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation": (0.051, 0.007, 0.009, 0.003),
+    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation": (0.093, 0.009, 0.024, 0.005),
+    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation": (0.125, 0.010, 0.023, 0.005),
+}
+"""Per grid shape (``GridShape.describe``): how often at least one of claims 2-7 was decided under the joint
+null, ``(rate, SE, rate under Holm, SE)``, from ``python bench/claims_calibration.py`` (1000 studies a shape,
+seed 0; docs/report.md, "How often the rules err")."""
+
+
+def family_caption(config: Config) -> str:
+    """The claims table's footer line on the family: its measured rate for this grid's shape, or that it
+    was not measured."""
+    try:
+        described = GridShape.of(config, "grid").describe()
+    except (ValueError, KeyError):
+        described = None
+    held = "under Holm's procedure" if config.analysis.family == "holm" else "each at its own level"
+    if described not in FAMILY_RATES:
+        return (f"Claims 2-7 tested {held}; how often one of them is decided with nothing there is not measured "
+                "for this grid's shape (bench/claims_calibration.py).")  # fmt: skip
+    raw, raw_se, holm, holm_se = FAMILY_RATES[described]
+    rate, se = (holm, holm_se) if config.analysis.family == "holm" else (raw, raw_se)
+    other = "" if config.analysis.family == "holm" else f"; {100 * holm:.1f}% under Holm (--set analysis.family=holm)"
+    return (f"With nothing there, at least one of claims 2-7 (tested {held}) was decided in {100 * rate:.1f} ± {100 * se:.1f}% "
+            f"of simulated studies of this grid's shape{other} (docs/report.md).")  # fmt: skip

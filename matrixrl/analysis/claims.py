@@ -8,14 +8,14 @@ Only a ``cliff`` (a fall after a real peak) is tested as the study's cliff (clai
 The rules, and why each test is the one it is, are in docs/report.md ("claims"),
 written before this code; in short:
 
-- every test but claim 2's gives an interval of an estimate the finding predicts above
+- claims 1, 3, 4, 5 give an interval of an estimate the finding predicts above
   ``null``: wholly above is ``supported``, wholly below ``contradicted``, else
   ``inconclusive``; a study that lacks what a test needs makes it ``untestable``;
-- a share k/m has the Clopper–Pearson interval (the sign test's); a difference of two
-  independent shares the square-and-add (MOVER) interval of the two Clopper–Pearson
-  intervals, with at least :data:`MIN_GROUP` cells a group; a mean difference the
-  Student-t interval (``analysis.seeds.t_interval``), none where every unit is the same
-  (a zero-width interval would claim certainty);
+- a share k/m has the Clopper–Pearson interval (the sign test's); a mean difference the
+  Student-t interval (``analysis.seeds.t_interval``), never narrower than the peaks'
+  own evaluation error allows;
+- claims 6 and 7 compare cliffs with calm runs within configurations: an exact
+  stratified test (its two one-sided p at α/2) and the Mantel–Haenszel difference;
 - claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
   the policy main effect, by nested F-tests, one family under Holm's procedure, and ω²
   (shown at 0 or above, the value as computed in ``why``).
@@ -26,8 +26,8 @@ isolated and a shared cell of one configuration and seed, as ``compare`` pairs t
 Where a claim's figure is measured against the base evaluation that a configuration's
 seeds (and both its modes) share, the configuration is the unit (claims 1, 3, 4, 5;
 claim 2 counts cells but puts the shared base's error into the context's test); the
-mechanism's timing is each training's own, so claims 6 and 7 count cells
-(docs/report.md, "One unit per claim").
+mechanism's timing is each training's own, so claims 6 and 7 count cells, each
+compared only with cells of its own configuration (docs/report.md, "One unit per claim").
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MIN_GROUP, MOST_UNITS, context_seeds_needed, difference_scale_needed, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_sf, sign_threshold, sign_units_needed, t_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "untestable")
 CLAIMS_COLUMNS = [
-    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "test", "estimate", "lo", "hi", "null", "why",
+    "claim", "finding", "evidence", "n_cells", "n_seeds", "verdict", "fragility", "test", "estimate", "lo", "hi", "null", "p", "why",
 ]  # fmt: skip
 """The default columns first, in the order they are read; then what was computed, as numbers, and why."""
 
@@ -71,35 +71,47 @@ TESTS = {
     3: "peak isolated - shared, paired by seed, mean over configurations (Student-t)",
     4: "sign test over configurations whose cliff rates differ: share where isolated's is higher",
     5: "sign test over configurations: share where shared's failures are less often cliffs",
-    6: "isolated amplification: precedes among cliffs - rose by the same step without a cliff",
-    7: "shared dominant share: precedes among cliffs - rose by the same step without a cliff",
+    6: "isolated amplification, within configurations: precedes among cliffs - rose as early without (exact stratified, MH)",
+    7: "shared dominant share, within configurations: precedes among cliffs - rose as early without (exact stratified, MH)",
 }
 
 
-def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8)) -> pd.DataFrame:
+def claims_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8),
+                 brief: bool = False, family: str = "none") -> pd.DataFrame:
     """A row per claim (``CLAIMS_COLUMNS``) tested on the cells of ``per_cell`` (the per-cell
     records; cells without a base evaluation are left out). Empty when no cell has one.
-    ``claims``: those claims only (the calibration tests one claim over thousands of studies)."""
+    ``claims``: those claims only; ``brief``: claim 2 without its descriptive η² (the calibration
+    tests the claims over thousands of studies); ``family``: ``holm`` for Holm's procedure across
+    claims 2-7 (:func:`family_holm`), ``none`` for each claim at its own level."""
+    results = claim_results(per_cell, confidence, claims, brief)
+    if family == "holm":
+        results = family_holm(results, 1 - confidence)
+    return _frame(list(results.values()))
+
+
+def claim_results(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95, claims: Sequence[int] = range(1, 8),
+                  brief: bool = False) -> dict[int, dict]:
+    """:func:`claims_table`'s rows as dicts, per claim (none without a cell with a base evaluation)."""
     per_cell = PerCell.of(per_cell)
     rows = [row for row in per_cell.rows if not missing(row.get("base"))]
     if not rows:
-        return _frame([])
+        return {}
     extra = extra_axes(per_cell.columns)
     tests: list[Callable[[], dict]] = [
         lambda: claim_gain(rows, confidence),
-        lambda: claim_context(rows, confidence),
+        lambda: claim_context(rows, confidence, brief),
         lambda: claim_peaks(rows, extra, confidence),
         lambda: claim_cliffs(rows, extra, confidence),
         lambda: claim_failures(rows, extra, confidence),
-        lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence),
-        lambda: claim_mechanism(7, rows, "shared", "share", confidence),
+        lambda: claim_mechanism(6, rows, "isolated", "amplification", confidence, extra),
+        lambda: claim_mechanism(7, rows, "shared", "share", confidence, extra),
     ]
-    return _frame([{"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims])
+    return {i: {"claim": i, "finding": FINDINGS[i][0], "test": TESTS[i], **tests[i - 1]()} for i in claims}
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=CLAIMS_COLUMNS)
-    dtypes = {"claim": "int64", "n_cells": "int64", "n_seeds": "int64", **dict.fromkeys(["estimate", "lo", "hi", "null"], "float64")}
+    dtypes = {"claim": "int64", "n_cells": "int64", "n_seeds": "int64", **dict.fromkeys(["estimate", "lo", "hi", "null", "p"], "float64")}
     return frame.astype(dtypes)
 
 
@@ -135,9 +147,13 @@ def verdict(lo: float, hi: float, null: float) -> str:
     return "supported" if lo > null else "contradicted" if hi < null else "inconclusive"
 
 
-def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None) -> dict:
+def _result(estimate, lo, hi, null, cells: Sequence[dict], evidence: str | None, why: str, decided: str | None = None,
+            p: float = math.nan, fragility: str | None = None) -> dict:  # fmt: skip
+    """A claim's row; ``p``: its test's two-sided p-value (NaN without a test), which Holm's procedure
+    across the family reads (:func:`family_holm`); ``fragility``: the fewest units whose flip or removal
+    changes the verdict (docs/report.md, "Fragile verdicts")."""
     return {
-        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null,
+        "evidence": evidence, "estimate": estimate, "lo": lo, "hi": hi, "null": null, "p": p, "fragility": fragility,
         "n_cells": len(cells), "n_seeds": len({row["seed"] for row in cells}),
         "verdict": decided if decided is not None else verdict(lo, hi, null), "why": why,
     }  # fmt: skip
@@ -162,13 +178,17 @@ def _multi_agent(rows: Sequence[dict]) -> list[dict]:
     return [row for row in rows if row["workflow"] != CONTROL]
 
 
-def _pairs(rows: Sequence[dict], extra: Sequence[str]) -> list[list[tuple[dict, dict]]]:
+def _pairs(rows: Sequence[dict], extra: Sequence[str], by_base: bool = False) -> list[list[tuple[dict, dict]]]:
     """Per configuration with both modes as runs of their own, its ``(isolated, shared)`` cells
-    paired by seed (the seeds both have); configurations without a pair are left out."""
+    paired by seed (the seeds both have); configurations without a pair are left out. ``by_base``:
+    per (workflow, task, scale) instead, the configurations of its extra-axis values (a sweep of a
+    training setting) one unit, for they share its one base evaluation; pairs within one value."""
     out = []
-    for _, group in grouped_rows(rows, ["workflow", "task", "scale", *extra]):
-        isolated = {row["seed"]: row for row in group if row["policy"] == "isolated"}
-        shared = {row["seed"]: row for row in group if row["policy"] == "shared"}
+    keys = ["workflow", "task", "scale"] if by_base else ["workflow", "task", "scale", *extra]
+    within = [axis for axis in extra if axis not in keys]
+    for _, group in grouped_rows(rows, keys):
+        isolated = {(row["seed"], *(repr(row[a]) for a in within)): row for row in group if row["policy"] == "isolated"}
+        shared = {(row["seed"], *(repr(row[a]) for a in within)): row for row in group if row["policy"] == "shared"}
         runs = [{row.get("run", row["cell"]) for row in side.values()} for side in (isolated, shared)]
         if not isolated or not shared or runs[0] == runs[1]:
             continue  # one mode only, or a one-role workflow whose isolated cells are its shared runs
@@ -211,7 +231,7 @@ def claim_gain(rows: Sequence[dict], confidence: float) -> dict:
     why = f"{k} of {m} workflow-task-scales gain; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "workflow-task-scales", confidence, " (seeds add none: they share its base)")
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def _sign_note(k: int, m: int, units: str, confidence: float, aside: str = "") -> str:
@@ -227,8 +247,9 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def claim_context(rows: Sequence[dict], confidence: float) -> dict:
-    """2. Gains depend jointly on workflow, task and scale, not on policy alone: an ANOVA."""
+def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) -> dict:
+    """2. Gains depend jointly on workflow, task and scale, not on policy alone: an ANOVA (``brief``: the
+    verdict and figures without the η² and the note in ``why``, as the calibration needs them)."""
     cells = [row for row in _multi_agent(rows) if math.isfinite(row["gain"])]
     if len({row["policy"] for row in cells}) < 2:
         return _untestable("one policy mode: no policy effect to set against the context", cells)
@@ -239,27 +260,50 @@ def claim_context(rows: Sequence[dict], confidence: float) -> dict:
     frame["gain"] = [float(row["gain"]) for row in cells]
     frame["base_var"] = [0.0 if missing(row.get("base_se")) else float(row["base_se"]) ** 2 for row in cells]
     terms = "*".join(f"C({axis})" for axis in context)
-    anova = context_anova(frame, terms)
+    anova = context_anova(frame, terms, describe=not brief)
     if anova is None:
         return _result(math.nan, math.nan, math.nan, math.nan, cells, None,
                        "no residual degrees of freedom, or every gain the same: more cells or seeds", "inconclusive")  # fmt: skip
     raw = {"context": anova["omega2_context"], "policy": anova["omega2_policy"]}
-    contexts = len({tuple(row[axis] for axis in context) for row in cells})
+    keys = [tuple(row[axis] for axis in context) for row in cells]
+    contexts = len(set(keys))
     # ω² is a share of variance: below 0 it estimates none, and is shown and compared as 0.
     omega_c, omega_p = (max(value, 0.0) for value in raw.values())
     decided = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
+    # Its p in the family: the smaller of its two, Holm-adjusted within the claim (twice it).
+    family_p = min(1.0, 2 * min(anova["p_context"], anova["p_policy"]))
+    fragility = _context_fragility(frame, terms, keys, decided, confidence)
     evidence = f"ω² context {_fixed(omega_c)}, policy {_fixed(omega_p)}"
     test = f"OLS gain ~ {'*'.join(context)} + policy; nested F-tests (Holm), omega² of context vs policy"
-    why = (
-        f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}; η² main {anova['eta2_main']:.2f}, "
-        f"interactions {anova['eta2_interactions']:.2f}, policy {anova['eta2_policy']:.2f}"
-    )
+    why = f"p context {anova['p_context']:.3g}, policy {anova['p_policy']:.3g}"
+    if brief:
+        return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p,
+                          fragility=fragility), "test": test}  # fmt: skip
+    why += (f"; η² main {anova['eta2_main']:.2f}, interactions {anova['eta2_interactions']:.2f}, "
+            f"policy {anova['eta2_policy']:.2f}")  # fmt: skip
     below = [f"{name} {value:.3g}" for name, value in raw.items() if value < 0]
     if below:
         why += f"; ω² below 0, shown as 0: {', '.join(below)}"
     if decided == "inconclusive":
         why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence)
-    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided), "test": test}
+    return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p,
+                      fragility=fragility), "test": test}  # fmt: skip
+
+
+def _context_fragility(frame: pd.DataFrame, terms: str, keys: list, decided: str, confidence: float) -> str:
+    """How many contexts, each left out alone, change claim 2's verdict (its units are contexts): ``k of C``."""
+    changed = 0
+    distinct = list(dict.fromkeys(keys))
+    for key in distinct:
+        kept = frame[[k != key for k in keys]].reset_index(drop=True)
+        anova = context_anova(kept, terms, describe=False) if kept["policy"].nunique() > 1 else None
+        if anova is None:
+            now = "inconclusive"
+        else:
+            omega_c, omega_p = max(anova["omega2_context"], 0.0), max(anova["omega2_policy"], 0.0)
+            now = context_verdict(anova["p_context"], anova["p_policy"], omega_c, omega_p, 1 - confidence)
+        changed += now != decided
+    return f"{changed} of {len(distinct)}"
 
 
 def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
@@ -293,7 +337,7 @@ def context_verdict(p_context: float, p_policy: float, omega_context: float, ome
     return "inconclusive"
 
 
-def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
+def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dict | None:
     """The two tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
     ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
     ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
@@ -305,16 +349,14 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     the cells of one context share it, so its error moves all their gains alike, which no
     residual holds) plus the residual variance over its n_c cells. The statistic
     W = Σ (m_c − m̄)²/V_c (m̄ the weighted mean) over C contexts is compared, as W/(C − 1),
-    with F(C − 1, df_resid). With equal bases it is the nested F-test of the model against
-    policy alone with error MSE + n̄·s̄² (n̄ cells a context, s̄² the base's squared SE),
-    but for its degrees of freedom. Before the calibration it was that test, with
-    Satterthwaite's df (the bases' variance as known): one mean s̄² over a HumanEval of 64
-    problems and a GSM8K of 500 let the noisy bases' spread pass for a context effect (10%
-    of null studies of examples/paper.yaml's shape at the 5% level), and Satterthwaite's
-    df, with two cells a context whose runs fall into kinds, decided in 6% of the default
-    grid's (docs/report.md, "How often the rules err").
-    **Policy's test** compares within contexts, where the base cancels: statsmodels'
-    nested F-test as it is.
+    with its null distribution when a share k (the mean of s_c²/V_c) of each V_c is known and
+    only the rest estimated on the residual's degrees of freedom (:func:`known_share_sf`).
+    Compared with F(C − 1, df_resid), as it was, the test took the known share as estimated
+    and ran at 0.03% (default grid) to 1.2% (the paper's, 3 seeds) against its 2.5% at
+    Holm's first step (docs/report.md, "How often the rules err").
+    **Policy's test** compares within contexts, where the base cancels: the nested F-test of
+    the model against the context alone (least squares in numpy; statsmodels' Type II table
+    only for the η², with ``describe``).
 
     ω²: (SS − df·error)/(SS_total + MSE + n̄·s̄²), with error MSE for policy; for the
     context, SS − df·error is its test's counterpart n̄·V_h·(W − (C − 1)), V_h the harmonic
@@ -330,70 +372,77 @@ def context_anova(frame: pd.DataFrame, terms: str) -> dict | None:
     variance, and the error adds the one of each it lacks. The ω² are returned as computed,
     below 0 too.
     """
-    import statsmodels.formula.api as smf
+    import numpy as np
     from scipy.special import fdtrc
-    from statsmodels.stats.anova import anova_lm
 
-    full = smf.ols(f"gain ~ {terms} + C(policy)", frame).fit()
-    total = float(((frame["gain"] - frame["gain"].mean()) ** 2).sum())
-    if full.df_resid < 1 or total <= 0 or full.ssr <= total * 1e-12:
-        return None
-    policy_only = smf.ols("gain ~ C(policy)", frame).fit()
-    context_only = smf.ols(f"gain ~ {terms}", frame).fit()
-    mse = full.ssr / full.df_resid
+    gain = frame["gain"].to_numpy(dtype=float)
     contexts = [column for column in frame.columns if column not in ("gain", "policy", "base_var")]
-    by_context = frame.groupby(contexts)["base_var"]
-    base = float(by_context.size().mean()) * float(by_context.mean().mean())
-    error = mse + base
-    _, p, df = full.compare_f_test(context_only)
-    out = {"p_policy": float(p), "omega2_policy": (context_only.ssr - full.ssr - df * mse) / (total + error)}
-    test = _context_test(frame, full, contexts)
+    keys = list(zip(*(frame[column].tolist() for column in contexts)))
+    code_of = {key: i for i, key in enumerate(sorted(set(keys)))}
+    context_codes = np.array([code_of[key] for key in keys])
+    policy = np.array(frame["policy"].tolist())
+    indicators = np.eye(len(code_of))[context_codes]
+    modes = np.stack([(policy == level).astype(float) for level in sorted(set(policy.tolist()))[1:]], axis=1)
+    base_var = frame["base_var"].to_numpy(dtype=float)
+    total = float(((gain - gain.mean()) ** 2).sum())
+    full_fit, full_ssr, full_rank = _least_squares(np.hstack([indicators, modes]), gain)
+    df_resid = len(gain) - full_rank
+    if df_resid < 1 or total <= 0 or full_ssr <= total * 1e-12:
+        return None
+    _, context_ssr, context_rank = _least_squares(indicators, gain)
+    mse = full_ssr / df_resid
+    sizes = np.bincount(context_codes)
+    cells_per_context = float(sizes.mean())
+    error = mse + cells_per_context * float((np.bincount(context_codes, weights=base_var) / sizes).mean())
+    df = full_rank - context_rank
+    p_policy = float(fdtrc(df, df_resid, (context_ssr - full_ssr) / df / mse)) if df > 0 else 1.0
+    out = {"p_policy": p_policy, "omega2_policy": (context_ssr - full_ssr - df * mse) / (total + error)}
+    adjusted = gain - modes @ full_fit[indicators.shape[1]:]  # policy's fitted effect taken out of every gain
+    test = _context_test(adjusted, base_var, context_codes, mse)
     if test is None:
         return None
-    statistic, df_context, df_error, harmonic_variance = test
-    out["p_context"] = float(fdtrc(df_context, df_error, statistic))
+    statistic, df_context, harmonic_variance, known = test
+    out["p_context"] = known_share_sf(statistic, df_context, df_resid, known)
     # n̄·V_h·W is the context's sum of squares as the test weighs the contexts (see the docstring).
-    cells_per_context = float(by_context.size().mean())
     out["omega2_context"] = df_context * cells_per_context * harmonic_variance * (statistic - 1) / (total + error)
-    table = anova_lm(full, typ=2)
-    effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
-    main = [term for term in effects if ":" not in term]
-    out["eta2_main"] = float(table.loc[main, "sum_sq"].sum()) / total
-    out["eta2_interactions"] = float(table.loc[[t for t in effects if t not in main], "sum_sq"].sum()) / total
-    out["eta2_policy"] = float(table.loc["C(policy)", "sum_sq"]) / total
+    if describe:
+        import statsmodels.formula.api as smf
+        from statsmodels.stats.anova import anova_lm
+
+        table = anova_lm(smf.ols(f"gain ~ {terms} + C(policy)", frame).fit(), typ=2)
+        effects = [term for term in table.index if term not in ("Residual", "C(policy)")]
+        main = [term for term in effects if ":" not in term]
+        out["eta2_main"] = float(table.loc[main, "sum_sq"].sum()) / total
+        out["eta2_interactions"] = float(table.loc[[t for t in effects if t not in main], "sum_sq"].sum()) / total
+        out["eta2_policy"] = float(table.loc["C(policy)", "sum_sq"]) / total
     return out
 
 
-def _context_test(frame: pd.DataFrame, full, contexts: list[str]) -> tuple[float, int, float, float] | None:
-    """``(W/(C − 1), C − 1, df_resid, V_h)`` of the context's test (:func:`context_anova`; V_h the
-    harmonic mean of the contexts' variances V_c), None where a context's mean has no variance
-    to weigh it by."""
+def _least_squares(x, y) -> tuple:
+    """``(coefficients, residual sum of squares, rank)`` of the least-squares fit of ``y`` on ``x``'s columns."""
     import numpy as np
 
-    # Policy's effect, as the full model fits it, taken out of every gain (its term names the non-reference level).
-    adjusted = frame["gain"].to_numpy(dtype=float).copy()
-    for term, value in full.params.items():
-        if term.startswith("C(policy)[T."):
-            adjusted -= value * (frame["policy"] == term[len("C(policy)[T.") : -1]).to_numpy()
-    mse = full.ssr / full.df_resid
-    means, bases, sizes = [], [], []
-    for _, rows in frame.assign(adjusted=adjusted).groupby(contexts):
-        means.append(float(rows["adjusted"].mean()))
-        bases.append(float(rows["base_var"].mean()))
-        sizes.append(len(rows))
-    mean, base, size = np.array(means), np.array(bases), np.array(sizes, dtype=float)
-    variances = base + mse / size
+    coefficients, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ coefficients
+    return coefficients, float(residual @ residual), int(rank)
+
+
+def _context_test(adjusted, base_var, codes, mse: float) -> tuple[float, int, float, float] | None:
+    """``(W/(C − 1), C − 1, V_h, k)`` of the context's test (:func:`context_anova`; V_h the harmonic mean
+    of the contexts' variances V_c, k the mean share of V_c that is known, s_c²/V_c), None where a
+    context's mean has no variance to weigh it by."""
+    import numpy as np
+
+    sizes = np.bincount(codes).astype(float)
+    mean = np.bincount(codes, weights=adjusted) / sizes
+    base = np.bincount(codes, weights=base_var) / sizes
+    variances = base + mse / sizes
     if len(mean) < 2 or not (variances > 0).all():
         return None
     weights = 1 / variances
     centre = float((weights * mean).sum() / weights.sum())
     statistic = float((weights * (mean - centre) ** 2).sum()) / (len(mean) - 1)
-    # The denominator's degrees of freedom are the residual's: the bases' share of each V_c is known, which
-    # Satterthwaite's df would count as certain, but with few cells a context the means and the MSE move
-    # together when runs fall into kinds (cliff or gain), and that count decided in 6% of null studies
-    # of the default grid's shape (docs/report.md, "How often the rules err").
-    df_error = float(full.df_resid)
-    return statistic, len(mean) - 1, df_error, float(len(mean) / weights.sum())
+    return statistic, len(mean) - 1, float(len(mean) / weights.sum()), float((base / variances).mean())
 
 
 def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -413,22 +462,152 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
     if len(units) < 2:
         return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval; more seeds or configurations")
     why = f"isolated higher in {higher} of {len(units)} {unit}"
-    if hi - lo < 1e-9:  # equal units, to float rounding (accuracies are multiples of 1/(n·samples), far coarser)
-        # No spread to estimate the noise from: a zero-width interval would claim certainty (docs/report.md).
-        return _result(mean, math.nan, math.nan, 0.0, cells, f"{mean:+.3f}", f"{why}, every one {mean:+.3f}: no spread, no interval")
-    if verdict(lo, hi, 0.0) == "inconclusive":
-        spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+    # The interval is never narrower than the peaks' own evaluation error allows (docs/report.md, claim 3).
+    groups = pairs if len(pairs) > 1 else [[pair] for pair in pairs[0]]
+    floor = math.sqrt(sum(sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups)) / len(units)
+    from scipy.special import stdtr, stdtrit
+
+    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+    se = max(spread / math.sqrt(len(units)), floor)
+    if se == floor:
+        half = float(stdtrit(len(units) - 1, (1 + confidence) / 2)) * se
+        lo, hi = mean - half, mean + half
+        why += f"; the peaks' evaluation error ({floor:.4f} SE of the mean) sets the interval, wider than their spread's"
+    p = float(2 * stdtr(len(units) - 1, -abs(mean) / se)) if se > 0 else math.nan
+    variances = [sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups]
+    fragility = peak_fragility(units, variances, verdict(lo, hi, 0.0), confidence)
+    if verdict(lo, hi, 0.0) == "inconclusive" and spread > 0:
         effect = abs(mean) / spread
         needed = t_units_needed(effect, confidence)
         count = "no number of" if needed is None else f"{needed}"
         what = "configurations" if len(pairs) > 1 else "seed pairs"
         why += f"; at this mean, {effect:.2f} of their standard deviation, 80% power needs {count} {what}"
-    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why)
+    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why, p=p, fragility=fragility)
+
+
+def peak_interval(units: Sequence[float], variances: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Claim 3's interval of the mean of ``units`` (each with its evaluation variance): Student-t, its SE
+    never below the evaluation error's."""
+    from scipy.special import stdtrit
+
+    m = len(units)
+    mean = sum(units) / m
+    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (m - 1))
+    se = max(spread / math.sqrt(m), math.sqrt(sum(variances)) / m)
+    half = float(stdtrit(m - 1, (1 + confidence) / 2)) * se
+    return mean - half, mean + half
+
+
+def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: str, confidence: float) -> str:
+    """The fewest units whose removal changes claim 3's verdict: removed one at a time, each time the one
+    that most moves the interval against the verdict (toward a decision for an inconclusive one)."""
+    pairs = list(zip(units, variances))
+    removed = 0
+    while len(pairs) > 2:
+        mean = sum(u for u, _ in pairs) / len(pairs)
+        # Against a decided verdict, drop the unit furthest on its side; toward one, the furthest against the mean.
+        side = 1 if (decided == "supported" or (decided == "inconclusive" and mean < 0)) else -1
+        pairs.remove(max(pairs, key=lambda pair: side * pair[0]))
+        removed += 1
+        lo, hi = peak_interval([u for u, _ in pairs], [v for _, v in pairs], confidence)
+        if verdict(lo, hi, 0.0) != decided:
+            return f"{removed} removal{'s' if removed != 1 else ''}"
+    return "no removal"
+
+
+def _peak_var(row: dict) -> float:
+    """The squared SE of a cell's peak evaluation, from its ``peak_gain_z`` and its base's SE (the peak's
+    and the base's make the rise's); the base's own where the peak is the base."""
+    base_se = 0.0 if missing(row.get("base_se")) else float(row["base_se"])
+    rise, z = float(row["peak"]) - float(row["base"]), row.get("peak_gain_z")
+    if rise == 0 or missing(z) or not math.isfinite(float(z)) or float(z) == 0:
+        return base_se**2
+    return max((rise / float(z)) ** 2 - base_se**2, 0.0)
+
+
+def _flips(n: int) -> str:
+    return f"{n} flip{'s' if n != 1 else ''}"
+
+
+def sign_fragility(k: int, m: int, confidence: float) -> str:
+    """The fewest units whose flip changes a sign test's verdict on k of m: a decided one, flips from its
+    side to the other until the interval reaches 0.5; an inconclusive one, flips to the nearer side that
+    decides ("no flip": none does)."""
+    threshold = sign_threshold(m, confidence)
+    if threshold is None:
+        return "no flip"
+    if k >= threshold:
+        return _flips(k - threshold + 1)
+    if m - k >= threshold:
+        return _flips(m - k - threshold + 1)
+    return _flips(min(threshold - k, threshold - (m - k)))
+
+
+def mechanism_fragility(tables: Sequence, decided: str, alpha: float) -> str:
+    """The fewest cells whose early-or-not flips change claims 6-7's verdict (each flip toward the other
+    side, one at a time, the margins of its table moving with it)."""
+    import copy
+
+    current = [copy.copy(t) for t in tables]
+    for flips in range(1, sum(t.cliffs + t.calm for t in tables) + 1):
+        moved = False
+        for t in current:  # one flip against the verdict (toward it for an inconclusive one, to support)
+            towards_support = decided != "supported"
+            if towards_support and t.preceded < t.cliffs:
+                t.preceded += 1
+            elif towards_support and t.rose > 0:
+                t.rose -= 1
+            elif not towards_support and t.preceded > 0:
+                t.preceded -= 1
+            elif not towards_support and t.rose < t.calm:
+                t.rose += 1
+            else:
+                continue
+            moved = True
+            break
+        if not moved:
+            return "no flip"
+        p_high, p_low = stratified_exact(current)
+        now = "supported" if p_high < alpha / 2 else "contradicted" if p_low < alpha / 2 else "inconclusive"
+        if now != decided:
+            return _flips(flips)
+    return "no flip"
+
+
+def sign_p(k: int, m: int) -> float:
+    """The sign test's two-sided p of k of m units going one way (twice the smaller tail, at most 1)."""
+    from matrixrl.analysis.power import binomial_tail
+
+    return min(1.0, 2 * min(binomial_tail(m, k, 0.5), binomial_tail(m, m - k, 0.5)))
+
+
+FAMILY = (2, 3, 4, 5, 6, 7)
+"""The claims that are one family under ``family="holm"``: those that test one study's differences
+(claim 1 is the study's premise, tested on its own)."""
+
+
+def family_holm(results: dict[int, dict], alpha: float) -> dict[int, dict]:
+    """``results`` with Holm's procedure across :data:`FAMILY`: the claims with a p, ordered by it, are
+    decided while the i-th smallest (of m) is below α/(m − i + 1); from the first that is not, a
+    supported or contradicted verdict becomes ``inconclusive``, its ``why`` saying so."""
+    tested = sorted((row["p"], claim) for claim, row in results.items() if claim in FAMILY and math.isfinite(row["p"]))
+    out = dict(results)
+    stopped = False
+    for i, (p, claim) in enumerate(tested):
+        level = alpha / (len(tested) - i)
+        stopped = stopped or p >= level
+        row = results[claim]
+        if stopped and row["verdict"] in ("supported", "contradicted"):
+            out[claim] = {**row, "verdict": "inconclusive",
+                          "why": f"{row['why']}; {row['verdict']} alone, not under Holm across claims 2-7 (p {p:.3g}, "
+                                 f"its step's level {level:.3g})"}  # fmt: skip
+    return out
 
 
 def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
-    """4. Isolated policies fall off terminal cliffs more often: a sign test over configurations."""
-    pairs = _pairs(rows, extra)
+    """4. Isolated policies fall off terminal cliffs more often: a sign test over configurations (those
+    of a sweep that share one base evaluation, one unit: a cliff's real peak reads against it)."""
+    pairs = _pairs(rows, extra, by_base=True)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
@@ -446,7 +625,7 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
     why = f"isolated's higher in {k} of {m}; {described}"
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations whose cliff rates differ", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
@@ -455,8 +634,9 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     Per configuration that fails under both modes, each mode's share of failing seeds whose failure
     is not a cliff; of the m configurations where the modes' shares differ, k where shared's is higher.
     A failure label (``no gain`` above all) is measured against the base evaluation that the
-    configuration's seeds and both its modes share, so its seeds are one unit, not several."""
-    pairs = _pairs(rows, extra)
+    configuration's seeds and both its modes share, so its seeds are one unit, not several, and so
+    are the configurations of a sweep, which share it too."""
+    pairs = _pairs(rows, extra, by_base=True)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
@@ -481,7 +661,7 @@ def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float
     why = described
     if verdict(lo, hi, 0.5) == "inconclusive":
         why += _sign_note(k, m, "configurations failing under both modes in different shares of cliffs", confidence)
-    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why)
+    return _result(k / m, lo, hi, 0.5, cells, _share_text(k, m, lo, hi), why, p=sign_p(k, m), fragility=sign_fragility(k, m, confidence))
 
 
 def _not_cliff_share(signatures: Sequence[str]) -> float | None:
@@ -491,8 +671,20 @@ def _not_cliff_share(signatures: Sequence[str]) -> float | None:
     return sum(signature != "cliff" for signature in failed) / len(failed) if failed else None
 
 
-def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float) -> dict:
-    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one."""
+def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float,
+                    extra: Sequence[str] = ()) -> dict:  # fmt: skip
+    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one, within
+    each configuration.
+
+    Runs are compared only with runs of their own configuration (workflow, task, scale, extra-axis
+    values; the seeds of one mode): per configuration with both a cliff and a calm run, a 2×2 table
+    of cliff or calm against the signal early or not (a cliff's preceded it; a calm run's rose by the
+    median step before its configuration's cliffs' onsets). The strata combine in the exact
+    conditional test (each table's margins fixed, the count of preceded cliffs a sum of
+    hypergeometrics): supported when P(T ≥ t) < α/2, contradicted when P(T ≤ t) < α/2. The
+    estimate is the Mantel–Haenszel difference of the two shares. So a configuration that cliffs
+    often and one whose signal rises often cannot make a verdict between them (docs/report.md,
+    "claims 6 and 7")."""
     cells = [row for row in rows if row["policy"] == policy and row.get("signal") == signal]
     if not cells:
         return _untestable(f"no {policy} cell with {_a(signal)} signal (gradient diagnostics)")
@@ -503,29 +695,79 @@ def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, 
         return _untestable(f"no {policy} cliff with a testable {signal} signal: nothing to precede", calm)
     if not calm:
         return _untestable(f"every {policy} cell with {_a(signal)} signal ends in a cliff: no control", cliffs)
-    window = median(int(row["pre_onset"]) for row in cliffs)
-    k1 = sum(row["verdict"] == "precedes" for row in cliffs)
-    k0 = sum(not missing(row.get("rise_step")) and int(row["rise_step"]) <= window for row in calm)
-    d, lo, hi = share_difference(k1, len(cliffs), k0, len(calm), confidence)
-    why = f"precedes {k1} of {len(cliffs)} cliffs; rose by step {window:g} in {k0} of {len(calm)} without one"
-    if min(len(cliffs), len(calm)) < MIN_GROUP:
-        why += f": under {MIN_GROUP} a group" + _difference_note(k1, len(cliffs), k0, len(calm), confidence)
-        return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why, "inconclusive")
-    if verdict(lo, hi, 0.0) == "inconclusive":
-        why += _difference_note(k1, len(cliffs), k0, len(calm), confidence)
-    return _result(d, lo, hi, 0.0, [*cliffs, *calm], _diff_text(d, lo, hi), why)
+    tables = mechanism_strata([*cliffs, *calm], extra)
+    used = [row for table in tables for row in table.rows]
+    k1 = sum(table.preceded for table in tables)
+    n1 = sum(table.cliffs for table in tables)
+    k0 = sum(table.rose for table in tables)
+    n0 = sum(table.calm for table in tables)
+    if not tables:
+        return _result(math.nan, math.nan, math.nan, 0.0, [*cliffs, *calm], None,
+                       f"{len(cliffs)} cliffs and {len(calm)} calm runs, never both in one configuration: "
+                       "nothing to compare within one (more seeds)", "inconclusive")  # fmt: skip
+    estimate = mantel_haenszel_difference(tables)
+    p_high, p_low = stratified_exact(tables)
+    alpha = 1 - confidence
+    decided = "supported" if p_high < alpha / 2 else "contradicted" if p_low < alpha / 2 else "inconclusive"
+    why = (f"within {_plural_of(len(tables), 'configuration')}: precedes {k1} of {n1} cliffs; rose as early in {k0} of {n0} "
+           f"without one; exact p {min(p_high, p_low):.3g} ({'above' if p_high <= p_low else 'below'})")  # fmt: skip
+    left = len(cliffs) + len(calm) - len(used)
+    if left:
+        why += f"; {left} cells in configurations without both left out"
+    evidence = f"MH {estimate:+.2f}, {k1}/{n1} vs {k0}/{n0}"
+    return _result(estimate, math.nan, math.nan, 0.0, used, evidence, why, decided, p=min(1.0, 2 * min(p_high, p_low)),
+                   fragility=mechanism_fragility(tables, decided, alpha))  # fmt: skip
 
 
-def _difference_note(k1: int, n1: int, k0: int, n0: int, confidence: float) -> str:
-    """What would decide claim 6 or 7, inconclusive, at the two shares it found: both groups grown alike (more seeds)."""
-    p1, p0 = k1 / n1, k0 / n0
-    if p1 == p0:
-        return "; at equal shares, no number of seeds decides it"
-    # The interval of p0 − p1 is that of p1 − p0 negated: a contradiction is the mirror's support.
-    times = difference_scale_needed(n1, p1, n0, p0, confidence) if p1 > p0 else difference_scale_needed(n0, p0, n1, p1, confidence)
-    if times is None:
-        return "; at these shares, 80% power needs groups of more than a few hundred cells"
-    return f"; at these shares, 80% power needs about {times} times the seeds ({times * n1} cliffs, {times * n0} without)"
+def _plural_of(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class _Stratum:
+    """One configuration's 2×2 table of claims 6 and 7."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        cliffs = [row for row in rows if bool(row["cliff"])]
+        calm = [row for row in rows if not bool(row["cliff"])]
+        window = median(int(row["pre_onset"]) for row in cliffs)
+        self.rows = rows
+        self.cliffs, self.calm = len(cliffs), len(calm)
+        self.preceded = sum(row["verdict"] == "precedes" for row in cliffs)
+        self.rose = sum(not missing(row.get("rise_step")) and int(row["rise_step"]) <= window for row in calm)
+
+
+def mechanism_strata(rows: Sequence[dict], extra: Sequence[str] = ()) -> list[_Stratum]:
+    """The configurations of ``rows`` (cliffs and calm runs of one mode) that hold both, each as its table."""
+    tables = []
+    for _, group in grouped_rows(rows, ["workflow", "task", "scale", *extra]):
+        kinds = {bool(row["cliff"]) for row in group}
+        if kinds == {True, False}:
+            tables.append(_Stratum(group))
+    return tables
+
+
+def mantel_haenszel_difference(tables: Sequence[_Stratum]) -> float:
+    """The Mantel–Haenszel difference of the shares early (cliffs minus calm runs) over the strata."""
+    top = sum((t.preceded * t.calm - t.rose * t.cliffs) / (t.cliffs + t.calm) for t in tables)
+    bottom = sum(t.cliffs * t.calm / (t.cliffs + t.calm) for t in tables)
+    return top / bottom
+
+
+def stratified_exact(tables: Sequence[_Stratum]) -> tuple[float, float]:
+    """``(P(T ≥ t), P(T ≤ t))`` of the exact conditional test: T the preceded cliffs summed over the
+    strata, each stratum's hypergeometric given its margins (cliffs, calm, and how many were early)."""
+    import numpy as np
+    from scipy.stats import hypergeom
+
+    pmf = np.ones(1)
+    low = 0
+    for t in tables:
+        early = t.preceded + t.rose
+        support = np.arange(max(0, early - t.calm), min(early, t.cliffs) + 1)
+        pmf = np.convolve(pmf, hypergeom.pmf(support, t.cliffs + t.calm, early, t.cliffs))
+        low += int(support[0])
+    observed = sum(t.preceded for t in tables) - low
+    return float(min(1.0, pmf[observed:].sum())), float(min(1.0, pmf[: observed + 1].sum()))
 
 
 def _a(word: str) -> str:

@@ -21,15 +21,22 @@ wrong to right is no evidence of a gain). So every z below is a finite number.
   several checkpoints, so its z is biased upwards).
 - Terminal cliff: training raised accuracy, then the run fell far below that peak
   and did not recover. A cell has a cliff iff all of
-    0. the peak is a real rise: ``peak_step`` > 0 and ``peak_gain_z >= noise_se``;
+    0. the peak is a real rise however many readings it was picked from:
+       ``peak_step`` > 0 and ``peak_gain_z >= peak_threshold(m, noise_se)``, the
+       one-sided level of ``noise_se`` SEs shared out over the m checkpoints after
+       the base (Bonferroni; ``noise_se`` itself for m = 1);
     1. final <= peak - delta;
     2. peak - final > noise_se * se, with the standard error of the difference
        se = sqrt(se_peak^2 + se_final^2);
     3. some checkpoint after the peak starts a run of checkpoints, lasting to
-       the end, that are all <= peak - delta.
+       the end, that are all <= peak - delta, and the run holds the last two
+       checkpoints (the last one where only one follows the peak): one low
+       reading is not a fall that did not recover.
   ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
   final unbroken run below the threshold, and after ``peak_step``), else None;
   ``pre_onset`` the checkpoint before it (the cliff happened between the two).
+  docs/design.md §4 gives the reasons and docs/report.md ("How often the rules err")
+  the rates on the paper's 51-checkpoint schedule.
 - Collapse: the run ends far below its base, measured as a cliff's drop is but from
   the base: final <= base - delta and base - final > noise_se SEs of the difference
   (``-gain_z > noise_se``), without a cliff. A run with a real peak that ends that far
@@ -49,6 +56,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,6 +104,21 @@ def _as_int(value: object, what: str) -> int:
     if not as_float.is_integer():
         raise ValueError(f"{what} must be an integer, got {value!r}")
     return int(as_float)
+
+
+def peak_threshold(readings: int, noise_se: float) -> float:
+    """The z a peak picked as the best of ``readings`` checkpoints must reach to be a real rise: the
+    one-sided level of ``noise_se`` standard normal SEs divided among them (Bonferroni), so that flat
+    noise passes it about as often as one reading passes ``noise_se``; ``noise_se`` for one reading
+    or none, and 0 for ``noise_se`` 0 (no margin)."""
+    if readings <= 1 or noise_se <= 0:
+        return float(noise_se)
+    normal = NormalDist()
+    return -normal.inv_cdf(normal.cdf(-noise_se) / readings)
+
+
+FALL_READINGS = 2
+"""A terminal fall holds this many last checkpoints (fewer where fewer follow the peak)."""
 
 
 def _z(difference: float, se: float) -> float:
@@ -167,8 +190,9 @@ def summarize_curve(
     se_drop = math.hypot(error(peak_i), error(last))
     peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and peak_gain_z >= noise
-    cliff = real_peak and below[last] and drop > noise * se_drop and onset_i <= last
+    real_peak = peak_i > 0 and peak_gain_z >= peak_threshold(last, noise)
+    held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
+    cliff = real_peak and held > 0 and drop > noise * se_drop and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
     gain_z = _z(final - base, math.hypot(error(last), error(0)))
     collapse = not cliff and final <= base - analysis.cliff_delta + _TOL and -gain_z > noise
@@ -197,6 +221,51 @@ def summarize_curve(
         signature=signature,
         base_se=error(0),
     )
+
+
+def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndarray, analysis: Analysis) -> dict[str, np.ndarray | list]:
+    """:func:`summarize_curve` over many curves at once (numpy): ``accuracy`` is cells × checkpoints on the
+    shared ``steps`` (0 first), ``n_eval`` the trials of each cell's evaluations, every SE the binomial
+    one (0 taken as 1/n). Returns each :class:`CurveSummary` field as an array over the cells (``cliff_onset``
+    and ``pre_onset`` as lists, None without a cliff; ``signature`` a list). The calibration's simulations
+    read it; tests/test_calibration.py checks it against :func:`summarize_curve` curve by curve."""
+    acc = np.asarray(accuracy, dtype=float)
+    cells, k = acc.shape
+    n = np.asarray(n_eval, dtype=float).reshape(-1, 1) * np.ones((1, k))
+    step = np.asarray(steps)
+    rows = np.arange(cells)
+    last = k - 1
+    se = np.sqrt(acc * (1 - acc) / n)
+    se = np.where(se > 0, se, 1.0 / n)
+    peak_i = acc.argmax(axis=1)
+    base, peak, final = acc[:, 0], acc[rows, peak_i], acc[:, last]
+    tail = min(analysis.final_tail_k, k)
+    below = acc <= (peak - analysis.cliff_delta)[:, None] + _TOL
+    above = ~below
+    last_above = np.where(above.any(axis=1), last - above[:, ::-1].argmax(axis=1), -1)
+    onset_i = np.maximum(last_above + 1, peak_i + 1)
+    noise = analysis.cliff_noise_se
+    drop = peak - final
+    se_drop = np.hypot(se[rows, peak_i], se[:, last])
+    peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
+    real_peak = (peak_i > 0) & (peak_gain_z >= peak_threshold(last, noise))
+    held = np.minimum(FALL_READINGS, last - peak_i)
+    cliff = real_peak & (held > 0) & (drop > noise * se_drop) & (onset_i <= last - held + 1)
+    drop_z = drop / se_drop
+    gain_z = (final - base) / np.hypot(se[:, last], se[:, 0])
+    collapse = ~cliff & (final <= base - analysis.cliff_delta + _TOL) & (-gain_z > noise)
+    signature = np.select(
+        [cliff, collapse, drop_z > noise, gain_z > noise], ["cliff", "collapse", "decline", "gain"], "no gain"
+    ).tolist()
+    onset = [int(step[i]) if c else None for i, c in zip(onset_i.tolist(), cliff.tolist())]
+    pre = [int(step[i - 1]) if c else None for i, c in zip(onset_i.tolist(), cliff.tolist())]
+    return {
+        "base": base, "peak": peak, "peak_step": step[peak_i], "final": final,
+        "final_tail": acc[:, k - tail:].mean(axis=1), "gain": final - base, "peak_gain": peak - base,
+        "gain_z": gain_z, "peak_gain_z": peak_gain_z, "cliff": cliff, "cliff_onset": onset,
+        "n_checkpoints": np.full(cells, k), "drop_z": drop_z, "pre_onset": pre, "signature": signature,
+        "base_se": se[:, 0],
+    }  # fmt: skip
 
 
 _SUMMARY_COLUMNS = [f.name for f in fields(CurveSummary)]

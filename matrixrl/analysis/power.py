@@ -12,16 +12,13 @@ Each is exact for the model it names:
   deviations of the units is the noncentral t's, for normal units;
 - **claim 2's context test** (``claims.context_anova``): with the evaluation noise alone,
   a noncentral χ² over a denominator whose bases' share is known and only the residual's
-  estimated (:func:`context_power`), against the F's critical value at Holm's first step
-  (α/2), as the test has them;
+  estimated (:func:`context_power`), against that statistic's own critical value at Holm's
+  first step (α/2), as the test has them;
 - the **difference of two shares** (claims 6, 7): the square-and-add interval's verdict
   summed over every binomial outcome of the two groups.
 
-What ``plan`` calls is plain Python (``math``): importing ``scipy.special`` would add a
-third to plan's time. The t and F distributions are integrated over their denominator's
-scaled chi distribution (Simpson's rule on :data:`NODES` intervals; tests/test_design.py
-checks them against scipy's to 1e-6). Only the notes of an inconclusive verdict, in a
-report that has scipy loaded already, use it (:func:`difference_scale_needed`).
+The t and noncentral χ² distributions are scipy's (``scipy.special``), imported in the
+functions that use them, so that ``matrixrl --help`` does not load scipy.
 """
 
 from __future__ import annotations
@@ -36,8 +33,6 @@ MIN_GROUP = 3
 """The fewest cells a group of a difference of shares needs for a verdict (claims 6, 7; docs/report.md)."""
 MOST_UNITS = 1000
 """Beyond this many units a search for the units needed stops and says "more than"."""
-NODES = 200
-"""Simpson intervals of the integral over a t or F statistic's denominator (ten times that below 3 degrees of freedom)."""
 
 
 def _alpha(confidence: float) -> float:
@@ -146,92 +141,62 @@ def rate_needed(configurations: int, counts: Callable[[float], float], confidenc
     return _bisect(reaches, 0.0, 1.0) if reaches(1.0) else None
 
 
-# --- the t and F distributions, integrated over their denominators ------------------------------
-
-
-@functools.cache
-def _scaled_chi(dof: float) -> tuple[tuple[float, float], ...]:
-    """``(u, weight)`` pairs such that Σ weight·g(u) ≈ E[g(√(χ²_dof / dof))] (Simpson's rule over 12 of
-    u's standard deviations either side of 1)."""
-    spread = 1 / math.sqrt(2 * dof)  # u's standard deviation, near enough to size the range
-    lo, hi = max(0.0, 1 - 12 * spread), 1 + 12 * spread + (8 if dof < 4 else 0)
-    intervals = NODES
-    half = dof / 2
-    log_norm = math.log(2) + half * math.log(half) - math.lgamma(half)
-    if dof < 3:
-        intervals *= 10  # one or two degrees of freedom: most weight near u = 0, where t·u turns fast
-    step = (hi - lo) / intervals
-    nodes = []
-    for i in range(intervals + 1):
-        u = lo + i * step
-        if u > 0:
-            density = math.exp(log_norm - half * u * u + (dof - 1) * math.log(u))
-        else:  # u^(dof − 1) at 0: 1 with one degree of freedom, else 0
-            density = math.exp(log_norm) if dof == 1 else 0.0
-        simpson = 1 if i in (0, intervals) else 4 if i % 2 else 2
-        nodes.append((u, density * simpson * step / 3))
-    return tuple(nodes)
-
-
-def _normal_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
+# --- the t and F distributions ------------------------------------------------------------------
 
 
 def _t_sf(dof: int, noncentrality: float, t: float) -> float:
-    """P(T > t) for T noncentral t with ``dof`` degrees of freedom: E[P(Z + λ > t·u)]."""
-    return sum(w * _normal_sf(t * u - noncentrality) for u, w in _scaled_chi(dof))
+    """P(T > t) for T noncentral t with ``dof`` degrees of freedom."""
+    from scipy.special import nctdtr
+
+    return 1.0 - float(nctdtr(dof, noncentrality, t))
 
 
 @functools.cache
 def _t_critical(dof: int, confidence: float) -> float:
-    return _bisect(lambda t: _t_sf(dof, 0.0, t) <= _alpha(confidence) / 2, 0.0, 1000.0, 44)
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, 1 - _alpha(confidence) / 2))
 
 
-def _ncx2_sf(k: int, noncentrality: float, x):
-    """P(χ'²_k(λ) > x) over an array ``x``: the Poisson(λ/2) mixture of central chi-squares with k + 2j
-    degrees of freedom, each from Q(2, x) = e^{-x/2} or Q(1, x) = erfc(√(x/2)) by
-    Q(m + 2, x) = Q(m, x) + (x/2)^{m/2} e^{-x/2} / Γ(m/2 + 1) (``k`` ≥ 1 an integer)."""
-    import numpy as np  # plan has imported it already (the tasks use it)
-
-    half = np.asarray(x, dtype=float) / 2
-    order = 2 if k % 2 == 0 else 1
-    with np.errstate(divide="ignore"):
-        sf = np.exp(-half) if order == 2 else np.array([math.erfc(math.sqrt(v)) for v in half])
-        term = np.exp(-half + order / 2 * np.log(half) - math.lgamma(order / 2 + 1))
-    while order < k:
-        sf = sf + term
-        order += 2
-        term = term * half / (order / 2)
-    mean = noncentrality / 2
-    weight, total = math.exp(-mean), np.zeros_like(half)
-    for j in range(int(mean + 10 * math.sqrt(mean) + 10) + 1):  # the Poisson weight beyond is below 1e-12
-        total += weight * np.minimum(sf, 1.0)
-        sf = sf + term
-        order += 2
-        term = term * half / (order / 2)
-        weight *= mean / (j + 1)
-    return np.minimum(total, 1.0)
-
-
-def _f_sf(dfn: int, dfd: float, noncentrality: float, f: float, known: float = 0.0) -> float:
-    """P(F > f) for F noncentral F(dfn, dfd): E[P(χ'²_dfn(λ) > f·dfn·u²)]. With ``known`` > 0, the
-    statistic whose denominator is that share known and the rest estimated, ``known`` + (1 − ``known``)·u²
-    (claim 2's context test: :func:`context_power`)."""
-    u, w = _scaled_chi_arrays(dfd)
-    return float((w * _ncx2_sf(dfn, noncentrality, f * dfn * (known + (1 - known) * u * u))).sum())
-
-
-@functools.cache
-def _scaled_chi_arrays(dof: float):
+def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncentrality: float = 0.0) -> float:
+    """P(X > ``statistic``) for X = (χ'²_dfn(λ)/dfn)/(k + (1 − k)·u²), u² ~ χ²_dfd/dfd, k = ``known``: claim
+    2's context statistic when a share k of its denominator is known and the rest estimated on ``dfd``
+    degrees of freedom (``claims.context_anova``); k = 0 is the (noncentral) F's. Integrated over the
+    residual's χ²_dfd by Gauss–Legendre in √x over its mass (within 40 SDs of its mean): numpy and
+    scipy.special only, which plan can afford (tests/test_design.py checks it against scipy.stats)."""
     import numpy as np
+    from scipy.special import chdtrc, chndtr
 
-    nodes = _scaled_chi(dof)
-    return np.array([u for u, _ in nodes]), np.array([w for _, w in nodes])
+    y, weights = _legendre_nodes(float(dfd))
+    x = y * y
+    at = dfn * statistic * (known + (1 - known) * x / dfd)
+    tail = chdtrc(dfn, at) if noncentrality == 0 else 1.0 - chndtr(at, dfn, noncentrality)
+    return float(min(1.0, np.sum(weights * tail)))
 
 
 @functools.cache
-def _f_critical(dfn: int, dfd: float, alpha: float) -> float:
-    return _bisect(lambda f: _f_sf(dfn, dfd, 0.0, f) <= alpha, 0.0, 1000.0, 36)
+def _legendre_nodes(dfd: float):
+    """``(√x, weight)`` with Σ weight·g(x) ≈ E[g(χ²_dfd)]: Gauss–Legendre (400 points) in y = √x over
+    the χ²'s mass, the density times dx/dy = 2y folded into the weights."""
+    import numpy as np
+    from scipy.special import gammaln
+
+    spread = 40 * math.sqrt(2 * dfd)
+    lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 40)
+    nodes, weights = np.polynomial.legendre.leggauss(400)
+    y = lo + (hi - lo) * (nodes + 1) / 2
+    half = dfd / 2
+    log_density = (half - 1) * np.log(y * y) - y * y / 2 - half * math.log(2) - float(gammaln(half))
+    return y, weights * (hi - lo) / 2 * np.exp(log_density) * 2 * y
+
+
+@functools.cache
+def known_share_critical(dfn: int, dfd: float, known: float, alpha: float) -> float:
+    """The value that :func:`known_share_sf`'s central statistic exceeds with probability ``alpha``."""
+    hi = 2.0
+    while known_share_sf(hi, dfn, dfd, known) > alpha:
+        hi *= 2
+    return _bisect(lambda f: known_share_sf(f, dfn, dfd, known) <= alpha, 0.0, hi, 40)
 
 
 # --- the Student-t interval (claim 3) ----------------------------------------------------------
@@ -273,16 +238,17 @@ def context_power(contexts: int, cells_per_context: float, residual_dof: int, om
     by its variance s_b² + MSE/n̄, the base's s_b² known (its SE) and only the MSE estimated
     (the residual's degrees of freedom), so its statistic is χ'²_{C−1}(λ)/(C − 1) over
     (n̄ + u²)/(n̄ + 1), u² ~ χ²_df/df, not over u² as an F's is: with two cells a context
-    two thirds of the denominator is known. An F's power (the former closed form) put the
-    default grid's 80% at ω² 0.74, where synthetic studies supported claim 2 in 86.0 ± 1.4%
-    (this: 88%); at this one's 0.71, in 80.7 ± 1.2% (docs/report.md, "What a grid can
-    decide"). Its critical value is still the F's, as the test's is."""
+    two thirds of the denominator is known. Its critical value is that statistic's own at α/2
+    (:func:`known_share_critical`), as the test's is; docs/report.md ("What a grid can
+    decide") has the simulated power at the line's ω²."""
     if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
         return 0.0
     n = cells_per_context
     dfn, dfd = contexts - 1, residual_dof
     noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
-    return _f_sf(dfn, dfd, noncentrality, _f_critical(dfn, dfd, _alpha(confidence) / 2), known=n / (1 + n))
+    known = n / (1 + n)
+    critical = known_share_critical(dfn, float(dfd), known, _alpha(confidence) / 2)
+    return known_share_sf(critical, dfn, float(dfd), known, noncentrality)
 
 
 def context_omega2_needed(contexts: int, cells_per_context: float, residual_dof: int, confidence: float, power: float = POWER) -> float | None:
@@ -419,3 +385,101 @@ def _bisect(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 4
         else:
             lo = middle
     return hi
+
+
+# --- claim 2's policy test, claim 3 in points, claim 4 with shared cliffing, claims 6-7 within configurations ---------
+
+EVALUATION_ACCURACY = 0.5
+"""The accuracy at which ``plan`` puts evaluation noise into points (the binomial variance is largest there)."""
+CALM_RISES = 0.2
+"""The share of calm runs whose signal rises as early as a cliff's, as ``plan`` assumes for claims 6-7."""
+SHARED_CLIFFS = 0.1
+"""The share of shared runs that cliff, as ``plan`` assumes for claim 4."""
+PRECEDES = 0.9
+"""The share of cliffs the signal precedes at which ``plan`` gives claims 6-7's power (the calibration's planted effect)."""
+DRAWS = 1000
+"""Simulated studies behind claims 6-7's power in ``plan`` (seeded: the same line every time)."""
+
+
+def evaluation_sd(trials: int) -> float:
+    """The binomial SD of one evaluation of ``trials`` trials at :data:`EVALUATION_ACCURACY`."""
+    return math.sqrt(EVALUATION_ACCURACY * (1 - EVALUATION_ACCURACY) / trials)
+
+
+def policy_difference_needed(cells: int, residual_dof: int, sd: float, confidence: float, power: float = POWER) -> float | None:
+    """The mean gain difference isolated − shared (balanced modes over ``cells``) at which claim 2's policy
+    test, F(1, df_resid) at Holm's first step (α/2), reaches ``power`` when each cell's gain has the
+    evaluation SD ``sd`` about its context's (the shared base cancels within a context)."""
+    from scipy.special import fdtri, ncfdtr
+
+    if residual_dof < 1 or cells < 2:
+        return None
+    critical = float(fdtri(1, residual_dof, 1 - _alpha(confidence) / 2))
+    noncentrality = _bisect(lambda lam: 1 - float(ncfdtr(1, residual_dof, lam, critical)) >= power, 0.0, 1000.0, 40)
+    return math.sqrt(4 * sd * sd * noncentrality / cells)
+
+
+def _ties(seeds: int, rate: float, other: float) -> tuple[float, float]:
+    """``(P(X > Y), P(X < Y))`` for X ~ Bin(seeds, rate), Y ~ Bin(seeds, other)."""
+    x, y = binomial_pmf(seeds, rate), binomial_pmf(seeds, other)
+    above = sum(x[i] * y[j] for i in range(seeds + 1) for j in range(seeds + 1) if i > j)
+    below = sum(x[i] * y[j] for i in range(seeds + 1) for j in range(seeds + 1) if i < j)
+    return above, below
+
+
+def sign_power_with_ties(units: int, p_for: float, p_against: float, confidence: float) -> float:
+    """The sign test's power over ``units`` units, each for the finding with probability ``p_for``, against
+    it with ``p_against``, else tied (left out of the test)."""
+    untied = p_for + p_against
+    if untied <= 0:
+        return 0.0
+    share = p_for / untied
+    return sum(weight * sign_power(m, share, confidence) for m, weight in enumerate(binomial_pmf(units, untied)) if m)
+
+
+def cliff_rate_needed(configurations: int, seeds: int, shared: float, confidence: float, power: float = POWER) -> float | None:
+    """The isolated cliff rate at which claim 4's sign test over ``configurations`` of ``seeds`` seeds a mode
+    reaches ``power`` when shared's runs cliff at ``shared``; None when even 1 does not."""
+
+    def reaches(rate: float) -> bool:
+        return sign_power_with_ties(configurations, *_ties(seeds, rate, shared), confidence) >= power
+
+    return _bisect(reaches, shared, 1.0, 20) if reaches(1.0) else None
+
+
+@functools.cache
+def _hypergeometric(total: int, early: int, cliffs: int):
+    import numpy as np
+    from scipy.special import comb
+
+    support = np.arange(max(0, early - (total - cliffs)), min(early, cliffs) + 1)
+    pmf = comb(early, support) * comb(total - early, cliffs - support) / comb(total, cliffs)
+    return int(support[0]), pmf
+
+
+def stratified_power(strata: int, seeds: int, precedes: float, calm_rises: float, confidence: float,
+                     draws: int = DRAWS, seed: int = 0) -> float:  # fmt: skip
+    """Claims 6-7's power, simulated (``draws`` studies, seeded): ``strata`` configurations of ``seeds``
+    cells, each a cliff with probability ½, the signal preceding a cliff with probability ``precedes``
+    and rising as early in a calm run with ``calm_rises``; supported when the exact stratified test's
+    P(T ≥ t) < α/2 (``claims.stratified_exact``), counting the configurations that hold both."""
+    import numpy as np
+
+    if seeds < 2 or strata < 1:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    cliffs = rng.binomial(seeds, 0.5, size=(draws, strata))
+    preceded = rng.binomial(cliffs, precedes)
+    rose = rng.binomial(seeds - cliffs, calm_rises)
+    half = _alpha(confidence) / 2
+    supported = 0
+    for n1, a, c in zip(cliffs.tolist(), preceded.tolist(), rose.tolist()):
+        pmf, low, observed = np.ones(1), 0, 0
+        for cliff, early_cliff, early_calm in zip(n1, a, c):
+            if 0 < cliff < seeds:
+                first, table = _hypergeometric(seeds, early_cliff + early_calm, cliff)
+                pmf = np.convolve(pmf, table)
+                low += first
+                observed += early_cliff
+        supported += len(pmf) > 1 and float(pmf[observed - low:].sum()) < half
+    return supported / draws

@@ -580,6 +580,9 @@ class Analysis(Strict):
     mechanism_smooth_steps: int = Field(
         3, ge=1, description="trailing updates averaged before the signal is compared with the baseline"
     )
+    family: Literal["none", "holm"] = Field(
+        "none", description="claims table: none (each claim at its own level) or holm (Holm's procedure across claims 2-7)"
+    )
 
 
 class Config(Strict):

@@ -199,6 +199,10 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
             table = memory_frame(*memory_rows, config, selected, current)
         elif name == "cost":
             table = cost_frame(costs, config)
+        elif name == "claims":
+            from matrixrl.analysis.claims import claims_table
+
+            table = claims_table(per_selected, config.analysis.confidence, family=config.analysis.family)
         else:
             table = TABLES[name].build(per_selected, config.analysis.confidence)
         if not TABLES[name].per_cell:  # a per-cell table keeps the order of its rows, sorted already
@@ -206,7 +210,9 @@ def _build(db_file, config, names, group_by, only, against=None) -> tuple[dict[s
         if name == "mechanism":
             table.attrs["caption"] = mechanism_caption(table)
         elif name == "claims" and not table.empty:
-            table.attrs["caption"] = CLAIMS_CAPTION
+            from matrixrl.analysis.calibration import family_caption
+
+            table.attrs["caption"] = f"{CLAIMS_CAPTION}\n{family_caption(config)}"
         elif name == "summary" and same_run is not None:
             table.attrs["caption"] = same_run
         frames[name] = table
