@@ -110,6 +110,10 @@ def _known_level(value):
     return value
 
 
+AUTO_MICRO_BATCH_TOKENS = 4096
+"""``train.micro_batch_tokens: auto`` where the job's GPU is not known or it runs on CPU."""
+
+
 class Train(Strict):
     """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
 
@@ -183,12 +187,12 @@ class Train(Strict):
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
     # 16384: a default tiny scale's agent never reaches it (at most 8 × 8 rollouts × 3 turns of at most
     # max_length 64 tokens = 12,288), so the recorded tiny-model results stay exactly as they were.
-    micro_batch_tokens: int | None = Field(
+    micro_batch_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         16384,
-        ge=1,
         description="the update passes each agent's turns through the model in micro-batches of at most this "
         "many rows × padded length, gradients accumulated (the same step up to rounding, in bounded memory: "
-        "completion logits alone are rows × length × vocabulary floats); null: all of an agent's turns at once",
+        "completion logits alone are rows × length × vocabulary floats); null: all of an agent's turns at once; "
+        "auto: on a GPU the most the memory estimate leaves on the job's GPU, elsewhere 4096",
         json_schema_extra=RUNTIME,
     )
     rollout_batch_size: int | None = Field(

@@ -51,6 +51,7 @@ import torch
 
 from matrixrl import atomic
 from matrixrl.config import Train
+from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
 from matrixrl.errors import DivergedError, disk_errors_named
 from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
 from matrixrl.layout import checkpoint_dir, checkpoints_dir
@@ -325,7 +326,7 @@ def grpo_step(run: GrpoRun, step: int):
 
     policy.train(True)
     row, step_diagnostics = update_policy(
-        policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=cfg.micro_batch_tokens
+        policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=AUTO_MICRO_BATCH_TOKENS if cfg.micro_batch_tokens == "auto" else cfg.micro_batch_tokens
     )
     roles += [{"step": step + 1, "role": r, "metric": "entropy", "value": v} for r, v in row.pop("role_entropy").items()]
     roles += [{"step": step + 1, "role": r, "metric": "kl", "value": v} for r, v in row.pop("role_kl").items()]
