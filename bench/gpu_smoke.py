@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # bench/gpu.py, bench/gpu_memory
 sys.path.append(str(REPO / "tests"))  # chat_models.py, gpu_checks.py
 
 from gpu import generate_flops, mfu, peak_tflops, synchronize, update_flops  # noqa: E402
-from gpu_checks import gap_failures, memory_check, parameter_snapshot, parameters_moved  # noqa: E402
+from gpu_checks import DeviceMemory, gap_failures, memory_check, parameter_snapshot, parameters_moved  # noqa: E402
 from gpu_memory import HiddenEos  # noqa: E402
 
 from matrixrl.gpu_memory.timing import (  # noqa: E402
@@ -320,65 +320,6 @@ def _s(seconds: float) -> str:
 
 
 # --- running a shape -----------------------------------------------------------------------------------
-
-
-class DeviceMemory:
-    """Peaks of allocated and reserved CUDA memory over a block, beyond the baseline (what was
-    allocated and reserved before the policy loaded); None on CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.base = (0, 0)
-        self.last: tuple[int, int] | None = None  # the last block's peaks, also when it raised
-
-    def release(self) -> None:
-        """What is no longer held goes back: Python's garbage and CUDA's cached blocks."""
-        gc.collect()
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def baseline(self) -> None:
-        """Taken with no policy loaded: the peaks count everything the policy then holds."""
-        self.release()
-        if self.cuda:
-            import torch
-
-            self.base = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
-
-    @contextlib.contextmanager
-    def peak(self, found: dict, key: str, estimate=None):
-        """``found[key]``: the block's peaks (allocated, reserved) beyond the baseline. With an
-        ``estimate``, the caching allocator is capped for the block at what the estimate gives it
-        (its total less the CUDA context, which lives outside the allocator): uncapped, blocks a
-        growing KV cache outgrew stay reserved until the GPU is full (docs/performance.md,
-        "Reserved memory while the KV cache grows"), so only a capped run tests the estimate's
-        reserved share. Over the cap, the allocator frees its cached blocks, then raises
-        OutOfMemoryError: the part fails."""
-        if not self.cuda:
-            found[key] = None
-            yield
-            return
-        import torch
-
-        from matrixrl.gpu_memory.peak import CUDA_CONTEXT
-
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        if estimate is not None:
-            device_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, (self.base[1] + estimate.total - CUDA_CONTEXT) / device_bytes))
-        try:
-            yield
-            torch.cuda.synchronize()
-        finally:
-            if estimate is not None:
-                torch.cuda.set_per_process_memory_fraction(1.0)
-            # Kept also when the block raised: how far a part that ran out of memory had got.
-            self.last = (torch.cuda.max_memory_allocated() - self.base[0], torch.cuda.max_memory_reserved() - self.base[1])
-        found[key] = self.last
 
 
 def load_shape_policy(spec, scale: str, device: str):

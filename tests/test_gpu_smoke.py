@@ -483,7 +483,6 @@ def test_a_capped_part_sets_the_allocators_cap_restores_it_and_keeps_its_peaks_w
 
     from matrixrl.gpu_memory.peak import CUDA_CONTEXT, GIB
 
-    smoke = smoke_module()
     fractions = []
     fake = {
         "synchronize": lambda: None, "reset_peak_memory_stats": lambda: None, "current_device": lambda: 0,
@@ -493,7 +492,7 @@ def test_a_capped_part_sets_the_allocators_cap_restores_it_and_keeps_its_peaks_w
     }  # fmt: skip
     for name, stand_in in fake.items():
         monkeypatch.setattr(torch.cuda, name, stand_in)
-    memory = smoke["DeviceMemory"](True)
+    memory = _checks().DeviceMemory(True)
     memory.base = (1 * GIB, 2 * GIB)
     estimate = type("Estimate", (), {"total": 65 * GIB})()
     found: dict = {}
