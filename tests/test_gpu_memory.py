@@ -744,3 +744,85 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     measured = held + live.peak
     # Here 1.012 (bfloat16) and 1.017 (float32); 1.068 and 1.059 without the two terms.
     assert 0.97 <= measured / estimated <= 1.04, (measured / 2**20, estimated / 2**20)
+
+
+# --- the decode engine and the update's micro-batches on a GPU --------------------------------------
+
+
+def _worker_spec(tmp_path: Path, *sets: str):
+    """paper.yaml's orch_workers/humaneval/qwen3-4b/isolated cell (LoRA), its model a local config.json."""
+    from matrixrl import grid as G
+
+    config = _qwen3_config(tmp_path, *sets, only=("workflow=orch_workers", "task=humaneval", "scale=qwen3-4b", "policy=isolated"))
+    return G.cell_spec(config, G.runs(config)[0])
+
+
+def test_on_a_gpu_the_engine_holds_its_inference_copy_and_a_static_cache_of_the_calls_bucket(tmp_path):
+    """On CUDA a call's decoding holds the engine's static cache of rows × the bucket's length
+    (prompt and reply rounded up to 128), from the prefill on, and its inference copy: LoRA's
+    adapted projections merged in the compute dtype, a full fine-tune's linear and output layers.
+    On CPU the decoder is today's: its cache grows, and there is no copy."""
+    from matrixrl.gpu_memory.model import BUCKET_TOKENS, bucket_length, job_model
+    from matrixrl.gpu_memory.peak import _generate_phases
+    from matrixrl.gpu_memory.workload import Call
+
+    assert (bucket_length(1634), bucket_length(1664), BUCKET_TOKENS) == (1664, 1664, 128)
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=4096")
+    call = Call("worker", rows=192, distinct=24, prompt=610)
+    lora = job_model(spec, device="cuda")
+    projections = sum(i * o for i, o in lora.shape.linears.values())  # all seven are adapted in paper.yaml
+    assert lora.inference_copy() == 2 * lora.shape.layers * projections
+    for _, parts in _generate_phases(lora, call, 1024, "sampled"):
+        assert parts["KV cache"] == 192 * 1664 * lora.kv_per_token() and parts["inference copy"] == lora.inference_copy()
+    full = job_model(spec.model_copy(update={"policies": spec.policies.model_copy(update={"adapter": "full"})}), device="cuda")
+    assert full.inference_copy() == 2 * full.matmul_parameters
+    assert replace(lora, merged=False).inference_copy() == 0
+    cpu = job_model(spec, device="cpu")
+    (_, prefill), (_, decoding) = _generate_phases(cpu, call, 1024, "sampled")
+    assert cpu.inference_copy() == 0 and "inference copy" not in decoding
+    assert prefill["KV cache"] == 192 * 610 * cpu.kv_per_token() < decoding["KV cache"]
+
+
+def test_where_the_merged_copy_does_not_fit_the_adapters_stay_unmerged_and_say_so(tmp_path):
+    """A GPU between the unmerged and the merged estimate: the estimate keeps the adapters
+    unmerged (no inference copy), and plan's line says so; a GPU that holds the merged copy merges."""
+    from matrixrl.gpu_memory import GpuBudget, estimate, memory_lines
+
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=4096")
+    merged = estimate(spec, "evaluation", device="cuda")
+    assert merged.merged is True and merged.parts["inference copy"] > 0
+    gpu = merged.total - 1
+    unmerged = estimate(spec, "evaluation", device="cuda", gpu=gpu)
+    assert unmerged.merged is False and "inference copy" not in unmerged.parts
+    assert unmerged.total == merged.total - merged.parts["inference copy"] - (merged.parts["CUDA runtime"] - unmerged.parts["CUDA runtime"])
+    assert estimate(spec, "evaluation", device="cuda", gpu=merged.total).merged is True
+    config = _qwen3_config(tmp_path, "train.micro_batch_tokens=4096", only=("workflow=orch_workers", "task=humaneval", "scale=qwen3-4b", "policy=isolated"))
+    lines = memory_lines(config, GpuBudget(None, gpu, "given"))
+    assert lines[0].endswith(f"{unmerged.at}; adapters unmerged at decode (the merged copy does not fit))"), lines[0]
+
+
+def test_auto_micro_batches_fill_what_the_estimate_leaves_on_the_gpu_and_nothing_else_changes(tmp_path):
+    """``train.micro_batch_tokens: auto`` on CUDA with the GPU known: the largest multiple of 256
+    whose training estimate stays within 85% of the GPU (the next does not); without a known GPU,
+    and on CPU, 4,096; an explicit value as given. The job resolves it for the GPU it holds."""
+    from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
+    from matrixrl.gpu_memory import estimate
+    from matrixrl.gpu_memory.peak import AUTO_SHARE, AUTO_STEP, update_tokens
+    from matrixrl.jobs.train import sized_update
+
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=auto")
+    gpu = 140 * GIB
+    found = estimate(spec, "training", gpu=gpu)
+    tokens = found.micro_batch_tokens
+    assert tokens % AUTO_STEP == 0 and tokens > 4096 and found.total <= AUTO_SHARE * gpu
+    bigger = spec.model_copy(update={"train": spec.train.model_copy(update={"micro_batch_tokens": tokens + AUTO_STEP})})
+    assert estimate(bigger, "training", gpu=gpu).total > AUTO_SHARE * gpu
+    assert update_tokens(spec, gpu) == tokens and update_tokens(spec, None) == AUTO_MICRO_BATCH_TOKENS == 4096
+    assert estimate(spec, "training", device="cpu", gpu=gpu).micro_batch_tokens == 4096
+    explicit = spec.model_copy(update={"train": spec.train.model_copy(update={"micro_batch_tokens": 2048})})
+    assert update_tokens(explicit, gpu) == 2048 and estimate(explicit, "training", gpu=gpu).micro_batch_tokens == 2048
+    said = []
+    assert sized_update(explicit, said.append) is explicit and said == []
+    cpu = spec.model_copy(update={"scale": spec.scale.model_copy(update={"device": "cpu"})})
+    assert sized_update(cpu, said.append).train.micro_batch_tokens == 4096
+    assert said == ["train.micro_batch_tokens: auto is 4096 (no GPU)"]

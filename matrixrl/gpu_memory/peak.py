@@ -266,6 +266,18 @@ def micro_batch_tokens(spec, model: JobModel, gpu: int | None = None, prompt: Ma
     return low * AUTO_STEP
 
 
+def update_tokens(spec, gpu: int | None) -> int | None:
+    """``train.micro_batch_tokens`` for ``spec``'s training job on a GPU of ``gpu`` bytes (None:
+    unknown, or a CPU job): ``auto`` resolved by the job's estimate (:func:`micro_batch_tokens`;
+    ``AUTO_MICRO_BATCH_TOKENS`` where the model's config.json is not here); else as given."""
+    from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
+
+    if spec.train.micro_batch_tokens != "auto":
+        return spec.train.micro_batch_tokens
+    found = estimate(spec, "training", gpu=gpu)
+    return AUTO_MICRO_BATCH_TOKENS if found is None else found.micro_batch_tokens
+
+
 def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None, gpu: int | None = None) -> Estimate:
     """The peak of ``spec``'s training job (a step after the first: every set's gradients
     and optimizer state exist), its micro-batches as :func:`micro_batch_tokens` resolves them for ``gpu``."""
