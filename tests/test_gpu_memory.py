@@ -246,6 +246,7 @@ def _qwen3_config(tmp_path: Path, *sets: str, only=("workflow=voting", "task=gsm
     folder = tmp_path / "qwen3-4b"
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    sets = ("train.micro_batch_tokens=4096", *sets)  # paper.yaml's update before `auto`: the same micro-batches on every GPU
     return load_config(REPO / "examples" / "paper.yaml", sets=[f"scales.qwen3-4b.path={folder}", *sets], only=list(only))
 
 
@@ -260,10 +261,10 @@ def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
     lines = refusals(config, GpuBudget(H100, H100, "test"))
     assert lines == [
         "voting-gsm8k-qwen3-4b-isolated-s0: training needs about 209.5 GiB, more than the 79.6 GiB GPU; use "
-        "policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
-        "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)",
-        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 84.0 GiB, more than the 79.6 GiB GPU; use "
-        "policies.adapter: lora (about 40.1 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+        "policies.adapter: lora (about 60.7 GiB), or policy: shared (about 148.8 GiB), or "
+        "scales.qwen3-4b.gradient_checkpointing: true (about 197.7 GiB), or train.micro_batch_tokens: 2048 (about 197.7 GiB)",
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 92.9 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 57.4 GiB), or eval.batch_size: 32 (about 67.6 GiB), or policy: shared (about 76.4 GiB)",
     ]
 
 
@@ -402,7 +403,8 @@ def _qwen3_4b_full_on_80_gib(tmp_path: Path, *extra: str) -> list[str]:
     (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
     return [
         "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
-        "--set", f"results_dir={tmp_path / 'results'}", *extra, "--only", "workflow=voting", "--only", "task=gsm8k",
+        "--set", f"results_dir={tmp_path / 'results'}", "--set", "train.micro_batch_tokens=4096", *extra,
+        "--only", "workflow=voting", "--only", "task=gsm8k",
         "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
     ]  # fmt: skip
 
@@ -428,16 +430,16 @@ def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
 # --- each job's memory in `plan --format json` ------------------------------------------------------
 
 TRAINING_PEAK = "update of generator2: micro-batches of 3 rows × 1,269 tokens, the logits' backward"
-EVALUATION_PEAK = "decoding of the aggregator call: 64 rows × 1,789 + 1,024 tokens"
+EVALUATION_PEAK = "prefill of the aggregator call: 64 rows × 1,789 + 1,024 tokens"
 FULL_TRAINING_FIX = (
-    "use policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
-    "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)"
+    "use policies.adapter: lora (about 60.7 GiB), or policy: shared (about 148.8 GiB), or "
+    "scales.qwen3-4b.gradient_checkpointing: true (about 197.7 GiB), or train.micro_batch_tokens: 2048 (about 197.7 GiB)"
 )
 
 
 def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     """Qwen3-4B's isolated full fine-tune on an 80 GB GPU: training (209.5 GiB) and the checkpoints'
-    evaluations (84.0 GiB) do not fit, each with the fixes plan's refusal names; the base model's
+    evaluations (92.9 GiB) do not fit, each with the fixes plan's refusal names; the base model's
     evaluation (one set of weights) does; jobs that claim no GPU carry None."""
     from matrixrl.dag import Graph
     from matrixrl.gpu_memory.budget import GpuBudget
@@ -466,23 +468,23 @@ def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     }  # fmt: skip
     assert [fix for _, fix in refused_jobs(config, H100)][0] == FULL_TRAINING_FIX
     evaluation = {
-        "total_bytes": 90_223_070_822,
-        "tensors_bytes": 81_044_844_544,
+        "total_bytes": 99_775_899_910,
+        "tensors_bytes": 89_729_234_624,
         "dominant": "KV cache",
         "peak_at": EVALUATION_PEAK,
-        "parts_bytes": {
-            "weights": 32_179_744_768, "autocast copies": 8_044_544_000, "KV cache": 40_373_256_192,
-            "sampling": 447_299_584, "CUDA runtime": 9_178_226_278,
+        "parts_bytes": {  # the engine: its static cache of the call's bucket (1,789 + 1,024 → 2,816) from the prefill on
+            "weights": 32_179_744_768, "inference copy": 8_044_544_000, "KV cache": 39_862_665_216,
+            "prefill": 9_642_280_640, "CUDA runtime": 10_046_665_286,
         },
         "budget_bytes": H100,
         "budget_source": "nvidia-smi: the GPU",
         "fits": False,
-        "fix": "use policies.adapter: lora (about 40.1 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+        "fix": "use policies.adapter: lora (about 57.4 GiB), or eval.batch_size: 32 (about 67.6 GiB), or policy: shared (about 76.4 GiB)",
         "unknown": None,
     }  # fmt: skip
     assert found[f"{cell}/eval/step_10.json"] == found[f"{cell}/eval/step_20.json"] == evaluation
     (base,) = [memory for output, memory in found.items() if output.startswith("base/qwen3-4b/eval/")]
-    assert (base["total_bytes"], base["parts_bytes"]["weights"], base["fits"], base["fix"]) == (72_524_211_200, 16_089_872_384, True, None)
+    assert (base["total_bytes"], base["parts_bytes"]["weights"], base["fits"], base["fix"]) == (82_077_040_288, 16_089_872_384, True, None)
     assert {output: memory for output, memory in found.items() if memory is None} == {
         output: None for output in ("base/qwen3-4b/base.json", f"{cell}/eval/step_0.json", f"{cell}/retained.json", "summary.json")
     }  # the base check, the copy of the base's evaluation, retention, the analysis: no GPU
@@ -495,7 +497,7 @@ def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     )
     lora = _qwen3_config(tmp_path, "train.steps=20")
     train = job_memory(lora, H100, Graph(lora).jobs)[2]
-    assert (train["total_bytes"], train["dominant"], train["fits"], train["fix"]) == (55_896_133_324, "KV cache", True, None)
+    assert (train["total_bytes"], train["dominant"], train["fits"], train["fix"]) == (65_147_303_481, "KV cache", True, None)
 
 
 def test_a_model_without_its_config_here_has_no_estimate(tmp_path):
@@ -633,7 +635,8 @@ def test_memory_jobs_have_an_estimate(tmp_path):
         assert (gpu.device, gpu.job, cpu.device) == ("cuda", job, "cpu")
         assert gpu.parts["weights"] == 2 * params[s.model.name] and "autocast copies" not in gpu.parts
         assert cpu.parts["weights"] == 4 * params[s.model.name] and "CUDA runtime" not in cpu.parts
-    assert memory_estimate(collect, "collect").at == "decoding of the generator call: 64 rows × 245 + 1,024 tokens"
+    # the engine's static cache is whole from the prefill on, so the prompts' encoding beside it is the peak
+    assert memory_estimate(collect, "collect").at == "prefill of the generator call: 64 rows × 245 + 1,024 tokens"
     keyed = memory_estimate(sampled, "collect").parts["sampling"]
     assert keyed == 64 * 151_936 * (2 + 4 + 40)  # the bfloat16 logits, their float32 copy, the keyed noise
     # plan's JSON: each memory job against the GPU memory jobs get.

@@ -94,6 +94,11 @@ class JobModel:
             return 0
         return 2 * (self.matmul_parameters if self.full else self.adapter_parameters)
 
+    def decode_autocast_copies(self) -> int:
+        """Autocast's copies during a ``generate`` call: none for a full fine-tune on CUDA, whose
+        decode engine reads its inference copy (which replaces them), else :meth:`autocast_copies`."""
+        return 0 if self.full and self.device == "cuda" else self.autocast_copies()
+
     def inference_copy(self) -> int:
         """The decode engine's copy of the weights its graph reads, in the compute dtype (CUDA only):
         a full fine-tune's linear and output layers; LoRA's adapted projections with the role's

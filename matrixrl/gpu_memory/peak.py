@@ -306,7 +306,7 @@ def _training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None, 
     copies = model.autocast_copies()
     for call in calls:
         for where, parts in _generate_phases(model, chunks(call, cfg.rollout_batch_size), reply, "sampled"):
-            phases.append((f"rollout, {where}", _phase(static, autocast_copies=copies, **_keys(parts))))
+            phases.append((f"rollout, {where}", _phase(static, autocast_copies=model.decode_autocast_copies(), **_keys(parts))))
     sets = {"shared": roles} if model.sets == 1 else {role: (role,) for role in roles}
     copy = trained * 4  # one float32 copy of a set's gradient
     for set_roles in sets.values():
@@ -349,7 +349,7 @@ def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None 
     episodes = problems * cfg.samples
     calls, _ = workflow_plan(spec, episodes, problems, reply, prompt)
     chooser = "keyed" if cfg.temperature > 0 else "greedy"
-    static = {"weights": model.weights(), "autocast copies": model.autocast_copies()}
+    static = {"weights": model.weights(), "autocast copies": model.decode_autocast_copies()}
     phases = []
     for call in calls:
         chunk = chunks(call, cfg.batch_size)
