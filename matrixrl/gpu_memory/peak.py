@@ -46,10 +46,16 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
 - **layer gradients**: a decoder layer's gradients in the backward pass (two of the MLP's
   width and a few of the residual stream's per token): the peak instead of the logits'
   at a tiny vocabulary (an approximation, within 10% of the activations on tiny models).
-- **KV cache** of the largest ``generate`` call: rows × (prompt + ``max_new_tokens``) ×
-  layers × key/value width, keys and values in the compute dtype, but keys in float32
-  under a 16-bit full fine-tune (its float32 norms and rotary tables promote them);
-  plus one layer's keys while the cache grows (``torch.cat``).
+- **KV cache** of the largest ``generate`` call: on CUDA the decode engine's static cache of
+  the call's bucket, rows × (prompt + ``max_new_tokens``) rounded up to ``model.BUCKET_TOKENS``,
+  held whole from the prefill on and written in place; on CPU the eager decoder's, rows ×
+  (prompt + ``max_new_tokens``), plus one layer's keys while it grows (``torch.cat``); × layers
+  × key/value width, keys and values in the compute dtype, but keys in float32 under a 16-bit
+  full fine-tune (its float32 norms and rotary tables promote them).
+- **inference copy** (CUDA): the weights the engine's graph reads, in the compute dtype:
+  LoRA's adapted projections with the role's adapter merged in (none where the adapters stay
+  unmerged: :func:`estimate`'s ``gpu``), a full fine-tune's linear and output layers (in place
+  of autocast's copies during the call).
 - **prefill**: encoding a call's distinct prompts at once (no gradients): the MLP's three
   intermediate tensors and two residual-stream tensors per token, and the causal mask
   (boolean, then converted to the compute dtype in a layer) per distinct prompt.
@@ -61,8 +67,8 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
   of a set; on CPU (one tensor at a time) two of the largest trained tensor.
 - **CUDA runtime** (GPU jobs only; not measured: no GPU was available): 1 GiB of context
   and library workspaces (assumed), plus what the caching allocator reserves beyond the
-  tensors: 10% of them (assumed), or, in a decoding phase, the allowance derived from
-  the KV cache's growth by concatenation where that is more (:func:`decode_slack`).
+  tensors: 10% of them (assumed). :func:`decode_slack` gives what the eager decoder's growing
+  cache would need beyond that; the engine's static cache does not grow.
 
 A job's peak is the largest phase: a rollout or evaluation ``generate`` call (weights,
 gradients and optimizer state of the last step, autocast copies, its KV cache and
@@ -76,7 +82,8 @@ Assumptions of the update (the worst case, as a workflow's calls and prompts are
 
 - every agent learns (its turns have advantages), so the diagnostics copy every agent;
 - a micro-batch holds as many turns as ``train.micro_batch_tokens`` allows at the
-  agent's longest turn (all of them when it is null), every row padded to that length.
+  agent's longest turn (all of them when it is null; ``auto``: :func:`micro_batch_tokens`),
+  every row padded to that length.
 
 A memory job (collect, label, distill: :func:`memory_estimate`) is an evaluation's
 phases over its own calls (:func:`matrixrl.gpu_memory.workload.memory_calls`): one set of
