@@ -4,13 +4,15 @@
 # (bench/decode_engine.py --device cuda --json-lines: eager vs graphed ms a step at 0.6B, merged
 # vs unmerged, the merge on a role switch, tokens and logits against the eager decoder, the
 # context sweep), then the 0.6B shape's training step and evaluation batch whole
-# (bench/gpu_smoke.py, within what is left), then the smoke test's cases if time is left.
+# (bench/gpu_smoke.py, within what is left), then, while time is left, the GPU-only kernels'
+# tests (TRL's Triton log-softmax, the update's attention) and the smoke test's cases.
 #
 #   bench/gpu_window.sh [WINDOW_S] [OUT_DIR]        # defaults: 480 s (8 minutes), .
 #
-# Plan on paper (H200): decode_engine.py about 120 s (its own budget), the 0.6B shape about 42 s
-# plus the model's 4 s (`bench/gpu_smoke.py --dry --shape qwen3-0.6b --budget-s 300`), starts and
-# imports about 30 s: under 4 minutes; the cases (16, about 3 s each on a GPU) take the rest.
+# Plan on paper (H200): the 0.6B shape 42 s with its model (`bench/gpu_smoke.py --dry --shape
+# qwen3-0.6b --budget-s 300`), starts and imports about 30 s; decode_engine.py keeps to what is
+# left (its own plan, 50a's); the kernels' tests took 36 s with doctor on the last H200 node, the
+# 16 cases 0.7-3.6 s each: about 4 minutes besides the engine's measurements.
 # Writes OUT_DIR/gpu_window.log, OUT_DIR/gpu_window.jsonl (one JSON object a line) and
 # OUT_DIR/gpu_smoke.json. A step's failure is reported and the next still runs.
 set -u
@@ -59,6 +61,10 @@ for row in found.get("shapes", []):
     open(sys.argv[2], "a").write(json.dumps(line) + "\n")
 PY
 
+if [ "$(left)" -gt 60 ]; then
+    step "the GPU-only kernels: TRL's Triton log-softmax against the torch path, the update's attention without cuDNN's"
+    timeout "$(left)" "$python" -m pytest tests/test_trl_triton.py tests/test_cuda_attention.py -q -rs -p no:cacheprovider
+fi
 if [ "$(left)" -gt 60 ]; then
     step "the smoke test's cases (pytest -m gpu)"
     timeout "$(left)" "$python" -m pytest tests/test_gpu_smoke.py -m gpu -q -rs -p no:cacheprovider
