@@ -504,3 +504,20 @@ def test_a_capped_part_sets_the_allocators_cap_restores_it_and_keeps_its_peaks_w
     with memory.peak(found, "memory", estimate):
         pass
     assert found["memory"] == (49 * GIB, 55 * GIB) and fractions[-1] == 1.0
+
+
+@pytest.mark.slow
+def test_the_window_script_prints_a_json_line_per_measurement_and_goes_on_past_a_failure(tmp_path):
+    """bench/gpu_window.sh on CPU, the shape scaled down: the device's line, then (no decode
+    engine in this checkout, or no CUDA) its step fails and the next runs: the shape's line, its
+    JSON, and the log of everything; the exit status is the shape's."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHON": sys.executable, "GPU_SMOKE_ARGS": " ".join(("--scale-down", "16", *SMALL))}
+    proc = subprocess.run(["bash", "bench/gpu_window.sh", "100", str(tmp_path)], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [json.loads(line) for line in (tmp_path / "gpu_window.jsonl").read_text().splitlines()]
+    assert lines[0]["measurement"] == "device" and lines[0]["cuda"] is False
+    (shape,) = [line for line in lines if line["measurement"] == "shape"]
+    assert (shape["shape"], shape["failures"], shape["skipped"]) == ("qwen3-0.6b/16", [], [])
+    assert shape["training step"] > 0 and shape["evaluation batch"] > 0
+    log = (tmp_path / "gpu_window.log").read_text()
+    assert "== the decode engine (bench/decode_engine.py)" in log and "shapes: 1 passed, 0 failed, 0 skipped" in log
