@@ -22,7 +22,7 @@ HOST_OP_S = 29e-6
 """Host seconds per ATen op launched eagerly (measured on an H200 node: docs/performance.md)."""
 GRAPH_KERNEL_S = 3e-6
 """Device seconds per kernel inside a replayed CUDA graph, beyond its bytes and FLOPs (assumed:
-docs/performance.md, "Time on paper", gives the source)."""
+docs/performance.md, "Time on paper: the decode engine", gives the source)."""
 GRAPH_LAUNCH_S = 10e-6
 """Host seconds to launch one graph replay."""
 CHECK_EVERY = 16
