@@ -45,17 +45,21 @@ def call_seconds(rows, prompt, layers, ops, kv, weights, cap, ends, share, floor
     kernels = engine_ops_per_step(layers, True, "merged")
     for step in range(cap):
         computed = len(kept)
-        if graphs:
-            seconds += step_seconds(H200, 0.0, weights + computed * (prompt + cap) * per_token, kernels)
-        else:
-            seconds += eager_step_seconds(H200, 0.0, weights + computed * (prompt + step) * per_token * passes, ops)
+        moved = weights + computed * (prompt + (cap if graphs else step)) * per_token * (1 if graphs else passes)
         live = ends[kept] > step + 1
         going = int(live.sum())
+        switch = None
         if going and computed - max(going, min(rows, floor)) >= max(1, computed * share):  # decode's rule
             keep = max(going, min(rows, floor))
-            seconds += switch_seconds(H200, layers, keep * (prompt + (cap if graphs else step)) * per_token, graphs)
+            switch = keep * (prompt + (cap if graphs else step)) * per_token  # the kept rows' cache, read and written
             finished = kept[~live]
             kept = np.concatenate([kept[live], finished[: keep - going]])
+        if graphs:  # a replay, then the switch launched between replays
+            seconds += step_seconds(H200, 0.0, moved, kernels)
+            seconds += switch_seconds(H200, layers, switch, True) if switch is not None else 0.0
+        else:  # the step's launches and the compaction's against its traffic and the copy's
+            extra_ops, extra_bytes = (2 * layers + 12, 2 * switch) if switch is not None else (0, 0)
+            seconds += eager_step_seconds(H200, 0.0, moved + extra_bytes, ops + extra_ops)
         if not going:
             break
     return seconds
