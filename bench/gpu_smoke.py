@@ -18,17 +18,14 @@ a part that would not fit what is left. The workflow × policy × adapter cases 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import importlib.util
-import math
 import os
 import sys
 import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -475,7 +472,6 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
     import torch
 
     from chat_models import random_shaped_model
-    from matrixrl.gpu_memory import job_model
     from matrixrl.models.hf import resolve_dtype
 
     fields, label = shape_fields(name, args.scale_down), shape_label(name, args.scale_down)
