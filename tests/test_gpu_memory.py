@@ -732,7 +732,7 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     folder.mkdir()
     sets = [f"scales.{name}.dtype={dtype}", "eval.max_new_tokens=1", "policies.adapter=lora", "eval.threads=2"]
     config = smoke["paper_config"](smoke["PAPER"], sets, {name: folder})
-    spec, _ = smoke["shape_plan"](config, name, fields, smoke["Hardware"].of("cpu", False), "cpu")["jobs"]["evaluation"]
+    spec, _ = smoke["shape_plan"](config, name, fields, smoke["hardware"]("cpu", False), "cpu", None)["jobs"]["evaluation"]
     random_shaped_model(folder, fields, seed=0, dtype="bfloat16", device="cpu")
     policy, tokenizer = smoke["load_shape_policy"](spec, name, "cpu")
     generate = make_generate(policy, measuring["HiddenEos"](tokenizer), max_new_tokens=1, temperature=1.0, sample=False, batch_size=rows)
