@@ -829,3 +829,16 @@ def test_auto_micro_batches_fill_what_the_estimate_leaves_on_the_gpu_and_nothing
     cpu = spec.model_copy(update={"scale": spec.scale.model_copy(update={"device": "cpu"})})
     assert sized_update(cpu, said.append).train.micro_batch_tokens == 4096
     assert said == ["train.micro_batch_tokens: auto is 4096 (no GPU)"]
+
+
+def test_micro_batch_tokens_takes_a_count_auto_or_null_and_says_so_otherwise():
+    """The setting's error names the field and what it takes, in one line (a scale's override too)."""
+    from conftest import run_cli
+
+    for value in ("0", "autox"):
+        result = run_cli("plan", "-c", str(REPO / "experiments.yaml"), "--set", f"train.micro_batch_tokens={value}")
+        shown = "0" if value == "0" else "'autox'"
+        assert result.exit_code != 0 and result.stderr.strip() == (
+            f"Error: {REPO / 'experiments.yaml'} with --set 'train.micro_batch_tokens={value}': train.micro_batch_tokens: "
+            f"give a number of tokens of at least 1, auto, or null (got {shown})"
+        ), result.stderr

@@ -114,6 +114,16 @@ AUTO_MICRO_BATCH_TOKENS = 4096
 """``train.micro_batch_tokens: auto`` where the job's GPU is not known or it runs on CPU."""
 
 
+def _tokens_or_auto(value: int | str | None) -> int | str | None:
+    if isinstance(value, str) and value != "auto" or isinstance(value, int) and value < 1:
+        raise ValueError(f"give a number of tokens of at least 1, auto, or null (got {value!r})")
+    return value
+
+
+MicroBatchTokens = Annotated[Union[int, str, None], AfterValidator(_tokens_or_auto)]
+"""A number of tokens (at least 1), ``auto``, or null (a scale's ``train:`` override keeps the check)."""
+
+
 class Train(Strict):
     """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
 
@@ -187,7 +197,7 @@ class Train(Strict):
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
     # 16384: a default tiny scale's agent never reaches it (at most 8 × 8 rollouts × 3 turns of at most
     # max_length 64 tokens = 12,288), so the recorded tiny-model results stay exactly as they were.
-    micro_batch_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+    micro_batch_tokens: MicroBatchTokens = Field(
         16384,
         description="the update passes each agent's turns through the model in micro-batches of at most this "
         "many rows × padded length, gradients accumulated (the same step up to rounding, in bounded memory: "
