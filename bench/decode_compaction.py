@@ -1,25 +1,14 @@
-"""decode's compaction thresholds on a GPU, on paper: call time per share and floor in a launch-vs-traffic model.
+"""decode's compaction thresholds on a GPU, on paper: call time per share and floor.
 
-``rollout.decode`` drops the rows that have finished once ``share`` of the rows computed
-have finished, keeping at least ``floor``. On CPU the thresholds (1/8, 4 rows) were set
-there, the floor for exactness (MKL's kernels); nothing was measured on a GPU. This
-script models a decoding call on one (no torch, no GPU; a few seconds):
-
-- a step takes the longer of the host's time, its kernel launches one after another at
-  ``HOST_OP_S`` each (``ops`` per step: bench/gpu_smoke.py's counts, 122 per layer under
-  LoRA on all seven projections, 69 without adapters, 56 outside the layers), and the
-  device's, the weights read once and every computed row's KV cache read and written
-  ``passes`` times (attention reads it once, ``torch.cat`` reads and writes it to grow it:
-  3; with a padding mask transformers repeats grouped keys and values to every head
-  first: 7 at 2 query heads per KV head, 11 at 4) at ``BANDWIDTH``;
-- a compaction adds ``2 × layers + 12`` launches (``DynamicCache.batch_select_indices``
-  and decode's own indexing) and one read and write of the kept rows' cache;
-- replies end uniformly over the call, or early (exponential, mean a sixth of the cap).
-
-For each share and floor it prints the worst loss over the cases against the best share
-(or floor 4) of each case. At 3 passes (bench/gpu_smoke.py's model) the paper's calls are
-host-bound, where any share is within 0.3% of any other; the losses come from
-device-bound calls: long caches, many rows, repeated keys and values.
+``rollout.decode`` drops the rows that have finished once ``share`` of the rows computed have
+finished, keeping at least ``floor``. This script prices a decoding call with the project's one
+time model (matrixrl.gpu_memory.timing; no torch, no GPU; a few seconds), for the eager decoder
+(host launches at ``HOST_OP_S`` against the weights and the cache moved ``passes`` times at the
+bandwidth) and for the decode engine (a graph replay a step: its kernels and the bytes of the
+static cache of the rows kept; a compaction is a switch to a smaller bucket,
+``timing.switch_seconds``). Replies end uniformly over the call, or early (exponential, mean a
+sixth of the cap). For each share and floor it prints the worst loss over the cases against the
+best share (or floor 4) of each case. docs/performance.md, "Decode compaction on a GPU".
 
     python bench/decode_compaction.py
 """
@@ -28,41 +17,50 @@ from __future__ import annotations
 
 import numpy as np
 
-HOST_OP_S = 29e-6  # bench/gpu_smoke.py's HOST_OP_S, measured on an H200 node (8e-6 was the guess before)
-BANDWIDTH = 4.8e12  # H200, bytes/s
+from matrixrl.gpu_memory.timing import EAGER_DECODE_OPS, Hardware, eager_step_seconds, step_seconds, switch_seconds
+from matrixrl.train.engine_plan import ops_per_step
+
+H200 = Hardware("H200", 989e12, 4.8e12)
 SHARES = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 FLOORS = (1, 4, 8, 16, 32)
 CAPS = (64, 256, 1024, 4096)
 PASSES = (3, 7, 11)
 
-# (name, rows, prompt, layers, launches per step, KV bytes per token and layer (bf16 K and V), weight bytes)
+LORA, FULL = EAGER_DECODE_OPS["lora"], EAGER_DECODE_OPS["full"]
+# (name, rows, prompt, layers, eager launches a step, KV bytes per token and layer (bf16 K and V), weight bytes)
 SHAPES = (
-    ("qwen3-0.6b worker call, LoRA", 192, 610, 28, 28 * 122 + 56, 1024 * 4, 1.2e9),
-    ("qwen3-4b synthesizer evaluation", 64, 2044, 36, 36 * 69 + 56, 1024 * 4, 8.0e9),
-    ("qwen3-4b worker call, LoRA", 192, 610, 36, 36 * 122 + 56, 1024 * 4, 8.0e9),
-    ("qwen3-0.6b, 768 rows of 2,000 tokens", 768, 2000, 28, 28 * 122 + 56, 1024 * 4, 1.2e9),
-    ("qwen3-4b, 32 rows of 3,000 tokens", 32, 3000, 36, 36 * 69 + 56, 1024 * 4, 8.0e9),
+    ("qwen3-0.6b worker call, LoRA", 192, 610, 28, 28 * LORA[0] + LORA[1], 1024 * 4, 1.2e9),
+    ("qwen3-4b synthesizer evaluation", 64, 2044, 36, 36 * FULL[0] + FULL[1], 1024 * 4, 8.0e9),
+    ("qwen3-4b worker call, LoRA", 192, 610, 36, 36 * LORA[0] + LORA[1], 1024 * 4, 8.0e9),
+    ("qwen3-0.6b, 768 rows of 2,000 tokens", 768, 2000, 28, 28 * LORA[0] + LORA[1], 1024 * 4, 1.2e9),
+    ("qwen3-4b, 32 rows of 3,000 tokens", 32, 3000, 36, 36 * FULL[0] + FULL[1], 1024 * 4, 8.0e9),
 )
 
 
-def call_seconds(rows, prompt, layers, ops, kv, weights, cap, ends, share, floor, passes) -> float:
-    """One call's seconds in the model: ``ends[i]``, the step after which row i has finished."""
+def call_seconds(rows, prompt, layers, ops, kv, weights, cap, ends, share, floor, passes, graphs=False) -> float:
+    """One call's seconds: ``ends[i]``, the step after which row i has finished; ``graphs``: the
+    decode engine (its static cache, bucket switches), else the eager decoder (``passes``)."""
     kept = np.arange(rows)
     seconds = 0.0
     per_token = layers * kv
+    kernels = ops_per_step(layers, qk_norm=True, lora="merged")
     for step in range(cap):
         computed = len(kept)
-        host = ops * HOST_OP_S
-        device = weights / BANDWIDTH + computed * (prompt + step) * per_token * passes / BANDWIDTH
+        moved = weights + computed * (prompt + (cap if graphs else step)) * per_token * (1 if graphs else passes)
         live = ends[kept] > step + 1
         going = int(live.sum())
+        switch = None
         if going and computed - max(going, min(rows, floor)) >= max(1, computed * share):  # decode's rule
             keep = max(going, min(rows, floor))
-            host += (2 * layers + 12) * HOST_OP_S
-            device += 2 * keep * (prompt + step) * per_token / BANDWIDTH
+            switch = keep * (prompt + (cap if graphs else step)) * per_token  # the kept rows' cache, read and written
             finished = kept[~live]
             kept = np.concatenate([kept[live], finished[: keep - going]])
-        seconds += max(host, device)
+        if graphs:  # a replay, then the switch launched between replays
+            seconds += step_seconds(H200, 0.0, moved, kernels)
+            seconds += switch_seconds(H200, layers, switch, True) if switch is not None else 0.0
+        else:  # the step's launches and the compaction's against its traffic and the copy's
+            extra_ops, extra_bytes = (2 * layers + 12, 2 * switch) if switch is not None else (0, 0)
+            seconds += eager_step_seconds(H200, 0.0, moved + extra_bytes, ops + extra_ops)
         if not going:
             break
     return seconds
@@ -102,6 +100,20 @@ def worst_losses() -> tuple[dict[float, float], dict[int, float], dict[int, dict
     return by_share, by_floor, by_cap
 
 
+def engine_losses() -> dict[float, float]:
+    """The worst loss of each share (floor 4) for the decode engine: its steps read the rows kept
+    at the bucket's length, a compaction switches buckets (the KV passes do not apply)."""
+    by_share = {s: 0.0 for s in SHARES}
+    for (_, rows, prompt, layers, ops, kv, weights), cap, ends, passes in cases():
+        if passes != PASSES[0]:
+            continue
+        seconds = {s: call_seconds(rows, prompt, layers, ops, kv, weights, cap, ends, s, 4, passes, graphs=True) for s in SHARES}
+        best = min(seconds.values())
+        for s, t in seconds.items():
+            by_share[s] = max(by_share[s], t / best - 1)
+    return by_share
+
+
 def main() -> None:
     by_share, by_floor, by_cap = worst_losses()
     print(f"{len(SHAPES)} shapes x {len(CAPS)} reply caps x 2 ways replies end x {len(PASSES)} KV passes a step; the worst loss")
@@ -109,6 +121,7 @@ def main() -> None:
     for cap, row in by_cap.items():
         print(f"  {cap:>5} new tokens: " + ", ".join(f"1/{round(1 / s)} {v:+.1%}" for s, v in row.items()))
     print("floor (share 1/8) against floor 4: " + ", ".join(f"{f} {v:+.2%}" for f, v in by_floor.items()))
+    print("the engine, share (floor 4): " + ", ".join(f"1/{round(1 / s)} {v:+.1%}" for s, v in engine_losses().items()))
 
 
 if __name__ == "__main__":

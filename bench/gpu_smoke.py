@@ -1,120 +1,31 @@
-"""GPU smoke test: each workflow, policy and adapter trains a few steps and is evaluated.
+"""The paper's shapes on one GPU: each shape's largest training step and evaluation batch, run once and checked.
 
-One command for the first minutes on a GPU (and, with a tiny model, on CPU):
+    python bench/gpu_smoke.py --shape all [--budget-s N] [--json PATH]   # Qwen3-0.6B, -1.7B, -4B
+    python bench/gpu_smoke.py --shape all --dry [--decoder eager]         # on paper, in seconds
 
-    python bench/gpu_smoke.py [--model PATH_OR_HUB_ID] [--steps 2] [--dtype bfloat16]
-    python bench/gpu_smoke.py --shape all [--cases] [--budget-s N] [--json PATH]   # the paper's shapes
-    python bench/gpu_smoke.py --shape all --dry                                      # on paper, in seconds
-
-The cases (below) run without ``--shape``, or with ``--cases``; the shapes (further below)
-with ``--shape``.
-
-For every workflow of the registry (``matrixrl.workflows.WORKFLOWS``), both policy modes
-(shared, isolated) and both adapters (full, lora), a one-cell config is built in memory:
-an ``hf`` scale with the model, computing in ``--dtype``, ``device: auto`` (the GPU when
-one is visible; ``--device cpu`` keeps to the CPU); arith (two one-digit terms) in chat prompts, 2 problems × group 2 per
-step, short replies. The cell trains ``--steps`` steps through ``train_cell`` (checkpoints
-included), and its last checkpoint is evaluated by the evaluation job's ``_evaluate``
-(``evaluate`` itself claims a GPU per job, which one process cannot do twice). Checked:
-
-- **parameters**: every parameter set of the policy moved (a CPU copy of its trainable
-  tensors taken when the optimizers are made, compared after the last step); under LoRA
-  only the adapters train, and every base weight is bit-for-bit what it was;
-- **log-prob gap**: the update's per-role ``logp_gap`` (|Δ log p| between the rollout's sampled
-  log-probabilities and the update's) is reported for every role, finite, and its mean
-  under ``GAP_LIMIT``, 0.05 nats per token, in every step (bfloat16's rounding gave means of
-  3e-3 to 7e-3 in tests/test_precision.py; a rollout that decoded without its KV cache gave the
-  tiny model 0.104: far more than rounding means the rollout and the update compute different
-  policies);
-- **memory** (CUDA only): the training and the evaluation's peak, ``torch.cuda.max_memory_allocated``
-  after ``reset_peak_memory_stats`` less what was allocated before, against
-  ``matrixrl.gpu_memory.estimate`` for the device: over the estimate's total (tensors and
-  CUDA runtime) fails, as a refusal would then have come too late; the ratio to the
-  estimate's tensors (what ``max_memory_allocated`` counts) is printed (with the random tiny
-  model, cuBLAS's workspaces, part of the estimate's CUDA runtime, dominate it). On CPU the peak is
-  skipped (not measured with the profiler: bench/gpu_memory.py does that, case by case) and
-  the estimate alone is printed;
-- **evaluation**: a result with every evaluation problem and an accuracy in [0, 1];
-- **throughput**: rollout tokens/s (completion tokens over the steps' time outside the
-  update) and update tokens/s (prompt and completion tokens of the turns that learn); MFU
-  from bench/gpu.py's FLOP counts (2·N per token a rollout processes, 6·N or 4·N under LoRA
-  per token of the update) and its table of peaks, where the GPU's peak is known.
-
-Every turn learns: rewards alternate within each group (bench/gpu_memory.py's
-``alternating_rewards`` in the trainer's place), so every agent gets a non-zero advantage
-whatever the model scores, and the parameters must move. The trainer's ``make_optimizers``
-and ``update_policy`` are wrapped to see the policy and time the update.
-
-Default model: ``--model`` when given (a folder, or a hub id in the local cache: nothing is
-downloaded); else, on a GPU, SmolLM2-135M-Instruct if it was converted
-(``matrixrl models convert-smollm2``), and otherwise a random tiny chat model built in a
-temporary folder (tests/chat_models.py), which is what runs on CPU. On CPU what needs CUDA
-(memory peaks, MFU) is skipped, said once. One row per case, then ``all N cases passed`` or
-the failures; the exit status is 1 on any failure.
-
-**The paper's shapes** (``--shape qwen3-0.6b,qwen3-1.7b,qwen3-4b`` or ``all``): Qwen3-0.6B,
--1.7B and -4B built from their published figures (``SHAPES``) with random weights, saved in
-bfloat16 in a temporary folder beside a stand-in tokenizer of the real vocabulary (151,936
-tokens, every character one token, a chat template: tests/chat_models.py), so nothing is
-downloaded, and loaded as a job loads an ``hf`` scale (``model_source``, ``CellParts.new_policy``).
-For each, examples/paper.yaml's plan (``--config``, ``--set`` as matrixrl's) names the largest
-training job and the largest evaluation job, as ``matrixrl plan`` picks them (the largest
-memory estimate over the scale's cells); each runs once:
-
-- **the training step**: that cell's ``generate`` calls as the memory estimate plans them
-  (``matrixrl.gpu_memory.workload.workflow_plan``: its rows, distinct prompts, prompt lengths
-  in tokens as the estimator counts them, ``max_new_tokens``; random prompts of exactly
-  that length, the first of each call one token shorter so that the call runs with a padding
-  mask), through the rollout's ``make_generate`` with the cell's adapters and policy mode,
-  then the update (``update_policy``: its micro-batches, the gradient diagnostics), every turn
-  learning (advantages ±1 within each group). The workflow's own code is not run: with the
-  stand-in tokenizer its prompts would have other lengths. Its optimizers are primed first
-  (gradients and AdamW moments exist, as in every step after the first, which the estimate
-  describes: one optimizer step on zero gradients, which moves nothing).
-- **the evaluation batch**: the chunk of one call (at most ``eval.batch_size`` rows) where the
-  estimate puts the evaluation's peak, decoded as an evaluation decodes (keyed sampling).
-
-A random model does not stop early (and its EOS is hidden from the decoder, as in
-bench/gpu_memory.py): every row runs to ``max_new_tokens``, which the check verifies.
-Reported per shape, in one table and (``--json``) one JSON file: the parameters moved (every
-parameter of a full fine-tune; under LoRA every ``lora_B``, while ``lora_A`` gets no gradient
-in a first step, B being zero, and every base weight bit-for-bit the same), the log-prob gap
-per role (its mean under ``GAP_LIMIT``), on CUDA the peaks of allocated and reserved memory
-against the estimate (allocated within ±15% of the estimate's tensors, reserved never above
-its total), rollout, update and evaluation tokens/s and MFU. ``--scale-down F`` divides the
-widths, layers and vocabulary (heads kept): the same code on CPU, for tests.
-
-``--profile-decode N`` then decodes the evaluation batch's call under the training's sampler and
-the evaluation's, N and 2N steps, and prints per step the time, the ATen ops and the ops that
-take the host longest (``profile_decoding``).
-
-``--dry`` prints each shape's estimates (memory per job, what dominates, where the peak is)
-and the time on paper of its parts, without building or running anything (torch is not
-imported), for ``--gpu`` (default H200) of bench/gpu.py's tables.
-
-**Time on paper**: each phase takes the longer of the device's time (its FLOPs at the peak,
-at ``MATMUL_EFFICIENCY`` where compute-bound, or its bytes at the memory bandwidth) and the
-host's: ``DECODE_OPS``/``UPDATE_OPS`` ATen ops (counted by ``count_ops``) at ``HOST_OP_S``
-each. A decoding step launches about 3,500 ops at 28 layers (LoRA), so at these batch sizes
-decoding is host-bound (measured: about 100 ms a step on an H200 node). **``--budget-s N``**: before each part (a case, a shape's model, its
-training step, its evaluation batch), its expected time (on paper, times the ratio of
-measured to paper of the parts run so far) is compared with what is left of N seconds; a part
-that would not fit is skipped with one line naming it and why.
+For each shape (``SHAPES``: the published config.json, random weights, a stand-in tokenizer of
+the real vocabulary, nothing downloaded), examples/paper.yaml's plan names the largest training
+and evaluation job as ``matrixrl plan`` does; the training step replays that cell's ``generate``
+calls as the memory estimate plans them, then its update, every turn learning; the evaluation
+batch decodes the chunk at the estimate's peak. Checked: every trained tensor moved (under LoRA
+every ``lora_B``, no base weight), the log-prob gap per role under ``GAP_LIMIT``, every row to
+``max_new_tokens``, on CUDA the memory peaks against the estimate. ``--dry`` prints the estimates
+and the time on paper (matrixrl.gpu_memory.timing) without importing torch; ``--budget-s`` skips
+a part that would not fit what is left. The workflow × policy × adapter cases are pytest tests
+(``pytest -m gpu tests/test_gpu_smoke.py``). docs/performance.md, "GPU smoke test".
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import math
+import importlib.util
 import os
 import sys
 import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,251 +33,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))  # bench/gpu.py, bench/gpu_memory.py
-sys.path.append(str(REPO / "tests"))  # chat_models.py
+sys.path.append(str(REPO / "tests"))  # chat_models.py, gpu_checks.py
 
-from gpu import generate_flops, matmul_parameters, mfu, peak_tflops, synchronize, update_flops  # noqa: E402
-from gpu_memory import HiddenEos, alternating_rewards  # noqa: E402
+from gpu import generate_flops, mfu, peak_tflops, synchronize, update_flops  # noqa: E402
+from gpu_checks import DeviceMemory, gap_failures, memory_check, parameter_snapshot, parameters_moved  # noqa: E402
+from gpu_memory import HiddenEos  # noqa: E402
 
-POLICIES = ("shared", "isolated")
-ADAPTERS = ("full", "lora")
-GAP_LIMIT = 0.05
-"""The mean |Δ log p| per role and step (nats per token) from which a case fails: 7 times the
-largest mean bfloat16's rounding gave (7e-3, tests/test_precision.py), and half of what a
-rollout without its KV cache gave the random tiny chat model (a mean of 0.104, a largest of
-about 0.5, as with transformers 5.17, which ignores ``cache=``: tests/test_gpu_smoke.py makes
-that case fail). A real model's distribution depends far more on the context, so a rollout
-computing another policy moves its log-probs by far more."""
-MIB = 1 << 20
-
-
-@dataclass
-class Probe:
-    """What the wrapped trainer saw of one case's training."""
-
-    policy: object = None
-    n: int = 0  # matmul parameters of one model
-    before: dict = field(default_factory=dict)  # parameter set → CPU copies of its tensors
-    frozen: list = field(default_factory=list)  # (parameter, CPU copy) of what does not train
-    update_seconds: float = 0.0
-    update_tokens: int = 0
-    rollout_tokens: int = 0  # prompt and completion tokens of every turn (what the rollouts processed)
-
-    def watch(self, policy) -> None:
-        sets = policy.parameter_sets()
-        trained = {id(p) for _, params in sets.values() for p in params}
-        self.policy = policy
-        self.n = matmul_parameters(policy.model_for(policy.roles[0]))
-        self.before = {name: [_copy(p) for p in params] for name, (_, params) in sets.items()}
-        self.frozen = [(p, _copy(p)) for m in policy._models() for p in m.parameters() if id(p) not in trained]
-
-    def changes(self) -> tuple[dict[str, tuple[int, int]], int]:
-        """Per parameter set (tensors changed, tensors), and how many of the frozen tensors changed."""
-        import torch
-
-        moved = {}
-        for name, (_, params) in self.policy.parameter_sets().items():
-            before = self.before[name]
-            moved[name] = (sum(not torch.equal(b, p.detach().cpu()) for b, p in zip(before, params)), len(params))
-        frozen = sum(not torch.equal(b, p.detach().cpu()) for p, b in self.frozen)
-        return moved, frozen
-
-
-def _copy(p):
-    return p.detach().to("cpu", copy=True)
-
-
-@contextlib.contextmanager
-def probing(probe: Probe):
-    """The trainer with alternating rewards, its optimizers' policy watched, its updates timed."""
-    import matrixrl.train.trainer as trainer
-
-    names = ("assign_rewards", "make_optimizers", "update_policy")
-    original = {name: getattr(trainer, name) for name in names}
-
-    def make_optimizers(policy, cfg):
-        probe.watch(policy)
-        return original["make_optimizers"](policy, cfg)
-
-    def update_policy(policy, optimizers, episodes, *args, **kwargs):
-        turns = [t for e in episodes for t in e.turns]
-        probe.rollout_tokens += sum(len(t.completion.prompt_ids) + len(t.completion.completion_ids) for t in turns)
-        probe.update_tokens += sum(
-            len(t.completion.prompt_ids) + len(t.completion.completion_ids) for t in turns if t.advantage != 0.0
-        )
-        synchronize(policy.device)
-        began = time.perf_counter()
-        out = original["update_policy"](policy, optimizers, episodes, *args, **kwargs)
-        synchronize(policy.device)
-        probe.update_seconds += time.perf_counter() - began
-        return out
-
-    trainer.assign_rewards, trainer.make_optimizers, trainer.update_policy = alternating_rewards, make_optimizers, update_policy
-    try:
-        yield probe
-    finally:
-        for name, value in original.items():
-            setattr(trainer, name, value)
-
-
-@contextlib.contextmanager
-def peak_memory(cuda: bool, found: dict, key: str):
-    """``found[key]``: the block's peak of allocated CUDA memory beyond what was allocated before (bytes); None on CPU."""
-    import torch
-
-    if not cuda:
-        found[key] = None
-        yield
-        return
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    yield
-    torch.cuda.synchronize()
-    found[key] = torch.cuda.max_memory_allocated() - before
-
-
-def case_spec(model: str, workflow: str, policy: str, adapter: str, args, folder: Path):
-    """The one-cell spec of a case."""
-    from matrixrl import grid as G
-    from matrixrl.config.schema import Config
-
-    replies = {"max_new_tokens": args.new}
-    config = Config.model_validate({
-        "results_dir": str(folder / "results"),
-        "grid": {"workflow": [workflow], "task": ["arith"], "scale": ["smoke"], "policy": [policy], "seed": [0]},
-        "scales": {"smoke": {"kind": "hf", "path": model, "dtype": args.dtype, "device": args.device, "prompt_style": "chat"}},
-        "tasks": {"arith": {"kind": "arith", "digits": 1, "terms": 2, "n_eval": args.problems, "seed": 0}},
-        "policies": {"adapter": adapter},
-        "train": {"steps": args.steps, "eval_every": args.steps, "problems_per_step": 2, "group_size": 2, **replies},
-        "eval": {"samples": 2, **replies},
-    })  # fmt: skip
-    return G.cell_spec(config, G.runs(config)[0])
-
-
-def run_case(name: str, spec, folder: Path, cuda: bool, peak: float | None) -> dict:
-    """Train and evaluate one case; its row's figures and its failures (an empty list: passed)."""
-    from matrixrl.gpu_memory import estimate
-    from matrixrl.jobs.evaluate import _evaluate
-    from matrixrl.layout import checkpoint_dir
-    from matrixrl.train.trainer import train_cell
-    from matrixrl.workflows import WORKFLOWS
-
-    quiet = lambda message: None  # noqa: E731
-    device = "cuda" if cuda else "cpu"
-    failures: list[str] = []
-    row: dict = {"case": name}
-    memory: dict = {}
-    probe = Probe()
-    cell_dir = folder / "cell"
-    began = time.perf_counter()
-    with probing(probe), peak_memory(cuda, memory, "training"):
-        trained = train_cell(spec, folder, cell_dir, log=quiet)
-    row["train s"] = time.perf_counter() - began
-    steps = trained["metrics"]
-    seconds = sum(r["seconds"] for r in steps)
-    rollout_s = max(seconds - probe.update_seconds, 1e-9)
-    completions = sum(r["completion_tokens"] for r in steps)
-    row["rollout tok/s"] = completions / rollout_s
-    row["update tok/s"] = probe.update_tokens / max(probe.update_seconds, 1e-9)
-    adapter = spec.policies.adapter
-    row["MFU"] = [mfu(generate_flops(probe.n, probe.rollout_tokens), rollout_s, peak),
-                  mfu(update_flops(probe.n, probe.update_tokens, adapter), probe.update_seconds, peak)]  # fmt: skip
-
-    moved, frozen = probe.changes()
-    base = len(probe.frozen)
-    probe.policy = probe.before = probe.frozen = None  # before the evaluation's peak: nothing of training held
-    row["changed"] = f"{sum(c for c, _ in moved.values())}/{sum(n for _, n in moved.values())} tensors"
-    still = [set_name for set_name, (c, _) in moved.items() if c == 0]
-    if still:
-        failures.append(f"parameter sets {', '.join(still)} did not change")
-    if adapter == "lora":
-        row["changed"] += ", base same" if base and not frozen else f", base {frozen}/{base}"
-        if frozen or not base:
-            failures.append(f"{frozen} of the {base} base tensors changed under LoRA (none should, and some must be there)")
-
-    gaps: dict[str, list[tuple[float, float]]] = {}
-    by_key = {(r["step"], r["role"], r["metric"]): r["value"] for r in trained["roles"]}
-    for (step, role, metric), value in by_key.items():
-        if metric == "logp_gap_mean":
-            gaps.setdefault(role, []).append((value, by_key[(step, role, "logp_gap_max")]))
-    roles = WORKFLOWS[spec.cell.workflow].roles
-    row["logp gap"] = max((largest for pairs in gaps.values() for _, largest in pairs), default=math.nan)
-    if set(gaps) != set(roles):
-        failures.append(f"log-prob gap reported for {sorted(gaps)}, not every role of {sorted(roles)}")
-    failures += gap_failures(gaps)
-
-    began, last = time.perf_counter(), spec.train.steps
-    with peak_memory(cuda, memory, "evaluation"):
-        result = _evaluate(spec, last, checkpoint_dir(cell_dir, last), folder, folder / "eval.json", quiet, device=None)
-    row["eval s"] = time.perf_counter() - began
-    row["eval acc"] = result.accuracy
-    if result.n != spec.task.n_eval or not 0.0 <= result.accuracy <= 1.0:
-        failures.append(f"evaluation of {result.n} problems (not {spec.task.n_eval}), accuracy {result.accuracy}")
-
-    for job in ("training", "evaluation"):
-        found = estimate(spec, job, device=device)
-        measured = memory[job]
-        shown = "n/a" if found is None else f"{found.tensors / MIB:.1f}"
-        if measured is None:
-            row[job] = f"skipped/{shown}"
-            continue
-        row[job] = f"{measured / MIB:.1f}/{shown}" + (f" ({measured / found.tensors:.2f})" if found else "")
-        if found is not None and measured > found.total:
-            failures.append(f"{job} peak {measured / MIB:.1f} MiB over the estimate's {found.total / MIB:.1f} MiB")
-    row["failures"] = failures
-    return row
-
-
-COLUMNS = (
-    ("case", 26), ("train s", 7), ("eval s", 6), ("rollout tok/s", 13), ("update tok/s", 12), ("MFU rollout/update", 18),
-    ("params changed", 24), ("logp gap max", 12), ("train MiB peak/est", 18), ("eval MiB peak/est", 18),
-    ("eval acc", 8), ("result", 6),
-)  # fmt: skip
-
-
-def gap_failures(gaps: dict[str, list[tuple[float, float]]]) -> list[str]:
-    """One failure per role whose log-prob gap, ``(mean, max)`` per step, is not finite or whose
-    mean reaches ``GAP_LIMIT`` in some step."""
-    failures = []
-    for role, pairs in sorted(gaps.items()):
-        if not all(math.isfinite(m) and math.isfinite(x) for m, x in pairs):
-            failures.append(f"log-prob gap of {role} not finite: {pairs}")
-        elif max(m for m, _ in pairs) >= GAP_LIMIT:
-            failures.append(
-                f"log-prob gap of {role}: mean {max(m for m, _ in pairs):.3f} nats per token, not under {GAP_LIMIT}: "
-                "the rollout and the update compute different policies"
-            )
-    return failures
-
-
-def formatted(row: dict, cuda: bool) -> str:
-    if "failures" not in row:  # the case stopped with an exception
-        return f"{row['case']:26s} FAILED: {row['error']}"
-    mfus = row["MFU"]
-    unknown = "n/a (peak unknown)" if cuda else "n/a (CPU)"
-    shown = {
-        "case": row["case"], "train s": f"{row['train s']:.1f}", "eval s": f"{row['eval s']:.1f}",
-        "rollout tok/s": f"{row['rollout tok/s']:,.0f}",
-        "update tok/s": f"{row['update tok/s']:,.0f}",
-        "MFU rollout/update": "/".join(f"{m:.1%}" for m in mfus) if None not in mfus else unknown,
-        "params changed": row["changed"], "logp gap max": f"{row['logp gap']:.2e}",
-        "train MiB peak/est": row["training"], "eval MiB peak/est": row["evaluation"], "eval acc": f"{row['eval acc']:.2f}",
-        "result": "FAILED" if row["failures"] else "ok",
-    }  # fmt: skip
-    return "  ".join(f"{shown[name]:>{width}s}" if i else f"{shown[name]:{width}s}" for i, (name, width) in enumerate(COLUMNS))
-
-
-def default_model(folder: Path, cuda: bool) -> tuple[str, str]:
-    """(the model, what it is): on a GPU converted SmolLM2 if present, else a random tiny chat model."""
-    from matrixrl.models.hf import default_smollm2_dir, is_converted
-
-    if cuda and is_converted(default_smollm2_dir()):
-        return str(default_smollm2_dir()), "SmolLM2-135M-Instruct (converted)"
-    from chat_models import random_chat_model
-
-    random_chat_model(folder, seed=0, hidden_size=64, layers=2)
-    return str(folder), "a random tiny chat model (Qwen3, hidden 64, 2 layers, character tokenizer)"
+from matrixrl.gpu_memory.timing import (  # noqa: E402
+    HOST_OP_S, Hardware, Replayed, Work, evaluation_chunk, evaluation_work, flop_parameters, training_calls, training_work,
+)
 
 
 # --- the paper's shapes: a random Qwen3 of each size, its largest training step and evaluation batch ---
@@ -391,38 +66,14 @@ SHAPES = {
 PROMPT_CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 """What the random prompts are written in: each character one token of the stand-in tokenizer."""
 
-# The time on paper (docs/performance.md, "GPU smoke test"). Each phase takes the longer of
-# the device's time (FLOPs at a share of the peak, or bytes at the memory bandwidth) and the
-# host's (PyTorch launches every ATen op from Python, one after the other).
-HOST_OP_S = 29e-6
-"""Seconds of host time per ATen op launched: eager PyTorch's dispatch and launch, and the
-Python around each op (transformers' and PEFT's modules). Measured on the H200 node of the
-second GPU window (docs/performance.md): a training rollout's decoding step at 28 layers
-(3,472 ops under LoRA) took 99-110 ms at Qwen3-0.6B and -1.7B alike, with 64 rows or 192,
-so 29 µs an op; at 36 layers (4B) 104-141 ms. The first guess, 8 µs (eager PyTorch's
-dispatch alone), was 3.6 times too few."""
-MATMUL_EFFICIENCY = 0.5
-"""The share of the peak that prefill and the update's matrix products reach (an assumption)."""
-KV_PASSES = 3
-"""Times a decoding step moves the KV cache: attention reads it; the cache grows by ``torch.cat``,
-which reads it and writes it again."""
 DISK_BYTES_S = 1e9
 """Bytes per second of writing a random model's safetensors and of loading them again."""
 HOST_COPY_BYTES_S = 5e9
 """Bytes per second of copying the parameters to the host and comparing them there."""
 TOKENIZER_S = 2.0
 """Building, saving and loading the stand-in tokenizer of 151,936 tokens (measured on CPU: about 1.5 s)."""
-CASE_S = 3.0
-"""A case of the tiny model on paper: host-bound; on this project's CPU a case took 0.5-3.1 s."""
 CPU_TFLOPS, CPU_BYTES_S = 0.05, 10e9
 """Nominal figures of a CPU (a few cores), for ``--budget-s`` where no GPU runs."""
-DECODE_OPS = {"full": (69, 52), "lora": (122, 56)}
-"""ATen ops (views aside) of a decoding step: per decoder layer, and outside the layers (embedding,
-rotary tables, final norm, output layer, the sampler and the loop), a padded batch under bfloat16
-autocast; LoRA on all seven projections (``count_ops`` counts them; tests keep these in step)."""
-UPDATE_OPS = {"full": (194, 64), "lora": (295, 31)}
-"""ATen ops of an update's micro-batch (``completion_logps``, forward and backward): per layer, and outside."""
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def shape_fields(name: str, scale_down: int = 1) -> dict:
@@ -466,10 +117,10 @@ def paper_config(path: Path, sets: list[str], paths: dict[str, Path] | None = No
     return load_config(path, sets=[*sets, *moved])
 
 
-def largest_jobs(config, scale: str, fields: dict, device: str) -> dict:
+def largest_jobs(config, scale: str, fields: dict, device: str, gpu: int | None) -> dict:
     """The largest training and evaluation job of ``scale`` as ``matrixrl plan`` picks them
     (matrixrl.gpu_memory.fits.largest_jobs: the largest estimate over the grid's cells, the
-    first of equals), with the model's ``fields``: job → (spec, Estimate)."""
+    first of equals), with the model's ``fields``, on a GPU of ``gpu`` bytes: job → (spec, Estimate)."""
     from matrixrl import grid as G
     from matrixrl.gpu_memory import estimate
 
@@ -479,73 +130,13 @@ def largest_jobs(config, scale: str, fields: dict, device: str) -> dict:
             continue
         spec = G.cell_spec(config, cell)
         for job in ("training", "evaluation"):
-            held = estimate(spec, job, config=fields, device=device)
+            held = estimate(spec, job, config=fields, device=device, gpu=gpu)
             if job not in found or held.total > found[job][1].total:
                 found[job] = (spec, held)
     return found
 
 
-# --- what runs: the estimator's calls and turns, replayed ------------------------------------------
-
-
-@dataclass(frozen=True)
-class Replayed:
-    """One ``generate`` call of the replay: its prompts' kind and role, rows, distinct prompts,
-    prompt tokens, and the agent of each block of rows (rows split evenly, in order)."""
-
-    kind: str
-    role: str
-    rows: int
-    distinct: int
-    prompt: int
-    agents: tuple[str, ...]
-
-
-def role_of(kind: str) -> str:
-    return "generator" if kind == "refine" else kind
-
-
-def training_calls(spec) -> tuple[list[Replayed], list]:
-    """A training step's ``generate`` calls in the order the workflow makes them, as the memory
-    estimate plans them (matrixrl.gpu_memory.workload.workflow_plan: rows, distinct prompts, the
-    longest prompt of each kind), and the plan's agents. eval_opt's later rounds repeat its
-    evaluator and refine calls."""
-    from matrixrl.gpu_memory.workload import eval_opt_rounds, workflow_plan
-
-    cfg = spec.train
-    calls, agents = workflow_plan(spec, cfg.problems_per_step * cfg.group_size, cfg.problems_per_step, cfg.max_new_tokens)
-    ordered = list(calls)
-    if spec.cell.workflow == "eval_opt" and len(calls) == 3:
-        ordered = [calls[0], *calls[1:] * (eval_opt_rounds(spec) - 1)]
-    replayed = []
-    for call in ordered:
-        role = role_of(call.kind)
-        names = tuple(a.agent for a in agents if a.role == role)
-        replayed.append(Replayed(call.kind, role, call.rows, call.distinct, call.prompt, names))
-    return replayed, agents
-
-
-def evaluation_chunk(spec, model) -> Replayed:
-    """The evaluation's largest batch: the chunk of one ``generate`` call (at most
-    ``eval.batch_size`` rows) at which the memory estimate puts the evaluation's peak."""
-    from matrixrl.gpu_memory.peak import _generate_phases
-    from matrixrl.gpu_memory.workload import chunks, workflow_plan
-
-    cfg = spec.eval
-    problems = getattr(spec.task, "n_eval", None) or cfg.batch_size
-    calls, agents = workflow_plan(spec, problems * cfg.samples, problems, cfg.max_new_tokens)
-    chooser = "keyed" if cfg.temperature > 0 else "greedy"
-    best = None
-    for call in calls:  # as peak.evaluation_estimate chunks them
-        chunk = chunks(call, cfg.batch_size)
-        if call.distinct < call.rows:
-            chunk = replace(chunk, distinct=max(1, math.ceil(chunk.rows * call.distinct / call.rows)))
-        size = max(sum(parts.values()) for _, parts in _generate_phases(model, chunk, cfg.max_new_tokens, chooser))
-        if best is None or size > best[0]:
-            best = (size, chunk)
-    chunk = best[1]
-    role = role_of(chunk.kind)
-    return Replayed(chunk.kind, role, chunk.rows, chunk.distinct, chunk.prompt, (f"{role}0",))
+# --- what runs and its time on paper ----------------------------------------------------------------
 
 
 def call_prompts(call: Replayed, rng) -> list[str]:
@@ -559,146 +150,16 @@ def call_prompts(call: Replayed, rng) -> list[str]:
     return [texts[j * call.distinct // call.rows] for j in range(call.rows)]
 
 
-# --- on paper ---------------------------------------------------------------------------------------
+def hardware(name: str, cuda: bool, peak: float | None = None, host_op_s: float = HOST_OP_S, graphs: bool = True) -> Hardware:
+    """The figures the time on paper counts with: bench/gpu.py's tables for a GPU (nominal where
+    unknown); nominal figures on CPU, which decodes eagerly."""
+    from gpu import peak_bandwidth
 
-
-@dataclass(frozen=True)
-class Hardware:
-    """What the time on paper counts with: dense bfloat16 FLOP/s, memory bytes/s, host seconds
-    per ATen op, and whether host and device overlap (a GPU: yes; a CPU computes as it launches)."""
-
-    name: str
-    flops: float
-    bandwidth: float
-    host_op_s: float = HOST_OP_S
-    overlap: bool = True
-    nominal: bool = False  # figures not from the table: an unknown device or a CPU
-
-    @classmethod
-    def of(cls, name: str, cuda: bool, peak: float | None = None, host_op_s: float = HOST_OP_S) -> Hardware:
-        from gpu import peak_bandwidth, peak_tflops
-
-        if not cuda:
-            return cls("cpu", (peak or CPU_TFLOPS) * 1e12, CPU_BYTES_S, host_op_s, overlap=False, nominal=True)
-        tflops, bandwidth = peak or peak_tflops(name), peak_bandwidth(name)
-        unknown = tflops is None or bandwidth is None
-        return cls(name, (tflops or 100.0) * 1e12, bandwidth or 1e12, host_op_s, nominal=unknown)
-
-    def line(self) -> str:
-        what = f"{self.flops / 1e12:,.0f} TFLOP/s, {self.bandwidth / 1e12:.3g} TB/s, host {self.host_op_s * 1e6:g} µs per op"
-        return f"{self.name} ({what}{', nominal figures' if self.nominal else ''})"
-
-
-@dataclass
-class Work:
-    """A part's work on paper: FLOPs, bytes through device memory, ATen ops, and seconds."""
-
-    flops: float = 0.0
-    moved: float = 0.0
-    ops: float = 0.0
-    seconds: float = 0.0
-    what: str = ""  # what the part does, in words
-
-    def add(self, hw: Hardware, flops: float, moved: float, ops: float, times: float = 1, efficiency: float = 1.0) -> None:
-        device = max(flops / (hw.flops * efficiency), moved / hw.bandwidth)
-        host = ops * hw.host_op_s
-        self.seconds += times * (max(device, host) if hw.overlap else device + host)
-        self.flops += times * flops
-        self.moved += times * moved
-        self.ops += times * ops
-
-    def summary(self) -> str:
-        if not self.flops:  # the model: bytes through the disk
-            return f"{self.what}: {self.seconds:,.1f} s"
-        return (
-            f"{self.what}: {self.flops / 1e15:.3g} PFLOP, {self.moved / 1e12:.3g} TB through memory, "
-            f"{self.ops / 1e6:.3g} M ops launched: {self.seconds:,.1f} s"
-        )
-
-    def as_dict(self) -> dict:
-        return {"what": self.what, "flops": self.flops, "bytes_moved": self.moved, "ops": self.ops, "seconds": self.seconds}
-
-
-def _ops(table: dict, model, layers: int) -> float:
-    """``table``'s ops of ``model`` (per layer and outside), LoRA's share of the seven projections interpolated."""
-    full, lora = table["full"], table["lora"]
-    if model.full:
-        per_layer, outside = full
-    else:
-        share = len(model.targets & set(PROJECTIONS)) / len(PROJECTIONS)
-        per_layer, outside = (full[0] + (lora[0] - full[0]) * share, lora[1])
-    return layers * per_layer + outside
-
-
-def flop_parameters(model) -> int:
-    """The weights one token's matrix products use: the model's linear layers and output layer,
-    and one adapter under LoRA (bench/gpu.py's N, without the other roles' idle adapters)."""
-    return model.matmul_parameters + (0 if model.full else model.adapter_parameters)
-
-
-def _read_per_forward(model) -> int:
-    """Weight bytes a forward pass reads: the base in the compute dtype (16-bit copies under a full
-    fine-tune's autocast) and the adapter's copies."""
-    return model.shape.parameters * model.compute + (0 if model.full else model.adapter_parameters * model.compute)
-
-
-def decode_work(work: Work, hw: Hardware, model, call: Replayed, reply: int, chooser: str) -> None:
-    """One ``generate`` call on paper: the prefill of its distinct prompts (compute-bound) and
-    ``reply`` decoding steps at the average context (weights, the KV cache ``KV_PASSES`` times)."""
-    n, layers, query = flop_parameters(model), model.shape.layers, model.widths[1]
-    weights, kv = _read_per_forward(model), model.kv_per_token()
-    prefill = 2 * n * call.distinct * call.prompt + 2 * call.distinct * call.prompt**2 * layers * query
-    work.add(hw, prefill, weights + call.distinct * call.prompt * kv, _ops(DECODE_OPS, model, layers), efficiency=MATMUL_EFFICIENCY)
-    context = call.prompt + reply / 2
-    flops = 2 * n * call.rows + 4 * call.rows * context * layers * query
-    moved = weights + KV_PASSES * call.rows * context * kv + call.rows * model.logits_per_row(chooser)
-    work.add(hw, flops, moved, _ops(DECODE_OPS, model, layers), times=reply)
-
-
-def training_work(hw: Hardware, spec, model) -> Work:
-    """The largest training step on paper: its calls, its update's micro-batches (forward and
-    backward at ``MATMUL_EFFICIENCY``, the logits written and read), the optimizer, and the
-    parameters' copies the check compares."""
-    from matrixrl.gpu_memory.peak import PROMPT_LOGITS_LEFT_OUT_FROM
-
-    cfg, work = spec.train, Work()
-    reply = cfg.max_new_tokens
-    calls, agents = training_calls(spec)
-    batches = 0
-    for call in calls:
-        chunk = cfg.rollout_batch_size or call.rows
-        for start in range(0, call.rows, chunk):
-            rows = min(chunk, call.rows - start)
-            part = replace(call, rows=rows, distinct=max(1, min(call.distinct, rows)))
-            decode_work(work, hw, model, part, reply, "sampled")
-    n, layers, query = flop_parameters(model), model.shape.layers, model.widths[1]
-    weights = _read_per_forward(model)
-    for agent in agents:
-        length = agent.prompt + reply
-        rows = agent.turns if cfg.micro_batch_tokens is None else min(agent.turns, max(1, cfg.micro_batch_tokens // length))
-        kept = reply + 1 if rows * (length - reply - 1) * model.shape.vocab >= PROMPT_LOGITS_LEFT_OUT_FROM else length
-        flops = (6 if model.full else 4) * n * rows * length + 3 * 2 * rows * length**2 * layers * query
-        moved = 3 * weights + 2 * model.activations(rows, length, kept) + 2 * model.logits(rows, length, reply, kept)
-        work.add(hw, flops, moved, _ops(UPDATE_OPS, model, layers), times=math.ceil(agent.turns / rows), efficiency=MATMUL_EFFICIENCY)
-        batches += math.ceil(agent.turns / rows)
-    work.add(hw, 0, model.sets * model.trained * 4 * 7, 0)  # AdamW: parameter, gradient, two moments, read and written
-    frozen = 0 if model.full else model.shape.parameters * model.compute
-    work.seconds += 2 * (model.sets * model.trained * 4 + frozen) / HOST_COPY_BYTES_S
-    work.what = (
-        f"{len(calls)} calls of {' + '.join(str(c.rows) for c in calls)} rows to {reply:,} tokens, "
-        f"{sum(a.turns for a in agents)} turns in {batches} micro-batches"
-    )
-    return work
-
-
-def evaluation_work(hw: Hardware, spec, model) -> Work:
-    """The evaluation's largest batch on paper: one chunk of one call."""
-    work = Work()
-    chooser = "keyed" if spec.eval.temperature > 0 else "greedy"
-    chunk = evaluation_chunk(spec, model)
-    decode_work(work, hw, model, chunk, spec.eval.max_new_tokens, chooser)
-    work.what = f"the {chunk.kind} call, {chunk.rows} rows × {chunk.prompt:,} + {spec.eval.max_new_tokens:,} tokens"
-    return work
+    if not cuda:
+        return Hardware("cpu", (peak or CPU_TFLOPS) * 1e12, CPU_BYTES_S, host_op_s, overlap=False, nominal=True, graphs=False)
+    tflops, bandwidth = peak or peak_tflops(name), peak_bandwidth(name)
+    unknown = tflops is None or bandwidth is None
+    return Hardware(name, (tflops or 100.0) * 1e12, bandwidth or 1e12, host_op_s, nominal=unknown, graphs=graphs)
 
 
 def model_work(fields: dict) -> Work:
@@ -711,20 +172,18 @@ def model_work(fields: dict) -> Work:
     return work
 
 
-def shape_plan(config, name: str, fields: dict, hw: Hardware, device: str) -> dict:
+def shape_plan(config, name: str, fields: dict, hw: Hardware, device: str, gpu: int | None) -> dict:
     """Shape ``name``'s largest jobs, their estimates and the time on paper of its three parts."""
     from matrixrl.gpu_memory import job_model
 
-    jobs = largest_jobs(config, name, fields, device)
-    train_spec, eval_spec = jobs["training"][0], jobs["evaluation"][0]
-    return {
-        "jobs": jobs,
-        "paper": {
-            "model": model_work(fields),
-            "training step": training_work(hw, train_spec, job_model(train_spec, fields, device)),
-            "evaluation batch": evaluation_work(hw, eval_spec, job_model(eval_spec, fields, device)),
-        },
-    }
+    jobs = largest_jobs(config, name, fields, device, gpu)
+    (train_spec, train_found), (eval_spec, eval_found) = jobs["training"], jobs["evaluation"]
+    model = job_model(train_spec, fields, device, merged=train_found.merged)
+    training = training_work(hw, train_spec, model, train_found.micro_batch_tokens)
+    frozen = 0 if model.full else model.shape.parameters * model.compute  # the check's copies, compared on the host
+    training.seconds += 2 * (model.sets * model.trained * 4 + frozen) / HOST_COPY_BYTES_S
+    evaluation = evaluation_work(hw, eval_spec, job_model(eval_spec, fields, device, merged=eval_found.merged))
+    return {"jobs": jobs, "paper": {"model": model_work(fields), "training step": training, "evaluation batch": evaluation}}
 
 
 def estimate_dict(found) -> dict:
@@ -738,17 +197,18 @@ def estimate_dict(found) -> dict:
 def estimate_line(job: str, found) -> str:
     """``training: CELL: 42.7 GiB (tensors 37.9 GiB), mostly the KV cache (34.1 GiB), at PHASE``."""
     from matrixrl.gpu_memory import gib
+    from matrixrl.gpu_memory.fits import unmerged_note
 
     dominant = max(found.parts, key=found.parts.__getitem__)
     return (
         f"{job}: {found.cell}: {gib(found.total)} GiB (tensors {gib(found.tensors)} GiB), mostly {dominant} "
-        f"({gib(found.parts[dominant])} GiB), at {found.at}"
+        f"({gib(found.parts[dominant])} GiB), at {found.at}{unmerged_note(found)}"
     )
 
 
 def dry_run(args, names: list[str]) -> dict:
     """Each shape's estimates and time on paper, nothing built or run (torch is not imported)."""
-    hw = Hardware.of(args.gpu, cuda=True, peak=args.peak_tflops, host_op_s=args.host_us_per_op * 1e-6)
+    hw = hardware(args.gpu, True, args.peak_tflops, args.host_us_per_op * 1e-6, graphs=args.decoder == "engine")
     config = paper_config(args.config, args.set)
     print(f"{_shown_path(args.config)} on paper for one {hw.line()}: each shape's largest training and evaluation "
           "job as `matrixrl plan` picks them; nothing is built or run")  # fmt: skip
@@ -757,7 +217,7 @@ def dry_run(args, names: list[str]) -> dict:
     for name in names:
         fields = shape_fields(name, args.scale_down)
         label = shape_label(name, args.scale_down)
-        plan = shape_plan(config, name, fields, hw, "cuda")
+        plan = shape_plan(config, name, fields, hw, "cuda", int(args.gpu_memory_gib * (1 << 30)))
         print(f"{label}: {described(fields)}")
         for job, (_, found) in plan["jobs"].items():
             print(f"  {estimate_line(job, found)}")
@@ -770,19 +230,16 @@ def dry_run(args, names: list[str]) -> dict:
             "paper": {part: work.as_dict() for part, work in plan["paper"].items()},
         }
     each = ", ".join(f"{label} {seconds:,.0f} s" for label, seconds in total.items())
-    cases = case_names(args.only) if args.cases else []
-    if cases:
-        print(f"the cases on paper: {len(cases)} × {CASE_S:g} s = {len(cases) * CASE_S:,.0f} s")
-    print(f"on paper in all: {sum(total.values()) + len(cases) * CASE_S:,.0f} s ({each})")
+    print(f"on paper in all: {sum(total.values()):,.0f} s ({each})")
     if args.budget_s is not None:
         papers = {label: {part: work["seconds"] for part, work in shape["paper"].items()} for label, shape in out["shapes"].items()}
-        out["budget"] = budget_on_paper(args.budget_s, cases, papers)
+        out["budget"] = budget_on_paper(args.budget_s, papers)
     return out
 
 
-def budget_on_paper(seconds: float, cases: list[str], papers: dict[str, dict[str, float]]) -> dict:
+def budget_on_paper(seconds: float, papers: dict[str, dict[str, float]]) -> dict:
     """What ``--budget-s`` would run and skip if every part took its time on paper: the run's
-    order and admissions (``run_cases``, ``run_shape``) on a clock that advances by those times."""
+    order and admissions (``run_shape``) on a clock that advances by those times."""
     now = [0.0]
     budget = Budget(seconds, clock=lambda: now[0])
 
@@ -790,9 +247,6 @@ def budget_on_paper(seconds: float, cases: list[str], papers: dict[str, dict[str
         now[0] += paper
         budget.record(kind, paper, paper)
 
-    for case in cases:
-        if budget.admit(f"case {case}", "case", CASE_S):
-            ran("case", CASE_S)
     for label, paper in papers.items():
         parts = ("model", "training step", "evaluation batch")
         if not budget.admit(f"{label} ({', '.join(parts)})", "model", paper["model"] + min(paper[p] for p in parts[1:])):
@@ -806,85 +260,9 @@ def budget_on_paper(seconds: float, cases: list[str], papers: dict[str, dict[str
     return {"seconds": seconds, "run_s": now[0], "skipped": budget.skipped}
 
 
-def case_names(only: str | None) -> list[str]:
-    """The cases, ``workflow policy adapter``, whose name contains ``only``."""
-    from matrixrl.workflows import WORKFLOWS
-
-    cases = [f"{w} {p} {a}" for w in WORKFLOWS for p in POLICIES for a in ADAPTERS]
-    return [c for c in cases if only is None or only in c]
-
-
 def _shown_path(path) -> str:
     path = Path(path).resolve()
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-
-
-def ops_launched(run) -> int:
-    """The ATen ops (views aside) that ``run()`` launches, counted as they are dispatched."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Counted(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += not func.is_view
-            return func(*args, **(kwargs or {}))
-
-    mode = Counted()
-    with mode:
-        run()
-    return mode.n
-
-
-def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
-    """The ATen ops (views aside) a decoding step and an update's micro-batch launch, per decoder
-    layer and outside the layers: counted on CPU in a one- and a two-layer Qwen3 computing in
-    bfloat16 (autocast), through the policy (LoRA on all seven projections), ``decode`` with the
-    training sampler on a padded batch, and ``completion_logps`` forward and backward.
-    What ``DECODE_OPS`` and ``UPDATE_OPS`` hold (tests/test_gpu_smoke.py keeps them in step)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from matrixrl.config import Policies
-    from matrixrl.models.hf import compute_context, with_compute_dtype
-    from matrixrl.models.policies import build_policy
-    from matrixrl.train.grpo import TurnBatch, completion_logps
-    from matrixrl.train.rollout import decode
-    from matrixrl.train.samplers import SampledChooser
-    from matrixrl.workflows.base import Completion, Turn
-
-    found = {}
-    for layers in (1, 2):
-        config = Qwen3Config(
-            vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-        )  # fmt: skip
-        torch.manual_seed(0)
-        base = Qwen3ForCausalLM(config)
-        if adapter == "lora":
-            base.to(torch.bfloat16).requires_grad_(False)
-        with_compute_dtype(base, "bfloat16")
-        lora = {"rank": 4, "target_modules": list(PROJECTIONS)}
-        model = build_policy("shared", base, ("generator",), Policies(adapter=adapter, lora=lora)).model_for("generator")
-        ids = torch.randint(5, 300, (4, 12))
-        mask = torch.ones_like(ids)
-        mask[0, 0] = 0
-
-        def decoding(steps: int) -> int:
-            def run():
-                with compute_context(model):
-                    choose = SampledChooser(1.0, 4, steps, "cpu")
-                    decode(model, ids, mask, None, max_new_tokens=steps, eos=-1, pad=0, choose=choose)
-
-            return ops_launched(run)
-
-        completion = Completion("", list(range(5, 17)), list(range(20, 28)), sampled_logps=[0.0] * 8)
-        batch = TurnBatch.from_turns([Turn("generator", "generator0", 0, "", completion, advantage=1.0)] * 2, 0)
-        update = ops_launched(lambda: completion_logps(model, batch, 1.0).sum().backward())
-        found[layers] = (decoding(2) - decoding(1), update)
-    return {
-        kind: (found[2][k] - found[1][k], 2 * found[1][k] - found[2][k]) for k, kind in enumerate(("decode", "update"))
-    }
 
 
 # --- the budget ---------------------------------------------------------------------------------------
@@ -941,126 +319,6 @@ def _s(seconds: float) -> str:
 # --- running a shape -----------------------------------------------------------------------------------
 
 
-class DeviceMemory:
-    """Peaks of allocated and reserved CUDA memory over a block, beyond the baseline (what was
-    allocated and reserved before the policy loaded); None on CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.base = (0, 0)
-        self.last: tuple[int, int] | None = None  # the last block's peaks, also when it raised
-
-    def release(self) -> None:
-        """What is no longer held goes back: Python's garbage and CUDA's cached blocks."""
-        gc.collect()
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def baseline(self) -> None:
-        """Taken with no policy loaded: the peaks count everything the policy then holds."""
-        self.release()
-        if self.cuda:
-            import torch
-
-            self.base = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
-
-    @contextlib.contextmanager
-    def peak(self, found: dict, key: str, estimate=None):
-        """``found[key]``: the block's peaks (allocated, reserved) beyond the baseline. With an
-        ``estimate``, the caching allocator is capped for the block at what the estimate gives it
-        (its total less the CUDA context, which lives outside the allocator): uncapped, blocks a
-        growing KV cache outgrew stay reserved until the GPU is full (docs/performance.md,
-        "Reserved memory while the KV cache grows"), so only a capped run tests the estimate's
-        reserved share. Over the cap, the allocator frees its cached blocks, then raises
-        OutOfMemoryError: the part fails."""
-        if not self.cuda:
-            found[key] = None
-            yield
-            return
-        import torch
-
-        from matrixrl.gpu_memory.peak import CUDA_CONTEXT
-
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        if estimate is not None:
-            device_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, (self.base[1] + estimate.total - CUDA_CONTEXT) / device_bytes))
-        try:
-            yield
-            torch.cuda.synchronize()
-        finally:
-            if estimate is not None:
-                torch.cuda.set_per_process_memory_fraction(1.0)
-            # Kept also when the block raised: how far a part that ran out of memory had got.
-            self.last = (torch.cuda.max_memory_allocated() - self.base[0], torch.cuda.max_memory_reserved() - self.base[1])
-        found[key] = self.last
-
-
-def memory_check(job: str, measured: tuple[int, int] | None, found) -> tuple[dict, list[str]]:
-    """A job's peaks against its estimate: allocated within ±15% of the estimate's tensors,
-    reserved never above its total (tensors and the CUDA runtime's share)."""
-    from matrixrl.gpu_memory import gib
-
-    row = {"estimate_tensors_bytes": found.tensors, "estimate_total_bytes": found.total, "allocated_bytes": None, "reserved_bytes": None}
-    if measured is None:
-        return row, []
-    allocated, reserved = measured
-    row.update(allocated_bytes=allocated, reserved_bytes=reserved, allocated_ratio=allocated / found.tensors)
-    failures = []
-    if not 0.85 <= allocated / found.tensors <= 1.15:
-        failures.append(
-            f"{job}: allocated peak {gib(allocated)} GiB is {allocated / found.tensors:.2f} times the estimate's tensors "
-            f"({gib(found.tensors)} GiB), not within ±15%"
-        )
-    if reserved > found.total:
-        failures.append(f"{job}: reserved peak {gib(reserved)} GiB over the estimate's total {gib(found.total)} GiB")
-    return row, failures
-
-
-def parameter_snapshot(policy) -> dict:
-    """CPU copies of every parameter set's tensors (by name) and of every frozen tensor."""
-    names = {id(p): n for m in policy._models() for n, p in m.named_parameters()}
-    sets = {name: [(names.get(id(p), "?"), p, _copy(p)) for p in params] for name, (_, params) in policy.parameter_sets().items()}
-    trained = {id(p) for held in sets.values() for _, p, _ in held}
-    frozen = [(p, _copy(p)) for m in policy._models() for p in m.parameters() if id(p) not in trained]
-    return {"sets": sets, "frozen": frozen}
-
-
-def parameters_moved(snapshot: dict, adapter: str) -> tuple[dict, str, list[str]]:
-    """What one step moved: per set its changed tensors; under LoRA every ``lora_B`` must have moved
-    (``lora_A`` gets no gradient in the first step, while B is still zero) and no base tensor."""
-    import torch
-
-    found, failures = {}, []
-    for set_name, held in snapshot["sets"].items():
-        changed = [(name, not torch.equal(before, p.detach().cpu())) for name, p, before in held]
-        entry = {"tensors": len(changed), "changed": sum(c for _, c in changed)}
-        if adapter == "lora":
-            b = [c for name, c in changed if "lora_B" in name]
-            entry["lora_B"], entry["lora_B_changed"] = len(b), sum(b)
-            if not b or not all(b):
-                failures.append(f"parameter set {set_name}: {len(b) - sum(b)} of its {len(b)} lora_B tensors did not change")
-        elif entry["changed"] < entry["tensors"]:
-            still = entry["tensors"] - entry["changed"]
-            failures.append(f"parameter set {set_name}: {still} of its {entry['tensors']} tensors did not change")
-        found[set_name] = entry
-    sets = list(found.values())
-    base = len(snapshot["frozen"])
-    frozen = sum(not torch.equal(b, p.detach().cpu()) for p, b in snapshot["frozen"])
-    found["frozen"] = {"tensors": base, "changed": frozen}
-    shown = f"{sum(e['changed'] for e in sets)}/{sum(e['tensors'] for e in sets)} tensors"
-    if adapter == "lora":
-        shown += f" (lora_B {sum(e['lora_B_changed'] for e in sets)}/{sum(e['lora_B'] for e in sets)})"
-        shown += ", base same" if base and not frozen else f", base {frozen}/{base}"
-        if frozen or not base:
-            failures.append(f"{frozen} of the {base} base tensors changed under LoRA (none should, and some must be there)")
-    return found, shown, failures
-
-
 def load_shape_policy(spec, scale: str, device: str):
     """The policy of ``spec`` on its scale's model folder, loaded as a job loads it
     (``model_source``, ``CellParts.new_policy``), and the tokenizer."""
@@ -1081,7 +339,7 @@ def load_shape_policy(spec, scale: str, device: str):
     return policy, tokenizer
 
 
-def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> dict:
+def run_training(spec, policy, tokenizer, memory: DeviceMemory, found) -> dict:
     """The largest training step, once: its optimizers primed (every set's gradients and AdamW
     moments exist, as in every step after the first: one optimizer step on zero gradients,
     which moves nothing), the rollout's calls replayed with the plan's rows and prompt lengths
@@ -1137,7 +395,7 @@ def run_training(spec, policy, tokenizer, memory: DeviceMemory, found=None) -> d
         began = time.perf_counter()
         update = update_policy(
             policy, optimizers, episodes, tokenizer.pad_token_id, cfg, damper=Damper.from_train(cfg),
-            micro_batch_tokens=cfg.micro_batch_tokens,
+            micro_batch_tokens=found.micro_batch_tokens,  # the estimate's, ``auto`` resolved for this GPU
         )  # fmt: skip
         synchronize(device)
         out["update_s"] = time.perf_counter() - began
@@ -1215,7 +473,6 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
     import torch
 
     from chat_models import random_shaped_model
-    from matrixrl.gpu_memory import job_model
     from matrixrl.models.hf import resolve_dtype
 
     fields, label = shape_fields(name, args.scale_down), shape_label(name, args.scale_down)
@@ -1223,7 +480,8 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
     folder.mkdir()  # the config's path must be a folder; the model is saved there once the budget admits it
     device = "cuda" if cuda else "cpu"
     config = paper_config(args.config, args.set, {name: folder})
-    plan = shape_plan(config, name, fields, hw, device)
+    gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if cuda else None
+    plan = shape_plan(config, name, fields, hw, device, gpu)
     (train_spec, train_found), (eval_spec, eval_found) = plan["jobs"]["training"], plan["jobs"]["evaluation"]
     paper = {part: work.seconds for part, work in plan["paper"].items()}
     row: dict = {
@@ -1295,15 +553,6 @@ def run_shape(name: str, args, cuda: bool, hw: Hardware, peak: float | None, bud
             "evaluation batch", lambda: evaluation_part(eval_spec, eval_found, fields, device, policy, tokenizer, memory, peak),
             shown=lambda out: f" ({out['chunk']})",
         )  # fmt: skip
-        if args.profile_decode:  # not budgeted: a few seconds, asked for
-            memory.release()
-            try:
-                chunk = evaluation_chunk(eval_spec, job_model(eval_spec, fields, device))
-                row["profile"] = profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk, args.profile_decode)
-                print("\n".join(profile_lines(row["profile"])), flush=True)
-            except Exception as exc:
-                failed("decoding profile", exc)
-            save(row)
     finally:
         policy = tokenizer = None
         gc.collect()
@@ -1358,77 +607,6 @@ def evaluation_part(spec, found, fields: dict, device: str, policy, tokenizer, m
     out["memory_check"], failures = memory_check("evaluation", out.pop("memory"), found)
     out["failures"] += failures
     return out
-
-
-def profile_decoding(train_spec, eval_spec, policy, tokenizer, chunk: Replayed, steps: int) -> dict:
-    """Where a decoding step's time goes (``--profile-decode N``): the evaluation batch's call
-    (``chunk``) decoded with each sampler, the training's (entropies and log-probabilities
-    recorded) and the evaluation's (keyed), on the same policy, rows and prompts, uncapped. Per
-    step, from calls of N and 2N steps (their difference leaves the prefill out; each timed
-    twice, the faster kept): the wall time, the ATen ops launched (``ops_launched``, as ``count_ops`` counts them) and so the host's
-    time per op; and the ops taking the most time on the host, from the profiler.
-    The second GPU window found a training rollout's step twice an evaluation's on the same
-    call; this says whether the sampler or the conditions of the training part make it."""
-    import random
-
-    import torch
-
-    from matrixrl.jobs.evaluate import eval_seed
-    from matrixrl.train.rollout import make_generate
-
-    prompts = call_prompts(chunk, random.Random(2))
-    samplers = {
-        "training sampler": dict(temperature=train_spec.train.temperature, sample=True),
-        "evaluation sampler": dict(  # as run_evaluation: keyed sampling, or greedy at temperature 0
-            temperature=eval_spec.eval.temperature or 1.0, sample=eval_spec.eval.temperature > 0,
-            seed=eval_seed(eval_spec.cell.seed, eval_spec.train.steps) if eval_spec.eval.temperature > 0 else None,
-        ),
-    }  # fmt: skip
-    policy.train(False)
-    out = {"call": f"the {chunk.kind} call: {chunk.rows} rows × {chunk.prompt:,} tokens", "steps": steps}
-    for name, how in samplers.items():
-
-        def run(n: int):
-            torch.manual_seed(0)
-            return make_generate(policy, HiddenEos(tokenizer), max_new_tokens=n, batch_size=chunk.rows, **how)(chunk.role, prompts)
-
-        run(2)  # warm: cuBLAS handles, Triton's compilation, the allocator's segments
-        seconds, ops = {}, {}
-        for n in (steps, 2 * steps):
-            seconds[n] = math.inf
-            for _ in range(2):  # the faster of two: the difference of two noisy times is noisier
-                synchronize(policy.device)
-                began = time.perf_counter()
-                run(n)
-                synchronize(policy.device)
-                seconds[n] = min(seconds[n], time.perf_counter() - began)
-            ops[n] = ops_launched(lambda: run(n))
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if policy.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            run(2 * steps)
-        step_s = (seconds[2 * steps] - seconds[steps]) / steps
-        step_ops = (ops[2 * steps] - ops[steps]) / steps
-        top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
-        out[name] = {
-            "step_ms": step_s * 1e3, "ops_per_step": step_ops, "us_per_op": step_s / step_ops * 1e6 if step_ops else None,
-            "top_self_cpu": [
-                {"op": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in top
-            ],
-        }  # fmt: skip
-    return out
-
-
-def profile_lines(found: dict) -> list[str]:
-    """``profile_decoding``'s figures, a line per sampler and its top ops."""
-    lines = [f"  decoding profile ({found['call']}, {found['steps']} and {2 * found['steps']} steps):"]
-    for name in ("training sampler", "evaluation sampler"):
-        f = found[name]
-        per_op = f"{f['us_per_op']:.1f} µs an op" if f["us_per_op"] else "no ops counted"
-        lines.append(f"    {name}: {f['step_ms']:.1f} ms a step, {f['ops_per_step']:,.0f} ops a step ({per_op}); on the host, most: "
-                     + ", ".join(f"{t['op']} {t['self_cpu_ms']:.0f} ms/{t['calls']}" for t in f["top_self_cpu"][:5]))  # fmt: skip
-    return lines
 
 
 SHAPE_COLUMNS = (
@@ -1508,28 +686,21 @@ def shape_names(value: str) -> list[str]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="the cases' model: a model folder or a cached hub id (default: on a GPU converted SmolLM2 if present, else a random tiny chat model)")
-    parser.add_argument("--steps", type=int, default=2, help="training steps per case")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32", "auto"), default="bfloat16", help="the cases' compute dtype")
-    parser.add_argument("--new", type=int, default=8, help="max_new_tokens of the cases' training and evaluation")
-    parser.add_argument("--problems", type=int, default=4, help="evaluation problems of a case (2 samples each)")
     parser.add_argument("--device", choices=("auto", "cpu"), default="auto", help="auto: the GPU when one is visible")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's peak (default: bench/gpu.py's table)")
-    parser.add_argument("--only", default=None, help="run the cases whose name contains this (e.g. 'voting shared')")
     parser.add_argument("--shape", type=shape_names, default=None, help=f"the paper's shapes to run: all, or some of {', '.join(SHAPES)} (comma-separated)")
-    parser.add_argument("--cases", action="store_true", help="with --shape: run the cases too (first)")
     parser.add_argument("--dry", action="store_true", help="print each shape's estimates and time on paper; build and run nothing")
     parser.add_argument("--budget-s", type=float, default=None, help="skip, with a line, each part whose expected time exceeds what is left")
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
-    parser.add_argument("--profile-decode", type=int, default=0, metavar="N", help="with --shape: after each shape's parts, profile N decoding steps under each sampler (profile_decoding)")
     parser.add_argument("--config", type=Path, default=PAPER, help="the config whose plan names each shape's largest jobs")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting of --config (as matrixrl's --set)")
     parser.add_argument("--scale-down", type=int, default=1, help="divide the shapes' widths, layers and vocabulary (CPU tests)")
     parser.add_argument("--gpu", default="H200", help="--dry: the GPU of bench/gpu.py's tables to count with")
+    parser.add_argument("--gpu-memory-gib", type=float, default=140.4, help="--dry: its memory (an H200: 143,771 MiB by nvidia-smi)")
+    parser.add_argument("--decoder", choices=("engine", "eager"), default="engine", help="price decoding as the engine's graph replays or the eager decoder's launches (the model before the engine)")
     parser.add_argument("--host-us-per-op", type=float, default=HOST_OP_S * 1e6, help="host µs per ATen op, on paper")
     args = parser.parse_args(argv)
-    if args.dry:
-        args.shape = args.shape or list(SHAPES)
+    args.shape = args.shape or list(SHAPES)
     return args
 
 
@@ -1551,11 +722,10 @@ def main() -> None:
     threads = torch.get_num_threads()
     name = torch.cuda.get_device_name() if cuda else "cpu"
     peak = args.peak_tflops or (peak_tflops(name) if cuda else None)
-    hw = Hardware.of(name, cuda, peak=args.peak_tflops, host_op_s=args.host_us_per_op * 1e-6)
+    engine = importlib.util.find_spec("matrixrl.train.engine") is not None  # the decoder this checkout has
+    hw = hardware(name, cuda, args.peak_tflops, args.host_us_per_op * 1e-6, graphs=args.decoder == "engine" and engine)
     budget = Budget(args.budget_s)
-    cases = args.shape is None or args.cases
-    print(f"device: {name}; {f'compute dtype {args.dtype}; ' if cases else ''}torch {torch.__version__}; "
-          f"peak {f'{peak:.0f} TFLOP/s' if peak else 'unknown'}")  # fmt: skip
+    print(f"device: {name}; torch {torch.__version__}; peak {f'{peak:.0f} TFLOP/s' if peak else 'unknown'}")
     expandable = expandable_segments(torch) if cuda else None
     if cuda:  # the caching allocator's settings decide the reserved peaks (docs/performance.md)
         print(f"allocator: {allocator}; segments {'expandable' if expandable else 'fixed'} (as a GPU job's)")
@@ -1565,50 +735,43 @@ def main() -> None:
         "device": name, "torch": torch.__version__, "peak_tflops": peak, "budget_s": args.budget_s, "hardware": hw.__dict__,
         "alloc_conf": allocator, "expandable_segments": expandable,
     }  # fmt: skip
-    failed_cases = failed_shapes = 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if cases:
-            rows = run_cases(args, tmp, cuda, peak, budget)
-            payload["cases"] = rows
-            failed_cases = sum(bool(r.get("failures", True)) for r in rows if not r.get("skipped"))
+        print(f"shapes: {_shown_path(args.config)}'s largest training step and evaluation batch per shape, each once, "
+              "on a random model: it does not stop early (its EOS is hidden from the decoder, as in bench/gpu_memory.py), "
+              "so every row runs to max_new_tokens", flush=True)  # fmt: skip
+        if not cuda:
+            print("no CUDA here: skipped for every shape: the memory peaks (allocated and reserved) and MFU")
+        shapes = []
+
+        def save(partial: dict) -> None:  # the shapes done and the current one's row so far
+            write_json(args.json, {**payload, "shapes": [*shapes, partial], "skipped": budget.skipped})
+
+        for shape in args.shape:
+            try:
+                row = run_shape(shape, args, cuda, hw, peak, budget, tmp, save)
+            except Exception as exc:  # one shape's failure is a row; the others still run
+                traceback.print_exc(file=sys.stderr)
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                row = {"shape": shape_label(shape, args.scale_down), "error": error, "measured": {}, "skipped": [],
+                       "failures": [f"stopped: {error}"]}  # fmt: skip
+            finally:
+                torch.set_num_threads(threads)
+            shapes.append(row)
+            payload["shapes"] = shapes
             write_json(args.json, {**payload, "skipped": budget.skipped})
-        if args.shape:
-            print(f"shapes: {_shown_path(args.config)}'s largest training step and evaluation batch per shape, each once, "
-                  "on a random model: it does not stop early (its EOS is hidden from the decoder, as in bench/gpu_memory.py), "
-                  "so every row runs to max_new_tokens", flush=True)  # fmt: skip
-            if not cuda:
-                print("no CUDA here: skipped for every shape: the memory peaks (allocated and reserved) and MFU")
-            shapes = []
-
-            def save(partial: dict) -> None:  # the shapes done and the current one's row so far
-                write_json(args.json, {**payload, "shapes": [*shapes, partial], "skipped": budget.skipped})
-
-            for shape in args.shape:
-                try:
-                    row = run_shape(shape, args, cuda, hw, peak, budget, tmp, save)
-                except Exception as exc:  # one shape's failure is a row; the others still run
-                    traceback.print_exc(file=sys.stderr)
-                    error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    row = {"shape": shape_label(shape, args.scale_down), "error": error, "measured": {}, "skipped": [],
-                           "failures": [f"stopped: {error}"]}  # fmt: skip
-                finally:
-                    torch.set_num_threads(threads)
-                shapes.append(row)
-                payload["shapes"] = shapes
-                write_json(args.json, {**payload, "skipped": budget.skipped})
-            print("  ".join(f"{n:>{w}s}" if i else f"{n:{w}s}" for i, (n, w) in enumerate(SHAPE_COLUMNS)))
-            for row in shapes:
-                print(shape_formatted(row, cuda) if "error" not in row else f"{row['shape']:14s}  FAILED: {row['error']}")
-            failed_shapes = sum(bool(r["failures"]) for r in shapes)
-            ran = [r for r in shapes if not r["failures"] and len(r["skipped"]) < 3]
-            print(f"shapes: {len(ran)} passed, {failed_shapes} failed, {len(shapes) - len(ran) - failed_shapes} skipped"
-                  + (f"; parts skipped: {len(budget.skipped)}" if budget.skipped else ""))  # fmt: skip
-            for row in shapes:
-                for failure in row["failures"]:
-                    print(f"  {row['shape']}: {failure}")
+        print("  ".join(f"{n:>{w}s}" if i else f"{n:{w}s}" for i, (n, w) in enumerate(SHAPE_COLUMNS)))
+        for row in shapes:
+            print(shape_formatted(row, cuda) if "error" not in row else f"{row['shape']:14s}  FAILED: {row['error']}")
+        failed_shapes = sum(bool(r["failures"]) for r in shapes)
+        ran = [r for r in shapes if not r["failures"] and len(r["skipped"]) < 3]
+        print(f"shapes: {len(ran)} passed, {failed_shapes} failed, {len(shapes) - len(ran) - failed_shapes} skipped"
+              + (f"; parts skipped: {len(budget.skipped)}" if budget.skipped else ""))  # fmt: skip
+        for row in shapes:
+            for failure in row["failures"]:
+                print(f"  {row['shape']}: {failure}")
     write_json(args.json, {**payload, "skipped": budget.skipped})
-    if failed_cases or failed_shapes:
+    if failed_shapes:
         raise SystemExit(1)
 
 
@@ -1619,117 +782,6 @@ def expandable_segments(torch) -> bool:
     found = any(segment.get("is_expandable", False) for segment in torch.cuda.memory._snapshot()["segments"])
     del probe
     return found
-
-
-@contextlib.contextmanager
-def torch_log_softmax():
-    """TRL's log-probabilities and entropies on its torch path, not its Triton kernel (which
-    it takes on CUDA: docs/performance.md, "TRL's Triton log-softmax")."""
-    from trl.trainer import utils
-
-    kept = utils._supports_trl_loss_kernel
-    utils._supports_trl_loss_kernel = lambda *args, **kwargs: False
-    try:
-        yield
-    finally:
-        utils._supports_trl_loss_kernel = kept
-
-
-@contextlib.contextmanager
-def math_attention():
-    """Attention through SDPA's reference (math) kernel, not the fused flash or memory-efficient ones."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel([SDPBackend.MATH]):
-        yield
-
-
-DIVERGENCE_VARIANTS = {
-    "torch log-softmax": ((torch_log_softmax,), None),
-    "math attention": ((math_attention,), None),
-    "both": ((torch_log_softmax, math_attention), None),
-    "float32": ((), "float32"),
-}
-"""A case whose training diverges on CUDA is trained again under each of these (contexts, and
-a compute dtype in place of ``--dtype``): the table then names the GPU-only path that makes
-the NaN, so one GPU window finds it."""
-
-
-def divergence_variants(case: str, model: str, args, folder: Path) -> dict[str, str]:
-    """Each of ``DIVERGENCE_VARIANTS``: does the case's training still diverge under it?"""
-    import copy
-
-    from matrixrl.errors import DivergedError
-    from matrixrl.train.trainer import train_cell
-
-    workflow, policy, adapter = case.split()
-    outcomes = {}
-    for k, (name, (contexts, dtype)) in enumerate(DIVERGENCE_VARIANTS.items()):
-        varied = copy.copy(args)
-        varied.dtype = dtype or args.dtype
-        where = folder / str(k)
-        where.mkdir(parents=True)
-        try:
-            with contextlib.ExitStack() as stack:
-                for context in contexts:
-                    stack.enter_context(context())
-                train_cell(case_spec(model, workflow, policy, adapter, varied, where), where, where / "cell", log=lambda m: None)
-            outcomes[name] = "trains"
-        except DivergedError:
-            outcomes[name] = "diverges"
-        except Exception as exc:
-            outcomes[name] = type(exc).__name__
-    return outcomes
-
-
-def run_cases(args, tmp: Path, cuda: bool, peak: float | None, budget: Budget) -> list[dict]:
-    """Every workflow × policy × adapter case (``--only``), one row each, printed as it ends."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if args.model:
-        model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
-        what = args.model
-    else:
-        model, what = default_model(tmp / "model", cuda)
-    print(f"model: {what}; {args.steps} steps per case (2 problems x group 2, replies up to {args.new} tokens); "
-          f"evaluation of {args.problems} problems x 2 samples")  # fmt: skip
-    if not cuda:
-        print("no CUDA here: skipped in every case: the memory peaks (torch.cuda.max_memory_allocated) and MFU")
-    print("  ".join(f"{n:>{w}s}" if i else f"{n:{w}s}" for i, (n, w) in enumerate(COLUMNS)), flush=True)
-    rows = []
-    for i, case in enumerate(case_names(args.only)):
-        workflow, policy, adapter = case.split()
-        if not budget.admit(f"case {case}", "case", CASE_S):
-            rows.append({"case": case, "skipped": True})
-            continue
-        folder = tmp / f"case{i}"
-        folder.mkdir()
-        began = time.perf_counter()
-        try:
-            row = run_case(case, case_spec(model, workflow, policy, adapter, args, folder), folder, cuda, peak)
-        except Exception as exc:  # one case's failure is a row; the others still run
-            traceback.print_exc(file=sys.stderr)
-            row = {"case": case, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-            if cuda and type(exc).__name__ == "DivergedError":
-                row["variants"] = divergence_variants(case, model, args, tmp / f"case{i}-variants")
-                row["error"] += "; " + ", ".join(f"{v}: {outcome}" for v, outcome in row["variants"].items())
-        finally:
-            torch.set_num_threads(threads)  # each job sets its own
-        budget.record("case", CASE_S, time.perf_counter() - began)
-        rows.append(row)
-        print(formatted(row, cuda), flush=True)
-    ran = [r for r in rows if not r.get("skipped")]
-    failed = [r for r in ran if r.get("failures", True)]
-    skipped = len(rows) - len(ran)
-    if not failed:
-        print(f"all {len(ran)} cases passed" + (f" ({skipped} skipped)" if skipped else "") if ran else f"no case ran ({skipped} skipped)")
-        return rows
-    print(f"{len(failed)} of {len(ran)} cases failed:")
-    for r in failed:
-        for failure in r.get("failures") or [r["error"]]:
-            print(f"  {r['case']}: {failure}")
-    return rows
 
 
 if __name__ == "__main__":

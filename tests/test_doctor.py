@@ -270,17 +270,18 @@ def test_the_largest_job_against_a_gpu_too_small_fails_with_the_fixes(tmp_path, 
 
     fake_smi(H100_MIB)
     assert lines_of(check_gpu_memory(qwen3_grid(tmp_path, "policies.adapter=full"), None)) == [
-        "✗ GPU memory: voting-gsm8k-qwen3-4b-isolated-s0: training needs about 209.5 GiB, more than the 79.6 GiB GPU; "
-        "fix: use policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
-        "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)",
-        "✗ GPU memory: voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 84.0 GiB, more than the 79.6 GiB GPU; "
-        "fix: use policies.adapter: lora (about 40.1 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared "
-        "(about 67.5 GiB)",
+        # paper.yaml's micro_batch_tokens: auto, at its smallest (256) where nothing fits this GPU
+        "✗ GPU memory: voting-gsm8k-qwen3-4b-isolated-s0: training needs about 197.7 GiB, more than the 79.6 GiB GPU; "
+        "fix: use policies.adapter: lora (about 60.7 GiB), or policy: shared (about 148.8 GiB), or "
+        "train.rollout_batch_size: 32 (about 185.9 GiB)",
+        "✗ GPU memory: voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 92.9 GiB, more than the 79.6 GiB GPU; "
+        "fix: use policies.adapter: lora (about 57.4 GiB), or eval.batch_size: 32 (about 67.6 GiB), or policy: shared "
+        "(about 76.4 GiB)",
     ]
     (line,) = lines_of(check_gpu_memory(qwen3_grid(tmp_path), None))  # LoRA fits
     assert re.fullmatch(
-        r"✓ GPU memory: training up to about 52\.1 GiB \(voting-gsm8k-qwen3-4b-isolated-s0: .+\), evaluation up to "
-        r"about 40\.1 GiB \(voting-gsm8k-qwen3-4b-isolated-s0: .+\): within the 79\.6 GiB GPU \(nvidia-smi: the GPU\)",
+        r"✓ GPU memory: training up to about 60\.7 GiB \(voting-gsm8k-qwen3-4b-isolated-s0: .+\), evaluation up to "
+        r"about 57\.4 GiB \(voting-gsm8k-qwen3-4b-isolated-s0: .+\): within the 79\.6 GiB GPU \(nvidia-smi: the GPU\)",
         line,
     ), line
 
@@ -290,7 +291,7 @@ def test_an_unknown_gpu_memory_fails(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-smi"))  # no nvidia-smi
     (line,) = lines_of(check_gpu_memory(qwen3_grid(tmp_path), None))
-    assert line.startswith("✗ GPU memory: training up to about 52.1 GiB (")
+    assert line.startswith("✗ GPU memory: training up to about 60.7 GiB (")
     assert line.endswith(
         "; the GPU memory of training and evaluation is unknown (no nvidia-smi on this machine), so no such job would be "
         "refused before it runs out; fix: run this on the machine with the GPUs, where nvidia-smi lists them"

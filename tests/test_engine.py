@@ -13,7 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 from matrixrl.config import Policies
 from matrixrl.models.policies import build_policy
 from matrixrl.train import engine as engine_module
-from matrixrl.train.engine import PROJECTIONS, Engine, Sampler, bucket_length, bucket_rows, ops_per_step
+from matrixrl.train.engine import Engine, Sampler
+from matrixrl.train.engine_plan import PROJECTIONS, bucket_length, bucket_rows, ops_per_step
 from matrixrl.train.rollout import decode
 from matrixrl.train.samplers import SampledChooser, greedy_chooser, keyed_chooser
 
@@ -113,7 +114,7 @@ def test_merging_leaves_the_trained_weights_and_the_base_as_they_were() -> None:
 
 
 def test_the_copys_bytes_on_paper_are_the_loaded_copys() -> None:
-    from matrixrl.train.engine import copy_bytes
+    from matrixrl.train.engine_plan import copy_bytes
 
     engine = Engine()
     engine.load(policy_models("shared")[0][1](), torch.bfloat16)

@@ -246,6 +246,7 @@ def _qwen3_config(tmp_path: Path, *sets: str, only=("workflow=voting", "task=gsm
     folder = tmp_path / "qwen3-4b"
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(QWEN3["qwen3-4b"]))
+    sets = ("train.micro_batch_tokens=4096", *sets)  # paper.yaml's update before `auto`: the same micro-batches on every GPU
     return load_config(REPO / "examples" / "paper.yaml", sets=[f"scales.qwen3-4b.path={folder}", *sets], only=list(only))
 
 
@@ -260,10 +261,10 @@ def test_a_job_that_does_not_fit_is_refused_with_one_line(tmp_path):
     lines = refusals(config, GpuBudget(H100, H100, "test"))
     assert lines == [
         "voting-gsm8k-qwen3-4b-isolated-s0: training needs about 209.5 GiB, more than the 79.6 GiB GPU; use "
-        "policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
-        "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)",
-        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 84.0 GiB, more than the 79.6 GiB GPU; use "
-        "policies.adapter: lora (about 40.1 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+        "policies.adapter: lora (about 60.7 GiB), or policy: shared (about 148.8 GiB), or "
+        "scales.qwen3-4b.gradient_checkpointing: true (about 197.7 GiB), or train.micro_batch_tokens: 2048 (about 197.7 GiB)",
+        "voting-gsm8k-qwen3-4b-isolated-s0: evaluation needs about 92.9 GiB, more than the 79.6 GiB GPU; use "
+        "policies.adapter: lora (about 57.4 GiB), or eval.batch_size: 32 (about 67.6 GiB), or policy: shared (about 76.4 GiB)",
     ]
 
 
@@ -402,7 +403,8 @@ def _qwen3_4b_full_on_80_gib(tmp_path: Path, *extra: str) -> list[str]:
     (profile / "config.yaml").write_text("set-resources:\n  train:\n    gpu_memory_gib: 80\n  evaluate:\n    gpu_memory_gib: 80\n")
     return [
         "-c", str(REPO / "examples" / "paper.yaml"), "--set", f"scales.qwen3-4b.path={folder}", "--set", "policies.adapter=full",
-        "--set", f"results_dir={tmp_path / 'results'}", *extra, "--only", "workflow=voting", "--only", "task=gsm8k",
+        "--set", f"results_dir={tmp_path / 'results'}", "--set", "train.micro_batch_tokens=4096", *extra,
+        "--only", "workflow=voting", "--only", "task=gsm8k",
         "--only", "scale=qwen3-4b", "--only", "policy=isolated", "--profile", str(profile),
     ]  # fmt: skip
 
@@ -428,16 +430,16 @@ def test_plan_and_run_refuse_a_job_its_gpu_cannot_hold(tmp_path):
 # --- each job's memory in `plan --format json` ------------------------------------------------------
 
 TRAINING_PEAK = "update of generator2: micro-batches of 3 rows × 1,269 tokens, the logits' backward"
-EVALUATION_PEAK = "decoding of the aggregator call: 64 rows × 1,789 + 1,024 tokens"
+EVALUATION_PEAK = "prefill of the aggregator call: 64 rows × 1,789 + 1,024 tokens"
 FULL_TRAINING_FIX = (
-    "use policies.adapter: lora (about 52.1 GiB), or policy: shared (about 148.8 GiB), or "
-    "scales.qwen3-4b.gradient_checkpointing: true (about 198.0 GiB), or train.micro_batch_tokens: 2048 (about 198.0 GiB)"
+    "use policies.adapter: lora (about 60.7 GiB), or policy: shared (about 148.8 GiB), or "
+    "scales.qwen3-4b.gradient_checkpointing: true (about 197.7 GiB), or train.micro_batch_tokens: 2048 (about 197.7 GiB)"
 )
 
 
 def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     """Qwen3-4B's isolated full fine-tune on an 80 GB GPU: training (209.5 GiB) and the checkpoints'
-    evaluations (84.0 GiB) do not fit, each with the fixes plan's refusal names; the base model's
+    evaluations (92.9 GiB) do not fit, each with the fixes plan's refusal names; the base model's
     evaluation (one set of weights) does; jobs that claim no GPU carry None."""
     from matrixrl.dag import Graph
     from matrixrl.gpu_memory.budget import GpuBudget
@@ -466,23 +468,23 @@ def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     }  # fmt: skip
     assert [fix for _, fix in refused_jobs(config, H100)][0] == FULL_TRAINING_FIX
     evaluation = {
-        "total_bytes": 90_223_070_822,
-        "tensors_bytes": 81_044_844_544,
+        "total_bytes": 99_775_899_910,
+        "tensors_bytes": 89_729_234_624,
         "dominant": "KV cache",
         "peak_at": EVALUATION_PEAK,
-        "parts_bytes": {
-            "weights": 32_179_744_768, "autocast copies": 8_044_544_000, "KV cache": 40_373_256_192,
-            "sampling": 447_299_584, "CUDA runtime": 9_178_226_278,
+        "parts_bytes": {  # the engine: its static cache of the call's bucket (1,789 + 1,024 → 2,816) from the prefill on
+            "weights": 32_179_744_768, "inference copy": 8_044_544_000, "KV cache": 39_862_665_216,
+            "prefill": 9_642_280_640, "CUDA runtime": 10_046_665_286,
         },
         "budget_bytes": H100,
         "budget_source": "nvidia-smi: the GPU",
         "fits": False,
-        "fix": "use policies.adapter: lora (about 40.1 GiB), or eval.batch_size: 32 (about 63.1 GiB), or policy: shared (about 67.5 GiB)",
+        "fix": "use policies.adapter: lora (about 57.4 GiB), or eval.batch_size: 32 (about 67.6 GiB), or policy: shared (about 76.4 GiB)",
         "unknown": None,
     }  # fmt: skip
     assert found[f"{cell}/eval/step_10.json"] == found[f"{cell}/eval/step_20.json"] == evaluation
     (base,) = [memory for output, memory in found.items() if output.startswith("base/qwen3-4b/eval/")]
-    assert (base["total_bytes"], base["parts_bytes"]["weights"], base["fits"], base["fix"]) == (72_524_211_200, 16_089_872_384, True, None)
+    assert (base["total_bytes"], base["parts_bytes"]["weights"], base["fits"], base["fix"]) == (82_077_040_288, 16_089_872_384, True, None)
     assert {output: memory for output, memory in found.items() if memory is None} == {
         output: None for output in ("base/qwen3-4b/base.json", f"{cell}/eval/step_0.json", f"{cell}/retained.json", "summary.json")
     }  # the base check, the copy of the base's evaluation, retention, the analysis: no GPU
@@ -495,7 +497,7 @@ def test_each_gpu_job_carries_its_estimate_against_its_gpu(tmp_path):
     )
     lora = _qwen3_config(tmp_path, "train.steps=20")
     train = job_memory(lora, H100, Graph(lora).jobs)[2]
-    assert (train["total_bytes"], train["dominant"], train["fits"], train["fix"]) == (55_896_133_324, "KV cache", True, None)
+    assert (train["total_bytes"], train["dominant"], train["fits"], train["fix"]) == (65_147_303_481, "KV cache", True, None)
 
 
 def test_a_model_without_its_config_here_has_no_estimate(tmp_path):
@@ -633,7 +635,8 @@ def test_memory_jobs_have_an_estimate(tmp_path):
         assert (gpu.device, gpu.job, cpu.device) == ("cuda", job, "cpu")
         assert gpu.parts["weights"] == 2 * params[s.model.name] and "autocast copies" not in gpu.parts
         assert cpu.parts["weights"] == 4 * params[s.model.name] and "CUDA runtime" not in cpu.parts
-    assert memory_estimate(collect, "collect").at == "decoding of the generator call: 64 rows × 245 + 1,024 tokens"
+    # the engine's static cache is whole from the prefill on, so the prompts' encoding beside it is the peak
+    assert memory_estimate(collect, "collect").at == "prefill of the generator call: 64 rows × 245 + 1,024 tokens"
     keyed = memory_estimate(sampled, "collect").parts["sampling"]
     assert keyed == 64 * 151_936 * (2 + 4 + 40)  # the bfloat16 logits, their float32 copy, the keyed noise
     # plan's JSON: each memory job against the GPU memory jobs get.
@@ -729,7 +732,7 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     folder.mkdir()
     sets = [f"scales.{name}.dtype={dtype}", "eval.max_new_tokens=1", "policies.adapter=lora", "eval.threads=2"]
     config = smoke["paper_config"](smoke["PAPER"], sets, {name: folder})
-    spec, _ = smoke["shape_plan"](config, name, fields, smoke["Hardware"].of("cpu", False), "cpu")["jobs"]["evaluation"]
+    spec, _ = smoke["shape_plan"](config, name, fields, smoke["hardware"]("cpu", False), "cpu", None)["jobs"]["evaluation"]
     random_shaped_model(folder, fields, seed=0, dtype="bfloat16", device="cpu")
     policy, tokenizer = smoke["load_shape_policy"](spec, name, "cpu")
     generate = make_generate(policy, measuring["HiddenEos"](tokenizer), max_new_tokens=1, temperature=1.0, sample=False, batch_size=rows)
@@ -744,3 +747,99 @@ def test_a_lora_prefills_live_tensors_are_the_estimates_prefill_phase(dtype, tmp
     measured = held + live.peak
     # Here 1.012 (bfloat16) and 1.017 (float32); 1.068 and 1.059 without the two terms.
     assert 0.97 <= measured / estimated <= 1.04, (measured / 2**20, estimated / 2**20)
+
+
+# --- the decode engine and the update's micro-batches on a GPU --------------------------------------
+
+
+def _worker_spec(tmp_path: Path, *sets: str):
+    """paper.yaml's orch_workers/humaneval/qwen3-4b/isolated cell (LoRA), its model a local config.json."""
+    from matrixrl import grid as G
+
+    config = _qwen3_config(tmp_path, *sets, only=("workflow=orch_workers", "task=humaneval", "scale=qwen3-4b", "policy=isolated"))
+    return G.cell_spec(config, G.runs(config)[0])
+
+
+def test_on_a_gpu_the_engine_holds_its_inference_copy_and_a_static_cache_of_the_calls_bucket(tmp_path):
+    """On CUDA a call's decoding holds the engine's static cache of rows × the bucket's length
+    (prompt and reply rounded up to a multiple of 256, rows up the engine's ladder), from the prefill on, and its inference copy: LoRA's
+    adapted projections merged in the compute dtype, a full fine-tune's linear and output layers.
+    On CPU the decoder is today's: its cache grows, and there is no copy."""
+    from matrixrl.gpu_memory.model import job_model
+    from matrixrl.gpu_memory.peak import _generate_phases
+    from matrixrl.gpu_memory.workload import Call
+    from matrixrl.train.engine_plan import bucket_length, bucket_rows
+
+    assert (bucket_length(1634), bucket_rows(192), bucket_rows(190)) == (1792, 192, 192)
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=4096")
+    call = Call("worker", rows=192, distinct=24, prompt=610)
+    lora = job_model(spec, device="cuda")
+    projections = sum(i * o for i, o in lora.shape.linears.values())  # all seven are adapted in paper.yaml
+    assert lora.inference_copy() == 2 * lora.shape.layers * projections
+    for _, parts in _generate_phases(lora, call, 1024, "sampled"):
+        assert parts["KV cache"] == 192 * 1792 * lora.kv_per_token() and parts["inference copy"] == lora.inference_copy()
+    full = job_model(spec.model_copy(update={"policies": spec.policies.model_copy(update={"adapter": "full"})}), device="cuda")
+    assert full.inference_copy() == 2 * full.matmul_parameters
+    assert replace(lora, merged=False).inference_copy() == 0
+    cpu = job_model(spec, device="cpu")
+    (_, prefill), (_, decoding) = _generate_phases(cpu, call, 1024, "sampled")
+    assert cpu.inference_copy() == 0 and "inference copy" not in decoding
+    assert prefill["KV cache"] == 192 * 610 * cpu.kv_per_token() < decoding["KV cache"]
+
+
+def test_where_the_merged_copy_does_not_fit_the_adapters_stay_unmerged_and_say_so(tmp_path):
+    """A GPU between the unmerged and the merged estimate: the estimate keeps the adapters
+    unmerged (no inference copy), and plan's line says so; a GPU that holds the merged copy merges."""
+    from matrixrl.gpu_memory import GpuBudget, estimate, memory_lines
+
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=4096")
+    merged = estimate(spec, "evaluation", device="cuda")
+    assert merged.merged is True and merged.parts["inference copy"] > 0
+    gpu = merged.total - 1
+    unmerged = estimate(spec, "evaluation", device="cuda", gpu=gpu)
+    assert unmerged.merged is False and "inference copy" not in unmerged.parts
+    assert unmerged.total == merged.total - merged.parts["inference copy"] - (merged.parts["CUDA runtime"] - unmerged.parts["CUDA runtime"])
+    assert estimate(spec, "evaluation", device="cuda", gpu=merged.total).merged is True
+    config = _qwen3_config(tmp_path, "train.micro_batch_tokens=4096", only=("workflow=orch_workers", "task=humaneval", "scale=qwen3-4b", "policy=isolated"))
+    lines = memory_lines(config, GpuBudget(None, gpu, "given"))
+    assert lines[0].endswith(f"{unmerged.at}; adapters unmerged at decode (the merged copy does not fit))"), lines[0]
+
+
+def test_auto_micro_batches_fill_what_the_estimate_leaves_on_the_gpu_and_nothing_else_changes(tmp_path):
+    """``train.micro_batch_tokens: auto`` on CUDA with the GPU known: the largest multiple of 256
+    whose training estimate stays within 85% of the GPU (the next does not); without a known GPU,
+    and on CPU, 4,096; an explicit value as given. The job resolves it for the GPU it holds."""
+    from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
+    from matrixrl.gpu_memory import estimate
+    from matrixrl.gpu_memory.peak import AUTO_SHARE, AUTO_STEP, update_tokens
+    from matrixrl.jobs.train import sized_update
+
+    spec = _worker_spec(tmp_path, "train.micro_batch_tokens=auto")
+    gpu = 140 * GIB
+    found = estimate(spec, "training", gpu=gpu)
+    tokens = found.micro_batch_tokens
+    assert tokens % AUTO_STEP == 0 and tokens > 4096 and found.total <= AUTO_SHARE * gpu
+    bigger = spec.model_copy(update={"train": spec.train.model_copy(update={"micro_batch_tokens": tokens + AUTO_STEP})})
+    assert estimate(bigger, "training", gpu=gpu).total > AUTO_SHARE * gpu
+    assert update_tokens(spec, gpu) == tokens and update_tokens(spec, None) == AUTO_MICRO_BATCH_TOKENS == 4096
+    assert estimate(spec, "training", device="cpu", gpu=gpu).micro_batch_tokens == 4096
+    explicit = spec.model_copy(update={"train": spec.train.model_copy(update={"micro_batch_tokens": 2048})})
+    assert update_tokens(explicit, gpu) == 2048 and estimate(explicit, "training", gpu=gpu).micro_batch_tokens == 2048
+    said = []
+    assert sized_update(explicit, said.append) is explicit and said == []
+    cpu = spec.model_copy(update={"scale": spec.scale.model_copy(update={"device": "cpu"})})
+    assert sized_update(cpu, said.append).train.micro_batch_tokens == 4096
+    assert said == ["train.micro_batch_tokens: auto is 4096 (no GPU)"]
+
+
+def test_micro_batch_tokens_takes_a_count_auto_or_null_and_says_so_otherwise():
+    """The setting's error names the field and what it takes, in one line (a scale's override too)."""
+    from conftest import run_cli
+
+    for value in ("0", "autox"):
+        result = run_cli("plan", "-c", str(REPO / "experiments.yaml"), "--set", f"train.micro_batch_tokens={value}")
+        shown = "0" if value == "0" else "'autox'"
+        assert result.exit_code != 0 and result.stderr.strip() == (
+            f"Error: {REPO / 'experiments.yaml'} with --set 'train.micro_batch_tokens={value}': train.micro_batch_tokens: "
+            f"give a number of tokens of at least 1, auto, or null (got {shown})"
+        ), result.stderr

@@ -104,6 +104,20 @@ def _known_level(value):
     return value
 
 
+AUTO_MICRO_BATCH_TOKENS = 4096
+"""``train.micro_batch_tokens: auto`` where the job's GPU is not known or it runs on CPU."""
+
+
+def _tokens_or_auto(value: int | str | None) -> int | str | None:
+    if isinstance(value, str) and value != "auto" or isinstance(value, int) and value < 1:
+        raise ValueError(f"give a number of tokens of at least 1, auto, or null (got {value!r})")
+    return value
+
+
+MicroBatchTokens = Annotated[Union[int, str, None], AfterValidator(_tokens_or_auto)]
+"""A number of tokens (at least 1), ``auto``, or null (a scale's ``train:`` override keeps the check)."""
+
+
 class Train(Strict):
     """GRPO settings of every cell (see matrixrl.train.trainer); a scale's ``train:`` overrides them."""
 
@@ -177,12 +191,12 @@ class Train(Strict):
     threads: int = Field(1, ge=1, description="torch threads per training job", json_schema_extra=RUNTIME)
     # 16384: a default tiny scale's agent never reaches it (at most 8 × 8 rollouts × 3 turns of at most
     # max_length 64 tokens = 12,288), so the recorded tiny-model results stay exactly as they were.
-    micro_batch_tokens: int | None = Field(
+    micro_batch_tokens: MicroBatchTokens = Field(
         16384,
-        ge=1,
         description="the update passes each agent's turns through the model in micro-batches of at most this "
         "many rows × padded length, gradients accumulated (the same step up to rounding, in bounded memory: "
-        "completion logits alone are rows × length × vocabulary floats); null: all of an agent's turns at once",
+        "completion logits alone are rows × length × vocabulary floats); null: all of an agent's turns at once; "
+        "auto: on a GPU the most the memory estimate leaves on the job's GPU, elsewhere 4096",
         json_schema_extra=RUNTIME,
     )
     rollout_batch_size: int | None = Field(

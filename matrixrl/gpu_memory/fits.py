@@ -11,14 +11,14 @@ from matrixrl.gpu_memory.peak import MEMORY_JOBS, Estimate, estimate, gib, memor
 _CACHE: dict = {}
 
 
-def _estimate_cached(spec, job: str) -> Estimate | None:
-    """``estimate`` of a cell, shared by cells that differ in their seed alone (the same memory)."""
+def _estimate_cached(spec, job: str, gpu: int | None = None) -> Estimate | None:
+    """``estimate`` of a cell for a GPU of ``gpu`` bytes, shared by cells that differ in their seed alone (the same memory)."""
     cell = spec.cell
-    key = (cell.workflow, cell.task, cell.scale, cell.policy, job, spec.model_dump_json(exclude={"cell"}))
+    key = (cell.workflow, cell.task, cell.scale, cell.policy, job, gpu, spec.model_dump_json(exclude={"cell"}))
     if key not in _CACHE:
         if len(_CACHE) > 4096:
             _CACHE.clear()
-        _CACHE[key] = estimate(spec, job)
+        _CACHE[key] = estimate(spec, job, gpu=gpu)
     found = _CACHE[key]
     return None if found is None else replace(found, cell=cell.id)
 
@@ -32,7 +32,7 @@ def _variants(spec, job: str, found: Estimate) -> Iterable[tuple[str, object]]:
         yield "policy: shared", spec.model_copy(update={"cell": replace(spec.cell, policy="shared")})
     if job == "training":
         cfg = spec.train
-        tokens = cfg.micro_batch_tokens or 1 << 20
+        tokens = (found.micro_batch_tokens if cfg.micro_batch_tokens == "auto" else cfg.micro_batch_tokens) or 1 << 20
         for value in _halvings(tokens, 128):
             yield f"train.micro_batch_tokens: {value}", spec.model_copy(
                 update={"train": cfg.model_copy(update={"micro_batch_tokens": value})}
@@ -67,7 +67,7 @@ def fixes(spec, job: str, found: Estimate, budget: int, *, config: dict | None =
     largest value that fits ``budget`` (else at its smallest)."""
     best: dict[str, tuple[int, str]] = {}
     for setting, changed in _variants(spec, job, found):
-        after = estimate(changed, job, config=config, device=found.device)
+        after = estimate(changed, job, config=config, device=found.device, gpu=budget)
         if after is None or after.total >= found.total:
             continue
         name = setting.split(":")[0]
@@ -77,6 +77,11 @@ def fixes(spec, job: str, found: Estimate, budget: int, *, config: dict | None =
         if held is None or (fits and not held_fits) or (not fits and not held_fits and after.total < held[0]):
             best[name] = (after.total, setting)
     return [f"{setting} (about {gib(total)} GiB)" for total, setting in sorted(best.values())]
+
+
+def unmerged_note(found: Estimate) -> str:
+    """``; adapters unmerged at decode`` where the engine's merged copy would not fit, else nothing."""
+    return "; adapters unmerged at decode (the merged copy does not fit)" if found.merged is False else ""
 
 
 def refusal(spec, job: str, found: Estimate, budget: int) -> str:
@@ -132,7 +137,7 @@ def refused_jobs(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | 
         limit = budget.of(job)
         if limit is None:
             continue
-        found = _estimate_cached(spec, job)
+        found = _estimate_cached(spec, job, limit)
         if found is not None and found.total > limit:
             found_pairs.append(refusal_parts(spec, job, found, limit))
     return found_pairs
@@ -148,14 +153,14 @@ def check_fits(config, budget: GpuBudget | int | None, jobs: Iterable[dict] | No
         raise GpuMemoryError("\n".join(lines))
 
 
-def largest_jobs(config) -> tuple[dict[str, dict[str, Estimate]], dict[str, str]]:
+def largest_jobs(config, budget: GpuBudget | None = None) -> tuple[dict[str, dict[str, Estimate]], dict[str, str]]:
     """Per GPU scale of the grid, the estimate of its largest training and evaluation job
-    (scale → job → Estimate); and the GPU scales whose config.json is not on this machine
-    (scale → its path), which have no estimate."""
+    (scale → job → Estimate) on the GPUs of ``budget`` where known; and the GPU scales whose
+    config.json is not on this machine (scale → its path), which have no estimate."""
     largest: dict[str, dict[str, Estimate]] = {}
     unknown: dict[str, str] = {}
     for spec, job in _gpu_jobs(config, None):
-        found = _estimate_cached(spec, job)
+        found = _estimate_cached(spec, job, budget.of(job) if budget is not None else None)
         scale = spec.cell.scale
         if found is None:
             unknown[scale] = spec.scale.path
@@ -176,7 +181,7 @@ def memory_lines(
 
     if isinstance(budget, int):
         budget = GpuBudget.every(budget, "given")
-    largest, unknown = largest_jobs(config)
+    largest, unknown = largest_jobs(config, budget)
     lines = []
     for scale in config.grid.scale:
         if not needs_gpu(config.scales[scale]):
@@ -188,7 +193,7 @@ def memory_lines(
             )
             continue
         shown = [
-            f"{job} up to about {gib(found.total)} GiB ({found.cell}: {found.at})"
+            f"{job} up to about {gib(found.total)} GiB ({found.cell}: {found.at}{unmerged_note(found)})"
             for job, found in sorted(largest.get(scale, {}).items(), key=lambda item: item[0] != "training")
         ]
         lines.append(f"GPU memory of {scale}: {'; '.join(shown)}")
@@ -270,7 +275,7 @@ def _without_config(path, limit, budget: GpuBudget) -> dict:
 
 def _job_memory(spec, kind: str, budget: GpuBudget) -> dict:
     limit = budget.of(kind)
-    found = _estimate_cached(spec, kind)
+    found = _estimate_cached(spec, kind, limit)
     if found is None:
         return _without_config(spec.scale.path, limit, budget)
     fix = None

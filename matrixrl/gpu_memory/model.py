@@ -48,6 +48,7 @@ class JobModel:
     sets: int  # parameter sets: 1 (shared) or one per role (isolated)
     device: str  # "cuda" or "cpu"
     checkpointing: bool = False
+    merged: bool = True  # LoRA on CUDA: merged into the decode engine's inference copy (else read unmerged)
 
     @property
     def full(self) -> bool:
@@ -83,6 +84,21 @@ class JobModel:
         if self.compute == 4:
             return 0
         return 2 * (self.matmul_parameters if self.full else self.adapter_parameters)
+
+    def decode_autocast_copies(self) -> int:
+        """Autocast's copies during a ``generate`` call: none for a full fine-tune on CUDA, whose
+        decode engine reads its inference copy (which replaces them), else :meth:`autocast_copies`."""
+        return 0 if self.full and self.device == "cuda" else self.autocast_copies()
+
+    def inference_copy(self) -> int:
+        """The decode engine's copy of the weights its graph reads, in the compute dtype (CUDA only):
+        a full fine-tune's linear and output layers; LoRA's adapted projections with the role's
+        adapter merged in (none when adapters stay unmerged); none for a frozen model."""
+        if self.device != "cuda" or self.adapter == "frozen" or (self.adapter == "lora" and not self.merged):
+            return 0
+        if self.full:
+            return self.compute * self.matmul_parameters
+        return self.compute * self.shape.layers * sum(i * o for name, (i, o) in self.shape.linears.items() if name in self.targets)
 
     def largest_trained_tensor(self) -> int:
         if self.full:
@@ -203,8 +219,9 @@ def memory_job_model(scale, config: dict | None = None, device: str | None = Non
     return JobModel(shape=shape, compute=compute_bytes(scale, device), adapter=adapter, rank=0, targets=frozenset(), sets=1, device=device)
 
 
-def job_model(spec, config: dict | None = None, device: str | None = None) -> JobModel | None:
-    """``spec``'s model as its jobs hold it (None: no config.json for it here)."""
+def job_model(spec, config: dict | None = None, device: str | None = None, merged: bool = True) -> JobModel | None:
+    """``spec``'s model as its jobs hold it (None: no config.json for it here); ``merged``: LoRA
+    merged into the decode engine's inference copy on CUDA."""
     from matrixrl.workflows import WORKFLOWS
 
     config = config if config is not None else model_config(spec.scale)
@@ -222,4 +239,5 @@ def job_model(spec, config: dict | None = None, device: str | None = None) -> Jo
         sets=1 if spec.cell.policy == "shared" else len(roles),
         device=device,
         checkpointing=bool(getattr(spec.scale, "gradient_checkpointing", False)),
+        merged=merged,
     )

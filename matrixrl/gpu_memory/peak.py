@@ -46,10 +46,16 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
 - **layer gradients**: a decoder layer's gradients in the backward pass (two of the MLP's
   width and a few of the residual stream's per token): the peak instead of the logits'
   at a tiny vocabulary (an approximation, within 10% of the activations on tiny models).
-- **KV cache** of the largest ``generate`` call: rows × (prompt + ``max_new_tokens``) ×
-  layers × key/value width, keys and values in the compute dtype, but keys in float32
-  under a 16-bit full fine-tune (its float32 norms and rotary tables promote them);
-  plus one layer's keys while the cache grows (``torch.cat``).
+- **KV cache** of the largest ``generate`` call: on CUDA the decode engine's static cache of
+  the call's bucket, rows and prompt + ``max_new_tokens`` rounded up as ``engine_plan`` buckets them,
+  held whole from the prefill on and written in place; on CPU the eager decoder's, rows ×
+  (prompt + ``max_new_tokens``), plus one layer's keys while it grows (``torch.cat``); × layers
+  × key/value width, keys and values in the compute dtype, but keys in float32 under a 16-bit
+  full fine-tune (its float32 norms and rotary tables promote them).
+- **inference copy** (CUDA): the weights the engine's graph reads, in the compute dtype:
+  LoRA's adapted projections with the role's adapter merged in (none where the adapters stay
+  unmerged: :func:`estimate`'s ``gpu``), a full fine-tune's linear and output layers (in place
+  of autocast's copies during the call).
 - **prefill**: encoding a call's distinct prompts at once (no gradients): the MLP's three
   intermediate tensors and two residual-stream tensors per token, and the causal mask
   (boolean, then converted to the compute dtype in a layer) per distinct prompt.
@@ -61,8 +67,8 @@ What a job holds (the code of matrixrl.models.hf, .models.policies, .train.train
   of a set; on CPU (one tensor at a time) two of the largest trained tensor.
 - **CUDA runtime** (GPU jobs only; not measured: no GPU was available): 1 GiB of context
   and library workspaces (assumed), plus what the caching allocator reserves beyond the
-  tensors: 10% of them (assumed), or, in a decoding phase, the allowance derived from
-  the KV cache's growth by concatenation where that is more (:func:`decode_slack`).
+  tensors: 10% of them (assumed). :func:`decode_slack` gives what the eager decoder's growing
+  cache would need beyond that; the engine's static cache does not grow.
 
 A job's peak is the largest phase: a rollout or evaluation ``generate`` call (weights,
 gradients and optimizer state of the last step, autocast copies, its KV cache and
@@ -76,7 +82,8 @@ Assumptions of the update (the worst case, as a workflow's calls and prompts are
 
 - every agent learns (its turns have advantages), so the diagnostics copy every agent;
 - a micro-batch holds as many turns as ``train.micro_batch_tokens`` allows at the
-  agent's longest turn (all of them when it is null), every row padded to that length.
+  agent's longest turn (all of them when it is null; ``auto``: :func:`micro_batch_tokens`),
+  every row padded to that length.
 
 A memory job (collect, label, distill: :func:`memory_estimate`) is an evaluation's
 phases over its own calls (:func:`matrixrl.gpu_memory.workload.memory_calls`): one set of
@@ -94,6 +101,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from matrixrl.gpu_memory.model import JobModel, job_model, memory_job_model
+from matrixrl.train.engine_plan import bucket_length, bucket_rows
 from matrixrl.gpu_memory.workload import Call, chunks, memory_calls, workflow_plan
 
 GIB = 1 << 30
@@ -107,7 +115,7 @@ ALLOCATOR_ROUNDING = 2 << 20  # the caching allocator's kRoundLarge: a request o
 SLACK = "allocator slack"  # a phase's decode_slack while it is worked out (part of the CUDA runtime's share, never a part)
 
 PARTS = (
-    "weights", "reference", "gradients", "optimizer", "gradient snapshots", "damper", "autocast copies",
+    "weights", "reference", "gradients", "optimizer", "gradient snapshots", "damper", "autocast copies", "inference copy",
     "activations", "logits", "layer gradients", "KV cache", "prefill", "sampling", "optimizer step", "CUDA runtime",
 )
 """The parts of a breakdown, in the order they are listed."""
@@ -122,6 +130,8 @@ class Estimate:
     parts: dict[str, int]
     at: str  # the phase of the peak
     device: str
+    merged: bool | None = None  # LoRA on CUDA: merged into the engine's inference copy (False: the merged copy does not fit)
+    micro_batch_tokens: int | None = None  # the update's micro-batches (``train.micro_batch_tokens``, ``auto`` resolved)
 
     @property
     def total(self) -> int:
@@ -205,7 +215,9 @@ def _ordered(parts: dict[str, int]) -> dict[str, int]:
 
 def _generate_phases(model: JobModel, call: Call, reply: int, chooser: str) -> list[tuple[str, dict[str, int]]]:
     """A call chunk's two candidate peaks: prefill (the cache of the prompts, their encoding)
-    and the last decoding step (the whole cache, a layer's growth, the sampler)."""
+    and the last decoding step (the whole cache and the sampler). On CUDA the decode engine
+    holds its static cache of the call's bucket (``bucket_rows`` × ``bucket_length``) from the start and its
+    inference copy of the weights; on CPU the cache grows by concatenation (a layer's growth)."""
     kv = model.kv_per_token()
     length = call.prompt + reply
     prefill = {
@@ -216,15 +228,71 @@ def _generate_phases(model: JobModel, call: Call, reply: int, chooser: str) -> l
     decoding = {
         "KV cache": call.rows * length * kv + call.rows * length * kv // (2 * model.shape.layers),
         "sampling": call.rows * model.logits_per_row(chooser),
-        SLACK: decode_slack(model, call, reply, chooser),
     }
+    if model.device == "cuda":  # the engine: a static cache, written in place
+        static = {"KV cache": bucket_rows(call.rows) * bucket_length(length) * kv, "inference copy": model.inference_copy()}
+        prefill.update(static)
+        decoding.update(static)
     where = f"{call.kind} call: {call.rows} rows × {call.prompt:,} + {reply:,} tokens"
     return [(f"prefill of the {where}", prefill), (f"decoding of the {where}", decoding)]
 
 
-def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None) -> Estimate:
+AUTO_STEP = 256
+"""``train.micro_batch_tokens: auto`` resolves to a multiple of this."""
+AUTO_SHARE = 0.85
+"""The share of the GPU's memory that ``auto`` fills at most: the rest is the estimate's margin
+(the smoke test accepts measured peaks within ±15% of it)."""
+
+
+def micro_batch_tokens(spec, model: JobModel, gpu: int | None = None, prompt: Mapping[str, int] | None = None) -> int | None:
+    """``train.micro_batch_tokens`` as the update uses it: an explicit value (or null) as given;
+    ``auto`` on CUDA with the GPU's memory known (``gpu`` bytes), the largest multiple of
+    ``AUTO_STEP`` whose training estimate fits ``AUTO_SHARE`` of it (the smallest where none does; null where all
+    of every agent's turns fit at once); elsewhere ``AUTO_MICRO_BATCH_TOKENS``, the fixed size."""
+    from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
+
+    value = spec.train.micro_batch_tokens
+    if value != "auto":
+        return value
+    if model.device != "cuda" or gpu is None:
+        return AUTO_MICRO_BATCH_TOKENS
+    gpu = int(AUTO_SHARE * gpu)
+    cfg = spec.train
+    _, agents = workflow_plan(spec, cfg.problems_per_step * cfg.group_size, cfg.problems_per_step, cfg.max_new_tokens, prompt)
+    whole = max((a.turns * (a.prompt + cfg.max_new_tokens) for a in agents), default=AUTO_STEP)
+    if _training_estimate(spec, model, prompt, None).total <= gpu:
+        return None
+    low, high = 1, -(-whole // AUTO_STEP)  # low fits (else the smallest is the answer), high does not
+    if _training_estimate(spec, model, prompt, AUTO_STEP).total > gpu:
+        return AUTO_STEP
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _training_estimate(spec, model, prompt, middle * AUTO_STEP).total <= gpu:
+            low = middle
+        else:
+            high = middle
+    return low * AUTO_STEP
+
+
+def update_tokens(spec, gpu: int | None) -> int | None:
+    """``train.micro_batch_tokens`` for ``spec``'s training job on a GPU of ``gpu`` bytes (None:
+    unknown, or a CPU job): ``auto`` resolved by the job's estimate (:func:`micro_batch_tokens`;
+    ``AUTO_MICRO_BATCH_TOKENS`` where the model's config.json is not here); else as given."""
+    from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
+
+    if spec.train.micro_batch_tokens != "auto":
+        return spec.train.micro_batch_tokens
+    found = estimate(spec, "training", gpu=gpu)
+    return AUTO_MICRO_BATCH_TOKENS if found is None else found.micro_batch_tokens
+
+
+def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None, gpu: int | None = None) -> Estimate:
     """The peak of ``spec``'s training job (a step after the first: every set's gradients
-    and optimizer state exist)."""
+    and optimizer state exist), its micro-batches as :func:`micro_batch_tokens` resolves them for ``gpu``."""
+    return _training_estimate(spec, model, prompt, micro_batch_tokens(spec, model, gpu, prompt))
+
+
+def _training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None, tokens: int | None) -> Estimate:
     from matrixrl.workflows import WORKFLOWS
 
     cfg = spec.train
@@ -246,7 +314,7 @@ def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = 
     copies = model.autocast_copies()
     for call in calls:
         for where, parts in _generate_phases(model, chunks(call, cfg.rollout_batch_size), reply, "sampled"):
-            phases.append((f"rollout, {where}", _phase(static, autocast_copies=copies, **_keys(parts))))
+            phases.append((f"rollout, {where}", _phase(static, autocast_copies=model.decode_autocast_copies(), **_keys(parts))))
     sets = {"shared": roles} if model.sets == 1 else {role: (role,) for role in roles}
     copy = trained * 4  # one float32 copy of a set's gradient
     for set_roles in sets.values():
@@ -254,7 +322,7 @@ def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = 
         acting = list(dict.fromkeys(a.role for a in members))
         for k, agent in enumerate(members):
             length = agent.prompt + reply
-            rows = agent.turns if cfg.micro_batch_tokens is None else min(agent.turns, max(1, cfg.micro_batch_tokens // length))
+            rows = agent.turns if tokens is None else min(agent.turns, max(1, tokens // length))
             prompt_logits = rows * (length - reply - 1) * model.shape.vocab
             kept = reply + 1 if prompt_logits >= PROMPT_LOGITS_LEFT_OUT_FROM else length
             # The set's zero_grad frees its gradients: its first micro-batch runs without them,
@@ -277,7 +345,7 @@ def training_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = 
     temp = trained * 4 if model.device == "cuda" else 2 * model.largest_trained_tensor() * 4
     phases.append(("optimizer step", _phase(static, optimizer_step=temp)))
     at, parts = _peak(phases, model.device)
-    return Estimate(spec.cell.id, "training", parts, at, model.device)
+    return Estimate(spec.cell.id, "training", parts, at, model.device, _merged(model), tokens)
 
 
 def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None = None) -> Estimate:
@@ -289,7 +357,7 @@ def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None 
     episodes = problems * cfg.samples
     calls, _ = workflow_plan(spec, episodes, problems, reply, prompt)
     chooser = "keyed" if cfg.temperature > 0 else "greedy"
-    static = {"weights": model.weights(), "autocast copies": model.autocast_copies()}
+    static = {"weights": model.weights(), "autocast copies": model.decode_autocast_copies()}
     phases = []
     for call in calls:
         chunk = chunks(call, cfg.batch_size)
@@ -298,7 +366,7 @@ def evaluation_estimate(spec, model: JobModel, prompt: Mapping[str, int] | None 
         for where, parts in _generate_phases(model, chunk, reply, chooser):
             phases.append((where, _phase(static, **_keys(parts))))
     at, parts = _peak(phases, model.device)
-    return Estimate(spec.cell.id, "evaluation", parts, at, model.device)
+    return Estimate(spec.cell.id, "evaluation", parts, at, model.device, _merged(model))
 
 
 MEMORY_JOBS = ("collect", "label", "distill")
@@ -332,6 +400,10 @@ def memory_estimate(spec, job: str, *, config: dict | None = None, device: str |
     return Estimate(memory_job_title(spec, job), job, parts, at, model.device)
 
 
+def _merged(model: JobModel) -> bool | None:
+    return model.merged if model.adapter == "lora" and model.device == "cuda" else None
+
+
 def _keys(parts: dict[str, int]) -> dict[str, int]:
     """``parts`` as keyword names for :func:`_phase` (spaces as underscores)."""
     return {name.replace(" ", "_"): value for name, value in parts.items()}
@@ -339,20 +411,32 @@ def _keys(parts: dict[str, int]) -> dict[str, int]:
 
 def estimate(
     spec, job: str = "training", *, config: dict | None = None, device: str | None = None,
-    prompt: Mapping[str, int] | None = None,
+    prompt: Mapping[str, int] | None = None, gpu: int | None = None,
 ) -> Estimate | None:
     """The peak memory of ``spec``'s ``job`` ("training" or "evaluation"); None when the
     model's config.json is not on this machine.
 
     ``config``: the model's config.json fields (default: read from the scale); ``device``:
     "cuda" or "cpu" (default: where the job runs, ``job_device``); ``prompt``: the longest
-    prompt of each kind in tokens, where known (default: computed, see the module docstring).
+    prompt of each kind in tokens, where known (default: computed, see the module docstring);
+    ``gpu``: the bytes of the GPU the job gets, where known: ``micro_batch_tokens: auto`` is
+    resolved for it, and LoRA adapters stay unmerged at decode (``Estimate.merged`` False)
+    where the engine's merged copy would not fit it and the unmerged estimate is smaller.
     """
+    if job not in ("training", "evaluation"):
+        raise ValueError(f"job is training or evaluation, not {job!r}")
     model = job_model(spec, config, device)
     if model is None:
         return None
-    if job == "training":
-        return training_estimate(spec, model, prompt)
-    if job == "evaluation":
+
+    def of(model: JobModel) -> Estimate:
+        if job == "training":
+            return training_estimate(spec, model, prompt, gpu)
         return evaluation_estimate(spec, model, prompt)
-    raise ValueError(f"job is training or evaluation, not {job!r}")
+
+    found = of(model)
+    if gpu is not None and found.total > gpu and found.merged:
+        unmerged = of(replace(model, merged=False))
+        if unmerged.total < found.total:
+            return unmerged
+    return found

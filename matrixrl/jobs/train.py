@@ -31,11 +31,30 @@ def train(
     with claimed_gpu(spec.scale, *labeller, log=log):
         from matrixrl.train.trainer import train_cell
 
+        spec = sized_update(spec, log)
         guide = memory_guide(spec, memory, log) if spec.memory is not None and memory is not None else None
         trained = train_cell(spec, base_dir, cell_dir, log=log, guide=guide, on_step=count)
         result = TrainResult.model_validate({**trained, "cost": meter.cost(tokens=ran["tokens"], steps=ran["steps"])})
     write_result(output, result)
     return result
+
+
+def sized_update(spec: CellSpec, log=print) -> CellSpec:
+    """``spec`` with ``train.micro_batch_tokens: auto`` resolved for the GPU this job holds
+    (``matrixrl.gpu_memory.peak.update_tokens``), said in one line; any other value as it is."""
+    if spec.train.micro_batch_tokens != "auto":
+        return spec
+    import torch
+
+    from matrixrl.gpu_memory.model import job_device
+    from matrixrl.gpu_memory.peak import update_tokens
+
+    cuda = job_device(spec.scale) == "cuda" and torch.cuda.is_available()
+    gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if cuda else None
+    tokens = update_tokens(spec, gpu)
+    log(f"train.micro_batch_tokens: auto is {tokens if tokens is not None else 'null (every turn at once)'}"
+        + (f" for this GPU's {gpu / 2**30:.1f} GiB" if gpu else " (no GPU)"))
+    return spec.model_copy(update={"train": spec.train.model_copy(update={"micro_batch_tokens": tokens})})
 
 
 def memory_guide(spec: CellSpec, memory: tuple[Path, Path], log=print):

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from matrixrl.config import Train
+from matrixrl.config.schema import AUTO_MICRO_BATCH_TOKENS
 from matrixrl.errors import DivergedError
 from matrixrl.grid import CellSpec, checkpoint_steps, save_steps
 from matrixrl.layout import checkpoint_dir
@@ -246,8 +247,9 @@ def grpo_step(run: GrpoRun, step: int):
     roles += [{"step": step + 1, "role": r, "metric": "group_size", "value": n} for r, n in group_sizes.items()]
 
     policy.train(True)
+    micro_batch_tokens = AUTO_MICRO_BATCH_TOKENS if cfg.micro_batch_tokens == "auto" else cfg.micro_batch_tokens
     update = update_policy(
-        policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=cfg.micro_batch_tokens
+        policy, run.optimizers, episodes, run.pad_token_id, cfg, damper=run.damper, micro_batch_tokens=micro_batch_tokens
     )
     row = dict(update.metrics)
     roles += update.role_rows(step + 1)
