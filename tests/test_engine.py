@@ -254,11 +254,10 @@ def test_a_model_the_engine_does_not_compute_decodes_with_the_decoder_after_one_
     assert lines == ["rollout: decoding with the eager decoder: the engine does not compute biases in the attention or MLP projections"]
 
 
-def test_make_generate_with_the_engine_gives_the_decoders_completions() -> None:
-    """Through make_generate on CPU (forced): repeated prompts take the prefilled cache's path."""
+def _tiny_policy():
+    """A two-layer tiny model with 16 query / 8 KV heads and its tokenizer, behind a one-model policy."""
     from matrixrl.config import TinyScale
     from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
-    from matrixrl.train.rollout import make_generate
 
     tokenizer = build_char_tokenizer()
     scale = TinyScale(kind="tiny", hidden_size=64, num_layers=2, intermediate_size=96, num_heads=16, num_kv_heads=8)
@@ -267,6 +266,15 @@ def test_make_generate_with_the_engine_gives_the_decoders_completions() -> None:
     class Policy:
         def model_for(self, role):
             return model
+
+    return tokenizer, Policy
+
+
+def test_make_generate_with_the_engine_gives_the_decoders_completions() -> None:
+    """Through make_generate on CPU (forced): repeated prompts take the prefilled cache's path."""
+    from matrixrl.train.rollout import make_generate
+
+    tokenizer, Policy = _tiny_policy()
 
     texts = ["1+2=", "12+30=", "1+2=", "7*8=", "12+30="]
     lines = []
@@ -286,17 +294,9 @@ def test_make_generate_with_the_engine_gives_the_decoders_completions() -> None:
 
 
 def test_a_cache_that_does_not_fit_decodes_with_the_decoder_after_one_line(monkeypatch) -> None:
-    from matrixrl.config import TinyScale
-    from matrixrl.models.tiny import build_char_tokenizer, build_tiny_model
     from matrixrl.train.rollout import make_generate
 
-    tokenizer = build_char_tokenizer()
-    scale = TinyScale(kind="tiny", hidden_size=64, num_layers=2, intermediate_size=96, num_heads=16, num_kv_heads=8)
-    model = build_tiny_model(scale, tokenizer, seed=0).eval()
-
-    class Policy:
-        def model_for(self, role):
-            return model
+    tokenizer, Policy = _tiny_policy()
 
     def no_room(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
