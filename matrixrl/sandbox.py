@@ -211,8 +211,7 @@ def isolation() -> tuple[str, tuple[str, ...]]:
 def _libraries() -> tuple[str, tuple[str, ...]] | None:
     """The dynamic loader and every shared library the interpreter and the standard
     library's extension modules load (``ldd``); None where ldd does not tell."""
-    dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload")
-    files = [os.path.realpath(sys.executable)] + sorted(str(p) for p in Path(dynload).glob("*.so"))
+    files = [os.path.realpath(sys.executable)] + sorted(str(p) for p in Path(_dynload()).glob("*.so"))
     try:
         listed = subprocess.run(["ldd", *files], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -228,6 +227,13 @@ def _libraries() -> tuple[str, tuple[str, ...]] | None:
     return (loader, tuple(sorted(libraries))) if loader else None
 
 
+def _dynload() -> str:
+    """The standard library's extension modules' folder, that of the base installation: in a
+    virtualenv ``platstdlib`` names the environment, which holds none."""
+    base = {"platbase": sys.base_exec_prefix, "installed_platbase": sys.base_exec_prefix}
+    return os.path.join(sysconfig.get_path("platstdlib", vars=base), "lib-dynload")
+
+
 def _view_spec(uid: int | None, probe: bool = False) -> dict | None:
     """What a worker builds its view from (``_sandbox_worker.build_view``); None without ldd."""
     found = _libraries()
@@ -236,7 +242,7 @@ def _view_spec(uid: int | None, probe: bool = False) -> dict | None:
     return {
         "view": True, "uid": uid, "probe": probe, "python": os.path.realpath(sys.executable),
         "stdlib": sysconfig.get_path("stdlib"), "platlibdir": sys.platlibdir,
-        "dynload": os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload"),
+        "dynload": _dynload(),
         "loader": found[0], "libraries": found[1], "scratch_mb": SCRATCH_MB, "scratch_files": SCRATCH_FILES,
     }
 

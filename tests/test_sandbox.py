@@ -196,6 +196,17 @@ def test_the_view_holds_the_standard_library_and_the_scratch_and_names_nothing_o
 
 
 @needs_view
+def test_the_view_is_made_from_a_virtualenv_too(tmp_path):
+    """A virtualenv's interpreter (the README's install) gets the view: its extension modules
+    are the base installation's, not the environment's (which holds none)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    probe = "from matrixrl import sandbox; print(sandbox.isolation()[0], sandbox.run('x = 1', 'assert x == 1', timeout_s=10, memory_mb=256).passed)"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.split() == ["view", "True"], done.stderr[-2000:]
+
+
+@needs_view
 @pytest.mark.parametrize(
     "path",
     ["/etc/passwd", "/etc/mtab", "/proc/self/mounts", "/proc/self/exe", "/proc/1/environ", "/sys/kernel/hostname", "REPO"],
