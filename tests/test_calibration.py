@@ -188,7 +188,7 @@ def test_a_grid_with_extra_axes_or_unsized_evaluations_is_refused(experiment) ->
 
 
 def test_claim_2s_design_line_has_its_power_when_its_effect_is_planted() -> None:
-    """The default grid's line, "80% power if the context explains ω² 0.57 or more of the gains' variance
+    """The default grid's line, "80% power if the context explains ω² 0.60 or more of the gains' variance
     (evaluation noise alone; Holm)": with every run learning and the contexts' fixed effects explaining
     that ω² of a cell's gain variance (bench/claims_calibration.py plants it exactly), claim 2 must be
     supported in 80% of 150 synthetic studies, within 3 standard errors of a rate of 80% (±9.8 points;
