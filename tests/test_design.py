@@ -257,3 +257,12 @@ def test_claim_2s_context_p_holds_its_level_whatever_the_residual_variance() -> 
     assert (valid >= plug_in).all()
     assert (plug_in < 0.025).mean() > 0.025 + 2 * se
     assert (valid < 0.025).mean() <= 0.025 + 3 * se
+
+
+def test_the_quadrature_nodes_are_numpys() -> None:
+    """power's Gauss–Legendre nodes (Newton on the recurrence, no eigenproblem) are numpy's leggauss's."""
+    for points in (5, 64, 400):
+        nodes, weights = power._gauss_legendre(points)
+        expected_nodes, expected_weights = np.polynomial.legendre.leggauss(points)
+        assert np.abs(nodes - expected_nodes).max() < 1e-14
+        assert np.abs(weights / expected_weights - 1).max() < 1e-8

@@ -175,6 +175,30 @@ def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncent
 
 
 @functools.cache
+def _gauss_legendre(points: int):
+    """Gauss–Legendre nodes and weights on [−1, 1], as ``numpy.polynomial.legendre.leggauss`` gives them,
+    by Newton's method on the Legendre recurrence (O(points²)): leggauss solves a points × points
+    eigenproblem, which took most of a plan's time at 400 points (docs/performance.md)."""
+    import numpy as np
+
+    x = np.cos(np.pi * (np.arange(points, 0, -1) - 0.25) / (points + 0.5))  # rising, near each root
+    for _ in range(100):
+        previous, current = np.ones_like(x), x.copy()
+        for order in range(2, points + 1):
+            previous, current = current, ((2 * order - 1) * x * current - (order - 1) * previous) / order
+        derivative = points * (x * current - previous) / (x * x - 1)
+        step = current / derivative
+        x = x - step
+        if np.abs(step).max() < 1e-15:
+            break
+    previous, current = np.ones_like(x), x.copy()
+    for order in range(2, points + 1):
+        previous, current = current, ((2 * order - 1) * x * current - (order - 1) * previous) / order
+    derivative = points * (x * current - previous) / (x * x - 1)
+    return x, 2 / ((1 - x * x) * derivative * derivative)
+
+
+@functools.cache
 def _legendre_nodes(dfd: float):
     """``(√x, weight)`` with Σ weight·g(x) ≈ E[g(χ²_dfd)]: Gauss–Legendre (400 points) in y = √x over
     the χ²'s mass, the density times dx/dy = 2y folded into the weights."""
@@ -183,7 +207,7 @@ def _legendre_nodes(dfd: float):
 
     spread = 40 * math.sqrt(2 * dfd)
     lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 40)
-    nodes, weights = np.polynomial.legendre.leggauss(400)
+    nodes, weights = _gauss_legendre(400)
     y = lo + (hi - lo) * (nodes + 1) / 2
     half = dfd / 2
     log_density = (half - 1) * np.log(y * y) - y * y / 2 - half * math.log(2) - float(gammaln(half))
@@ -198,7 +222,7 @@ def _share_table(dfn: int, dfd: float):
     import numpy as np
     from scipy.special import chdtrc, gammaln
 
-    nodes, weights = np.polynomial.legendre.leggauss(64)
+    nodes, weights = _gauss_legendre(64)
     spread = 12 * math.sqrt(2 * dfd)
     lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 12)
     y = lo + (hi - lo) * (nodes + 1) / 2
