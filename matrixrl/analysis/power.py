@@ -251,17 +251,21 @@ def known_share_p(statistic: float, dfn: int, dfd: float, known: float) -> float
     """Claim 2's context p-value, valid whatever the residual variance: the plug-in p-value
     (:func:`known_share_sf` at the share ``known`` computed from the estimated residual variance),
     taken through g(π), the largest chance, over every true share, that the plug-in p-value is at most
-    π. The plug-in alone ran over its level (its share rises as the residual variance is
-    underestimated, thinning the tail it reads); docs/design.md, claim 2."""
+    π (:func:`known_share_valid`). The plug-in alone ran over its level (its share rises as the
+    residual variance is underestimated, thinning the tail it reads); docs/design.md, claim 2."""
+    return known_share_valid(known_share_sf(statistic, dfn, dfd, known), dfn, dfd)
+
+
+def known_share_valid(plug_in: float, dfn: int, dfd: float) -> float:
+    """g(``plug_in``) of :func:`known_share_p`: never below ``plug_in``."""
     import numpy as np
 
-    raw = known_share_sf(statistic, dfn, dfd, known)
-    if raw <= 0:
+    if plug_in <= 0:
         return 0.0
     log_levels, log_worst = _share_table(int(dfn), float(dfd))
-    if math.log(raw) < log_levels[0]:
-        return float(min(1.0, raw * math.exp(log_worst[0] - log_levels[0])))
-    return float(min(1.0, math.exp(np.interp(math.log(raw), log_levels, log_worst))))
+    if math.log(plug_in) < log_levels[0]:
+        return float(min(1.0, plug_in * math.exp(log_worst[0] - log_levels[0])))
+    return float(min(1.0, math.exp(np.interp(math.log(plug_in), log_levels, log_worst))))
 
 
 def known_share_level(dfn: int, dfd: float, alpha: float) -> float:
