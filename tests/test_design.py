@@ -266,3 +266,23 @@ def test_the_quadrature_nodes_are_numpys() -> None:
         expected_nodes, expected_weights = np.polynomial.legendre.leggauss(points)
         assert np.abs(nodes - expected_nodes).max() < 1e-14
         assert np.abs(weights / expected_weights - 1).max() < 1e-8
+
+
+def test_plan_keeps_the_design_lines_and_reads_them_back(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lines are kept under $XDG_CACHE_HOME/matrixrl/design by a digest of the grid's counts and the
+    analysis code: a replan reads the same lines back (without scipy); another grid gets its own; a
+    damaged file is recomputed."""
+    from matrixrl.analysis.design import grid_design
+    from matrixrl.config import load_config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = load_config(REPO / "experiments.yaml")
+    first = grid_design(config)
+    (kept,) = (tmp_path / "cache" / "matrixrl" / "design").glob("*.json")
+    assert [line["line"] for line in json.loads(kept.read_text())] == [claim.line for claim in first]
+    assert grid_design(config) == first
+    two_seeds = load_config(REPO / "experiments.yaml", sets=["grid.seed=[0, 1]"])
+    assert grid_design(two_seeds) != first
+    assert len(list(kept.parent.glob("*.json"))) == 2
+    kept.write_text("{not json")
+    assert grid_design(config) == first
