@@ -632,6 +632,14 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
                               "--format", "json").stdout)  # fmt: skip
     assert [r["verdict"] for r in held] == ["supported", "inconclusive", "supported", "inconclusive", "inconclusive", "untestable", "untestable"]
     assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
+    # --family holm on the report command is the same setting; another value is one line naming the option.
+    flag = json.loads(run_cli("report", "-c", experiment, *sets, "--family", "holm", "--table", "claims", "--format", "json").stdout)
+    assert flag == held
+    wrong = run_cli("report", "-c", experiment, *sets, "--family", "bonferroni", "--table", "claims")
+    assert wrong.exit_code == 2 and wrong.stdout == ""
+    assert wrong.stderr.strip().splitlines() == [
+        "Error: --family bonferroni: expected none (each claim at its own level) or holm (Holm's procedure across claims 2-7)"
+    ]
     # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
     # units are removed, down to two.
     assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal", "1 flip", "1 flip", None, None]
