@@ -12,7 +12,7 @@ each. Evaluation noise is put in points at accuracy 0.5 (``power.evaluation_sd``
 Nothing is read but the configuration. The lines are a pure function of the counts above and
 the analysis code, so they are kept in ``$XDG_CACHE_HOME/matrixrl/design`` (``~/.cache`` by
 default) under a digest of both: a replan reads them instead of importing scipy and
-recomputing (docs/performance.md, "plan").
+recomputing (docs/performance.md, "plan's design lines: kept, not recomputed").
 """
 
 from __future__ import annotations

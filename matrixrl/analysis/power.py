@@ -178,7 +178,8 @@ def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncent
 def _gauss_legendre(points: int):
     """Gauss–Legendre nodes and weights on [−1, 1], as ``numpy.polynomial.legendre.leggauss`` gives them,
     by Newton's method on the Legendre recurrence (O(points²)): leggauss solves a points × points
-    eigenproblem, which took most of a plan's time at 400 points (docs/performance.md)."""
+    eigenproblem, which took most of a plan's time at 400 points (docs/performance.md, "plan's design
+lines: kept, not recomputed")."""
     import numpy as np
 
     x = np.cos(np.pi * (np.arange(points, 0, -1) - 0.25) / (points + 0.5))  # rising, near each root
