@@ -267,11 +267,12 @@ def _print_plan(found, profile: Path | None) -> None:
             "under isolated as under shared); the report shows them under both."
         )
     if found.design:
-        from matrixrl.analysis.design import HEADER
+        from matrixrl.analysis.design import HEADER, family_line
 
         out.print(HEADER, markup=False, soft_wrap=True)
         for claim in found.design:
             out.print(claim.line, markup=False, soft_wrap=True)
+        out.print(family_line(found.config), markup=False, soft_wrap=True)
     out.print(found.disk, markup=False, soft_wrap=True)
     for line in found.memory:
         out.print(line, markup=False, soft_wrap=True)

@@ -187,7 +187,8 @@ def test_plan_says_what_each_grid_can_decide(path: str, lines: list[str], tmp_pa
     printed = shown.stdout.splitlines()
     at = printed.index(HEADER)
     assert printed[at + 1 : at + 8] == lines
-    assert printed[at + 8].startswith("disk at peak: ")
+    assert printed[at + 8] == FAMILY_NONE  # which power holds under Holm (test_plan_says_which_power_holds_under_holm)
+    assert printed[at + 9].startswith("disk at peak: ")
 
 
 def test_a_grid_too_small_for_a_claim_says_no_verdict_is_possible(experiment) -> None:
@@ -286,3 +287,23 @@ def test_plan_keeps_the_design_lines_and_reads_them_back(tmp_path, monkeypatch: 
     assert len(list(kept.parent.glob("*.json"))) == 2
     kept.write_text("{not json")
     assert grid_design(config) == first
+
+
+FAMILY_NONE = ("Each power is its claim's at its own level (analysis.family: none); under Holm across claims 2-7 "
+               "(--family holm) it is the most a claim has: the first decided needs p under 0.83% (5%/6).")  # fmt: skip
+FAMILY_HOLM = ("Under Holm across claims 2-7 (analysis.family: holm) each of these powers is the most a claim has: "
+               "the first claim decided needs p under 0.83% (5%/6), the last under 5%.")  # fmt: skip
+
+
+def test_plan_says_which_power_holds_under_holm(tmp_path) -> None:
+    """Under the claims' lines, plan says at which level they hold: each claim's own, and under Holm
+    across claims 2-7 the most a claim has (docs/report.md quotes the default grid's)."""
+    from conftest import run_cli
+
+    for sets, line in (([], FAMILY_NONE), (["--set", "analysis.family=holm"], FAMILY_HOLM)):
+        result = run_cli("plan", "-c", str(REPO / "experiments.yaml"), "--set", f"results_dir={tmp_path / 'r'}", *sets)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        at = next(i for i, text in enumerate(lines) if text.startswith("claim 7: "))
+        assert lines[at + 1] == line
+    assert f"\n{FAMILY_NONE}\n" in (REPO / "docs" / "report.md").read_text()

@@ -33,6 +33,20 @@ from matrixrl.config import Config
 HEADER = "What the claims table can decide on this grid (at 80% power; docs/report.md, \"What a grid can decide\"):"
 
 
+def family_line(config: Config) -> str:
+    """The line under the claims' lines: which of their powers hold under the family setting
+    (``analysis.family``). Each line is its claim at its own level; Holm's procedure across claims
+    2-7 tests the smallest p at 5%/6 and the largest at 5%, so there each line's power is the most
+    the claim can have."""
+    alpha = 1 - config.analysis.confidence
+    first = f"{100 * alpha / 6:.2g}%"
+    if config.analysis.family == "holm":
+        return (f"Under Holm across claims 2-7 (analysis.family: holm) each of these powers is the most a claim has: "
+                f"the first claim decided needs p under {first} (5%/6), the last under {100 * alpha:.2g}%.")  # fmt: skip
+    return (f"Each power is its claim's at its own level (analysis.family: none); under Holm across claims 2-7 "
+            f"(--family holm) it is the most a claim has: the first decided needs p under {first} (5%/6).")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ClaimDesign:
     """One claim on one grid: ``units`` its test counts, whether a verdict is ``possible``, and the ``line`` plan prints."""
