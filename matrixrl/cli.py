@@ -267,11 +267,12 @@ def _print_plan(found, profile: Path | None) -> None:
             "under isolated as under shared); the report shows them under both."
         )
     if found.design:
-        from matrixrl.analysis.design import HEADER
+        from matrixrl.analysis.design import HEADER, family_line
 
         out.print(HEADER, markup=False, soft_wrap=True)
         for claim in found.design:
             out.print(claim.line, markup=False, soft_wrap=True)
+        out.print(family_line(found.config), markup=False, soft_wrap=True)
     out.print(found.disk, markup=False, soft_wrap=True)
     for line in found.memory:
         out.print(line, markup=False, soft_wrap=True)
@@ -445,6 +446,10 @@ def report(
     wide: Annotated[
         bool, typer.Option("--wide", help="Every column (--columns all); the terminal table stacks them in sections to fit.")
     ] = False,
+    family: Annotated[
+        Optional[str],
+        typer.Option("--family", metavar="none|holm", help="Claims 2-7 each at its own level (none) or under Holm's procedure across them (holm); the same as --set analysis.family=..."),
+    ] = None,
 ):
     """Print a report table: per-cell accuracies and cliffs, seeds, comparisons, diagnostics, claims, cost...
 
@@ -508,14 +513,19 @@ def report(
 
         matrixrl report --table claims --wide
 
+        matrixrl report --table claims --family holm
+
         matrixrl report --html report.html
     """
     from matrixrl.report.columns import printable
     from matrixrl.report.tables import parse_group_by
     from matrixrl.study import Study
 
+    if family is not None and family not in ("none", "holm"):
+        raise ConfigError(f"--family {family}: expected none (each claim at its own level) or holm (Holm's procedure across claims 2-7)")
+    sets = [*(set_ or []), *([f"analysis.family={family}"] if family is not None else [])]
     # study.config is the whole grid: comparisons need their controls even where --only leaves them out.
-    study = Study.load(config, only=only or [], set=set_ or [])
+    study = Study.load(config, only=only or [], set=sets)
     cfg = study.config
     selected = study.selected if only else None
     if against is not None and (html is not None or plots_dir is not None):

@@ -263,7 +263,9 @@ def known_share_by_hand(statistic: float, dfn: int, dfd: int, known: float) -> f
 
 def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float]:
     """Claim 2's figures for gains on voting/orch_workers × arith/pyfunc (in that order), one seed,
-    by least squares on dummy columns (numpy, not statsmodels)."""
+    by least squares on dummy columns (numpy, not statsmodels); the context's p the plug-in's by hand,
+    taken through power.known_share_valid (tests/test_design.py checks that it holds its level)."""
+    from matrixrl.analysis.power import known_share_valid
     from scipy.stats import f
 
     rows = [(w, t, p, g) for p, gains in ((1, isolated), (0, shared)) for (w, t), g in zip(itertools.product((0, 1), (0, 1)), gains)]
@@ -287,7 +289,7 @@ def anova_by_hand(isolated: list[float], shared: list[float]) -> dict[str, float
     # the residual's estimated (3 degrees of freedom), not an F's.
     known = 2 * 0.3 * 0.7 / 1000 / error
     return {
-        "p_context": known_share_by_hand(ss_context / 3 / error, 3, 3, known), "p_policy": f.sf(ss_policy / mse, 1, 3),
+        "p_context": known_share_valid(known_share_by_hand(ss_context / 3 / error, 3, 3, known), 3, 3), "p_policy": f.sf(ss_policy / mse, 1, 3),
         "omega2_context": (ss_context - 3 * error) / (total + error), "omega2_policy": (ss_policy - mse) / (total + error),
     }  # fmt: skip
 
@@ -385,7 +387,10 @@ def test_claim_2s_context_test_weighs_each_context_by_its_own_base(experiment: P
     centre = (w * means).sum() / w.sum()
     statistic = (w * (means - centre) ** 2).sum() / 3
     # The bases' share of each v is known, the residual's estimated on its 11 degrees of freedom.
-    p_context = known_share_by_hand(statistic, 3, 11, float((base / v).mean()))
+    # The plug-in p taken through power.known_share_valid (valid whatever the residual variance).
+    from matrixrl.analysis.power import known_share_valid
+
+    p_context = known_share_valid(known_share_by_hand(statistic, 3, 11, float((base / v).mean())), 3, 11)
     assert two["why"].startswith(f"p context {p_context:.3g}, ")
     error = mse + 4 * base.mean()
     total = float(((y - y.mean()) ** 2).sum())
@@ -614,7 +619,7 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert [r["finding"] for r in rows] == [FINDINGS[n][0] for n in range(1, 8)]
     printed = run_cli("report", "-c", experiment, *sets, "--table", "claims")
     assert printed.exit_code == 0, printed.output
-    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "n_cells", "verdict", "fragility"]
+    assert printed.stdout.splitlines()[1].split() == ["claim", "finding", "evidence", "cells", "verdict", "fragility"]
     assert "Each verdict by its rule, fixed in advance (docs/report.md, claims)" in printed.stdout
     # The footer: the family's rate with nothing there, measured for the grid shapes of docs/report.md only.
     assert (
@@ -627,6 +632,14 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
                               "--format", "json").stdout)  # fmt: skip
     assert [r["verdict"] for r in held] == ["supported", "inconclusive", "supported", "inconclusive", "inconclusive", "untestable", "untestable"]
     assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
+    # --family holm on the report command is the same setting; another value is one line naming the option.
+    flag = json.loads(run_cli("report", "-c", experiment, *sets, "--family", "holm", "--table", "claims", "--format", "json").stdout)
+    assert flag == held
+    wrong = run_cli("report", "-c", experiment, *sets, "--family", "bonferroni", "--table", "claims")
+    assert wrong.exit_code == 2 and wrong.stdout == ""
+    assert wrong.stderr.strip().splitlines() == [
+        "Error: --family bonferroni: expected none (each claim at its own level) or holm (Holm's procedure across claims 2-7)"
+    ]
     # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
     # units are removed, down to two.
     assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal", "1 flip", "1 flip", None, None]

@@ -66,7 +66,9 @@ def test_the_t_and_f_powers_are_scipys_noncentral_distributions() -> None:
                                                            noncentrality), 0, np.inf)[0]  # fmt: skip
 
     for contexts, n, dof, omega2 in ((12, 2, 11, 0.5), (12, 2, 11, 0.71), (18, 6, 89, 0.46), (6, 4, 17, 0.3)):
-        critical = brentq(lambda f: tail(f, contexts, n, dof, 1e-12) - 0.025, 0.01, 50)
+        level = power.known_share_level(contexts - 1, dof, 0.025)  # the plug-in level whose valid p is α/2
+        assert level < 0.025
+        critical = brentq(lambda f: tail(f, contexts, n, dof, 1e-12) - level, 0.01, 50)
         noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
         assert power.context_power(contexts, n, dof, omega2, 0.95) == approx(tail(critical, contexts, n, dof, noncentrality), abs=1e-5)
         # The F's critical value, as the test had it, is higher: the known share made it run under its level.
@@ -95,7 +97,7 @@ def test_rate_needed_is_the_sign_tests_power_over_configurations() -> None:
 DEFAULT = [
     "claim 1: 12 workflow-task-scales, one unit each (seeds and modes share its base): supported if 10 or more "
     "of 12 gain, contradicted if 2 or fewer; 80% power if each gains with probability 0.87 or more",
-    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.57 "
+    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.60 "
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 3.2 points at 512 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
@@ -118,7 +120,7 @@ DEFAULT = [
 LONG_STUDY = [
     "claim 1: 6 workflow-task-scales, one unit each (seeds and modes share its base): supported only if all 6 "
     "gain, contradicted only if none does; 80% power if each gains with probability 0.96 or more",
-    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.61 "
+    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.62 "
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 2.1 points at 1024 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
@@ -143,7 +145,7 @@ LONG_STUDY = [
 PAPER = [
     "claim 1: 18 workflow-task-scales, one unit each (seeds and modes share its base): supported if 14 or more "
     "of 18 gain, contradicted if 4 or fewer; 80% power if each gains with probability 0.82 or more",
-    "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.51 "
+    "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.53 "
     "or more of the gains' variance (evaluation noise alone; Holm); its tasks' evaluations differ (128 and 1000 "
     "trials), which this takes alike: an upper bound (docs/report.md); its policy test (within contexts), 80% "
     "power at a mean gain difference between the modes of 4.9 points at 128 trials and 1.8 points at 1000 trials "
@@ -185,7 +187,8 @@ def test_plan_says_what_each_grid_can_decide(path: str, lines: list[str], tmp_pa
     printed = shown.stdout.splitlines()
     at = printed.index(HEADER)
     assert printed[at + 1 : at + 8] == lines
-    assert printed[at + 8].startswith("disk at peak: ")
+    assert printed[at + 8] == FAMILY_NONE  # which power holds under Holm (test_plan_says_which_power_holds_under_holm)
+    assert printed[at + 9].startswith("disk at peak: ")
 
 
 def test_a_grid_too_small_for_a_claim_says_no_verdict_is_possible(experiment) -> None:
@@ -237,3 +240,70 @@ def test_docs_quote_these_lines() -> None:
     text = (REPO / "docs" / "report.md").read_text()
     for line in [HEADER, *DEFAULT, *LONG_STUDY[:5], *PAPER]:
         assert f"\n{line}\n" in text, line
+
+
+def test_claim_2s_context_p_holds_its_level_whatever_the_residual_variance() -> None:
+    """The context test's statistic over a denominator whose share k is known, the share computed from the
+    estimated residual (12 contexts, 11 residual df, true k 0.2, 3,000 seeded draws): the plug-in p-value
+    (known_share_sf at the computed share) falls under 2.5% in about 3.6% of draws; known_share_p, never
+    below it, in at most 2.5% (3 Monte-Carlo SEs allowed)."""
+    rng = np.random.default_rng(4)
+    dfn, dfd, k, draws = 11, 11.0, 0.2, 3000
+    u2 = rng.chisquare(dfd, draws) / dfd
+    statistic = rng.chisquare(dfn, draws) / dfn / (k + (1 - k) * u2)
+    computed = k / (k + (1 - k) * u2)
+    plug_in = np.array([power.known_share_sf(t, dfn, dfd, c) for t, c in zip(statistic, computed)])
+    valid = np.array([power.known_share_p(t, dfn, dfd, c) for t, c in zip(statistic, computed)])
+    se = math.sqrt(0.025 * 0.975 / draws)
+    assert (valid >= plug_in).all()
+    assert (plug_in < 0.025).mean() > 0.025 + 2 * se
+    assert (valid < 0.025).mean() <= 0.025 + 3 * se
+
+
+def test_the_quadrature_nodes_are_numpys() -> None:
+    """power's Gauss–Legendre nodes (Newton on the recurrence, no eigenproblem) are numpy's leggauss's."""
+    for points in (5, 64, 400):
+        nodes, weights = power._gauss_legendre(points)
+        expected_nodes, expected_weights = np.polynomial.legendre.leggauss(points)
+        assert np.abs(nodes - expected_nodes).max() < 1e-14
+        assert np.abs(weights / expected_weights - 1).max() < 1e-8
+
+
+def test_plan_keeps_the_design_lines_and_reads_them_back(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lines are kept under $XDG_CACHE_HOME/matrixrl/design by a digest of the grid's counts and the
+    analysis code: a replan reads the same lines back (without scipy); another grid gets its own; a
+    damaged file is recomputed."""
+    from matrixrl.analysis.design import grid_design
+    from matrixrl.config import load_config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = load_config(REPO / "experiments.yaml")
+    first = grid_design(config)
+    (kept,) = (tmp_path / "cache" / "matrixrl" / "design").glob("*.json")
+    assert [line["line"] for line in json.loads(kept.read_text())] == [claim.line for claim in first]
+    assert grid_design(config) == first
+    two_seeds = load_config(REPO / "experiments.yaml", sets=["grid.seed=[0, 1]"])
+    assert grid_design(two_seeds) != first
+    assert len(list(kept.parent.glob("*.json"))) == 2
+    kept.write_text("{not json")
+    assert grid_design(config) == first
+
+
+FAMILY_NONE = ("Each power is its claim's at its own level (analysis.family: none); under Holm across claims 2-7 "
+               "(--family holm) it is the most a claim has: the first decided needs p under 0.83% (5%/6).")  # fmt: skip
+FAMILY_HOLM = ("Under Holm across claims 2-7 (analysis.family: holm) each of these powers is the most a claim has: "
+               "the first claim decided needs p under 0.83% (5%/6), the last under 5%.")  # fmt: skip
+
+
+def test_plan_says_which_power_holds_under_holm(tmp_path) -> None:
+    """Under the claims' lines, plan says at which level they hold: each claim's own, and under Holm
+    across claims 2-7 the most a claim has (docs/report.md quotes the default grid's)."""
+    from conftest import run_cli
+
+    for sets, line in (([], FAMILY_NONE), (["--set", "analysis.family=holm"], FAMILY_HOLM)):
+        result = run_cli("plan", "-c", str(REPO / "experiments.yaml"), "--set", f"results_dir={tmp_path / 'r'}", *sets)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        at = next(i for i, text in enumerate(lines) if text.startswith("claim 7: "))
+        assert lines[at + 1] == line
+    assert f"\n{FAMILY_NONE}\n" in (REPO / "docs" / "report.md").read_text()

@@ -137,6 +137,8 @@ def joined_text(name: str, record: dict) -> str:
         return f"{record['peak']:.3f}@{record['peak_step']}"
     if name == "cliff@onset":
         return f"yes@{record['cliff_onset']}" if record["cliff"] else "no"
+    if name == "cells":
+        return str(record["n_cells"])
     stem = name.removesuffix("±ci")
     if f"{stem}_lo" not in record:  # X_mean or X_diff, with X_lo and X_hi (memory's X_diff has X_diff_lo)
         stem = stem.removesuffix("_diff")
@@ -181,7 +183,7 @@ DEFAULT_COLUMNS = {
     "diagnostics": ["dominant_role", "dominant_share", "amplified_role", "amplification_mean", "logp_gap_max"],
     "mechanism": ["cliff@onset", "signal", "change", "rise_step", "lead", "verdict"],
     "memory": ["base", "peak@step", "base_diff±ci", "peak_diff±ci", "peak_tokens"],  # tests/test_memory_report.py
-    "claims": ["finding", "evidence", "n_cells", "verdict", "fragility"],
+    "claims": ["finding", "evidence", "cells", "verdict", "fragility"],
 }
 
 
@@ -299,3 +301,16 @@ def test_columns_user_errors(one_seed) -> None:
         run_cli("report", "-c", experiment, "--table", "seeds", "--columns", "gain_maen"),
         "--columns gain_maen: the seeds table has no such column; did you mean gain_mean?",
     )
+
+
+def test_the_claims_tables_headers_never_wrap(one_seed) -> None:
+    """At 100 columns the claims table's default header is one line of whole names: its count is
+    ``cells`` (``n_cells`` in csv and json), never "n_" over "cells" (docs/report.md's tables)."""
+    config, _ = one_seed
+    frame = build_tables(store_path(config.results_dir), config)["claims"]
+    lines = printed("claims", frame).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["claim"])
+    assert lines[header].split() == ["claim", "finding", "evidence", "cells", "verdict", "fragility"]
+    assert lines[header + 1].lstrip().startswith("─")  # the rule right under it: no second header line
+    assert "n_" not in "\n".join(lines[: header + 1])
+    assert json.loads(render(frame.drop(columns="cell", errors="ignore"), "json"))[0]["n_cells"] > 0

@@ -42,7 +42,7 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MOST_UNITS, context_seeds_needed, known_share_sf, sign_threshold, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_p, sign_threshold, sign_units_needed, t_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
@@ -350,10 +350,13 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
     residual holds) plus the residual variance over its n_c cells. The statistic
     W = Σ (m_c − m̄)²/V_c (m̄ the weighted mean) over C contexts is compared, as W/(C − 1),
     with its null distribution when a share k (the mean of s_c²/V_c) of each V_c is known and
-    only the rest estimated on the residual's degrees of freedom (:func:`known_share_sf`).
-    Compared with F(C − 1, df_resid), as it was, the test took the known share as estimated
-    and ran at 0.03% (default grid) to 1.2% (the paper's, 3 seeds) against its 2.5% at
-    Holm's first step (docs/report.md, "How often the rules err").
+    only the rest estimated on the residual's degrees of freedom (:func:`known_share_sf`), at
+    the share computed from the estimated residual variance; that plug-in p-value is taken
+    through the largest chance, over every true share, that it comes out so small
+    (:func:`known_share_p`), since the plug-in alone ran over its level. Compared with
+    F(C − 1, df_resid), as it was, the test took the known share as estimated and ran at
+    0.03% (default grid) to 1.2% (the paper's, 3 seeds) against its 2.5% at Holm's first
+    step (docs/report.md, "How often the rules err").
     **Policy's test** compares within contexts, where the base cancels: the nested F-test of
     the model against the context alone (least squares in numpy; statsmodels' Type II table
     only for the η², with ``describe``).
@@ -402,7 +405,7 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
     if test is None:
         return None
     statistic, df_context, harmonic_variance, known = test
-    out["p_context"] = known_share_sf(statistic, df_context, df_resid, known)
+    out["p_context"] = known_share_p(statistic, df_context, df_resid, known)
     # n̄·V_h·W is the context's sum of squares as the test weighs the contexts (see the docstring).
     out["omega2_context"] = df_context * cells_per_context * harmonic_variance * (statistic - 1) / (total + error)
     if describe:

@@ -20,14 +20,17 @@ wrong to right is no evidence of a gain). So every z below is a finite number.
   sqrt(se_a^2 + se_base^2) (how far beyond evaluation noise; the peak is the best of
   several checkpoints, so its z is biased upwards).
 - Terminal cliff: training raised accuracy, then the run fell far below that peak
-  and did not recover. A cell has a cliff iff all of
-    0. the peak is a real rise however many readings it was picked from:
-       ``peak_step`` > 0 and ``peak_gain_z >= peak_threshold(m, noise_se)``, the
-       one-sided level of ``noise_se`` SEs shared out over the m checkpoints after
-       the base (Bonferroni; ``noise_se`` itself for m = 1);
+  and did not recover. Rise and fall are read over windows of ``w = rise_window(m)``
+  adjacent readings, m the checkpoints after the base (1 below 9, so 4 or fewer act
+  on single readings; 4 on the paper's 50), so that neither is one lucky or unlucky
+  reading. A cell has a cliff iff all of
+    0. the rise is real however many readings it was picked from: ``peak_step`` > 0,
+       and the best window of w readings after the opening (the base and the w - 1
+       readings after it) exceeds the opening's mean by ``peak_threshold(M, noise_se)``
+       standard errors of the difference, M the number of such windows (Bonferroni);
     1. final <= peak - delta;
-    2. peak - final > noise_se * se, with the standard error of the difference
-       se = sqrt(se_peak^2 + se_final^2);
+    2. the best window's mean exceeds the mean of the last w readings by more than
+       ``noise_se`` standard errors of the difference;
     3. some checkpoint after the peak starts a run of checkpoints, lasting to
        the end, that are all <= peak - delta, and the run holds the last two
        checkpoints (the last one where only one follows the peak): one low
@@ -121,6 +124,34 @@ FALL_READINGS = 2
 """A terminal fall holds this many last checkpoints (fewer where fewer follow the peak)."""
 
 
+
+
+def rise_window(readings: int) -> int:
+    """How many adjacent readings a cliff's rise and fall are averaged over, on a schedule of
+    ``readings`` checkpoints after the base: (isqrt(readings) + 1) // 2, at least 1. One reading
+    below 9 (the default study's 4), 2 from 9 to 24 (the long study's 15), 4 from 49 to 80 (the
+    paper's 50): the window's SE shrinks by its square root while it stays short against the run."""
+    return max(1, (math.isqrt(max(readings, 0)) + 1) // 2)
+
+
+def _rise_and_fall(acc: np.ndarray, var: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per row of ``acc`` (cells × checkpoints, base first) and its squared SEs ``var``: the z of the
+    best window of ``w`` readings after the opening over the opening (the first ``w`` readings), the
+    z of that window over the last ``w`` readings, and the number of windows it was picked from
+    (z = -inf for both where there is none). The one implementation both summaries use."""
+    cells, k = acc.shape
+    if k < 2 * w:
+        return np.full(cells, -np.inf), np.full(cells, -np.inf), 0
+    view = np.lib.stride_tricks.sliding_window_view
+    means = view(acc[:, w:], w, axis=1).sum(axis=2) / w
+    variances = view(var[:, w:], w, axis=1).sum(axis=2) / (w * w)
+    best = means.argmax(axis=1)  # the first best window on ties
+    rows = np.arange(cells)
+    mean, variance = means[rows, best], variances[rows, best]
+    opening, opening_var = acc[:, :w].sum(axis=1) / w, var[:, :w].sum(axis=1) / (w * w)
+    tail, tail_var = acc[:, k - w :].sum(axis=1) / w, var[:, k - w :].sum(axis=1) / (w * w)
+    return (mean - opening) / np.sqrt(variance + opening_var), (mean - tail) / np.sqrt(variance + tail_var), means.shape[1]
+
 def _z(difference: float, se: float) -> float:
     return difference / se  # se > 0: each checkpoint's is at least 1/n (the module docstring)
 
@@ -189,10 +220,13 @@ def summarize_curve(
     drop = peak - final
     se_drop = math.hypot(error(peak_i), error(last))
     peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
+    ses = np.array([error(i) for i in range(len(acc))])
+    rises, falls, windows = _rise_and_fall(np.array([acc]), np.array([ses * ses]), rise_window(last))
+    rise_z, fall_z = float(rises[0]), float(falls[0])
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and peak_gain_z >= peak_threshold(last, noise)
+    real_peak = peak_i > 0 and rise_z >= peak_threshold(windows, noise)
     held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
-    cliff = real_peak and held > 0 and drop > noise * se_drop and onset_i <= last - held + 1
+    cliff = real_peak and held > 0 and fall_z > noise and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
     gain_z = _z(final - base, math.hypot(error(last), error(0)))
     collapse = not cliff and final <= base - analysis.cliff_delta + _TOL and -gain_z > noise
@@ -248,9 +282,10 @@ def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndar
     drop = peak - final
     se_drop = np.hypot(se[rows, peak_i], se[:, last])
     peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
-    real_peak = (peak_i > 0) & (peak_gain_z >= peak_threshold(last, noise))
+    rise_z, fall_z, windows = _rise_and_fall(acc, se * se, rise_window(last))
+    real_peak = (peak_i > 0) & (rise_z >= peak_threshold(windows, noise))
     held = np.minimum(FALL_READINGS, last - peak_i)
-    cliff = real_peak & (held > 0) & (drop > noise * se_drop) & (onset_i <= last - held + 1)
+    cliff = real_peak & (held > 0) & (fall_z > noise) & (onset_i <= last - held + 1)
     drop_z = drop / se_drop
     gain_z = (final - base) / np.hypot(se[:, last], se[:, 0])
     collapse = ~cliff & (final <= base - analysis.cliff_delta + _TOL) & (-gain_z > noise)

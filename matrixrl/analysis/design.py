@@ -9,13 +9,20 @@ both modes (extra-axis values included) for claim 3, and per base evaluation for
 4–5; configurations of cells with a gradient signal for claims 6 and 7, compared within
 each. Evaluation noise is put in points at accuracy 0.5 (``power.evaluation_sd``); claims
 4 and 6–7 are also given at realistic rates (``power.SHARED_CLIFFS``, ``power.CALM_RISES``).
-Nothing is read but the configuration.
+Nothing is read but the configuration. The lines are a pure function of the counts above and
+the analysis code, so they are kept in ``$XDG_CACHE_HOME/matrixrl/design`` (``~/.cache`` by
+default) under a digest of both: a replan reads them instead of importing scipy and
+recomputing (docs/performance.md, "plan's design lines: kept, not recomputed").
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from matrixrl.analysis.power import (
     CALM_RISES, DRAWS, PRECEDES, SHARED_CLIFFS, cliff_rate_needed, context_omega2_needed, evaluation_sd, fewest_unanimous,
@@ -24,6 +31,20 @@ from matrixrl.analysis.power import (
 from matrixrl.config import Config
 
 HEADER = "What the claims table can decide on this grid (at 80% power; docs/report.md, \"What a grid can decide\"):"
+
+
+def family_line(config: Config) -> str:
+    """The line under the claims' lines: which of their powers hold under the family setting
+    (``analysis.family``). Each line is its claim at its own level; Holm's procedure across claims
+    2-7 tests the smallest p at 5%/6 and the largest at 5%, so there each line's power is the most
+    the claim can have."""
+    alpha = 1 - config.analysis.confidence
+    first = f"{100 * alpha / 6:.2g}%"
+    if config.analysis.family == "holm":
+        return (f"Under Holm across claims 2-7 (analysis.family: holm) each of these powers is the most a claim has: "
+                f"the first claim decided needs p under {first} (5%/6), the last under {100 * alpha:.2g}%.")  # fmt: skip
+    return (f"Each power is its claim's at its own level (analysis.family: none); under Holm across claims 2-7 "
+            f"(--family holm) it is the most a claim has: the first decided needs p under {first} (5%/6).")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -62,7 +83,18 @@ def grid_design(config: Config) -> list[ClaimDesign]:
             common = len(seeds["isolated"] & seeds["shared"])
             if common:
                 by_base[(workflow, task, scale)] = min(by_base.get((workflow, task, scale), 99), common)
-    return [
+    inputs = {
+        "cells": len(cells), "contexts": sorted([list(k), n] for k, n in contexts.items()), "modes": sorted(modes),
+        "trials": trials, "confidence": confidence, "paired": paired, "by_base": list(by_base.values()),
+        "amplified": sorted([[str(x) for x in k], n] for k, n in amplified.items()),
+        "shared": sorted([[str(x) for x in k], n] for k, n in shared.items()), "parallel": parallel,
+    }  # fmt: skip
+    path = _cache_path(inputs)
+    try:
+        return [ClaimDesign(**line) for line in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    lines = [
         _gain(len(contexts), confidence),
         _context(cells, contexts, modes, trials, confidence),
         _peaks(paired, trials, confidence),
@@ -71,6 +103,24 @@ def grid_design(config: Config) -> list[ClaimDesign]:
         _mechanism(6, amplified, "isolated", "an amplification", f" ({', '.join(parallel)})" if parallel else "", confidence),
         _mechanism(7, shared, "shared", "a share", "", confidence),
     ]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps([asdict(line) for line in lines]))
+        temporary.replace(path)
+    except OSError:  # a read-only home: the lines, uncached
+        pass
+    return lines
+
+
+def _cache_path(inputs: dict) -> Path:
+    """Where the lines for ``inputs`` are kept: named by a digest of them and of the analysis code's
+    source (a change to any rule or closed form makes new lines)."""
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "matrixrl" / "design" / f"{digest.hexdigest()[:32]}.json"
 
 
 def _parallel(workflow) -> tuple[str, ...]:

@@ -175,6 +175,31 @@ def known_share_sf(statistic: float, dfn: int, dfd: float, known: float, noncent
 
 
 @functools.cache
+def _gauss_legendre(points: int):
+    """Gauss–Legendre nodes and weights on [−1, 1], as ``numpy.polynomial.legendre.leggauss`` gives them,
+    by Newton's method on the Legendre recurrence (O(points²)): leggauss solves a points × points
+    eigenproblem, which took most of a plan's time at 400 points (docs/performance.md, "plan's design
+lines: kept, not recomputed")."""
+    import numpy as np
+
+    x = np.cos(np.pi * (np.arange(points, 0, -1) - 0.25) / (points + 0.5))  # rising, near each root
+    for _ in range(100):
+        previous, current = np.ones_like(x), x.copy()
+        for order in range(2, points + 1):
+            previous, current = current, ((2 * order - 1) * x * current - (order - 1) * previous) / order
+        derivative = points * (x * current - previous) / (x * x - 1)
+        step = current / derivative
+        x = x - step
+        if np.abs(step).max() < 1e-15:
+            break
+    previous, current = np.ones_like(x), x.copy()
+    for order in range(2, points + 1):
+        previous, current = current, ((2 * order - 1) * x * current - (order - 1) * previous) / order
+    derivative = points * (x * current - previous) / (x * x - 1)
+    return x, 2 / ((1 - x * x) * derivative * derivative)
+
+
+@functools.cache
 def _legendre_nodes(dfd: float):
     """``(√x, weight)`` with Σ weight·g(x) ≈ E[g(χ²_dfd)]: Gauss–Legendre (400 points) in y = √x over
     the χ²'s mass, the density times dx/dy = 2y folded into the weights."""
@@ -183,11 +208,73 @@ def _legendre_nodes(dfd: float):
 
     spread = 40 * math.sqrt(2 * dfd)
     lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 40)
-    nodes, weights = np.polynomial.legendre.leggauss(400)
+    nodes, weights = _gauss_legendre(400)
     y = lo + (hi - lo) * (nodes + 1) / 2
     half = dfd / 2
     log_density = (half - 1) * np.log(y * y) - y * y / 2 - half * math.log(2) - float(gammaln(half))
     return y, weights * (hi - lo) / 2 * np.exp(log_density) * 2 * y
+
+
+@functools.cache
+def _share_table(dfn: int, dfd: float):
+    """``(log π grid, log g(π))`` of :func:`known_share_p`: g(π) = max over the true known share k of
+    P_k(the plug-in p-value ≤ π). Tables of the plug-in statistic's tail on grids of the share and the
+    statistic (64 Gauss–Legendre nodes in √u² over ±12 SDs of the residual's χ²), interpolated."""
+    import numpy as np
+    from scipy.special import chdtrc, gammaln
+
+    nodes, weights = _gauss_legendre(64)
+    spread = 12 * math.sqrt(2 * dfd)
+    lo, hi = math.sqrt(max(0.0, dfd - spread)), math.sqrt(dfd + spread + 12)
+    y = lo + (hi - lo) * (nodes + 1) / 2
+    half = dfd / 2
+    w = weights * (hi - lo) / 2 * np.exp((half - 1) * np.log(y * y) - y * y / 2 - half * math.log(2) - float(gammaln(half))) * 2 * y
+    w = w / w.sum()
+    u2 = y * y / dfd
+    shares = np.linspace(0.0, 1.0, 26)
+    # The plug-in tail sf(t; κ) on a log grid of t, per share κ: shares × t.
+    t = np.exp(np.linspace(math.log(1e-3), math.log(400.0), 240))
+    denominator = shares[:, None, None] + (1 - shares[:, None, None]) * u2[None, None, :]
+    tail = (chdtrc(dfn, dfn * t[None, :, None] * denominator) * w).sum(axis=2)  # shares × t, falling in t
+    levels = np.exp(np.linspace(math.log(1e-6), 0.0, 49))
+    # c(κ, π): the plug-in critical value, log-interpolated on each share's tail (np.interp wants it rising).
+    log_c = np.array([np.interp(-np.log(levels), -np.log(np.maximum(row, 1e-300)), np.log(t)) for row in tail])
+    sizes = []
+    for k in shares[1:-1]:  # at k = 0 (the F) and 1 (the χ²) the plug-in share is the true one: size π
+        fitted = k / (k + (1 - k) * u2)  # the share the test computes where the residual's is u2
+        at = np.array([np.interp(fitted, shares, log_c[:, i]) for i in range(len(levels))])  # levels × nodes
+        sizes.append((chdtrc(dfn, dfn * np.exp(at) * (k + (1 - k) * u2)[None, :]) * w).sum(axis=1))
+    worst = np.maximum(np.max(sizes, axis=0), levels)
+    return np.log(levels), np.log(np.maximum.accumulate(worst))
+
+
+def known_share_p(statistic: float, dfn: int, dfd: float, known: float) -> float:
+    """Claim 2's context p-value, valid whatever the residual variance: the plug-in p-value
+    (:func:`known_share_sf` at the share ``known`` computed from the estimated residual variance),
+    taken through g(π), the largest chance, over every true share, that the plug-in p-value is at most
+    π (:func:`known_share_valid`). The plug-in alone ran over its level (its share rises as the
+    residual variance is underestimated, thinning the tail it reads); docs/design.md, claim 2."""
+    return known_share_valid(known_share_sf(statistic, dfn, dfd, known), dfn, dfd)
+
+
+def known_share_valid(plug_in: float, dfn: int, dfd: float) -> float:
+    """g(``plug_in``) of :func:`known_share_p`: never below ``plug_in``."""
+    import numpy as np
+
+    if plug_in <= 0:
+        return 0.0
+    log_levels, log_worst = _share_table(int(dfn), float(dfd))
+    if math.log(plug_in) < log_levels[0]:
+        return float(min(1.0, plug_in * math.exp(log_worst[0] - log_levels[0])))
+    return float(min(1.0, math.exp(np.interp(math.log(plug_in), log_levels, log_worst))))
+
+
+def known_share_level(dfn: int, dfd: float, alpha: float) -> float:
+    """The plug-in level at which :func:`known_share_p` reaches ``alpha`` (g⁻¹(α))."""
+    import numpy as np
+
+    log_levels, log_worst = _share_table(int(dfn), float(dfd))
+    return float(math.exp(np.interp(math.log(alpha), log_worst, log_levels)))
 
 
 @functools.cache
@@ -238,8 +325,8 @@ def context_power(contexts: int, cells_per_context: float, residual_dof: int, om
     by its variance s_b² + MSE/n̄, the base's s_b² known (its SE) and only the MSE estimated
     (the residual's degrees of freedom), so its statistic is χ'²_{C−1}(λ)/(C − 1) over
     (n̄ + u²)/(n̄ + 1), u² ~ χ²_df/df, not over u² as an F's is: with two cells a context
-    two thirds of the denominator is known. Its critical value is that statistic's own at α/2
-    (:func:`known_share_critical`), as the test's is; docs/report.md ("What a grid can
+    two thirds of the denominator is known. Its critical value is that statistic's own at the
+    plug-in level whose :func:`known_share_p` is α/2 (:func:`known_share_level`), as the test's is; docs/report.md ("What a grid can
     decide") has the simulated power at the line's ω²."""
     if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
         return 0.0
@@ -247,7 +334,7 @@ def context_power(contexts: int, cells_per_context: float, residual_dof: int, om
     dfn, dfd = contexts - 1, residual_dof
     noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
     known = n / (1 + n)
-    critical = known_share_critical(dfn, float(dfd), known, _alpha(confidence) / 2)
+    critical = known_share_critical(dfn, float(dfd), known, known_share_level(dfn, float(dfd), _alpha(confidence) / 2))
     return known_share_sf(critical, dfn, float(dfd), known, noncentrality)
 
 

@@ -109,7 +109,7 @@ TABLES: Registry = Registry(
             # The answer: each finding of the study tested on these cells (first on the HTML page).
             Table(
                 "claims", "claims: the findings tested", "each finding of the study: its test, evidence and verdict",
-                "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "n_cells", "verdict", "fragility"),
+                "matrixrl.analysis.claims:claims_table", ("finding", "evidence", "cells", "verdict", "fragility"),
                 per_cell=False, first=True, row_axes=(),
             ),
             # Built from the store's job_costs and the base models' result files (from_store.cost_frame);

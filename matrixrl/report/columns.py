@@ -1,7 +1,8 @@
 """Which columns a report table shows: a short default that answers its question, all on request.
 
 The axes come first. Reading formats show the default columns and join some
-(``peak@step``, ``cliff@onset``, ``X±ci``); in ``csv`` and ``json`` a joined name stands for
+(``peak@step``, ``cliff@onset``, ``X±ci``; ``cells``, the claims' ``n_cells`` under a header
+that never wraps); in ``csv`` and ``json`` a joined name stands for
 its parts. docs/report.md, "Which columns".
 """
 
@@ -57,6 +58,8 @@ def joined_columns(columns: Sequence[str]) -> dict[str, Joined]:
         joined.append(Joined("peak@step", ("peak", "peak_step"), _at))
     if {"cliff", "cliff_onset"} <= present:
         joined.append(Joined("cliff@onset", ("cliff", "cliff_onset"), _cliff))
+    if "n_cells" in present:  # the claims table's count under a header that does not wrap into "n_" over "cells"
+        joined.append(Joined("cells", ("n_cells",), cell_text))
     for column in columns:
         for suffix, name in (("_mean", column.removesuffix("_mean")), ("_diff", column)):
             stem = column.removesuffix(suffix)
