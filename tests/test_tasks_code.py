@@ -255,11 +255,7 @@ def test_classes_of_the_prompt_cross_as_data_and_an_always_equal_answer_fails(tm
                   "assert latest([Pair(1, 2)]).b == math.pow(2, 1)"],
         "entry_point": "latest",
     }
-    double = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
-    data = tmp_path / "pairs.jsonl"
-    data.write_text(json.dumps(record) + "\n" + json.dumps(double) + "\n")
-    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
-    problem = next(p for p in task._split[0] + task._split[1] if "latest" in p.question)
+    task, problem = _task_of_pairs(tmp_path, record)
     assert task.score(problem, "    return max(pairs, key=lambda p: p.b)\n") == 1.0
     assert task.score(problem, "    return pairs[0]\n") == 0.0
     redefined = "class Pair:\n    def __eq__(self, other): return True\ndef latest(pairs):\n    return Pair()\n"
@@ -267,16 +263,22 @@ def test_classes_of_the_prompt_cross_as_data_and_an_always_equal_answer_fails(tm
         assert task.score(problem, hack) == 0.0
 
 
+def _task_of_pairs(tmp_path: Path, record: dict):
+    """A code_generic task of ``record`` (its entry point ``latest``) and a plain second record,
+    read from a file; the task and ``latest``'s problem."""
+    double = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(record) + "\n" + json.dumps(double) + "\n")
+    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
+    return task, next(p for p in task._split[0] + task._split[1] if "latest" in p.question)
+
+
 def test_classes_the_tests_define_are_the_answers_too(tmp_path: Path) -> None:
     """Tests that define and build their own class: the answer's side gets the same class,
     so its objects cross both ways, and an answer that redefines it still fails."""
     tests = PAIR + "\nassert latest([Pair(5, 24), Pair(27, 40)]) == Pair(27, 40)\n"
     record = {"prompt": "Write latest(pairs): the Pair that ends last.", "tests": tests, "entry_point": "latest"}
-    double = {"prompt": "Write a function double(x).", "tests": ["assert double(2) == 4"], "entry_point": "double"}
-    data = tmp_path / "pairs.jsonl"
-    data.write_text(json.dumps(record) + "\n" + json.dumps(double) + "\n")
-    task = build_task("code", CodeSettings(kind="code_generic", path=str(data), n_eval=1, timeout_s=3))
-    problem = next(p for p in task._split[0] + task._split[1] if "latest" in p.question)
+    task, problem = _task_of_pairs(tmp_path, record)
     assert task.score(problem, "def latest(pairs):\n    return max(pairs, key=lambda p: p.b)\n") == 1.0
     redefined = "class Pair:\n    def __eq__(self, other): return True\ndef latest(pairs):\n    return Pair()\n"
     assert task.score(problem, redefined) == 0.0
