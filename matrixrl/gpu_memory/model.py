@@ -92,13 +92,14 @@ class JobModel:
 
     def inference_copy(self) -> int:
         """The decode engine's copy of the weights its graph reads, in the compute dtype (CUDA only):
-        a full fine-tune's linear and output layers; LoRA's adapted projections with the role's
-        adapter merged in (none when adapters stay unmerged); none for a frozen model."""
+        a full fine-tune's linear and output layers; under LoRA all seven projections, the adapted
+        ones with the role's adapter merged in, as ``engine_plan.copy_bytes`` (none when adapters stay
+        unmerged); none for a frozen model."""
         if self.device != "cuda" or self.adapter == "frozen" or (self.adapter == "lora" and not self.merged):
             return 0
         if self.full:
             return self.compute * self.matmul_parameters
-        return self.compute * self.shape.layers * sum(i * o for name, (i, o) in self.shape.linears.items() if name in self.targets)
+        return self.compute * self.shape.layers * sum(i * o for i, o in self.shape.linears.values())
 
     def largest_trained_tensor(self) -> int:
         if self.full:
