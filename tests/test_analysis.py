@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from matrixrl.analysis.curves import CurveSummary, peak_threshold, summarize_cells, summarize_curve
+from matrixrl.analysis.curves import CurveSummary, rise_threshold, summarize_cells, summarize_curve
 from matrixrl.config import Analysis
 
 RULE = Analysis()  # cliff_delta=0.10, cliff_noise_se=2.0, final_tail_k=3
@@ -71,10 +71,11 @@ def test_a_cliff_follows_a_real_peak_and_a_fall_from_the_base_without_one_is_a_c
     assert (fell.cliff, fell.cliff_onset, fell.pre_onset, fell.signature) == (False, None, None, "collapse")
     # A peak after step 0 within noise (1.4 SEs) is no real peak: the same fall is a collapse.
     assert summarize_curve([0, 10, 20], [0.3, 0.34, 0.2], 1000, RULE, se).signature == "collapse"
-    # The real peak's edge: picked from 2 readings, a peak must reach 2.28 SEs (2 SEs' one-sided level,
-    # 2.3%, shared by the two). A rise of 2.2 SEs then a fall to 6 points under the base (11 from the
-    # peak; too little for a collapse) is a decline; a rise of 2.35 SEs and the same fall, a cliff.
-    assert peak_threshold(2, 2.0) == approx(2.2776, abs=1e-4)
+    # The real peak's edge: picked from 2 readings, a peak must reach 2.25 SEs over the base (the quantile
+    # of the better of two noise readings at 2 SEs' one-sided level, 2.3%). A rise of 2.2 SEs then a fall
+    # to 6 points under the base (11 from the peak; too little for a collapse) is a decline; a rise of
+    # 2.35 SEs and the same fall, a cliff.
+    assert rise_threshold(2, 1, 2.0) == approx(2.2498, abs=0.01)
     short = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.2 * noise, 0.24], 1000, RULE, se)
     assert (short.cliff, short.signature, short.drop_z > 2) == (False, "decline", True)
     real = summarize_curve([0, 10, 20], [0.3, 0.3 + 2.35 * noise, 0.24], 1000, RULE, se)
@@ -89,18 +90,34 @@ def test_a_cliff_follows_a_real_peak_and_a_fall_from_the_base_without_one_is_a_c
     assert summarize_curve([0, 10, 20], [0.3, 0.31, 0.2], 1000, bare).signature == "cliff"
 
 
+def test_rise_threshold_is_the_quantile_of_the_best_of_flat_noise() -> None:
+    """For single readings the threshold has a closed form, P(max of M readings - base > c SEs) =
+    E_u[1 - Phi(u + c sqrt 2)^M]: the simulated quantile matches it (to its Monte-Carlo error)."""
+    from scipy import integrate, optimize, stats
+
+    for m in (1, 2, 4, 9):
+        def level(c: float, m: int = m) -> float:
+            inner = lambda u: stats.norm.pdf(u) * (1 - stats.norm.cdf(u + c * math.sqrt(2)) ** m)  # noqa: E731
+            return integrate.quad(inner, -10, 10)[0] - stats.norm.cdf(-2)
+
+        assert rise_threshold(m, 1, 2.0) == approx(optimize.brentq(level, 0, 5), abs=0.015)
+    assert rise_threshold(47, 4, 0.0) == 0.0 and rise_threshold(0, 4, 2.0) == math.inf
+    # More windows to pick from, a higher bar; longer windows, less noise to pick.
+    assert rise_threshold(4, 1, 2.0) < rise_threshold(47, 1, 2.0)
+    assert rise_threshold(47, 4, 2.0) < rise_threshold(47, 1, 2.0)
+
+
 def test_a_peak_picked_from_many_readings_must_rise_further() -> None:
     """On the paper's schedule (50 readings after the base) the rise is read over windows of 4 adjacent
-    readings against the opening 4 (the base and the 3 after it), at the Bonferroni level of 2 SEs over
-    the 44 windows it is picked from: one high reading is no rise however high (docs/design.md §4)."""
+    readings against the base reading, at the threshold for the best of the 47 windows (2.78 SEs): one
+    high reading is no rise however high, and a dip after the base is no reference (docs/design.md §4)."""
     from matrixrl.analysis.curves import rise_window
 
     assert [rise_window(m) for m in (0, 1, 4, 8, 9, 15, 24, 25, 48, 49, 50)] == [1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4]
-    assert peak_threshold(1, 2.0) == 2.0 and peak_threshold(50, 0.0) == 0.0
-    assert peak_threshold(44, 2.0) == approx(3.2811, abs=1e-4)
+    assert rise_threshold(47, 4, 2.0) == approx(2.78, abs=0.02)
     steps = list(range(0, 510, 10))
     se = [0.02] * 51
-    window = 0.02 * math.sqrt(2 / 4)  # SE of the difference of two means of 4 readings
+    over_base = 0.02 * math.sqrt(1 + 1 / 4)  # SE of a mean of 4 readings minus the base reading
     fallen = [0.5] * 41 + [0.38] * 10  # flat, then the last ten 12 points down
     # One reading 5 SEs of a single difference high at step 200 (a cliff by a rule of single readings):
     # no rise, so the fall from the base is a collapse.
@@ -108,17 +125,18 @@ def test_a_peak_picked_from_many_readings_must_rise_further() -> None:
     spike[20] = 0.5 + 5 * 0.02 * math.sqrt(2)
     summary = summarize_curve(steps, spike, 1000, RULE, se)
     assert (summary.peak_step, summary.cliff, summary.signature) == (200, False, "collapse")
-    # Four adjacent readings (steps 170-200) 3.5 window SEs up: a cliff, its onset the first of the last ten.
-    risen = [*fallen[:17], *[0.5 + 3.5 * window] * 4, *fallen[21:]]
+    # Four adjacent readings (steps 170-200) 3 SEs over the base: a cliff, its onset the first of the last ten.
+    risen = [*fallen[:17], *[0.5 + 3.0 * over_base] * 4, *fallen[21:]]
     summary = summarize_curve(steps, risen, 1000, RULE, se)
     assert (summary.cliff, summary.cliff_onset, summary.pre_onset, summary.peak_step) == (True, 410, 400, 170)
-    # The same four only 3.1 window SEs up (under 3.28): no real rise.
-    short = [*fallen[:17], *[0.5 + 3.1 * window] * 4, *fallen[21:]]
+    # The same four only 2.6 SEs up (under 2.78): no real rise.
+    short = [*fallen[:17], *[0.5 + 2.6 * over_base] * 4, *fallen[21:]]
     assert summarize_curve(steps, short, 1000, RULE, se).cliff is False
-    # A rise in the opening itself is measured against it: the same four at steps 10-40 are no rise.
-    early = [0.5, *[0.5 + 3.5 * window] * 4, *fallen[5:]]
-    assert summarize_curve(steps, early, 1000, RULE, se).cliff is False
-    # Five readings (the default study's): single readings, the threshold that of four (2.50 SEs).
+    # A dip right after the base, back to it, then the fall: never above the base, so no rise (the
+    # windowed rule of issue 51 measured against the opening, which the dip lowered, and called it a cliff).
+    dipped = [0.5, *[0.3] * 5, *fallen[6:]]
+    assert summarize_curve(steps, dipped, 1000, RULE, se).signature == "collapse"
+    # Five readings (the default study's): single readings against the base, the threshold that of four (2.48 SEs).
     noise = 0.02 * math.sqrt(2)
     assert summarize_curve([0, 1, 2, 3, 4], [0.3, 0.3 + 2.4 * noise, 0.3, 0.2, 0.2], 1000, RULE, se[:5]).cliff is False
     assert summarize_curve([0, 1, 2, 3, 4], [0.3, 0.3 + 2.6 * noise, 0.3, 0.2, 0.2], 1000, RULE, se[:5]).cliff is True

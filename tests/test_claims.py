@@ -20,7 +20,7 @@ from test_report_tables import FELL, MECHANISM, NO_CLIFF, CLIFF_AT_40, amplifica
 
 from conftest import run_cli
 from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson, share_difference
-from matrixrl.analysis.power import sign_power, t_power, t_units_needed
+from matrixrl.analysis.power import sign_power, t_power, peak_units_needed
 from matrixrl.config import load_config
 from matrixrl.grid import Cell
 from matrixrl.report import TABLES
@@ -169,7 +169,7 @@ def test_a_study_that_says_little_is_inconclusive(experiment: Path) -> None:
     mean, s = np.mean(diffs), np.std(diffs, ddof=1)
     assert claims[3]["estimate"] == approx(mean) and claims[3]["lo"] == approx(mean - T5 * s / math.sqrt(6), rel=1e-4)
     # An inconclusive verdict says what would decide it at the effect it found: mean/s of the units.
-    needed = t_units_needed(mean / s, 0.95)
+    needed = peak_units_needed(mean / s, 0.95)
     assert needed > 6 and t_power(needed, mean / s, 0.95) >= 0.8 > t_power(needed - 1, mean / s, 0.95)
     assert claims[3]["why"] == (
         f"isolated higher in 2 of 6 configurations; at this mean, {mean / s:.2f} of their standard deviation, "
@@ -220,10 +220,13 @@ def test_losses_contradict_claim_1_and_a_one_configuration_study_uses_its_seeds(
     evaluation = math.sqrt(sum(p * (1 - p) / 1000 + 0.4 * 0.6 / 1000 for p in (0.5, 0.52, 0.48))) / 3
     assert evaluation > 0.02 / math.sqrt(3)
     half = 4.302653 * evaluation
-    assert (three["verdict"], three["estimate"], three["lo"]) == ("supported", approx(0.1), approx(0.1 - half, rel=1e-5))
+    assert (three["estimate"], three["lo"]) == (approx(0.1), approx(0.1 - half, rel=1e-5)) and three["lo"] > 0
+    # The interval excludes 0, but three units cannot decide: the sign-flip test's smallest p is 2/8.
+    assert three["verdict"] == "inconclusive"
     assert three["why"] == (
         f"isolated higher in 3 of 3 seeds of one configuration; the peaks' evaluation error ({evaluation:.4f} SE of "
-        "the mean) sets the interval, wider than their spread's"
+        "the mean) sets the interval, wider than their spread's; the interval excludes 0 but the sign-flip test does "
+        "not agree (p 0.250): inconclusive; at this mean, 5.00 of their standard deviation, 80% power needs 6 seed pairs"
     )
     assert three["n_seeds"] == 3
     assert claims[2]["why"] == "one workflow, task and scale: no context to vary"
@@ -627,10 +630,11 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
         "for this grid's shape (bench/claims_calibration.py)."
     ) in " ".join(printed.stdout.split())
     # Under Holm across claims 2-7 (those with a p: 3, 4, 5; claim 2 has no residual degrees of freedom) each p is
-    # held to its step's level: claim 3's 8.5e-7 passes 0.05/3, then claims 4-5's sign tests (6 of 6, p 0.031) fail 0.05/2.
+    # held to its step's level: all three are 6 of 6 (claim 3's sign-flip test, claims 4-5's sign tests: p 0.031),
+    # and none passes the first step's 0.05/3.
     held = json.loads(run_cli("report", "-c", experiment, *sets, "--set", "analysis.family=holm", "--table", "claims",
                               "--format", "json").stdout)  # fmt: skip
-    assert [r["verdict"] for r in held] == ["supported", "inconclusive", "supported", "inconclusive", "inconclusive", "untestable", "untestable"]
+    assert [r["verdict"] for r in held] == ["supported", "inconclusive", "inconclusive", "inconclusive", "inconclusive", "untestable", "untestable"]
     assert held[3]["why"].endswith("; supported alone, not under Holm across claims 2-7 (p 0.0313, its step's level 0.025)")
     # --family holm on the report command is the same setting; another value is one line naming the option.
     flag = json.loads(run_cli("report", "-c", experiment, *sets, "--family", "holm", "--table", "claims", "--format", "json").stdout)
@@ -640,9 +644,9 @@ def test_the_claims_table_in_every_format_and_first_on_the_page(experiment: Path
     assert wrong.stderr.strip().splitlines() == [
         "Error: --family bonferroni: expected none (each claim at its own level) or holm (Holm's procedure across claims 2-7)"
     ]
-    # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); claim 3 holds whichever
-    # units are removed, down to two.
-    assert [r["fragility"] for r in rows] == ["1 flip", None, "no removal", "1 flip", "1 flip", None, None]
+    # Fragile: one unit flipped undoes claims 1, 4 and 5 (6 of 6 is the fewest that decides); one removed undoes
+    # claim 3 (five units: the sign-flip test's smallest p is 1/16).
+    assert [r["fragility"] for r in rows] == ["1 flip", None, "1 removal", "1 flip", "1 flip", None, None]
     error = run_cli("report", "-c", experiment, *sets, "--table", "claims", "--group-by", "workflow")
     assert error.exit_code == 2 and "the claims table has no axis columns (a row is about the whole study)" in error.stderr
 
@@ -679,7 +683,7 @@ def test_an_extra_axis_makes_configurations_of_its_own(experiment: Path, tmp_pat
     # At a mean of 0.11/s = 7.78 standard deviations, 2 units fall short (t(1) = 12.7) and 3 suffice.
     assert three["why"] == (
         f"isolated higher in 2 of 2 configurations; the peaks' evaluation error ({evaluation:.4f} SE of the mean) sets the "
-        "interval, wider than their spread's; at this mean, 7.78 of their standard deviation, 80% power needs 3 configurations"
+        "interval, wider than their spread's; at this mean, 7.78 of their standard deviation, 80% power needs 6 configurations"
     )
     assert t_power(2, 0.11 / (0.02 / math.sqrt(2)), 0.95) < 0.8 <= t_power(3, 0.11 / (0.02 / math.sqrt(2)), 0.95)
     sets = [a for s in ["grid.workflow=[voting]", "grid.task=[arith]", "grid.scale=[tiny-s]", "grid.seed=[0]", lr, *MECHANISM] for a in ("--set", s)]

@@ -101,7 +101,7 @@ DEFAULT = [
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 3.2 points at 512 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
-    "claim 3: 12 configurations with both modes × 1 seed (Student-t over 12 configurations): 80% power at a mean "
+    "claim 3: 12 configurations with both modes × 1 seed (Student-t and sign-flip over 12 configurations): 80% power at a mean "
     "peak difference of 0.89 of their standard deviation or more (2.8 points at 512 trials with evaluation noise "
     "alone, accuracy 0.5; more where trainings differ)",
     "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 12 configurations with "
@@ -110,7 +110,8 @@ DEFAULT = [
     "shared's never, 73% if shared's cliff 10%",
     "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid "
     "has 12 configurations with both modes, 1 seed each: 80% power if each mode's runs fail 76% of the time or "
-    "more, isolated's by cliffs and shared's otherwise",
+    "more, isolated's by cliffs and shared's otherwise; if 75% of isolated's failures are cliffs and 25% of shared's, "
+    "50% power even if every run fails",
     "claim 6: 8 isolated cells with an amplification signal (voting, orch_workers), 8 configurations × 1 seed, "
     "compared within each: with one seed no configuration holds a cliff and a calm run: no verdict possible "
     "(more seeds)",
@@ -124,8 +125,8 @@ LONG_STUDY = [
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 2.1 points at 1024 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
-    "claim 3: 6 configurations with both modes × 2 seeds (Student-t over 6 configurations): 80% power at a mean "
-    "peak difference of 1.43 of their standard deviation or more (2.2 points at 1024 trials with evaluation "
+    "claim 3: 6 configurations with both modes × 2 seeds (Student-t and sign-flip over 6 configurations): 80% power at a mean "
+    "peak difference of 1.81 of their standard deviation or more (2.8 points at 1024 trials with evaluation "
     "noise alone, accuracy 0.5; more where trainings differ)",
     "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 6 configurations with both "
     "modes, 2 seeds each: it can be supported only if isolated cliffs more often in 6 or more (all that differ; "
@@ -133,7 +134,8 @@ LONG_STUDY = [
     "never, 93% if shared's cliff 10%",
     "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid "
     "has 6 configurations with both modes, 2 seeds each: 80% power if each mode's runs fail 86% of the time or "
-    "more, isolated's by cliffs and shared's otherwise",
+    "more, isolated's by cliffs and shared's otherwise; if 75% of isolated's failures are cliffs and 25% of shared's, "
+    "16% power even if every run fails",
     "claim 6: 8 isolated cells with an amplification signal (voting, orch_workers), 4 configurations × 2 seeds, "
     "compared within each (exact stratified test): no verdict possible in 1000 simulated studies even if the "
     "signal precedes every cliff and no calm run's rises (more configurations)",
@@ -150,7 +152,7 @@ PAPER = [
     "trials), which this takes alike: an upper bound (docs/report.md); its policy test (within contexts), 80% "
     "power at a mean gain difference between the modes of 4.9 points at 128 trials and 1.8 points at 1000 trials "
     "(evaluation noise alone, accuracy 0.5; Holm)",
-    "claim 3: 18 configurations with both modes × 1 seed (Student-t over 18 configurations): 80% power at a mean "
+    "claim 3: 18 configurations with both modes × 1 seed (Student-t and sign-flip over 18 configurations): 80% power at a mean "
     "peak difference of 0.70 of their standard deviation or more (4.4 points at 128 trials and 1.6 points at "
     "1000 trials with evaluation noise alone, accuracy 0.5; more where trainings differ)",
     "claim 4: needs at least 6 configurations whose cliff rates differ; this grid has 18 configurations with "
@@ -159,7 +161,8 @@ PAPER = [
     "shared's never, 58% if shared's cliff 10%",
     "claim 5: needs at least 6 configurations failing under both modes, in different shares of cliffs; this grid "
     "has 18 configurations with both modes, 1 seed each: 80% power if each mode's runs fail 64% of the time or "
-    "more, isolated's by cliffs and shared's otherwise",
+    "more, isolated's by cliffs and shared's otherwise; if 75% of isolated's failures are cliffs and 25% of shared's, "
+    "77% power even if every run fails",
     "claim 6: 12 isolated cells with an amplification signal (voting, orch_workers), 12 configurations × 1 seed, "
     "compared within each: with one seed no configuration holds a cliff and a calm run: no verdict possible "
     "(more seeds)",
@@ -206,8 +209,8 @@ def test_a_grid_too_small_for_a_claim_says_no_verdict_is_possible(experiment) ->
     )
     assert design[1].line == "claim 2: one workflow, task and scale: untestable"
     assert design[2].line == (
-        "claim 3: 1 configuration with both modes × 6 seeds (Student-t over 6 seed pairs of one configuration): "
-        "80% power at a mean peak difference of 1.43 of their standard deviation or more (4.5 points at 512 trials with "
+        "claim 3: 1 configuration with both modes × 6 seeds (Student-t and sign-flip over 6 seed pairs of one configuration): "
+        "80% power at a mean peak difference of 1.81 of their standard deviation or more (5.7 points at 512 trials with "
         "evaluation noise alone, accuracy 0.5; more where trainings differ)"
     )
     assert design[3].line == (

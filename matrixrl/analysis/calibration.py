@@ -434,6 +434,8 @@ LABELLED = {
     "flat, then a fall of 0.20": "fall",
     "a steady fall of 0.20": "steady",
     "flat (noise alone)": "flat",
+    "a dip of 0.20, back to the base, then a fall of 0.20": "dip-fall",
+    "a dip of 0.20, then back to the base": "dip",
     "a rise of 0.15, then back to the base": "rise",
 }
 """The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
@@ -444,7 +446,8 @@ def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, se
     """The share of ``runs`` runs of ``kind`` (:data:`LABELLED`) on ``steps``, each evaluation a binomial
     draw of ``trials`` around a base drawn from :data:`BASE_RANGE`, that the cliff rule labels ``cliff``.
     A ``rise`` climbs linearly to ``height`` above the base at a checkpoint in the middle of the run
-    (as a planted cliff's) and is back at the base from the next one on."""
+    (as a planted cliff's) and is back at the base from the next one on; a ``dip`` spends the first tenth
+    of the run (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it."""
     analysis = analysis or Analysis()
     rng = np.random.default_rng(seed)
     step = np.asarray(steps, dtype=float)
@@ -457,6 +460,9 @@ def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, se
         true = base - FALL_DEPTH * step / last
     elif kind == "flat":
         true = np.repeat(base, k, axis=1)
+    elif kind in ("dip", "dip-fall"):
+        true = base - FALL_DEPTH * ((index >= 1) & (index <= max(1, k // 10)))
+        true = true - FALL_DEPTH * (index >= k // 2) * (kind == "dip-fall")
     else:
         peak = np.minimum(rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=runs), k - 2)
         true = base + height * np.where(index <= peak[:, None], step / step[peak][:, None], 0.0)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from statistics import median
 
 import pandas as pd
@@ -42,7 +43,7 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MOST_UNITS, context_seeds_needed, known_share_p, sign_threshold, sign_units_needed, t_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_p, sign_threshold, sign_units_needed, peak_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
@@ -454,51 +455,86 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
     if not pairs:
         return _untestable(_no_pairs_why(rows))
     cells = [cell for group in pairs for pair in group for cell in pair]
-    if len(pairs) > 1:
-        units = [sum(i["peak"] - s["peak"] for i, s in group) / len(group) for group in pairs]
-        unit = "configurations"
-    else:
-        units = [i["peak"] - s["peak"] for i, s in pairs[0]]
-        unit = "seeds of one configuration"
-    mean, lo, hi = t_interval(units, confidence)
-    higher = sum(u > 0 for u in units)
-    if len(units) < 2:
-        return _result(mean, lo, hi, 0.0, cells, f"{mean:+.3f}", "one pair: no interval; more seeds or configurations")
-    why = f"isolated higher in {higher} of {len(units)} {unit}"
-    # The interval is never narrower than the peaks' own evaluation error allows (docs/report.md, claim 3).
     groups = pairs if len(pairs) > 1 else [[pair] for pair in pairs[0]]
-    floor = math.sqrt(sum(sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups)) / len(units)
-    from scipy.special import stdtr, stdtrit
-
-    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
-    se = max(spread / math.sqrt(len(units)), floor)
-    if se == floor:
-        half = float(stdtrit(len(units) - 1, (1 + confidence) / 2)) * se
-        lo, hi = mean - half, mean + half
-        why += f"; the peaks' evaluation error ({floor:.4f} SE of the mean) sets the interval, wider than their spread's"
-    p = float(2 * stdtr(len(units) - 1, -abs(mean) / se)) if se > 0 else math.nan
+    units = [sum(i["peak"] - s["peak"] for i, s in group) / len(group) for group in groups]
+    unit = "configurations" if len(pairs) > 1 else "seeds of one configuration"
+    mean = sum(units) / len(units)
+    if len(units) < 2:
+        return _result(mean, math.nan, math.nan, 0.0, cells, f"{mean:+.3f}", "one pair: no interval; more seeds or configurations")
     variances = [sum(_peak_var(i) + _peak_var(s) for i, s in group) / len(group) ** 2 for group in groups]
-    fragility = peak_fragility(units, variances, verdict(lo, hi, 0.0), confidence)
-    if verdict(lo, hi, 0.0) == "inconclusive" and spread > 0:
+    found = peak_verdict(units, variances, confidence)
+    why = f"isolated higher in {sum(u > 0 for u in units)} of {len(units)} {unit}"
+    if found.floored:
+        why += f"; the peaks' evaluation error ({found.se:.4f} SE of the mean) sets the interval, wider than their spread's"
+    if found.flips_disagree:
+        why += f"; the interval excludes 0 but the sign-flip test does not agree (p {found.flip_p:.3f}): inconclusive"
+    spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
+    if found.verdict == "inconclusive" and spread > 0:
         effect = abs(mean) / spread
-        needed = t_units_needed(effect, confidence)
+        needed = peak_units_needed(effect, confidence)
         count = "no number of" if needed is None else f"{needed}"
         what = "configurations" if len(pairs) > 1 else "seed pairs"
         why += f"; at this mean, {effect:.2f} of their standard deviation, 80% power needs {count} {what}"
-    return _result(mean, lo, hi, 0.0, cells, _diff_text(mean, lo, hi, 3), why, p=p, fragility=fragility)
+    fragility = peak_fragility(units, variances, found.verdict, confidence)
+    return _result(mean, found.lo, found.hi, 0.0, cells, _diff_text(mean, found.lo, found.hi, 3), why,
+                   decided=found.verdict, p=found.p, fragility=fragility)  # fmt: skip
 
 
-def peak_interval(units: Sequence[float], variances: Sequence[float], confidence: float) -> tuple[float, float]:
-    """Claim 3's interval of the mean of ``units`` (each with its evaluation variance): Student-t, its SE
-    never below the evaluation error's."""
-    from scipy.special import stdtrit
+@dataclass(frozen=True)
+class PeakVerdict:
+    """Claim 3's decision on its units: the interval (``lo``, ``hi``) with its SE, whether the evaluation
+    error's floor set it, the sign-flip test's p, the verdict and its p (the larger of the two tests')."""
+
+    lo: float
+    hi: float
+    se: float
+    floored: bool
+    flip_p: float
+    verdict: str
+    p: float
+
+    @property
+    def flips_disagree(self) -> bool:
+        return verdict(self.lo, self.hi, 0.0) != "inconclusive" and self.verdict == "inconclusive"
+
+
+def peak_verdict(units: Sequence[float], variances: Sequence[float], confidence: float) -> PeakVerdict:
+    """Claim 3 on ``units`` (each configuration's mean peak difference, with its evaluation variance):
+    decided when the Student-t interval of their mean excludes 0 (its SE never below the evaluation
+    error's) and the exact sign-flip test agrees at the same level. The t alone runs over its level for
+    units as light-tailed as runs of several kinds make them; the sign-flip test is exact for any units
+    symmetric under the null (docs/report.md, claim 3)."""
+    from scipy.special import stdtr, stdtrit
 
     m = len(units)
     mean = sum(units) / m
     spread = math.sqrt(sum((u - mean) ** 2 for u in units) / (m - 1))
-    se = max(spread / math.sqrt(m), math.sqrt(sum(variances)) / m)
+    floor = math.sqrt(sum(variances)) / m
+    se = max(spread / math.sqrt(m), floor)
     half = float(stdtrit(m - 1, (1 + confidence) / 2)) * se
-    return mean - half, mean + half
+    lo, hi = mean - half, mean + half
+    t_p = float(2 * stdtr(m - 1, -abs(mean) / se)) if se > 0 else math.nan
+    flip_p = sign_flip_p(units)
+    decided = verdict(lo, hi, 0.0)
+    if decided != "inconclusive" and not flip_p < 1 - confidence:
+        decided = "inconclusive"
+    return PeakVerdict(lo, hi, se, se == floor and se > 0, flip_p, decided, max(t_p, flip_p))
+
+
+def sign_flip_p(units: Sequence[float], draws: int = 1 << 16) -> float:
+    """The two-sided p of the sign-flip (randomization) test that ``units`` are symmetric about 0: the
+    share of the 2^m sign patterns whose sum is at least as far from 0; every pattern up to 16 units,
+    else ``draws`` seeded patterns with the observed one counted (still a valid p)."""
+    import numpy as np
+
+    values = np.asarray(units, dtype=float)
+    m = len(values)
+    observed = abs(values.sum()) - 1e-12 * max(1.0, float(np.abs(values).sum()))
+    if m <= 16:
+        signs = 1 - 2 * ((np.arange(1 << m)[:, None] >> np.arange(m)) & 1)
+        return float((np.abs(signs @ values) >= observed).mean())
+    signs = 1 - 2 * np.random.default_rng(20261207).integers(0, 2, size=(draws, m))
+    return float((1 + (np.abs(signs @ values) >= observed).sum()) / (1 + draws))
 
 
 def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: str, confidence: float) -> str:
@@ -512,8 +548,7 @@ def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: 
         side = 1 if (decided == "supported" or (decided == "inconclusive" and mean < 0)) else -1
         pairs.remove(max(pairs, key=lambda pair: side * pair[0]))
         removed += 1
-        lo, hi = peak_interval([u for u, _ in pairs], [v for _, v in pairs], confidence)
-        if verdict(lo, hi, 0.0) != decided:
+        if peak_verdict([u for u, _ in pairs], [v for _, v in pairs], confidence).verdict != decided:
             return f"{removed} removal{'s' if removed != 1 else ''}"
     return "no removal"
 

@@ -24,10 +24,11 @@ wrong to right is no evidence of a gain). So every z below is a finite number.
   adjacent readings, m the checkpoints after the base (1 below 9, so 4 or fewer act
   on single readings; 4 on the paper's 50), so that neither is one lucky or unlucky
   reading. A cell has a cliff iff all of
-    0. the rise is real however many readings it was picked from: ``peak_step`` > 0,
-       and the best window of w readings after the opening (the base and the w - 1
-       readings after it) exceeds the opening's mean by ``peak_threshold(M, noise_se)``
-       standard errors of the difference, M the number of such windows (Bonferroni);
+    0. the rise is real however many readings it was picked from, and real against the
+       base: ``peak_step`` > 0, and the best of the M = m - w + 1 windows of w readings
+       after the base exceeds the base reading by ``rise_threshold(M, w, noise_se)``
+       standard errors of the difference (the quantile of that best window in runs that
+       stay flat at their base; a run that dips and comes back never passes it more often);
     1. final <= peak - delta;
     2. the best window's mean exceeds the mean of the last w readings by more than
        ``noise_se`` standard errors of the difference;
@@ -59,6 +60,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
+from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -109,21 +111,29 @@ def _as_int(value: object, what: str) -> int:
     return int(as_float)
 
 
-def peak_threshold(readings: int, noise_se: float) -> float:
-    """The z a peak picked as the best of ``readings`` checkpoints must reach to be a real rise: the
-    one-sided level of ``noise_se`` standard normal SEs divided among them (Bonferroni), so that flat
-    noise passes it about as often as one reading passes ``noise_se``; ``noise_se`` for one reading
-    or none, and 0 for ``noise_se`` 0 (no margin)."""
-    if readings <= 1 or noise_se <= 0:
-        return float(noise_se)
-    normal = NormalDist()
-    return -normal.inv_cdf(normal.cdf(-noise_se) / readings)
+@lru_cache(maxsize=64)
+def rise_threshold(windows: int, w: int, noise_se: float) -> float:
+    """The z over the base reading that the best of ``windows`` windows of ``w`` readings must reach to be a
+    real rise: the quantile of the best window's z in runs that stay flat at their base, at the one-sided level
+    of ``noise_se`` standard normal SEs (2.3% for 2), so that such runs pass it as often as one reading passes
+    ``noise_se``. The windows share the base reading and overlap, so the quantile is taken from 100,000 seeded
+    draws of flat noise (equal SEs at every reading), not from a bound; ``noise_se`` 0 asks for no margin."""
+    if noise_se <= 0:
+        return 0.0
+    if windows < 1:
+        return math.inf
+    rng = np.random.default_rng(20261207)
+    best = []
+    for _ in range(10):  # 10 chunks of 10,000 runs: memory stays small on long schedules
+        readings = rng.standard_normal((10_000, windows + w - 1))
+        sums = np.cumsum(np.pad(readings, ((0, 0), (1, 0))), axis=1)
+        best.append((sums[:, w:] - sums[:, :-w]).max(axis=1) / w - rng.standard_normal(10_000))
+    z = np.concatenate(best) / math.sqrt(1 + 1 / w)
+    return float(np.quantile(z, NormalDist().cdf(noise_se)))
 
 
 FALL_READINGS = 2
 """A terminal fall holds this many last checkpoints (fewer where fewer follow the peak)."""
-
-
 
 
 def rise_window(readings: int) -> int:
@@ -136,21 +146,22 @@ def rise_window(readings: int) -> int:
 
 def _rise_and_fall(acc: np.ndarray, var: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Per row of ``acc`` (cells × checkpoints, base first) and its squared SEs ``var``: the z of the
-    best window of ``w`` readings after the opening over the opening (the first ``w`` readings), the
-    z of that window over the last ``w`` readings, and the number of windows it was picked from
-    (z = -inf for both where there is none). The one implementation both summaries use."""
+    best window of ``w`` readings after the base over the base reading, the z of that window over the
+    last ``w`` readings, and the number of windows it was picked from (z = -inf for both where the run
+    is shorter than two windows). The one implementation both summaries use."""
     cells, k = acc.shape
     if k < 2 * w:
         return np.full(cells, -np.inf), np.full(cells, -np.inf), 0
     view = np.lib.stride_tricks.sliding_window_view
-    means = view(acc[:, w:], w, axis=1).sum(axis=2) / w
-    variances = view(var[:, w:], w, axis=1).sum(axis=2) / (w * w)
+    means = view(acc[:, 1:], w, axis=1).sum(axis=2) / w
+    variances = view(var[:, 1:], w, axis=1).sum(axis=2) / (w * w)
     best = means.argmax(axis=1)  # the first best window on ties
     rows = np.arange(cells)
     mean, variance = means[rows, best], variances[rows, best]
-    opening, opening_var = acc[:, :w].sum(axis=1) / w, var[:, :w].sum(axis=1) / (w * w)
     tail, tail_var = acc[:, k - w :].sum(axis=1) / w, var[:, k - w :].sum(axis=1) / (w * w)
-    return (mean - opening) / np.sqrt(variance + opening_var), (mean - tail) / np.sqrt(variance + tail_var), means.shape[1]
+    rise = (mean - acc[:, 0]) / np.sqrt(variance + var[:, 0])
+    return rise, (mean - tail) / np.sqrt(variance + tail_var), means.shape[1]
+
 
 def _z(difference: float, se: float) -> float:
     return difference / se  # se > 0: each checkpoint's is at least 1/n (the module docstring)
@@ -221,10 +232,11 @@ def summarize_curve(
     se_drop = math.hypot(error(peak_i), error(last))
     peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
     ses = np.array([error(i) for i in range(len(acc))])
-    rises, falls, windows = _rise_and_fall(np.array([acc]), np.array([ses * ses]), rise_window(last))
+    w = rise_window(last)
+    rises, falls, windows = _rise_and_fall(np.array([acc]), np.array([ses * ses]), w)
     rise_z, fall_z = float(rises[0]), float(falls[0])
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and rise_z >= peak_threshold(windows, noise)
+    real_peak = peak_i > 0 and rise_z >= rise_threshold(windows, w, noise)
     held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
     cliff = real_peak and held > 0 and fall_z > noise and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
@@ -282,8 +294,9 @@ def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndar
     drop = peak - final
     se_drop = np.hypot(se[rows, peak_i], se[:, last])
     peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
-    rise_z, fall_z, windows = _rise_and_fall(acc, se * se, rise_window(last))
-    real_peak = (peak_i > 0) & (rise_z >= peak_threshold(windows, noise))
+    w = rise_window(last)
+    rise_z, fall_z, windows = _rise_and_fall(acc, se * se, w)
+    real_peak = (peak_i > 0) & (rise_z >= rise_threshold(windows, w, noise))
     held = np.minimum(FALL_READINGS, last - peak_i)
     cliff = real_peak & (held > 0) & (fall_z > noise) & (onset_i <= last - held + 1)
     drop_z = drop / se_drop

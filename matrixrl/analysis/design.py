@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from matrixrl.analysis.power import (
-    CALM_RISES, DRAWS, PRECEDES, SHARED_CLIFFS, cliff_rate_needed, context_omega2_needed, evaluation_sd, fewest_unanimous,
-    policy_difference_needed, rate_needed, sign_share_needed, sign_threshold, stratified_power, t_effect_needed,
+    CALM_RISES, CLIFF_SHARES, DRAWS, PRECEDES, SHARED_CLIFFS, cliff_rate_needed, context_omega2_needed, evaluation_sd, failure_power, failure_rate_needed, fewest_unanimous,
+    policy_difference_needed, rate_needed, sign_share_needed, sign_threshold, stratified_power, peak_effect_needed,
 )  # fmt: skip
 from matrixrl.config import Config
 
@@ -190,10 +190,11 @@ def _peaks(paired: list[int], trials: list[int], confidence: float) -> ClaimDesi
     if not paired:
         return ClaimDesign(3, 0, False, "claim 3: no configuration with both modes: untestable")
     units, what = (len(paired), "configurations") if len(paired) > 1 else (paired[0], "seed pairs of one configuration")
-    effect = t_effect_needed(units, confidence)
-    if effect is None:
-        return ClaimDesign(3, units, False, "claim 3: one pair: no interval, no verdict possible (more seeds or configurations)")
+    effect = peak_effect_needed(units, confidence)
     start = f"claim 3: {_plural(len(paired), 'configuration')} with both modes × {_seeds(paired)}"
+    if effect is None:
+        return ClaimDesign(3, units, False, f"{start}: no verdict possible: the sign-flip test needs {fewest_unanimous(confidence)} "
+                           f"{what} or more, this grid has {units}")  # fmt: skip
     points = ""
     if trials:
         # A unit's SD from evaluation alone: two peaks' binomial SDs, averaged over its seeds (one pair a unit
@@ -201,7 +202,7 @@ def _peaks(paired: list[int], trials: list[int], confidence: float) -> ClaimDesi
         seeds = min(paired) if len(paired) > 1 else 1
         each = " and ".join(f"{100 * effect * evaluation_sd(size) * (2 / seeds) ** 0.5:.1f} points at {size} trials" for size in trials)
         points = f" ({each} with evaluation noise alone, accuracy 0.5; more where trainings differ)"
-    return ClaimDesign(3, units, True, f"{start} (Student-t over {units} {what}): 80% power at a mean peak difference "
+    return ClaimDesign(3, units, True, f"{start} (Student-t and sign-flip over {units} {what}): 80% power at a mean peak difference "
                        f"of {effect:.2f} of their standard deviation or more{points}")  # fmt: skip
 
 
@@ -236,9 +237,14 @@ def _failures(paired: list[int], confidence: float) -> ClaimDesign:
     if not possible:
         return ClaimDesign(5, len(paired), False, f"claim 5: {start}: no verdict possible")
     seeds = min(paired)
-    rate = rate_needed(len(paired), lambda q: (1 - (1 - q) ** seeds) ** 2, confidence)
+    rate = failure_rate_needed(len(paired), seeds, (1.0, 0.0), confidence)
     power = (f"80% power if each mode's runs fail {rate:.0%} of the time or more, isolated's by cliffs and shared's otherwise"
              if rate is not None else "below 80% power")  # fmt: skip
+    isolated, shared = CLIFF_SHARES
+    realistic = failure_rate_needed(len(paired), seeds, CLIFF_SHARES, confidence)
+    power += (f", {realistic:.0%} if {isolated:.0%} of isolated's failures are cliffs and {shared:.0%} of shared's"
+              if realistic is not None else f"; if {isolated:.0%} of isolated's failures are cliffs and {shared:.0%} of shared's, "
+              f"{failure_power(len(paired), seeds, 1.0, CLIFF_SHARES, confidence):.0%} power even if every run fails")  # fmt: skip
     return ClaimDesign(5, len(paired), True, f"claim 5: {start}: {power}")
 
 
