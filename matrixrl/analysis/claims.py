@@ -32,6 +32,7 @@ compared only with cells of its own configuration (docs/report.md, "One unit per
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -483,7 +484,8 @@ def claim_peaks(rows: Sequence[dict], extra: Sequence[str], confidence: float) -
 @dataclass(frozen=True)
 class PeakVerdict:
     """Claim 3's decision on its units: the interval (``lo``, ``hi``) with its SE, whether the evaluation
-    error's floor set it, the sign-flip test's p, the verdict and its p (the larger of the two tests')."""
+    error's floor set it, the sign-flip test's p (NaN where the interval holds 0), the verdict and its p
+    (the t's, or the larger of the two tests' where the interval excludes 0)."""
 
     lo: float
     hi: float
@@ -514,27 +516,36 @@ def peak_verdict(units: Sequence[float], variances: Sequence[float], confidence:
     half = float(stdtrit(m - 1, (1 + confidence) / 2)) * se
     lo, hi = mean - half, mean + half
     t_p = float(2 * stdtr(m - 1, -abs(mean) / se)) if se > 0 else math.nan
-    flip_p = sign_flip_p(units)
     decided = verdict(lo, hi, 0.0)
-    if decided != "inconclusive" and not flip_p < 1 - confidence:
+    if decided == "inconclusive":  # the sign-flip test only confirms: its p is not needed
+        return PeakVerdict(lo, hi, se, se == floor and se > 0, math.nan, decided, t_p)
+    flip_p = sign_flip_p(units)
+    if not flip_p < 1 - confidence:
         decided = "inconclusive"
     return PeakVerdict(lo, hi, se, se == floor and se > 0, flip_p, decided, max(t_p, flip_p))
 
 
-def sign_flip_p(units: Sequence[float], draws: int = 1 << 16) -> float:
+def sign_flip_p(units: Sequence[float]) -> float:
     """The two-sided p of the sign-flip (randomization) test that ``units`` are symmetric about 0: the
-    share of the 2^m sign patterns whose sum is at least as far from 0; every pattern up to 16 units,
-    else ``draws`` seeded patterns with the observed one counted (still a valid p)."""
+    share of sign patterns whose sum is at least as far from 0 (:func:`_sign_patterns`; with drawn
+    patterns the observed one counts too, which keeps the p valid)."""
     import numpy as np
 
     values = np.asarray(units, dtype=float)
-    m = len(values)
     observed = abs(values.sum()) - 1e-12 * max(1.0, float(np.abs(values).sum()))
+    signs = _sign_patterns(len(values))
+    beyond = int((np.abs(signs @ values) >= observed).sum())
+    return beyond / len(signs) if len(values) <= 16 else (1 + beyond) / (1 + len(signs))
+
+
+@functools.cache
+def _sign_patterns(m: int):
+    """Every pattern of m signs up to 16 units, else 16,384 seeded ones (rows of ±1)."""
+    import numpy as np
+
     if m <= 16:
-        signs = 1 - 2 * ((np.arange(1 << m)[:, None] >> np.arange(m)) & 1)
-        return float((np.abs(signs @ values) >= observed).mean())
-    signs = 1 - 2 * np.random.default_rng(20261207).integers(0, 2, size=(draws, m))
-    return float((1 + (np.abs(signs @ values) >= observed).sum()) / (1 + draws))
+        return (1 - 2 * ((np.arange(1 << m)[:, None] >> np.arange(m)) & 1)).astype(float)
+    return (1 - 2 * np.random.default_rng(20261207).integers(0, 2, size=(1 << 14, m))).astype(float)
 
 
 def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: str, confidence: float) -> str:
