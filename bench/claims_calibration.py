@@ -1,6 +1,6 @@
 """How often each claim's verdict rule decides with nothing there, and how often it finds a planted effect.
 
-Synthetic studies with the study's noise (matrixrl.analysis.calibration: binomial
+Synthetic studies with the study's noise (bench/calibration_sim.py: binomial
 evaluations of n_eval × samples trials around true curves, one base evaluation per
 context shared by its seeds and both modes, seeds as independent trainings, cliffs and
 gradient signals planted or not), fed to the real claims code; nothing is written to
@@ -14,11 +14,11 @@ examples/paper.yaml's matrix with one seed and with three) and per claim:
 - with that claim's effect planted on the same null, the share supported (its power)
   and contradicted (the wrong way).
 
-Under the further nulls of issue 51 (``calibration.EXTRA_NULLS``: collapses in isolated runs only
+Under the further nulls of issue 51 (``calibration_sim.EXTRA_NULLS``: collapses in isolated runs only
 for claim 4, configurations that differ in cliffs and signals for claims 6-7), the share decided;
 under the joint null, the share of studies with at least one of claims 2-7 decided, each at its
 level and under Holm's procedure. First, the cliff rule on single runs of each kind
-(``calibration.LABELLED``) per schedule and evaluation size, and the height a rise needs to be
+(``calibration_sim.LABELLED``) per schedule and evaluation size, and the height a rise needs to be
 found in 80%.
 
 Then claim 2 under no effect by its former rule (either F-test at 5%, the context's
@@ -52,9 +52,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from matrixrl.analysis.calibration import (
-    BASE_RANGE, EXTRA_NULLS, LABELLED, NO_GAIN, NULL, PLANTED, GridShape, cliff_label_rate, study_shapes, synthetic_study, verdict_rates,
+from calibration_sim import (
+    BASE_RANGE, EXTRA_NULLS, LABELLED, NO_GAIN, NULL, PLANTED, cliff_label_rate, study_shapes, synthetic_study, verdict_rates,
 )  # fmt: skip
+from matrixrl.analysis.calibration import GridShape
 from matrixrl.analysis.claims import claims_table
 from matrixrl.analysis.power import POWER, context_omega2_needed, context_power
 from matrixrl.config import Analysis

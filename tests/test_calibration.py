@@ -1,4 +1,4 @@
-"""The claims' verdict rules under the study's noise (matrixrl.analysis.calibration).
+"""The claims' verdict rules under the study's noise (bench/calibration_sim.py).
 
 Synthetic studies, made as a run makes one (binomial evaluations, one base evaluation per
 context shared by its seeds and both modes, seeds as independent trainings), are fed to the
@@ -17,15 +17,19 @@ from __future__ import annotations
 import math
 import re
 import runpy
+import sys
 from dataclasses import replace
 
 import pytest
 
 from conftest import REPO
 from matrixrl.analysis.axes import PerCell
-from matrixrl.analysis.calibration import NO_GAIN, NULL, GridShape, synthetic_study, study_shapes, verdict_rates
+from matrixrl.analysis.calibration import GridShape
 from matrixrl.analysis.claims import claims_table
 from matrixrl.config import Analysis
+
+sys.path.insert(0, str(REPO / "bench"))  # the simulation is a bench tool, not part of the package
+from calibration_sim import NO_GAIN, NULL, synthetic_study, study_shapes, verdict_rates  # noqa: E402
 
 LEVEL = 0.05
 SHAPES = study_shapes(REPO / "experiments.yaml", REPO / "examples" / "paper.yaml")
@@ -73,7 +77,7 @@ def test_the_simulations_records_are_the_per_cell_codes() -> None:
     import numpy as np
     import pandas as pd
 
-    from matrixrl.analysis.calibration import draw_study, study_records
+    from calibration_sim import draw_study, study_records
     from matrixrl.analysis.curves import summarize_curve
     from matrixrl.analysis.mechanism import Signal, assess
 
@@ -167,7 +171,7 @@ def test_the_family_is_held_by_holm_and_collapses_and_confounding_decide_nothing
     own level; under Holm across them, within it. Collapses in isolated runs only (no cliff) never make
     claim 4, nor configurations that differ in both cliffs and signals claims 6-7 (the paper's shape,
     3 seeds)."""
-    from matrixrl.analysis.calibration import COLLAPSES, CONFOUNDED
+    from calibration_sim import COLLAPSES, CONFOUNDED
 
     joint = verdict_rates(DEFAULT, NULL, 300, seed=13, claims=range(2, 8))
     assert joint.family / joint.studies > LEVEL
@@ -213,7 +217,7 @@ def test_the_cliff_rule_on_the_papers_schedule_finds_rises_and_not_falls() -> No
     steady falls, flat noise and runs that dip below the base and come back to it (with a fall after or
     without) are labelled cliff in at most 5%; a rise of 0.19 then back to the base in at least 80%, and
     one of 0.15 in at least 95% at 512 trials (docs/report.md, "How often the rules err", prints the table)."""
-    from matrixrl.analysis.calibration import cliff_label_rate
+    from calibration_sim import cliff_label_rate
 
     steps = list(range(0, 510, 10))
     nulls = {kind: cliff_label_rate(steps, 128, kind, 2000, seed=3) for kind in ("fall", "steady", "flat", "dip-fall", "dip")}
