@@ -1,5 +1,6 @@
-"""Synthetic studies with the study's noise, to measure how often the claims' rules err (run by
-``bench/claims_calibration.py``; tests/test_calibration.py imports it from bench/).
+"""Synthetic studies with the study's noise, to measure how often the claims' rules err.
+
+``bench/claims_calibration.py`` runs it; tests/test_calibration.py imports it from bench/.
 
 The verdict rules of the claims table (``analysis.claims``, docs/report.md) were fixed in
 advance; this module measures, by simulation, how often each one decides when nothing
