@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from matrixrl.analysis.power import (
-    CALM_RISES, CLIFF_SHARES, DRAWS, PRECEDES, SHARED_CLIFFS, cliff_rate_needed, context_omega2_needed, evaluation_sd, failure_power, failure_rate_needed, fewest_unanimous,
-    policy_difference_needed, rate_needed, sign_share_needed, sign_threshold, stratified_power, peak_effect_needed,
+    CALM_RISES, CLIFF_SHARES, DRAWS, PRECEDES, SHARED_CLIFFS, cliff_rate_needed, context_omega2_needed, evaluation_sd,
+    failure_power, failure_rate_needed, fewest_unanimous, peak_effect_needed, policy_difference_needed, rate_needed,
+    sign_share_needed, sign_threshold, stratified_power,
 )  # fmt: skip
 from matrixrl.config import Config
 
