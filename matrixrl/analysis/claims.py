@@ -1,33 +1,13 @@
 """The study's findings, each tested on a loaded study (``report --table claims``).
 
-Pure functions of the per-cell records (``analysis.cell``: base, peak, final, gain,
-gain_z, cliff, the failure ``signature``, the mechanism's signal and rise per cell).
-Only a ``cliff`` (a fall after a real peak) is tested as the study's cliff (claims 4, 6,
-7); a ``collapse`` (a fall from the base without one) is a failure of another kind
-(claim 5).
-The rules, and why each test is the one it is, are in docs/report.md ("claims"),
-written before this code; in short:
-
-- claims 1, 3, 4, 5 give an interval of an estimate the finding predicts above
-  ``null``: wholly above is ``supported``, wholly below ``contradicted``, else
-  ``inconclusive``; a study that lacks what a test needs makes it ``untestable``;
-- a share k/m has the Clopper–Pearson interval (the sign test's); a mean difference the
-  Student-t interval (``analysis.seeds.t_interval``), never narrower than the peaks'
-  own evaluation error allows;
-- claims 6 and 7 compare cliffs with calm runs within configurations: an exact
-  stratified test (its two one-sided p at α/2) and the Mantel–Haenszel difference;
-- claim 2 is an ANOVA (statsmodels): the context (workflow × task × scale) against
-  the policy main effect, by nested F-tests, one family under Holm's procedure, and ω²
-  (shown at 0 or above, the value as computed in ``why``).
-
-Units: multi-agent cells are those of every workflow but ``single``; a configuration
-is a (workflow, task, scale, policy, extra-axis values) over its seeds; pairs are an
-isolated and a shared cell of one configuration and seed, as ``compare`` pairs them.
-Where a claim's figure is measured against the base evaluation that a configuration's
-seeds (and both its modes) share, the configuration is the unit (claims 1, 3, 4, 5;
-claim 2 counts cells but puts the shared base's error into the context's test); the
-mechanism's timing is each training's own, so claims 6 and 7 count cells, each
-compared only with cells of its own configuration (docs/report.md, "One unit per claim").
+Pure functions of the per-cell records (``analysis.cell_record``). Each claim's rule, its unit and
+why the test is the one it is are in docs/report.md ("claims", "One unit per claim"), written
+before this code. Claims 1, 3, 4, 5 give an interval of an estimate the finding predicts above
+``null``: wholly above is ``supported``, wholly below ``contradicted``, else ``inconclusive``; claim
+3 also needs the exact sign-flip test to agree; claim 2 is an ANOVA of the gains (context against
+policy, one family under Holm); claims 6-7 an exact stratified test within configurations. A study
+that lacks what a test needs makes it ``untestable``. Every row carries its test's ``p`` (read by
+:func:`family_holm`) and its ``fragility``.
 """
 
 from __future__ import annotations

@@ -1,58 +1,19 @@
-"""Pure functions that summarize per-cell accuracy curves.
+"""Pure functions that summarize per-cell accuracy curves (docs/design.md §4 defines every term).
 
-For each training run ("cell") we have the accuracy at each evaluated checkpoint,
-step 0 (the base model) included, each measured on ``n`` evaluation problems with
-its standard error ``se`` (of the mean of per-problem accuracies over k samples per
-problem; without one, the binomial sqrt(a(1-a)/n) of a single sample). An SE of 0
-(every problem scored alike: all right or all wrong, as greedy decoding of a small set
-often gives) is taken as 1/n, the SE of the same evaluation with one of its n problems
-scored otherwise: n problems resolve no finer, and a difference from an evaluation
-with no noise would otherwise be infinitely many SEs (one problem of one flipped from
-wrong to right is no evidence of a gain). So every z below is a finite number.
+For each training run ("cell"): the accuracy at each evaluated checkpoint, step 0 (the base model)
+first, each with its standard error (a missing one is the binomial sqrt(a(1-a)/n); an SE of 0 is
+taken as 1/n, the resolution of n problems, so every z is finite).
 
-- ``base``: accuracy at step 0, which must be the first checkpoint.
-- ``peak`` / ``peak_step``: best accuracy and the step where it first happened
-  (earliest on ties).
-- ``final``: accuracy at the last checkpoint; ``final_tail``: mean of the last
-  ``min(k, n_checkpoints)`` checkpoints.
-- ``gain`` = final - base; ``peak_gain`` = peak - base; ``gain_z`` and
-  ``peak_gain_z``: those differences in standard errors of the difference,
-  sqrt(se_a^2 + se_base^2) (how far beyond evaluation noise; the peak is the best of
-  several checkpoints, so its z is biased upwards).
-- Terminal cliff: training raised accuracy, then the run fell far below that peak
-  and did not recover. Rise and fall are read over windows of ``w = rise_window(m)``
-  adjacent readings, m the checkpoints after the base (1 below 9, so 4 or fewer act
-  on single readings; 4 on the paper's 50), so that neither is one lucky or unlucky
-  reading. A cell has a cliff iff all of
-    0. the rise is real however many readings it was picked from, and real against the
-       base: ``peak_step`` > 0, and the best of the M = m - w + 1 windows of w readings
-       after the base exceeds the base reading by ``rise_threshold(M, w, noise_se)``
-       standard errors of the difference (the quantile of that best window in runs that
-       stay flat at their base; a run that dips and comes back never passes it more often);
-    1. final <= peak - delta;
-    2. the best window's mean exceeds the mean of the last w readings by more than
-       ``noise_se`` standard errors of the difference;
-    3. some checkpoint after the peak starts a run of checkpoints, lasting to
-       the end, that are all <= peak - delta, and the run holds the last two
-       checkpoints (the last one where only one follows the peak): one low
-       reading is not a fall that did not recover.
-  ``cliff_onset`` is the step of the earliest such checkpoint (the start of the
-  final unbroken run below the threshold, and after ``peak_step``), else None;
-  ``pre_onset`` the checkpoint before it (the cliff happened between the two).
-  docs/design.md §4 gives the reasons and docs/report.md ("How often the rules err")
-  the rates on the paper's 51-checkpoint schedule.
-- Collapse: the run ends far below its base, measured as a cliff's drop is but from
-  the base: final <= base - delta and base - final > noise_se SEs of the difference
-  (``-gain_z > noise_se``), without a cliff. A run with a real peak that ends that far
-  below its base always meets conditions 1-3 (its drop from the peak is the rise plus
-  the loss, each beyond noise), so a collapse is a run that never rose beyond noise:
-  the optimizer failing from the start, not a peak followed by a cliff.
-- ``drop_z``: peak - final in standard errors of the difference (condition 2's figure);
-  ``base_se``: the base evaluation's standard error.
-- ``signature``: how the run ended, for comparing failure patterns (docs/report.md,
-  claims): ``cliff``; else ``collapse``; else ``decline`` (``drop_z > noise_se``: the
-  final is below the run's own peak beyond noise); else ``no gain``
-  (``gain_z <= noise_se``, losses included); else ``gain``.
+- ``base``, ``peak``/``peak_step`` (earliest on ties), ``final``, ``final_tail`` (mean of the last
+  ``final_tail_k``); ``gain`` = final - base, ``peak_gain`` = peak - base, and both in SEs of the
+  difference (``gain_z``, ``peak_gain_z``; the latter biased up: the peak is a best of several);
+- ``cliff``: a real rise over the base read over windows of :func:`rise_window` readings at
+  :func:`rise_threshold`, then a fall of ``cliff_delta`` and ``cliff_noise_se`` SEs from it that
+  holds the last :data:`FALL_READINGS` checkpoints; ``cliff_onset`` starts that final run below
+  the threshold, ``pre_onset`` is the checkpoint before it;
+- ``signature``: how the run ended, the first that applies of :data:`SIGNATURES`: ``cliff``;
+  ``collapse`` (ends ``cliff_delta`` and ``cliff_noise_se`` SEs below its base without a cliff);
+  ``decline`` (final below the run's own peak beyond noise); ``gain``; else ``no gain``.
 """
 
 from __future__ import annotations

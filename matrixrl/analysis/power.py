@@ -1,24 +1,12 @@
-"""What the claims' tests can decide: their smallest decisive results and their power, in closed form.
+"""What the claims' tests can decide: their smallest decisive results and their power.
 
-The claims table's rules (``analysis.claims``, docs/report.md) are fixed; before a grid
-runs, ``matrixrl plan`` says from these what each can decide on it (``analysis.design``),
-and an inconclusive verdict says what more would decide it at the effect it observed.
-Each is exact for the model it names:
-
-- a **sign test** (claims 1, 4, 5): k of m units one way is decisive when the
-  Clopper–Pearson interval of k/m excludes 0.5, that is when P(Bin(m, ½) ≥ k) < α/2; its
-  power, when each unit goes the finding's way with probability θ, is P(Bin(m, θ) ≥ k);
-- the **Student-t interval** of a mean (claim 3): its power against a mean of d standard
-  deviations of the units is the noncentral t's, for normal units;
-- **claim 2's context test** (``claims.context_anova``): with the evaluation noise alone,
-  a noncentral χ² over a denominator whose bases' share is known and only the residual's
-  estimated (:func:`context_power`), against that statistic's own critical value at Holm's
-  first step (α/2), as the test has them;
-- the **difference of two shares** (claims 6, 7): the square-and-add interval's verdict
-  summed over every binomial outcome of the two groups.
-
-The t and noncentral χ² distributions are scipy's (``scipy.special``), imported in the
-functions that use them, so that ``matrixrl --help`` does not load scipy.
+Before a grid runs, ``matrixrl plan`` says from these what each claim can decide on it
+(``analysis.design``), and an inconclusive verdict says what more would decide it at the effect it
+observed. Each is exact for the model it names (docs/report.md, "What a grid can decide"): sign
+tests by the binomial, claim 3 by the noncentral t (and a seeded simulation below 10 units, where
+the sign-flip test binds), claim 2's context test by its own statistic's distribution, claims 6-7
+by a seeded simulation of the stratified test. scipy is imported in the functions that use it, so
+that ``matrixrl --help`` does not load it.
 """
 
 from __future__ import annotations
