@@ -322,40 +322,14 @@ def context_verdict(p_context: float, p_policy: float, omega_context: float, ome
 def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dict | None:
     """The two tests of claim 2 on ``frame`` (``gain``, the context's columns, ``policy``,
     ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
-    ``omega2_context``, ``omega2_policy``, and the η² of the context's main effects, its
-    interactions and policy (Type II sums of squares). None without residual degrees of
-    freedom or variance, or with a context whose mean has none.
+    ``omega2_context``, ``omega2_policy`` (as computed, below 0 too), and the η² of the context's
+    main effects, its interactions and policy (Type II sums of squares). None without residual
+    degrees of freedom or variance, or with a context whose mean has none.
 
-    **The context's test** weighs each context's mean gain m_c (policy's fitted effect taken
-    out) by its own variance V_c = s_c² + MSE/n_c: its base evaluation's squared SE (known;
-    the cells of one context share it, so its error moves all their gains alike, which no
-    residual holds) plus the residual variance over its n_c cells. The statistic
-    W = Σ (m_c − m̄)²/V_c (m̄ the weighted mean) over C contexts is compared, as W/(C − 1),
-    with its null distribution when a share k (the mean of s_c²/V_c) of each V_c is known and
-    only the rest estimated on the residual's degrees of freedom (:func:`known_share_sf`), at
-    the share computed from the estimated residual variance; that plug-in p-value is taken
-    through the largest chance, over every true share, that it comes out so small
-    (:func:`known_share_p`), since the plug-in alone ran over its level. Compared with
-    F(C − 1, df_resid), as it was, the test took the known share as estimated and ran at
-    0.03% (default grid) to 1.2% (the paper's, 3 seeds) against its 2.5% at Holm's first
-    step (docs/report.md, "How often the rules err").
-    **Policy's test** compares within contexts, where the base cancels: the nested F-test of
-    the model against the context alone (least squares in numpy; statsmodels' Type II table
-    only for the η², with ``describe``).
-
-    ω²: (SS − df·error)/(SS_total + MSE + n̄·s̄²), with error MSE for policy; for the
-    context, SS − df·error is its test's counterpart n̄·V_h·(W − (C − 1)), V_h the harmonic
-    mean of the V_c: n̄·V_h·W = n̄·Σ (V_h/V_c)(m_c − m̄)² is the context's sum of squares with
-    each context weighed as the test weighs it (weights averaging 1), and n̄·V_h·(C − 1) its
-    expectation without a context effect, so its ω² is above 0 exactly when the test's
-    statistic exceeds 1. With every V_c the same, n̄·V_h = MSE + n̄·s̄², the error of the
-    nested test. (An arithmetic mean in V_h's place inflated the share where bases differ:
-    the weights then average above 1, and ω² passed 1 in about a tenth of simulated studies
-    of examples/paper.yaml's shape, whose tasks evaluate 128 and 1000 trials.) The
-    denominator is the whole variance of one cell's gain (its base's share included) times
-    the cells: SS_total holds n − 1 cells' residual variance and contexts − 1 contexts' base
-    variance, and the error adds the one of each it lacks. The ω² are returned as computed,
-    below 0 too.
+    The context's test weighs each context's mean gain by its own variance (its base's known
+    squared SE plus the residual's over its cells) against its own null distribution
+    (:func:`power.known_share_p`); policy's is the nested F-test within contexts, where the base
+    cancels. docs/report.md (claim 2) derives both and their ω².
     """
     import numpy as np
     from scipy.special import fdtrc

@@ -328,18 +328,9 @@ def peak_units_needed(effect: float, confidence: float, power: float = POWER) ->
 
 def context_power(contexts: int, cells_per_context: float, residual_dof: int, omega2: float, confidence: float) -> float:
     """The chance that claim 2's context test rejects at Holm's first step (α/2) when the context
-    explains ``omega2`` of a cell's gain variance, with evaluation noise alone.
-
-    With no spread between trainings, a cell's residual variance is its final's evaluation
-    variance s², as its base's is; ω² = σ²/(σ² + 2s²) for the contexts' spread σ² (their
-    effects' mean square about their mean), and the test's noncentrality is
-    n̄·C·σ²/(s² + n̄·s²) = 2·n̄·C·ω²/((1 + n̄)(1 − ω²)). The test weighs each context's mean
-    by its variance s_b² + MSE/n̄, the base's s_b² known (its SE) and only the MSE estimated
-    (the residual's degrees of freedom), so its statistic is χ'²_{C−1}(λ)/(C − 1) over
-    (n̄ + u²)/(n̄ + 1), u² ~ χ²_df/df, not over u² as an F's is: with two cells a context
-    two thirds of the denominator is known. Its critical value is that statistic's own at the
-    plug-in level whose :func:`known_share_p` is α/2 (:func:`known_share_level`), as the test's is; docs/report.md ("What a grid can
-    decide") has the simulated power at the line's ω²."""
+    explains ``omega2`` of a cell's gain variance, with evaluation noise alone: its statistic a
+    noncentral χ² over a denominator whose bases' share is known, at that statistic's own critical
+    value (docs/report.md, "What a grid can decide", derives it and checks it by simulation)."""
     if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
         return 0.0
     n = cells_per_context
