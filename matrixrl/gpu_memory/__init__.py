@@ -16,8 +16,6 @@ One module per concern:
   turns in rows and tokens, and the token counts it assumes;
 - ``peak``: every phase of a job, its parts in bytes and the largest (:func:`estimate`;
   a memory job's: :func:`memory_estimate`), with what each part holds;
-- ``timing``: the time of a job's parts on paper (the decode engine's graph replays, the
-  eager launches, the update), which bench/gpu_smoke.py and bench/decode_compaction.py price with;
 - ``budget``: the memory of the GPU a job will get (:func:`gpu_budget`);
 - ``fits``: the jobs that would not fit it, each in one line with its fixes
   (:func:`refusals`, :func:`check_fits`), what ``plan`` prints about GPU memory
