@@ -141,8 +141,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "what to run (plan), running it with Snakemake, disk use, what a run needs (doctor)"),
     ("study", ("matrixrl.study",), "the Python API's Study"),
     ("export", ("matrixrl.export",), "a study exported as files"),
-    ("cli", ("matrixrl.cli", "matrixrl.cli_errors", "matrixrl.__main__", "matrixrl.docs_tree", "matrixrl"),
-     "the command line, the docs it generates, and the package's lazy API"),
+    ("cli", ("matrixrl.cli", "matrixrl.cli_errors", "matrixrl.__main__", "matrixrl"),
+     "the command line and the package's lazy API"),
 )
 """matrixrl's layers, bottom to top: ``(name, module prefixes, what it holds)``. This is the one
 place they are stated (docs/architecture.md, "Layers", points here).
