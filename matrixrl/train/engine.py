@@ -1,19 +1,11 @@
 """The decode engine: a static KV cache and a device-resident decode step, graphed on CUDA.
 
-A call's first pass (the prompt, or its last token after ``prompt_cache.prefilled_cache``) is the
-model's own forward, as in ``rollout.decode``. Its KV cache is copied into a static cache of a
-*bucket* of rows (``bucket_rows``) allocated for the call's whole length, and every later token
-is one ``decode_step``: the engine's own forward of the Qwen3 / Llama layer structure over
-``DecodeWeights`` (one inference copy: the role's LoRA adapter merged into it before each call,
-or applied inside the step, ``lora="unmerged"``), then the sampler, writing into preallocated
-device tensors; no host synchronisation. On CUDA each bucket's step is captured as a CUDA graph
-and replayed; on CPU it runs eagerly (the tests). Every ``check_every`` steps the host reads
-whether rows still generate: rows that have ended are dropped by switching to a smaller bucket
-(the live rows gathered into its cache), and attention reads the cache's first columns only, a
-multiple of ``LENGTH_GRANULE`` that grows as the call goes on (each length a graph of its own).
-
-Models whose structure the step does not compute (``unsupported_reason``) decode with
-``rollout.decode``. docs/performance.md, "The decode engine", gives the reasons and the counts.
+A call's first pass is the model's own forward, as in ``rollout.decode``; every later token is one
+``decode_step`` over ``DecodeWeights`` into a static cache of a bucket of rows, with no host
+synchronisation, captured as a CUDA graph per bucket on CUDA (eager on CPU, for the tests).
+Every ``check_every`` steps ended rows are dropped by switching to a smaller bucket. Models the
+step does not compute (``unsupported_reason``) decode with ``rollout.decode``.
+docs/architecture.md, "Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
 """
 
 from __future__ import annotations

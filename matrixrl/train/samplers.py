@@ -1,19 +1,11 @@
 """How a decoding step picks tokens: sampled, greedy, or keyed (Gumbel-max over hashed noise).
 
-Three ways to pick tokens: sampling from torch's global generator (training; each
-step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperature
-above 0): the Gumbel-max trick with noise hashed from (seed, call, row, position,
-token). Keyed samples are a pure function of the seed and of each prompt's place in
-the workflow's calls, so they do not depend on the batch size, on the order of
-evaluations or on anything drawn before. (On CPU, bit for bit. On a GPU the batch's
-shape picks the kernels, and their rounding can flip a close sample: there a
-non-default ``eval.batch_size`` is part of the evaluation's spec, grid.eval_science.)
-
-Training rollouts record each sampled token's log-probability (``SampledChooser``):
-the update compares its own with it (the log-probability gap, update.update_policy).
-``KeyedSampler`` and ``EntropyRecorder`` are keyed sampling and the entropy record as
-processors of transformers' ``generate``: the reference path
-(``rollout.make_generate(use_hf_generate=True)``).
+Training samples from torch's global generator (each step seeds it) and records each token's
+log-probability (``SampledChooser``); evaluation at a temperature above 0 samples *keyed*: the
+Gumbel-max trick with noise hashed from (seed, call, row, position, token), so a sample does not
+depend on the batch size or on anything drawn before (on CPU bit for bit: docs/real-models.md,
+"What is exact where"). ``KeyedSampler`` and ``EntropyRecorder`` are the same as processors of
+transformers' ``generate``, the reference path.
 """
 
 from __future__ import annotations
