@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_timing import EAGER_DECODE_OPS, Hardware, eager_step_seconds, step_seconds, switch_seconds
-from matrixrl.train.engine_plan import ops_per_step
+from gpu_timing import EAGER_DECODE_OPS, Hardware, eager_step_seconds, ops_per_step, step_seconds, switch_seconds
 
 H200 = Hardware("H200", 989e12, 4.8e12)
 SHARES = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)

@@ -24,6 +24,18 @@ REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
 
 
+def bench_module(name: str):
+    """``bench/<name>.py`` imported as a module (bench/ is no package: its scripts import each other by name)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
 @pytest.fixture(autouse=True)
 def no_terminal_size(monkeypatch):
     """Tables print as they do into a file or pipe, whoever runs the tests: pytest-xdist's workers

@@ -93,7 +93,7 @@ class JobModel:
     def inference_copy(self) -> int:
         """The decode engine's copy of the weights its graph reads, in the compute dtype (CUDA only):
         a full fine-tune's linear and output layers; under LoRA all seven projections, the adapted
-        ones with the role's adapter merged in, as ``engine_plan.copy_bytes`` (none when adapters stay
+        ones with the role's adapter merged in, as bench/gpu_timing.py's ``copy_bytes`` (none when adapters stay
         unmerged); none for a frozen model."""
         if self.device != "cuda" or self.adapter == "frozen" or (self.adapter == "lora" and not self.merged):
             return 0
