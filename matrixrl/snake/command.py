@@ -153,14 +153,6 @@ def dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = 
             logger.removeHandler(handler)
     return jobs
 
-def planned_jobs(config: Config) -> list[dict]:
-    """Every job of the grid with its status (done or pending) and why it is pending
-    (matrixrl.status: from the result files, no Snakemake DAG)."""
-    from matrixrl.status import job_statuses
-
-    return job_statuses(config)
-
-
 
 def snakemake_command(
     config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None, stale: list[str] = ()

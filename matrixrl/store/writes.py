@@ -101,11 +101,6 @@ def store_key(result: Result) -> tuple[str, str]:
     raise TypeError(f"expected a result (matrixrl.results), got {type(result).__name__}")
 
 
-def _part(result: Result) -> str:
-    """The result's key among its cell's results (``cell_inputs.part``)."""
-    return store_key(result)[1]
-
-
 def is_cell_part(cell: str, part: str) -> bool:
     """Whether ``(cell, part)`` is a cell's train or eval result, the inputs of its summary (in cell_inputs)."""
     return part == "train" or part.startswith("eval/")
