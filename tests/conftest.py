@@ -24,16 +24,18 @@ REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
 
 
-def bench_module(name: str):
-    """``bench/<name>.py`` imported as a module (bench/ is no package: its scripts import each other by name)."""
+def script_module(path: str):
+    """A script of bench/ or tools/ (``"bench/gpu_timing.py"``) imported as a module by its name:
+    those folders are no packages, and their scripts import each other by name."""
     import importlib
     import sys
 
-    sys.path.insert(0, str(REPO / "bench"))
+    folder = str(REPO / Path(path).parent)
+    sys.path.insert(0, folder)
     try:
-        return importlib.import_module(name)
+        return importlib.import_module(Path(path).stem)
     finally:
-        sys.path.remove(str(REPO / "bench"))
+        sys.path.remove(folder)
 
 
 @pytest.fixture(autouse=True)

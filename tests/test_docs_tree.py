@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, script_module
 
-_tool = runpy.run_path(str(REPO / "tools" / "docs_tree.py"))  # tools/ is no package
-BEGIN, COMMAND, END, main = _tool["BEGIN"], _tool["COMMAND"], _tool["END"], _tool["main"]
+docs_tree = script_module("tools/docs_tree.py")
+BEGIN, COMMAND, END, main = docs_tree.BEGIN, docs_tree.COMMAND, docs_tree.END, docs_tree.main
 
 
 def test_the_architecture_tree_is_up_to_date() -> None:

@@ -29,7 +29,7 @@ END = "<!-- END generated tree -->"
 ROOTS = {
     "matrixrl": None,  # a package: its __init__.py says
     "bench": "Benchmarks: one script per performance claim; docs/performance.md has the figures.",
-    "tools": "Scripts for checking runs by hand, and the docs' tree of the code.",
+    "tools": "Scripts for checking runs by hand, and the generators of docs/'s two generated pages.",
 }
 # Files other than Python modules that a package folder may hold, described by their first comment line.
 COMMENTED = {"Snakefile"}

@@ -2,7 +2,7 @@
 
 experiments.yaml holds the science, never runtime matters; every model forbids unknown keys
 and every error names its key path. ``schema`` (the models), ``load`` (``load_config``),
-``messages`` (a pydantic error as one line), ``reference`` (docs/config-reference.md).
+``messages`` (a pydantic error as one line).
 ``Strict``, ``RUNTIME``, ``science`` (matrixrl.settings) and the errors are re-exported here.
 """
 

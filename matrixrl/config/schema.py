@@ -1,7 +1,7 @@
 """The experiments.yaml schema: one pydantic model per section.
 
 Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
-has a description: ``python -m matrixrl.config.reference`` writes them into
+has a description: ``python tools/config_reference.py`` writes them into
 docs/config-reference.md. A task kind's settings live in its task module and a workflow's in
 its workflow module; this module assembles them into :class:`Config`.
 """
