@@ -1,9 +1,8 @@
 """The experiments.yaml schema: one pydantic model per section.
 
-Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
-has a description: ``python tools/config_reference.py`` writes them into
-docs/config-reference.md. A task kind's settings live in its task module and a workflow's in
-its workflow module; this module assembles them into :class:`Config`.
+Every model forbids unknown keys and every field has a description (docs/config-reference.md
+is generated from them). Task kinds' and workflows' settings live in their modules; this one
+assembles them into :class:`Config`.
 """
 
 from __future__ import annotations
@@ -501,14 +500,7 @@ class Evaluate(Strict):
 
 
 class Memory(Strict):
-    """MemCollab's memory (docs/memcollab.md): built from a weak and a strong scale's base models.
-
-    Both models solve a task's memory-building problems (drawn from its training
-    problems, never its evaluation set); a distiller turns their trajectories into
-    "When …, enforce …; avoid …" constraints; a labeller gives every problem a
-    (category, subcategory); an evaluation shows each guided role the constraints of
-    the ``top_p`` most similar same-label source problems.
-    """
+    """MemCollab's memory, built from a weak and a strong scale's base models: docs/memcollab.md."""
 
     weak: str = Field(min_length=1, description="the weaker model: a chat-style scale under scales:")
     strong: str = Field(min_length=1, description="the stronger model: a chat-style scale under scales:")

@@ -1,9 +1,7 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table aggregates one cached record per cell (``matrixrl.analysis.cell_record``), so a
-report recomputes only the cells whose results or settings changed (docs/architecture.md,
-"Reports at scale"); the memory and cost tables read the store's own rows. Only results
-computed under a cell's current spec are reported (``rows.current_specs``).
+Every table aggregates one cached record per cell (docs/architecture.md, "Reports at scale");
+only results computed under a cell's current spec are reported (``rows.current_specs``).
 """
 
 from __future__ import annotations

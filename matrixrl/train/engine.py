@@ -109,11 +109,9 @@ class Layer:
 
 
 class DecodeWeights:
-    """The weights the step reads, in the compute dtype: one inference copy, refilled from a model
-    before each call (``load``). Merged: each layer's q, k, v (and gate, up) products fused into
-    one matrix holding ``W + scale * B @ A`` of the active adapter; the trained weights and the base
-    are only read. Unmerged: the projections read the model's own weights where they already are in
-    the compute dtype, and the adapter's A and B (scaled) are applied inside the step."""
+    """The weights the step reads, in the compute dtype, refilled from a model before each call
+    (``load``). Merged: q, k, v (and gate, up) fused into one matrix holding ``W + scale * B @ A``;
+    unmerged: the model's own weights, with the adapter's A and B applied inside the step."""
 
     def __init__(self, dtype: torch.dtype, device, lora: str = "merged"):
         if lora not in ("merged", "unmerged"):
@@ -402,10 +400,8 @@ class Engine:
 
     @torch.no_grad()
     def decode(self, model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, sampler: Sampler) -> Decoded | None:
-        """The call decoded (after ``load``): the first pass by ``model`` as ``rollout.decode`` makes
-        it, every later token by ``decode_step``. None, with one line saying why, when its cache
-        does not fit on the device: the caller then decodes with ``rollout.decode`` (from a fresh
-        prefill: this one's ``cache`` was released)."""
+        """The call decoded (after ``load``); None, with one line saying why, when its cache does not
+        fit on the device (the caller then decodes with ``rollout.decode``, from a fresh prefill)."""
         from transformers import DynamicCache
 
         from matrixrl.models.versions import check_kv_cache_kept

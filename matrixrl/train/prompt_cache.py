@@ -21,8 +21,7 @@ SHARED_PREFIX_MIN_TOKENS = 32
 
 @dataclass
 class Tokenized:
-    """A call's prompts, each distinct one tokenized once (a group's rollouts repeat
-    theirs; tokenizing every copy cost several percent of a tiny model's rollout step).
+    """A call's prompts, each distinct one tokenized once.
 
     ``distinct``: the distinct prompts' ids, in order of first appearance; ``rows``: each
     prompt's index in ``distinct``; ``distinct_ids``/``distinct_mask``: the distinct
@@ -66,11 +65,8 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, tokenized: Tok
     """The prompts' KV cache computed without repeating work, or None when there is none
     to save (every prompt distinct, no long prefix shared).
 
-    A repeated prompt is encoded once and its cache copied to every row that repeats it,
-    laid out as the tokenizer padded the batch (the same arithmetic); prefixes of at least
-    ``SHARED_PREFIX_MIN_TOKENS`` tokens shared by distinct prompts are encoded once per level
-    (``_prefix_levels``), the same up to rounding. docs/architecture.md, "Shared prefixes".
-    ``tokenized``: the prompts as ``tokenize_prompts`` gives them, when the caller has them already.
+    Repeated prompts and shared prefixes are encoded once (docs/architecture.md, "Shared
+    prefixes"). ``tokenized``: the prompts as ``tokenize_prompts`` gives them, if at hand.
     """
     if tokenized is None:
         tokenized = tokenize_prompts(tokenizer, prompts)

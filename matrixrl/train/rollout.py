@@ -61,16 +61,9 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
     ``max_new_tokens``), from left-padded prompts and, optionally, a ``cache`` of all
     but their last token (``prefilled_cache``).
 
-    The calls to the model are the ones ``generate`` makes (the same inputs, positions,
-    mask, logits of the last position in float32; no mask when nothing is padded, as
-    generate drops an all-ones mask), with one difference: rows that have emitted
-    their EOS leave the batch and their cache rows are dropped, instead of being fed
-    padding to the end of the call (once ``COMPACT_SHARE`` of the batch has finished,
-    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along; on a CUDA
-    device ``COMPACT_SHARE_GPU`` and ``MIN_BATCH_ROWS_GPU``: ``compaction_for``). The
-    remaining rows' logits are bit for bit those generate computes. The cache is transformers'
-    ``DynamicCache``, which follows the shrinking batch (why not a ``StaticCache``:
-    docs/real-models.md, "The GPU path").
+    The calls to the model are the ones ``generate`` makes, but rows that have emitted their
+    EOS leave the batch (once ``compaction_for``'s share has finished, down to its floor), so
+    the remaining rows' logits are bit for bit generate's. docs/architecture.md, "Rollouts".
     """
     from transformers import DynamicCache
 
@@ -147,11 +140,9 @@ def make_generate(
 ):
     """A ``Generate`` callable over ``policy``.
 
-    ``sample``: draws at ``temperature`` from torch's generator and records each
-    token's entropy (training), or, with ``seed``, keyed sampling (evaluation). Otherwise
-    greedy decoding. ``use_hf_generate``: decode with
-    transformers' ``generate`` instead of ``decode`` (the same tokens, slower: the
-    reference that tests and bench/rollout.py compare to).
+    ``sample``: draws at ``temperature`` from torch's generator and records each token's entropy
+    (training), or, with ``seed``, keyed sampling (evaluation); otherwise greedy.
+    ``use_hf_generate``: transformers' ``generate`` instead of ``decode`` (the reference).
 
     ``engine``: decode with :mod:`matrixrl.train.engine` (``lora="unmerged"``: adapters applied in
     the step); by default on CUDA devices only. A model the engine does not compute, or a cache

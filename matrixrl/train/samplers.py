@@ -69,10 +69,8 @@ class EntropyRecorder(LogitsProcessor):
     """Records, for each generated position, the entropy of the distribution sampled from
     (transformers' ``generate``, the reference path).
 
-    Custom processors run before generate's temperature warper, so the scores here
-    are the model's logits; dividing by the temperature gives the sampling
-    distribution, as the loss sees it (tests/test_policies.py checks this against a
-    fresh forward pass, so a transformers release that reorders them fails there).
+    Custom processors run before generate's temperature warper: the scores are the model's
+    logits, divided here by the temperature (tests/test_policies.py checks the order).
     """
 
     def __init__(self, temperature: float):
@@ -100,15 +98,10 @@ def keyed_chooser(temperature: float, keys: torch.Tensor):
 
 
 class SampledChooser:
-    """Samples from softmax(scores / temperature) with torch's global generator, drawing
-    exactly what ``generate``'s ``torch.multinomial`` draws: for one sample it takes
-    argmax(p / q), q ~ Exp(1), over a (batch, vocab) tensor of noise. The noise is drawn
-    for the whole batch at every step, finished rows included, so the generator
-    advances as it does under generate and every row gets the noise generate would give
-    it: the same tokens, while finished rows are no longer computed.
-
-    Records, per row and step, the entropy of the sampling distribution (``entropies``)
-    and the log-probability of the token chosen (``logps``), both (batch, max_new_tokens).
+    """Samples from softmax(scores / temperature) with torch's global generator, drawing exactly
+    what ``generate``'s ``torch.multinomial`` draws (argmax(p / q), q ~ Exp(1)), noise for the whole
+    batch at every step, finished rows included. Records per row and step the entropy
+    (``entropies``) and the chosen token's log-probability (``logps``), (batch, max_new_tokens).
     """
 
     def __init__(self, temperature: float, batch: int, max_new_tokens: int, device):

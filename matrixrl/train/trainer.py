@@ -63,11 +63,8 @@ def train_cell(
     ``on_step``: called with each step's metrics row as it is trained (not the rows a
     resumed run read from its checkpoint): what the job counts into its cost.
 
-    ``guide``: for a cell whose prompts are guided (``spec.memory``: a memory's constraints),
-    what makes its :class:`PromptGuide` (``jobs.train`` passes one); each step's problems go
-    through the guide's ``apply`` before the rollouts. It is called once the cell is built (after
-    ``torch.set_num_threads``: a labeller's loading sets the thread count), with the cell's task,
-    under ``torch.random.fork_rng``: making a guide must not move the training's RNG."""
+    ``guide``: for a guided cell (``spec.memory``), what makes its :class:`PromptGuide`, called once
+    the cell is built, under ``torch.random.fork_rng`` (making a guide must not move the RNG)."""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
     cell = build_cell(spec, base_dir)
@@ -173,11 +170,8 @@ def check_finite(cell_id: str, row: dict) -> None:
 class GrpoRun:
     """What every GRPO step of one training run works on.
 
-    ``policy`` and ``optimizers`` (one per parameter set, by its name) are updated
-    in place by each step; the rest stays fixed over the run. ``generate`` samples
-    from ``policy`` at ``cfg.temperature`` (``rollout.make_generate(sample=True)``),
-    ``seed`` is the cell's seed (each step's problems and sampling noise are drawn
-    from ``(seed, step)``), and ``pad_token_id`` pads the turns packed for the loss.
+    ``policy`` and ``optimizers`` (one per parameter set, by name) are updated in place by each
+    step; the rest stays fixed over the run.
     """
 
     seed: int
