@@ -430,10 +430,9 @@ def answer_error(name, detail):
 def snapshot_modules():
     """``restore()``: the modules as they are now, for the tests after the program.
 
-    ``restore`` puts back every module's attributes, ``sys.modules`` (a module only the program
-    imported is imported afresh), the import system's lists and its finders' cache, keeping what it
-    replaces alive until the process ends (no ``__del__`` midway). Objects inside modules (a
-    class's methods) are not restored.
+    It puts back every module's attributes, ``sys.modules``, the import system's lists and its
+    finders' cache, keeping what it replaces alive (no ``__del__`` midway); not objects inside
+    modules (a class's methods).
     """
     module_type, dict_, list_, vars_ = type(sys), dict, list, vars
     modules, importer_cache = sys.modules, sys.path_importer_cache

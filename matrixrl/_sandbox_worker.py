@@ -46,14 +46,9 @@ def load_harness():
 
 
 def command_line():
-    """Where this process's command line lies in its memory, the one its children
-    show (the harness script's, so ``pgrep -f _sandbox_child.py`` finds running
-    programs and not the worker) and its own, with a descriptor of its memory to
-    write them through; None where /proc does not tell.
-
-    The descriptor is opened now, while the worker is still dumpable (``undumpable``
-    then makes /proc/self/mem root's), and no child keeps it: each closes every
-    descriptor but its own before the program runs.
+    """Where this process's command line lies in its memory, the one its children show (the
+    harness script's) and its own, with a descriptor of its memory to write them through,
+    opened while the worker is still dumpable; None where /proc does not tell.
     """
     try:
         with open("/proc/self/stat", "rb") as stat:

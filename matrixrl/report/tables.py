@@ -126,11 +126,9 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
-    Reads the SQLite file ``db_file`` and refreshes its per-cell cache (no ingest).
-    ``group_by``, ``only`` and ``against`` (from :func:`parse_against`) are ``--group-by``,
-    ``--only`` (``{axis: values}``; controls still come from the whole grid) and
-    ``--against``; ConfigError if an axis is unknown or the table aggregates over it.
-    Per-cell tables have a ``cell`` column first; tables may be empty.
+    Reads ``db_file`` and refreshes its per-cell cache (no ingest). ``group_by``, ``only``
+    (``{axis: values}``) and ``against`` are the options of the same names; ConfigError if an
+    axis is unknown or the table aggregates over it. Tables may be empty.
     """
     frames, _ = _build(db_file, config, names, group_by, only, against)
     return frames

@@ -69,11 +69,9 @@ class CodeSpec:
 def program(spec: CodeSpec, answer: str) -> str:
     """The code to test for an answer.
 
-    A prompt that is not code (MBPP's text) adds nothing: the answer is the program.
-    A code prompt comes first: before an answer that defines the entry point (the
-    prompt's imports and helpers stay available, its stub is redefined), or as the
-    signature an answer without it (a body) completes. The classes the tests define come
-    before all, so that their objects cross to the answer as the same classes.
+    A code prompt comes first (a text prompt adds nothing), before an answer that defines the
+    entry point or as the signature a body completes; the classes the tests define come before
+    all, so their objects cross to the answer as the same classes.
     """
     shared = spec.classes + "\n\n" if spec.classes else ""
     if not parses(spec.prompt):
@@ -86,11 +84,9 @@ def program(spec: CodeSpec, answer: str) -> str:
 def test_code(tests: str, prompt: str, entry_point: str) -> str:
     """The tests, plus ``check(__answer__)`` when they define ``check`` (HumanEval's form).
 
-    ``__answer__`` is the answer's entry point as the sandbox guards it. Before
-    ``check``, a prompt that is code runs again, so that the helpers ``check`` uses
-    (HumanEval/32's ``poly``) are the prompt's and not ones the answer redefined;
-    its stub of the entry point is then bound to the guarded answer again
-    (HumanEval/33's ``check`` calls the entry point by name).
+    ``__answer__`` is the answer's entry point as the sandbox guards it. A code prompt runs again
+    before ``check``, so its helpers are the prompt's (HumanEval/32's ``poly``), its stub bound
+    to the guarded answer again.
     """
     helpers = f"{prompt.rstrip()}\n\n\n{entry_point} = __answer__\n\n\n" if parses(prompt) else ""
     if not defines(tests, "check"):  # asserts that call the entry point by name, guarded too

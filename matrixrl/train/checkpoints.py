@@ -110,11 +110,9 @@ def resume_point(
 ) -> int | None:
     """Where training of ``cell_dir`` resumes, or None to start afresh.
 
-    Checkpoints written under other settings are removed (said in the log), so the
-    cell's folder only ever holds one training's checkpoints; so are leftovers of a
-    write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
-    whose checkpoint is gone while a later one exists is rebuilt: training resumes
-    from the last checkpoint before it, and replays the same steps.
+    Checkpoints written under other settings, and leftovers of an interrupted write, are removed
+    (said in the log). An ``evaluated`` step whose checkpoint is gone while a later one exists is
+    rebuilt by replaying from the last checkpoint before it.
 
     ``exact``: whether replaying a step gives back the same weights (on CPU; docs/real-models.md,
     "What is exact where"). If not, the checkpoints after the replay's start are removed first.

@@ -43,9 +43,8 @@ class GradientSet:
     parameter set: between agents (``agents``), and between role sums and the set's
     total (``groups``: each role's name, then ``TOTAL``), each in float64.
 
-    Role sums are added up element by element before their products are taken (as
-    a whole vector would be), so a role whose agents' gradients cancel has the norm
-    of what is left, not a difference of rounded squares.
+    Role sums are added up element by element before their products are taken, so a role whose
+    agents' gradients cancel has the norm of what is left.
     """
 
     def __init__(self, agents: list[Agent]):
@@ -172,12 +171,9 @@ def gradient_sets(agents: list[AgentGrad], *, shared: bool) -> list[GradientSet]
 def gradient_diagnostics(sets: list[GradientSet] | list[AgentGrad], *, shared: bool) -> list[dict]:
     """Long-format diagnostic rows for one update (docs/architecture.md lists the kinds).
 
-    ``sets``: one :class:`GradientSet` per parameter set that acted (under SP one; under
-    IP one per role), or each agent's flat gradient (:class:`AgentGrad`). ``shared``
-    says whether all roles' gradients live in one parameter space (SP); under IP
-    (``shared=False``) cross-role cosines are not computed. Raises ``ValueError`` on a
-    repeated agent name, on vectors of different lengths in one set, and on a role
-    whose agents are in several sets.
+    ``sets``: one :class:`GradientSet` per parameter set that acted, or each agent's flat gradient
+    (:class:`AgentGrad`); ``shared=False`` (IP): no cross-role cosines. Raises ``ValueError`` on a
+    repeated agent, vectors of different lengths in one set, or a role split across sets.
     """
     if sets and isinstance(sets[0], AgentGrad):
         names = [a.agent for a in sets]

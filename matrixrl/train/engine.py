@@ -237,8 +237,8 @@ class State:
     """A bucket's decoding state, every part a device tensor (``slots`` rows).
 
     ``k``/``v``: per layer (slots, KV heads, length, head_dim); ``mask``: (slots, length), added
-    to the attention's scores (0 where a slot attends, -inf elsewhere, in the compute dtype); ``col``: (1,) the cache column the next token is written to;
-    ``step``: () the output position of the next token; ``pos``: its RoPE position per slot;
+    to the attention's scores (0 or -inf); ``col``: (1,) the cache column the next token is written
+    to; ``step``: () the output position of the next token; ``pos``: its RoPE position per slot;
     ``token``: the token fed per slot; ``live``: whether the slot's row still generates;
     ``out_rows``: the call's row each slot writes its outputs to (``batch`` for an empty slot);
     ``src_rows``: the row of the call's sampling noise and keys a slot takes.

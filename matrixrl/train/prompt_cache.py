@@ -98,9 +98,8 @@ def _prefix_levels(bodies: list[list[int]], minimum: int = SHARED_PREFIX_MIN_TOK
     ``minimum`` tokens; the last level has one node per body, in order. A single level
     means nothing is shared.
 
-    Bodies that agree on their next ``minimum`` tokens form a node of their longest
-    common prefix; the others (and what remains) go one level down, a body that
-    shares nothing there taking an empty segment until its own last level.
+    Bodies that agree on their next ``minimum`` tokens form a node of their longest common
+    prefix; the rest go one level down.
     """
     levels: list[Level] = []
     groups = [(0, list(range(len(bodies))), 0)]  # (parent node, bodies, tokens consumed)
