@@ -500,7 +500,14 @@ class Evaluate(Strict):
 
 
 class Memory(Strict):
-    """MemCollab's memory, built from a weak and a strong scale's base models: docs/memcollab.md."""
+    """MemCollab's memory (docs/memcollab.md): built from a weak and a strong scale's base models.
+
+    Both models solve a task's memory-building problems (drawn from its training
+    problems, never its evaluation set); a distiller turns their trajectories into
+    "When …, enforce …; avoid …" constraints; a labeller gives every problem a
+    (category, subcategory); an evaluation shows each guided role the constraints of
+    the ``top_p`` most similar same-label source problems.
+    """
 
     weak: str = Field(min_length=1, description="the weaker model: a chat-style scale under scales:")
     strong: str = Field(min_length=1, description="the stronger model: a chat-style scale under scales:")
