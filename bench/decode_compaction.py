@@ -2,11 +2,11 @@
 
 ``rollout.decode`` drops the rows that have finished once ``share`` of the rows computed have
 finished, keeping at least ``floor``. This script prices a decoding call with the project's one
-time model (matrixrl.gpu_memory.timing; no torch, no GPU; a few seconds), for the eager decoder
+time model (bench/gpu_timing.py; no torch, no GPU; a few seconds), for the eager decoder
 (host launches at ``HOST_OP_S`` against the weights and the cache moved ``passes`` times at the
 bandwidth) and for the decode engine (a graph replay a step: its kernels and the bytes of the
 static cache of the rows kept; a compaction is a switch to a smaller bucket,
-``timing.switch_seconds``). Replies end uniformly over the call, or early (exponential, mean a
+``gpu_timing.switch_seconds``). Replies end uniformly over the call, or early (exponential, mean a
 sixth of the cap). For each share and floor it prints the worst loss over the cases against the
 best share (or floor 4) of each case. docs/performance.md, "Decode compaction on a GPU".
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from matrixrl.gpu_memory.timing import EAGER_DECODE_OPS, Hardware, eager_step_seconds, step_seconds, switch_seconds
-from matrixrl.train.engine_plan import ops_per_step
+from gpu_timing import EAGER_DECODE_OPS, Hardware, eager_step_seconds, ops_per_step, step_seconds, switch_seconds
 
 H200 = Hardware("H200", 989e12, 4.8e12)
 SHARES = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)

@@ -8,7 +8,7 @@ KV heads) with tiny widths, so that the host's cost per op dominates as it does 
 
 - ``ops``: ATen ops (views aside, as bench/gpu_smoke.py's ``count_ops``) per decoding step under
   bfloat16 autocast, as a GPU job runs: today's decoder with shared LoRA, isolated LoRA (3
-  adapters) and a full model, the engine merged and unmerged, and ``engine_plan.ops_per_step``;
+  adapters) and a full model, the engine merged and unmerged, and ``gpu_timing.ops_per_step``;
 - ``compile``: the engine's step traced by ``torch.compile(fullgraph=True)`` (no graph break: the
   proxy for capturing it as a CUDA graph);
 - ``greedy``: float32 greedy tokens of the engine and today's decoder on every row, through a
@@ -41,12 +41,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpu_timing import ops_per_step  # noqa: E402
+
 from matrixrl.config import Policies  # noqa: E402
 from matrixrl.models.hf import compute_context, with_compute_dtype  # noqa: E402
 from matrixrl.models.policies import build_policy  # noqa: E402
 from matrixrl.train import engine as engine_module  # noqa: E402
 from matrixrl.train.engine import Engine, Sampler  # noqa: E402
-from matrixrl.train.engine_plan import PROJECTIONS, bucket_length, ops_per_step  # noqa: E402
+from matrixrl.train.engine_plan import PROJECTIONS, bucket_length  # noqa: E402
 from matrixrl.train.rollout import decode  # noqa: E402
 from matrixrl.train.samplers import SampledChooser, greedy_chooser  # noqa: E402
 

@@ -10,7 +10,7 @@ calls as the memory estimate plans them, then its update, every turn learning; t
 batch decodes the chunk at the estimate's peak. Checked: every trained tensor moved (under LoRA
 every ``lora_B``, no base weight), the log-prob gap per role under ``GAP_LIMIT``, every row to
 ``max_new_tokens``, on CUDA the memory peaks against the estimate. ``--dry`` prints the estimates
-and the time on paper (matrixrl.gpu_memory.timing) without importing torch; ``--budget-s`` skips
+and the time on paper (bench/gpu_timing.py) without importing torch; ``--budget-s`` skips
 a part that would not fit what is left. The workflow × policy × adapter cases are pytest tests
 (``pytest -m gpu tests/test_gpu_smoke.py``). docs/performance.md, "GPU smoke test".
 """
@@ -32,14 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).parent))  # bench/gpu.py, bench/gpu_memory.py
+sys.path.insert(0, str(Path(__file__).parent))  # bench/gpu.py, bench/gpu_memory.py, bench/gpu_timing.py
 sys.path.append(str(REPO / "tests"))  # chat_models.py, gpu_checks.py
 
 from gpu import generate_flops, mfu, peak_tflops, synchronize, update_flops  # noqa: E402
 from gpu_checks import DeviceMemory, gap_failures, memory_check, parameter_snapshot, parameters_moved  # noqa: E402
 from gpu_memory import HiddenEos  # noqa: E402
 
-from matrixrl.gpu_memory.timing import (  # noqa: E402
+from gpu_timing import (  # noqa: E402
     HOST_OP_S, Hardware, Replayed, Work, evaluation_chunk, evaluation_work, flop_parameters, training_calls, training_work,
 )
 

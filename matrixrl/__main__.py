@@ -1,10 +1,7 @@
 """The ``matrixrl`` command (``python -m matrixrl`` too).
 
-Kept apart from :mod:`matrixrl.cli` so that a Ctrl-C while the CLI and its
-libraries load, or while a command that holds no signal handler of its own runs
-(``run`` has its own), ends with one line and exit 130, never a traceback; and so
-that a plugin that cannot be imported as the CLI loads its registries
-(``MATRIXRL_PLUGINS``) is one line and exit 2, as any other bad input.
+Kept apart from :mod:`matrixrl.cli` so that a Ctrl-C while it loads ends with one line and exit
+130, and a plugin that cannot be imported is one line and exit 2.
 """
 
 import sys

@@ -1,10 +1,7 @@
 """Child side of :mod:`matrixrl.sandbox`: run one untrusted program and its tests.
 
-The sandbox's worker (``_sandbox_worker.py``) loads this file once and, in a child it forks
-per program, calls :func:`run_program`, which sets the limits and the audit hook, runs the
-program and tests, writes the verdict line on a descriptor of its own and ends the process.
-Everything the harness touches after the untrusted code starts is a local bound before,
-so rebinding builtins, module attributes or globals cannot change what it does.
+The worker loads this file once and calls :func:`run_program` in a child it forks per program.
+Everything the harness touches after the untrusted code starts is a local bound before.
 """
 
 import _imp
@@ -46,10 +43,8 @@ DENIED_MODULES = frozenset({
     # Named shared memory and semaphores: files in /dev/shm, made without an audit
     # event, that outlive the program (a channel to the programs after it).
     "_posixshmem", "_multiprocessing",
-    # C libraries that open files themselves, so the hook never sees the path: Tcl
-    # (any file, read or written; /proc/self/mem where the worker may read anything),
-    # readline's history files, SQLite's ATTACH, curses' terminfo, OpenSSL's
-    # certificate and key files, the shadow password file.
+    # C libraries that open files themselves, so the hook never sees the path (Tcl, readline,
+    # SQLite's ATTACH, curses, OpenSSL, the shadow password file).
     "_tkinter", "readline", "_sqlite3", "_curses", "_curses_panel", "_ssl", "spwd",
     "faulthandler",  # writes the harness's stack where the program asks
 })
@@ -82,14 +77,9 @@ REFUSE_SIGNAL = compile(
 
 
 def install_guard(sandbox_dir, violations):
-    """Add the audit hook; denied operations are appended to ``violations``.
-
-    What only the hook can do: keep the harness's frames, the collector's objects and native
-    code (ctypes, foreign extension modules) from the program, which would reach the token;
-    refuse new processes, signals, sockets and code from bytes. Files are the kernel's (the
-    view), but for /proc where there is no view. The hook never calls an object the program
-    could have supplied or rebound: it accepts only exact ``str``/``bytes``/``int`` arguments
-    and uses names bound here, before the program runs.
+    """Add the audit hook; denied operations are appended to ``violations``. It never calls an
+    object the program could have supplied or rebound: it accepts only exact ``str``/``bytes``/``int``
+    arguments and uses names bound here. What it refuses: docs/sandbox.md, "The audit hook".
     """
     type_, str_, bytes_, int_ = type, str, bytes, int
     getcwd, getcwdb, append = os.getcwd, os.getcwdb, violations.append
@@ -181,15 +171,9 @@ def install_guard(sandbox_dir, violations):
 
 # -- the answer in a process of its own ---------------------------------------------------------
 #
-# With an entry point, the tests run in this process and the program in a child of it: the
-# tests call the program's function through a pipe and get back its return value as data.
-# Nothing the program does (objects whose __eq__ always says True, a math.fabs of its own,
-# a patched class, a finder for the tests' next import, code that runs later from __del__ or
-# a gc callback) reaches the process the tests run in, which never runs a line of the
-# program's. Values cross as JSON with tags for what JSON lacks: numbers, strings, None and
-# lists, tuples, dicts, sets, frozensets, bytes and complex numbers of them; the program's
-# process reads a container as its base type stores it, and this process decodes whatever
-# arrives with json.loads, which runs no code.
+# With an entry point, the tests run in this process and the program in a child of it, calling
+# its function through a pipe; values cross as JSON with tags, decoded here by json.loads, which
+# runs no code (docs/sandbox.md, "The answer in a process of its own").
 
 DEEPEST = 100  # levels of nesting a value may have
 MAX_REPLY = 64 << 20  # bytes of one message between the two processes
@@ -309,12 +293,9 @@ def read_exactly(fd, size):
 def reply_sender(fd, token):
     """``send_reply(message)``: ``message`` with ``token``, framed as :func:`send` frames, on ``fd``.
 
-    The token is what the tests' process takes a reply by: the program writes to the same
-    pipe, so a reply without it is the program's own. Made before the program runs and
-    running no Python of anyone else's once it has (C's JSON encoder, names bound here), so
-    nothing the program rebinds (``os.write``, ``len``, ``json``'s classes) sees the token:
-    the audit hook keeps frames and the collector's objects out of its reach, as for the
-    pass token."""
+    The token is what the tests' process takes a reply by (the program writes to the same pipe).
+    Made before the program runs and running no Python of anyone else's once it has (C's JSON
+    encoder, names bound here), so nothing the program rebinds sees the token."""
     import _json
 
     def refuse(value):
@@ -335,12 +316,8 @@ def reply_sender(fd, token):
 
 def serve_answer(program, sandbox_dir, guard, entry_point, calls, replies, token):
     """The program's process: run ``program``, then call its ``entry_point`` for each call
-    that arrives on ``calls`` and send each reply, with ``token``, on ``replies``; end at
-    end-of-file.
-
-    Every reply says whether the program has tried something forbidden yet (``blocked``),
-    which the tests' process turns into the verdict, as the hook's violations do in a
-    program run with its tests."""
+    that arrives on ``calls`` and send each reply, with ``token`` and whether the program has
+    tried something forbidden yet (``blocked``), on ``replies``; end at end-of-file."""
     import json
 
     loads = json.JSONDecoder().decode
@@ -453,13 +430,9 @@ def answer_error(name, detail):
 def snapshot_modules():
     """``restore()``: the modules as they are now, for the tests after the program.
 
-    Tests import modules too (HumanEval/32's ``check`` asserts on ``math.fabs``), and a
-    program can replace one in ``sys.modules``, assign over its functions, or add a
-    finder to ``sys.meta_path`` for the next import. ``restore`` puts back every module's
-    attributes, ``sys.modules`` (a module only the program imported is imported afresh),
-    the import system's lists and its finders' cache. What it replaces it keeps alive
-    until the process ends, so no ``__del__`` of the program's runs midway. Objects
-    inside modules (a class's methods) are not restored.
+    It puts back every module's attributes, ``sys.modules``, the import system's lists and its
+    finders' cache, keeping what it replaces alive (no ``__del__`` midway); not objects inside
+    modules (a class's methods).
     """
     module_type, dict_, list_, vars_ = type(sys), dict, list, vars
     modules, importer_cache = sys.modules, sys.path_importer_cache
@@ -518,12 +491,9 @@ def run_program(
     pass_token, report_token, program, tests, sandbox_dir, memory_mb, cpu_s, guard, verdict_fd,
     entry_point=None,
 ):
-    """Limit this process, run ``program`` and ``tests``, write the verdict to
-    ``verdict_fd`` and end the process. Its working directory is ``sandbox_dir``,
-    stdin is empty and stdout/stderr are the output the parent reads on crashes.
-    Without ``entry_point`` program and tests run here, one after the other
-    (:func:`run_together`); with it, the program runs in a child process and the
-    tests here call its function (:func:`run_apart`)."""
+    """Limit this process, run ``program`` and ``tests`` in ``sandbox_dir``, write the verdict to
+    ``verdict_fd`` and end the process: together here (:func:`run_together`), or, with
+    ``entry_point``, the program in a child process (:func:`run_apart`)."""
     mib = 1 << 20
     for limit, value in (
         (resource.RLIMIT_AS, memory_mb * mib),

@@ -1,16 +1,11 @@
 """Worker side of :mod:`matrixrl.sandbox`: one started interpreter that forks a child per program.
 
 Started as ``python -I -S -B -u _sandbox_worker.py SPEC`` under the sandbox's launcher and
-never imported. With a view in SPEC it runs twice: first as root of fresh mount, PID and
-network namespaces it builds the filesystem view (:func:`build_view`) and executes itself
-again inside it; there it gives up every privilege (:func:`drop_privileges`). Then it loads
-the harness (``_sandbox_child.py``) and the modules programs import most, says ready, and
-serves one job at a time: a job arrives on stdin, a forked child runs it (limits, audit hook,
-program, tests, verdict), and the worker answers on stdout with the child's verdict bytes,
-exit status, whether the deadline passed and its output's tail; frames both ways are a
-4-byte length and a marshalled tuple. After each child it kills every process left (as
-process 1 of its PID namespace, all of them) and empties the scratch. It ends at end-of-file
-on stdin. Why each wall: docs/sandbox.md.
+never imported. With a view in SPEC it builds the view as root of fresh namespaces
+(:func:`build_view`), runs itself again inside and drops its privileges (:func:`drop_privileges`).
+Then it serves one job at a time: a job on stdin (a 4-byte length and a marshalled tuple), run
+by a forked child, answered on stdout; after each child it kills every process left and empties
+the scratch. It ends at end-of-file on stdin. Why each wall: docs/sandbox.md.
 """
 
 import _signal
@@ -51,14 +46,9 @@ def load_harness():
 
 
 def command_line():
-    """Where this process's command line lies in its memory, the one its children
-    show (the harness script's, so ``pgrep -f _sandbox_child.py`` finds running
-    programs and not the worker) and its own, with a descriptor of its memory to
-    write them through; None where /proc does not tell.
-
-    The descriptor is opened now, while the worker is still dumpable (``undumpable``
-    then makes /proc/self/mem root's), and no child keeps it: each closes every
-    descriptor but its own before the program runs.
+    """Where this process's command line lies in its memory, the one its children show (the
+    harness script's) and its own, with a descriptor of its memory to write them through,
+    opened while the worker is still dumpable; None where /proc does not tell.
     """
     try:
         with open("/proc/self/stat", "rb") as stat:

@@ -1,9 +1,7 @@
 """Atomic writes: a reader, or a run after a kill, sees the old content or the new, never half.
 
-Everything matrixrl writes that another process reads (result files, checkpoints,
-converted models, reports, plots, the configfile Snakemake reads) goes through here:
-the content is written beside its target under a temporary name, then renamed over
-it, which POSIX makes atomic within one filesystem.
+Everything matrixrl writes that another process reads goes through here: written beside its
+target under a temporary name, then renamed over it.
 """
 
 from __future__ import annotations
@@ -50,9 +48,8 @@ def replaced_dir(target: str | Path, tmp: str | Path | None = None) -> Iterator[
     """Fill the yielded temporary folder; on success it replaces ``target`` (removed first).
     A full disk or a read-only folder is a ``DiskError`` naming ``target``.
 
-    ``tmp`` defaults to ``TARGET.tmp`` beside the target, emptied first, so that a write a
-    kill interrupted is cleaned up by the next one; pass a unique name where two processes
-    may write the same target at once. On an exception the temporary folder is removed.
+    ``tmp`` defaults to ``TARGET.tmp``, emptied first (what a kill left); pass a unique name where
+    two processes may write the same target. On an exception the temporary folder is removed.
     """
     target = Path(target)
     tmp = Path(tmp) if tmp is not None else target.with_name(target.name + ".tmp")

@@ -1,12 +1,7 @@
 """A mistyped command line (an unknown option, a value of the wrong kind) as one ``Error:`` line.
 
-The ``matrixrl`` app's group (:class:`OneLineErrors`) catches click's usage errors, wherever
-click raises them, and prints them as matrixrl's other user errors: one line on stderr,
-``OPTION VALUE: what is wrong; the fix``, exit status 2, no usage block::
-
-    Error: --cores two: expected a whole number, e.g. --cores 2
-
-click's exceptions are duck-typed, so typer's own copy of click and the package serve alike.
+:class:`OneLineErrors`, the app's group, prints click's usage errors as matrixrl's other user
+errors: ``Error: OPTION VALUE: what is wrong; the fix`` on stderr, exit status 2, no usage block.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The job graph: every job of a grid as a record, and every kind of job, each defined once.
 
-:data:`KINDS` lists the kinds of job (one Snakemake rule each); :class:`Graph` turns a
-config into its jobs (:class:`Job`), which the status, the Snakefile, the job processes
-and the run's progress all read. A job's function is ``function(spec, *args, log=...)``.
+:data:`KINDS` lists the kinds of job; :class:`Graph` turns a config into its :class:`Job` s.
 docs/architecture.md, "The job graph, defined once"; adding a kind: docs/extending.md.
 """
 

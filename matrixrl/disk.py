@@ -1,9 +1,7 @@
 """The disk a grid's checkpoints need at their peak, under ``train.keep_checkpoints``.
 
-A checkpoint's size (``checkpoints.save_checkpoint`` writes it) is measured where the cell
-has one, else computed from the model's shapes (a tiny scale's settings or an hf
-``config.json``), without loading anything or importing torch. What counts at the peak: docs/configuration.md, "Checkpoint retention
-and the disk it needs".
+A checkpoint's size is measured where the cell has one, else computed from the model's shapes,
+without torch. docs/configuration.md, "Checkpoint retention and the disk it needs".
 """
 
 from __future__ import annotations

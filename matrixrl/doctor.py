@@ -1,9 +1,8 @@
 """What a run of the grid needs, checked one line each, ✓ or ✗ with the fix (``matrixrl doctor``).
 
-Each check in ``CHECKS`` (in print order) takes the grid's ``Config`` and the Snakemake
-profile (None: this machine) and returns :class:`Check` results; :func:`diagnose` runs
-them. Nothing starts CUDA, loads weights, downloads or is left behind. What each check
-passes on, and its fixes: docs/real-models.md, "Before a GPU run".
+Each check in ``CHECKS`` takes the grid's ``Config`` and the Snakemake profile and returns
+:class:`Check` results; nothing starts CUDA, loads weights or downloads. docs/real-models.md,
+"Before a GPU run".
 """
 
 from __future__ import annotations

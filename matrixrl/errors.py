@@ -1,8 +1,7 @@
 """Every error a user can fix, under one base class.
 
-The CLI and a job's entry point catch :class:`UserError` once and print its message,
-one line that names the file or key at fault and the fix, without a traceback. Any
-other exception is a bug in matrixrl and keeps its traceback.
+The CLI and a job's entry point print a :class:`UserError` as one line, without a traceback;
+any other exception is a bug in matrixrl and keeps its traceback.
 """
 
 from __future__ import annotations

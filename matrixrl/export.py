@@ -1,10 +1,8 @@
 """A study's results in experiment trackers: TensorBoard event files and W&B offline runs.
 
-``matrixrl export tensorboard|wandb`` writes one run per grid cell (the scalars:
-:func:`study_points`). Exports are incremental: the state file (:data:`STATE_FILE`)
-keeps a digest of every *part* (a cell's training, one checkpoint's evaluation)
-exported, and files are written before the state that records them. What a run
-holds, when a run is rewritten whole, and why: docs/export.md.
+``matrixrl export tensorboard|wandb`` writes one run per grid cell (:func:`study_points`),
+incrementally: the state file (:data:`STATE_FILE`) keeps a digest of every part exported.
+What a run holds, and when it is rewritten whole: docs/export.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The results directory's layout: where each job's files live under ``results_dir``.
 
-Every path is relative to ``results_dir``, Snakemake's working directory, so the
-Snakefile, the jobs, the store and the report agree on one layout; the tree is in
-docs/architecture.md ("The job graph, defined once", ``results/`` after a run).
+Every path is relative to ``results_dir``, Snakemake's working directory; the tree is in
+docs/architecture.md ("The job graph, defined once").
 """
 
 from __future__ import annotations
@@ -96,13 +95,8 @@ def retention_record(cell_id: str) -> str:
 class ResultFile:
     """What a result file is, as its place in the layout says (:func:`result_file`).
 
-    ``kind`` names the function above that builds such a path: ``base``, ``base_eval``,
-    ``base_memory_eval``, ``train``, ``eval``, ``memory_eval``, ``retained``,
-    ``trajectories``, ``labels``, ``distilled``, ``bank``. ``name`` is the file's name less ``.json``
-    (``step_N``, ``SCALE-kN``, a memory's or a base evaluation's name). The folders
-    name the rest: ``cell`` (``cells/CELL``), ``scale`` (``base/SCALE``), ``task``
-    (``memory/TASK``), a memory evaluation's ``mode`` and a base model's memory
-    evaluation's ``bank``.
+    ``kind`` names the function above that builds such a path; ``name`` is the file's name less
+    ``.json``; the folders name the rest (``cell``, ``scale``, ``task``, ``mode``, ``bank``).
     """
 
     kind: str

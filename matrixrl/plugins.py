@@ -1,11 +1,9 @@
 """Registries, and the plugins that add to them from outside the package.
 
-Workflows, task kinds and report tables are each a :class:`Registry` (name → meaning)
-that the schema, help texts, CLI choices and HTML page derive from.
-``MATRIXRL_PLUGINS=module[,module]`` names modules that register entries when imported;
-each registry module imports them (:func:`load_plugins`) once it has its built-ins, so
-every process of a run sees the same registries (docs/extending.md). This module imports
-nothing heavy: the CLI loads the plugins at start-up.
+Workflows, task kinds and report tables are each a :class:`Registry` (name → meaning).
+``MATRIXRL_PLUGINS=module[,module]`` names modules that register entries when imported
+(:func:`load_plugins`), so every process of a run sees the same registries (docs/extending.md).
+Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -74,10 +72,8 @@ def _failed_import(name: str, exc: BaseException, fix: str) -> str:
 class Registry(dict):
     """Names → what they mean (a workflow class, a task class, a table), in registration order.
 
-    The built-in entries are the dict's literal; :meth:`add` is how a plugin adds one.
-    Whatever derives a fixed structure from the registry (the config schema) ``seal``\\ s
-    it, so that a later ``add``, which that structure would not know, is an error
-    rather than a silent omission.
+    :meth:`add` is how a plugin adds one; once sealed (the config schema derives from it), a
+    later ``add`` is an error rather than a silent omission.
     """
 
     def __init__(self, kind: str, entries: dict | None = None):

@@ -1,11 +1,8 @@
 """ResultModel files: what each job writes, read back with clear errors.
 
-Jobs never touch the store; each writes its own small JSON file atomically, and
-the ingest step reads them. A file that is unreadable, has the wrong shape, holds a
-value no job writes (a non-finite number, an accuracy outside [0, 1], a count below
-zero or beyond SQLite's 64-bit integers, more correct completions than completions)
-or names another result than its path does (``"step": 7`` in ``eval/step_1.json``)
-raises ``ResultFileError`` naming the file, the field and the fix.
+Each job writes its own small JSON file atomically; ingestion reads them. A file that is
+unreadable, has the wrong shape, holds a value no job writes or names another result than its
+path does raises ``ResultFileError`` naming the file, the field and the fix.
 """
 
 from __future__ import annotations
@@ -268,11 +265,8 @@ def path_mismatch(path: Path, result: ResultModel) -> str | None:
     """What ``result`` names otherwise than its file's place in the results folder does
     (``"step": 7`` in ``cells/CELL/eval/step_1.json``), in words; None if nothing.
 
-    A file's path says which result it is: a cell's files are under ``cells/CELL``, an
-    evaluation is ``step_N.json`` of its step (a base model's is step 0), a memory's
-    files are under ``memory/TASK``, named by their scale and samples or their bank (see
-    matrixrl.layout). The store keys a result by what it holds, so one that disagrees
-    would be stored as another result than its file's. A file elsewhere is not checked."""
+    The store keys a result by what it holds, so one that disagrees with its path (matrixrl.layout)
+    would be stored as another result. A file elsewhere is not checked."""
     where = L.result_file(path)
     if where is None:
         return None

@@ -1,12 +1,8 @@
 """Which checkpoints of a cell stay once its evaluations are done (``train.keep_checkpoints``).
 
-``key`` (the default) keeps the latest complete checkpoint (``resume``), the peak, the
-last evaluated checkpoint (``final``) and, under a terminal cliff, its onset and the
-evaluated checkpoint on each side; ``all`` keeps every one. The ``retain`` rule deletes the
-others and writes ``cells/CELL/retained.json``. A deleted checkpoint comes back only by
-retraining the cell when an evaluation needs it again (``matrixrl.status``: ``rebuild``).
-The rules and their reasons: docs/configuration.md, "Checkpoint retention and the disk it
-needs".
+``key`` (the default) keeps the resume point, the peak, the final checkpoint and a cliff's
+neighbours; ``all`` keeps every one. The ``retain`` rule deletes the others and writes
+``cells/CELL/retained.json``. docs/configuration.md, "Checkpoint retention and the disk it needs".
 """
 
 from __future__ import annotations

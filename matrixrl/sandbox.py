@@ -1,23 +1,10 @@
 """Run an untrusted Python program against its tests, walled in by the kernel.
 
-``run(code, tests, timeout_s=..., memory_mb=..., entry_point=...)`` answers a
-:class:`Verdict`; ``passed`` is true only when the tests ran to their end without an
-exception. ``tests`` is Python source run after ``code``; with ``entry_point`` (what the
-code tasks pass) the program runs in a process of its own and the tests, in another that
-runs none of its code, call its function through a pipe and get its values back as data.
-``run_many`` scores a batch with several sandboxes at once. Reasons: ``passed``,
-``failed``, ``syntax`` (found by ``compile`` here; no process starts), ``timeout``,
-``memory``, ``exited`` (the program ended its process first), ``blocked`` (it tried what
-the audit hook refuses, even if it caught the error), ``crashed``.
-
-Each process keeps workers (``_sandbox_worker.py``), one per program run at once, each
-forking a child per program (``_sandbox_child.py``). Under the strongest isolation,
-``view``, a worker lives in mount, PID and network namespaces of its own whose filesystem
-holds the standard library read-only and a tmpfs scratch of bounded size and file count,
-nothing else, as an unprivileged uid without capabilities. Passed needs the exact line of
-a token drawn per run, which the audit hook keeps out of the program's reach.
-:func:`isolation` names what this machine allows; docs/sandbox.md says what each wall
-rests on, what a weaker isolation leaves open, and why.
+``run(code, tests, ...)`` answers a :class:`Verdict`, ``passed`` only when the tests ran to their
+end without an exception; ``run_many`` runs a batch in several sandboxes at once. Each process
+keeps workers (``_sandbox_worker.py``) forking a child per program (``_sandbox_child.py``);
+:func:`isolation` names what this machine allows. The walls, the reasons and what each rests
+on: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -78,11 +65,11 @@ def run(
 ) -> Verdict:
     """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache).
 
-    With ``entry_point``, the program runs in a process of its own and the tests call
-    its function of that name (by that name, or as ``__answer__``) from another: its
-    arguments go as copies and its values come back as plain data (numbers, strings,
-    bytes, None and lists, tuples, dicts and sets of them), so no object of the
-    program's answers the tests' ``==`` and nothing it changes reaches them.
+    With ``entry_point``, the program runs in a process of its own and the tests call its
+    function of that name (or ``__answer__``) from another, its values coming back as plain data
+    (docs/sandbox.md, "The answer in a process of its own"). Verdict reasons: ``passed``,
+    ``failed``, ``syntax`` (no process starts), ``timeout``, ``memory``, ``exited``, ``blocked``
+    (the audit hook refused something, even if caught), ``crashed``.
     """
     _check_limits(timeout_s, memory_mb)
     return _run_cached(code, tests, float(timeout_s), int(memory_mb), entry_point)
@@ -263,10 +250,8 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
 def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None) -> Verdict:
     """Run in one of this process's workers; ``crashed``, saying why, where none can start.
 
-    A worker that dies during a program (killed from outside, or by a program that
-    got past every layer) is replaced and the program runs once more in the new one.
-    An idle worker found dead (the out-of-memory killer, a test's kill) is replaced
-    without counting: only the loss of a worker started for this program does.
+    A worker that dies during a program is replaced and the program runs once more; an idle
+    worker found dead is replaced without counting.
     """
     started = time.perf_counter()
     mode, prefix = isolation()
@@ -437,22 +422,16 @@ class _Worker:
 
 
 def _worker_launcher(prefix: Sequence[str]) -> list[str]:
-    """The isolation's launcher for a worker. Outside a PID namespace, without its
-    parent-death signal: killed with its parent, the worker would leave its running
-    program behind (nothing kills a PID namespace's leftovers there); it ends instead
-    at end-of-file on its job channel, which the kernel gives it when the parent
-    dies, after killing that program."""
+    """The isolation's launcher for a worker; outside a PID namespace without its parent-death
+    signal, so that the worker ends at end-of-file on its job channel after killing its program."""
     if "--pid" in prefix:
         return list(prefix)
     return [part for part in prefix if not part.startswith("--pdeathsig")]
 
 
 class _Spawner:
-    """Starts workers from one thread that lives as long as the process.
-
-    The launcher's parent-death signal (``setpriv --pdeathsig``) fires when the
-    *thread* that started it ends, not the process, and ``run_many``'s threads end
-    with each batch."""
+    """Starts workers from one thread that lives as long as the process: the launcher's
+    parent-death signal follows the *thread* that started it, and ``run_many``'s threads end."""
 
     def __init__(self) -> None:
         self._requests: queue.SimpleQueue = queue.SimpleQueue()

@@ -1,9 +1,7 @@
 """What every settings model shares: the strict base, the runtime marker, ``science``, digests.
 
-experiments.yaml's schema (``matrixrl.config``), each task kind's settings
-(``matrixrl.tasks``), each workflow's and the chat prompt style's
-(``matrixrl.workflows``) are all :class:`Strict` models. This module imports none
-of them, so any of them can import it.
+Every settings model is a :class:`Strict` model; this module imports none of them, so any of
+them can import it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Which jobs of the grid are done, computed by matrixrl from its own result files.
 
-A job is done when its output exists, records the digest of the spec the job has now
-(``spec_digest``), and nothing it reads is being recomputed; ``matrixrl run`` hands
-Snakemake this answer (``--forcerun``) so the two cannot disagree. Why a job is pending,
-in the order checked (:data:`REASONS`): ``missing``, ``incomplete`` (Snakemake marked it),
-``unreadable``, ``changed``, ``rebuild`` (a training rerun for checkpoints that
-``train.keep_checkpoints`` deleted and an evaluation needs again) and ``upstream``. Files
-from before digests were recorded are judged by Snakemake's own metadata. Why and how:
-docs/architecture.md, "Planning"; what reruns what: docs/configuration.md.
+A job is done when its output exists, records the spec digest the job has now, and nothing it
+reads is being recomputed; ``matrixrl run`` hands Snakemake this answer (``--forcerun``). Why a
+job is pending: :data:`REASONS`, in the order checked. docs/architecture.md, "Planning"; what
+reruns what: docs/configuration.md.
 """
 
 from __future__ import annotations

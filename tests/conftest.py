@@ -24,6 +24,20 @@ REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments.yaml"
 
 
+def script_module(path: str):
+    """A script of bench/ or tools/ (``"bench/gpu_timing.py"``) imported as a module by its name:
+    those folders are no packages, and their scripts import each other by name."""
+    import importlib
+    import sys
+
+    folder = str(REPO / Path(path).parent)
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(Path(path).stem)
+    finally:
+        sys.path.remove(folder)
+
+
 @pytest.fixture(autouse=True)
 def no_terminal_size(monkeypatch):
     """Tables print as they do into a file or pipe, whoever runs the tests: pytest-xdist's workers

@@ -5,6 +5,7 @@ shipped experiments file validates."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +16,15 @@ import yaml
 from matrixrl import grid as G
 from matrixrl.config import Config, HfScale, TinyScale, load_config
 from matrixrl.config.messages import kinds
-from matrixrl.config.reference import COMMAND, fields, main
 from matrixrl.settings import kind_values, models_in
 from matrixrl.tasks import TASK_KINDS, TASK_SETTINGS
 from matrixrl.workflows import WORKFLOWS
 from matrixrl.workflows.styles import PromptSettings
 
-from conftest import EXPERIMENTS, REPO
+from conftest import EXPERIMENTS, REPO, script_module
 
+reference = script_module("tools/config_reference.py")
+COMMAND, fields, main = reference.COMMAND, reference.fields, reference.main
 SHIPPED = [EXPERIMENTS, *sorted((REPO / "examples").glob("*.yaml"))]
 
 
@@ -48,8 +50,9 @@ def test_the_walk_reaches_every_section_and_kind() -> None:
 
 
 def test_the_configuration_reference_is_up_to_date() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # this checkout's
     result = subprocess.run(
-        [sys.executable, "-m", "matrixrl.config.reference", "--check"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "tools/config_reference.py", "--check"], cwd=REPO, capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, result.stderr
 

@@ -14,9 +14,13 @@ from matrixrl.config import Policies
 from matrixrl.models.policies import build_policy
 from matrixrl.train import engine as engine_module
 from matrixrl.train.engine import Engine, Sampler
-from matrixrl.train.engine_plan import PROJECTIONS, bucket_length, bucket_rows, ops_per_step
+from matrixrl.train.engine_plan import PROJECTIONS, bucket_length, bucket_rows
 from matrixrl.train.rollout import decode
 from matrixrl.train.samplers import SampledChooser, greedy_chooser, keyed_chooser
+
+from conftest import script_module
+
+ops_per_step = script_module("bench/gpu_timing.py").ops_per_step  # the engine's op count on paper
 
 VOCAB, BATCH, PROMPT, STEPS = 48, 12, 12, 40
 ROLES = ("generator", "evaluator", "judge")
@@ -114,7 +118,7 @@ def test_merging_leaves_the_trained_weights_and_the_base_as_they_were() -> None:
 
 
 def test_the_copys_bytes_on_paper_are_the_loaded_copys() -> None:
-    from matrixrl.train.engine_plan import copy_bytes
+    copy_bytes = script_module("bench/gpu_timing.py").copy_bytes  # the copy on paper
 
     engine = Engine()
     engine.load(policy_models("shared")[0][1](), torch.bfloat16)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, script_module
 from matrixrl.workflows import WORKFLOWS
 
 QWEN3 = json.loads((REPO / "tests" / "fixtures" / "qwen3_configs.json").read_text())
@@ -237,17 +237,16 @@ def count_ops(adapter: str) -> dict[str, tuple[int, int]]:
 
 def test_the_eager_op_counts_on_paper_are_the_models():
     """EAGER_DECODE_OPS and UPDATE_OPS, what the time on paper launches eagerly, are what count_ops counts."""
-    from matrixrl.gpu_memory.timing import EAGER_DECODE_OPS, UPDATE_OPS
-
+    timing = script_module("bench/gpu_timing.py")
     for adapter in ("full", "lora"):
-        assert count_ops(adapter) == {"decode": EAGER_DECODE_OPS[adapter], "update": UPDATE_OPS[adapter]}, adapter
+        assert count_ops(adapter) == {"decode": timing.EAGER_DECODE_OPS[adapter], "update": timing.UPDATE_OPS[adapter]}, adapter
 
 
 def test_the_engine_step_is_priced_as_one_graph_replay_within_its_target():
     """The engine's kernels a step at Qwen3-0.6B's 28 layers: at most 2,000 merged (the issue's
     target; 3,472 eager), more unmerged; a step's time is its kernels and its bytes, no host launch per op."""
-    from matrixrl.gpu_memory.timing import GRAPH_KERNEL_S, Hardware, step_seconds
-    from matrixrl.train.engine_plan import ops_per_step
+    timing = script_module("bench/gpu_timing.py")
+    GRAPH_KERNEL_S, Hardware, step_seconds, ops_per_step = timing.GRAPH_KERNEL_S, timing.Hardware, timing.step_seconds, timing.ops_per_step
 
     merged = ops_per_step(28, qk_norm=True, lora="merged")  # tests/test_engine.py counts it on CPU
     assert merged <= 2000

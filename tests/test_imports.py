@@ -130,8 +130,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("grid", ("matrixrl.grid",), "cells, runs and their specs, memory evaluations' included"),
     ("analysis", ("matrixrl.analysis",), "statistics over result tables"),
     ("train", ("matrixrl.train", "matrixrl.retention"), "the GRPO loop, its checkpoints and which of them are kept"),
-    ("estimates", ("matrixrl.disk", "matrixrl.gpu_memory.model", "matrixrl.gpu_memory.workload", "matrixrl.gpu_memory.peak",
-                   "matrixrl.gpu_memory.timing"),
+    ("estimates", ("matrixrl.disk", "matrixrl.gpu_memory.model", "matrixrl.gpu_memory.workload", "matrixrl.gpu_memory.peak"),
      "disk use and a job's GPU memory and time on paper, from config.json (a job sizes its update by them)"),
     ("dag", ("matrixrl.dag",), "the job graph: every kind of job, and a grid's jobs as records"),
     ("store", ("matrixrl.store",), "the result store"),
@@ -142,8 +141,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "what to run (plan), running it with Snakemake, disk use, what a run needs (doctor)"),
     ("study", ("matrixrl.study",), "the Python API's Study"),
     ("export", ("matrixrl.export",), "a study exported as files"),
-    ("cli", ("matrixrl.cli", "matrixrl.cli_errors", "matrixrl.__main__", "matrixrl.docs_tree", "matrixrl"),
-     "the command line, the docs it generates, and the package's lazy API"),
+    ("cli", ("matrixrl.cli", "matrixrl.cli_errors", "matrixrl.__main__", "matrixrl"),
+     "the command line and the package's lazy API"),
 )
 """matrixrl's layers, bottom to top: ``(name, module prefixes, what it holds)``. This is the one
 place they are stated (docs/architecture.md, "Layers", points here).

@@ -24,7 +24,7 @@ from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Completion
 from matrixrl.workflows.styles import PromptSettings, build_style
 
-from conftest import run_cli
+from conftest import run_cli, script_module
 
 # The toy plugin: a workflow whose one role (speaker) is new to the styles, with its own
 # prompt, and a table with one row per cell and its final accuracy.
@@ -265,14 +265,13 @@ def test_a_task_kinds_settings_and_family_are_checked_when_it_is_registered():
 
 
 def test_the_config_reference_is_not_written_with_plugins(monkeypatch, tmp_path, capsys):
-    from matrixrl.config import reference
-
+    reference = script_module("tools/config_reference.py")
     monkeypatch.setenv(ENV, "toy")
     target = tmp_path / "config-reference.md"
     assert reference.main(["--path", str(target)]) == 2 and not target.exists()
     assert capsys.readouterr().err == (
         "Error: MATRIXRL_PLUGINS is set (toy), and docs/config-reference.md documents the package's own workflows and task "
-        "kinds only; unset MATRIXRL_PLUGINS and run python -m matrixrl.config.reference again\n"
+        "kinds only; unset MATRIXRL_PLUGINS and run python tools/config_reference.py again\n"
     )
 
 

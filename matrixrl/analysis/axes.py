@@ -1,8 +1,7 @@
 """Which columns of a per-cell frame are axes: the five fixed ones, then the extra axes.
 
-An extra axis (``grid:``'s dotted keys, e.g. ``train.lr``) is a column named by its
-dotted key; no other column has a dot in its name. A cell the axis does not affect
-has no value there (None).
+An extra axis is a column named by its dotted key (``train.lr``); a cell the axis does not affect
+has None there.
 """
 
 from __future__ import annotations
@@ -84,10 +83,8 @@ def missing(value) -> bool:
 class PerCell:
     """The per-cell frame (``analysis.cell_record.records_frame``) as plain rows: what every table is computed from.
 
-    ``rows``: one dict per cell, its axes and its record's fields; ``dtypes``: every column's
-    dtype in that frame, in its order. A table selects and groups rows, and builds its frame
-    once, column by column (:meth:`frame`): pandas' cost per operation, not the arithmetic,
-    was most of the time of a report whose records are all cached.
+    ``rows``: one dict per cell; ``dtypes``: every column's dtype in that frame. A table builds
+    its frame once, column by column (:meth:`frame`), pandas' cost being per operation.
     """
 
     rows: list[dict]

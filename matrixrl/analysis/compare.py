@@ -57,10 +57,8 @@ def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) ->
     """The built-in comparison rows (``COMPARE_COLUMNS``, extra axes after ``policy``) that
     ``per_cell`` has cells for.
 
-    ``per_cell``: one row per cell with the axes and ``peak, final, gain, cliff, signature``.
-    Cells are paired on every other axis, extra axes too; a ``single`` control
-    that an extra axis does not affect (``workflows.voting.n_votes``) is the control
-    of every value. Rows with no seed in common are left out.
+    Cells are paired on every other axis; a ``single`` control that an extra axis does not
+    affect is the control of every value. Rows with no seed in common are left out.
     """
     per_cell = PerCell.of(per_cell)
     extra = extra_axes(per_cell.columns)

@@ -1,11 +1,8 @@
 """Per-cell summaries of the per-update gradient diagnostics (docs/design.md §5).
 
-Input everywhere: the long rows of ``gradient_diagnostics`` (``kind, role, agent,
-other, value``) with ``cell`` and ``step`` columns added.
-
-An update in which no role had any gradient (every group's rewards were equal, so
-every advantage was zero) stores a share of 0 for every role: the share is
-undefined there, so such steps are left out of share and norm averages.
+Input: the long rows of ``gradient_diagnostics`` with ``cell`` and ``step`` columns. An update
+without any gradient (every advantage zero) stores a share of 0 for every role and is left out
+of share and norm averages.
 """
 
 from __future__ import annotations

@@ -1,46 +1,11 @@
 """The mechanism test (docs/design.md §5): does the claimed signal rise before a cliff?
 
-The study claims that under isolated policies (IP) parallel same-role agents add up
-their gradients and drive the late collapse, and that under a shared policy (SP)
-the role with the most gradient mass captures the policy. Per cell:
-
-**Signal** (one value per training update, from the gradient diagnostics):
-
-- ``isolated``: ``amplification`` — at each update, the largest amplification
-  ‖Σ g_i‖ / mean ‖g_i‖ among the roles with several agents. A cell without such a
-  role (``single``, ``eval_opt``) has no signal.
-- ``shared``: ``share`` — the dominant role's gradient-mass share at each update
-  (the dominant role is the one with the highest mean share over the run, as in
-  the diagnostics table; 0 at updates where it did not act). Updates without any
-  gradient are skipped. A cell with one role (``single``) has no signal: its share
-  is 1 at every update.
-
-**Rise.** ``baseline`` is the mean signal over the first ``baseline_steps``
-updates that have a value. The signal is smoothed by a trailing mean over
-``smooth_steps`` updates (no look-ahead). The signal *rises* at the first update
-after the baseline window whose smoothed value exceeds ``baseline × (1 + rise)``;
-``rise_step`` is that update's step (1-based, as stored). ``change`` is the largest
-smoothed value in the tested span relative to the baseline, minus 1 (so ``rose``
-iff ``change > rise``; missing when the baseline is 0). The tested span runs from
-the end of the baseline window to ``cliff_onset`` in a cliff cell, and to the last
-update in a cell without a cliff.
-
-**Verdict** of a cliff cell, where the cliff happened between the checkpoint
-before the onset (step P) and the onset checkpoint (step O):
-
-- ``precedes``: the signal rose at an update ≤ P, before the checkpoint interval
-  in which the cliff happened; ``lead`` = O − rise_step, in training steps;
-- ``coincides``: it first rose within that interval (P < rise_step ≤ O);
-- ``absent``: it did not rise by O;
-- ``n/a``: no signal, or the onset falls inside the baseline window.
-
-Cells without a cliff get the same ``baseline``, ``change``, ``rose`` and
-``rise_step`` over their whole run and the verdict ``no cliff`` (``n/a`` without
-a signal), so one can see whether the signal rises as often where nothing
-collapses — that is, whether it discriminates at all. A ``collapse`` (the run fell
-far below its base without a real peak, ``analysis.curves``) gets the same figures
-and the verdict ``collapse``: it has no cliff for the signal to precede, and it is
-no calm run either, so it counts on neither side.
+Per cell, a signal per training update (``isolated``: the largest amplification among roles with
+several agents; ``shared``: the share of the role with the highest mean share over the run, 0
+where it did not act, updates without gradient skipped), its baseline, when its trailing mean
+first rises above it, and a verdict against the cliff. The definitions: docs/report.md, the
+``mechanism`` table. ``rise_step`` is 1-based, as stored; ``change`` is missing where the
+baseline is 0.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Across seeds: the mean and a confidence interval of each per-cell figure (docs/design.md §4).
 
-The interval is Student-t's, mean ± t(1 − α/2, n − 1) · s / √n, not clipped to [0, 1];
-one seed gives none (NaN). Why not the normal interval or a bootstrap: docs/report.md
-(``seeds``). The t quantile comes from ``scipy.special.stdtrit``, avoiding the second
-``scipy.stats`` takes to import.
+The interval is Student-t's, not clipped to [0, 1]; one seed gives none (NaN). Why:
+docs/report.md (``seeds``). The quantile comes from ``scipy.special.stdtrit`` (``scipy.stats``
+takes a second to import).
 """
 
 from __future__ import annotations

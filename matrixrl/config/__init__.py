@@ -1,9 +1,7 @@
 """experiments.yaml: its schema, reading it with overrides, and one-line errors.
 
-experiments.yaml holds the science, never runtime matters; every model forbids unknown keys
-and every error names its key path. ``schema`` (the models), ``load`` (``load_config``),
-``messages`` (a pydantic error as one line), ``reference`` (docs/config-reference.md).
-``Strict``, ``RUNTIME``, ``science`` (matrixrl.settings) and the errors are re-exported here.
+``schema`` (the models), ``load`` (``load_config``), ``messages`` (a pydantic error as one line);
+``Strict``, ``RUNTIME``, ``science`` and the errors are re-exported here.
 """
 
 from matrixrl.config.load import apply_only, apply_set, load_config, parse_only, parse_set, validate

@@ -1,9 +1,7 @@
 """Reading an experiments file: YAML, ``--set`` and ``--only``, validation, paths.
 
-:func:`load_config` reads the file, applies the overrides to the raw data, validates
-it (:func:`validate`) and resolves what the file names relative to itself
-(``results_dir``, an hf scale's folder, a task's data), checking that those exist.
-Every problem is a one-line :class:`~matrixrl.errors.ConfigError`.
+:func:`load_config` applies the overrides to the raw data, validates it and resolves the paths
+the file names relative to itself; every problem is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -266,9 +264,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 def _resolve_model_path(name: str, scale, base: Path, source: str, sets: list[str] = ()):
     """An hf scale's ``path`` as an absolute folder, or unchanged when it is a hub id.
 
-    A path that starts with ``/``, ``./``, ``../`` or ``~``, or names a folder that
-    exists relative to the experiments file, is a folder; anything else must look like
-    a hub id (``NAME`` or ``ORG/NAME``). Nothing is loaded or downloaded here.
+    A path that starts with ``/``, ``./``, ``../`` or ``~``, or names an existing folder, is a
+    folder; anything else must look like a hub id (``NAME`` or ``ORG/NAME``).
     """
     if not isinstance(scale, HfScale):
         return scale

@@ -1,9 +1,7 @@
 """``train.loss_type``'s registry: every loss's name (TRL 1.16's) and the settings it refuses.
 
-The configuration reads it (the schema's ``Literal`` of names, its ``loss_problem``); the
-loss functions live in matrixrl.train.losses under the same names, in the same order
-(tests/test_losses.py checks that they agree). Nothing here imports torch or the
-training package, so checking a config stays quick (docs/extending.md, "A loss").
+The loss functions live in matrixrl.train.losses under the same names, in the same order
+(tests/test_losses.py); nothing here imports torch (docs/extending.md, "A loss").
 """
 
 from __future__ import annotations

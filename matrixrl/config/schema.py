@@ -1,9 +1,8 @@
 """The experiments.yaml schema: one pydantic model per section.
 
-Every model forbids unknown keys (:class:`matrixrl.settings.Strict`) and every field
-has a description: ``python -m matrixrl.config.reference`` writes them into
-docs/config-reference.md. A task kind's settings live in its task module and a workflow's in
-its workflow module; this module assembles them into :class:`Config`.
+Every model forbids unknown keys and every field has a description (docs/config-reference.md
+is generated from them). Task kinds' and workflows' settings live in their modules; this one
+assembles them into :class:`Config`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The GPU memory of one training or evaluation job at its peak, estimated before it starts.
 
-``plan`` shows, per hf scale, the largest training and evaluation job and the GPU they
-will get; ``plan`` and ``run`` refuse a job whose estimate exceeds that GPU, with one
-line naming the cell, the estimate, the GPU and the fixes (``refusals``). Nothing is
-loaded and torch is not imported: the model's shapes come from its config.json
-(``matrixrl.disk``: an hf scale's folder or the local Hugging Face cache; a tiny scale's
-settings). Units: bytes in every breakdown; GiB (2^30 bytes, what nvidia-smi's MiB and
-torch report) in every line printed.
-
-One module per concern:
-
-- ``model``: a cell's model as its jobs hold it (:class:`JobModel`), bytes per parameter,
-  token and row, from its config.json;
-- ``workload``: what a workflow asks of the model, its ``generate`` calls and its agents'
-  turns in rows and tokens, and the token counts it assumes;
-- ``peak``: every phase of a job, its parts in bytes and the largest (:func:`estimate`;
-  a memory job's: :func:`memory_estimate`), with what each part holds;
-- ``timing``: the time of a job's parts on paper (the decode engine's graph replays, the
-  eager launches, the update), which bench/gpu_smoke.py and bench/decode_compaction.py price with;
-- ``budget``: the memory of the GPU a job will get (:func:`gpu_budget`);
-- ``fits``: the jobs that would not fit it, each in one line with its fixes
-  (:func:`refusals`, :func:`check_fits`), what ``plan`` prints about GPU memory
-  (:func:`memory_lines`), and each job's estimate in ``plan --format json`` (:func:`job_memory`).
+``plan`` shows, per hf scale, the largest training and evaluation job and the GPU they will get;
+``plan`` and ``run`` refuse a job whose estimate exceeds that GPU (``refusals``). Nothing is
+loaded and torch is not imported: the shapes come from the model's config.json. Bytes in every
+breakdown, GiB (2^30 bytes) in every line printed. docs/real-models.md, "Memory of one job".
 """
 
 from matrixrl.gpu_memory.budget import GpuBudget, gpu_budget

@@ -225,20 +225,9 @@ MEMORY_JOBS_UNKNOWN = "no estimate for an evaluation with a memory (its guidance
 
 def job_memory(config, budget: GpuBudget | int | None, jobs: Iterable) -> list[dict | None]:
     """Per job of ``jobs`` (``matrixrl.dag.Job``), the ``gpu_memory`` object of its row in ``plan
-    --format json`` (docs/configuration.md, "plan's JSON"): None for a job that claims no GPU
-    (tiny and ``device: cpu`` scales, and rules that load no model); else
-
-    - ``total_bytes``, ``tensors_bytes``: the estimate's peak with and without the CUDA runtime's
-      share (:class:`Estimate`); ``parts_bytes``: its parts at the peak;
-    - ``dominant``: the largest part; ``peak_at``: the phase of the peak;
-    - ``budget_bytes``, ``budget_source``: the GPU the job will get (:func:`gpu_budget`);
-    - ``fits``: total ≤ budget (None where either is unknown); ``fix``: where it does not fit, the
-      settings that lower it (as ``plan`` refuses a pending job);
-    - ``unknown``: why there is no estimate (no config.json here; an evaluation with a memory),
-      else None.
-
-    A memory job (collect, label, distill) has :func:`memory_estimate` against the GPU the
-    budget gives memory jobs, its fix a smaller ``memory.batch_size``.
+    --format json``: None for a job that claims no GPU (tiny and ``device: cpu`` scales, and rules
+    that load no model); else its estimate, the GPU it will get, whether it fits and the fix. The
+    fields, memory jobs' included: docs/real-models.md, "Memory of one job".
     """
     from matrixrl import grid as G
 

@@ -1,8 +1,7 @@
 """A cell's model as its jobs hold it: bytes per parameter, token and row, from its config.json.
 
-The shapes come from the model's config.json (``matrixrl.disk``); what each part of a
-job's memory holds, and so what these counts follow, is in
-:mod:`matrixrl.gpu_memory.peak`'s docstring.
+The shapes come from the model's config.json (``matrixrl.disk``); what each part of a job's
+memory holds: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations
@@ -14,18 +13,11 @@ from matrixrl.disk import ModelShape, decoder_shape, hf_config, tiny_config
 
 LOGIT_BYTES_TORCH = 12
 """Bytes per completion position and vocabulary entry at the update's backward peak on TRL's torch
-path of ``selective_log_softmax`` (CPU, and a GPU without Triton), measured on CPU (12.1-12.2
-in float32 and bfloat16, full and LoRA: bench/gpu_memory.py): the float32 logits divided by the
-temperature, saved, and the float32 gradients of the gather and of the per-row log-sum-exp."""
+path of ``selective_log_softmax`` (CPU, and a GPU without Triton), measured on CPU (bench/gpu_memory.py)."""
 
 LOGIT_BYTES_TRITON = 8
-"""The same on a CUDA device with Triton, where TRL 1.16 runs its fused kernel
-(trl.kernels.logprob_entropy), derived from the kernel's allocations (not measured: no GPU was
-available; tests/test_trl_triton.py measures it where one is): it saves the float32 logits (4)
-and four float32 values per row, and its backward writes the logits' gradient into one float32
-tensor (4), which the division by the temperature then replaces (4 while the saved logits are
-freed): 8 at either point. The forward pass's transient is the same on both paths (the float32
-copy and its division: 8, beside the 16-bit logits)."""
+"""The same on a CUDA device with Triton, where TRL 1.16 runs its fused kernel, derived from the
+kernel's allocations (docs/performance.md, "TRL's Triton log-softmax")."""
 
 LOGIT_BYTES = max(LOGIT_BYTES_TORCH, LOGIT_BYTES_TRITON)
 """What the estimate counts (see matrixrl.gpu_memory.peak): the larger of the two paths, so that it
@@ -93,7 +85,7 @@ class JobModel:
     def inference_copy(self) -> int:
         """The decode engine's copy of the weights its graph reads, in the compute dtype (CUDA only):
         a full fine-tune's linear and output layers; under LoRA all seven projections, the adapted
-        ones with the role's adapter merged in, as ``engine_plan.copy_bytes`` (none when adapters stay
+        ones with the role's adapter merged in, as bench/gpu_timing.py's ``copy_bytes`` (none when adapters stay
         unmerged); none for a frozen model."""
         if self.device != "cuda" or self.adapter == "frozen" or (self.adapter == "lora" and not self.merged):
             return 0
@@ -115,14 +107,9 @@ class JobModel:
 
     def prefill_per_token(self) -> int:
         """A no-grad forward pass's live tensors per token beside the cache: the MLP's
-        activation, up projection and product, and two residual-stream tensors. A LoRA
-        adapter on up_proj holds more while the activation waits: PEFT's ``result +
-        lora_B(lora_A(x)) * scaling`` has one more MLP-width tensor beside the base
-        projection's result, and casts ``x`` to the adapter's float32 first (a copy under a
-        16-bit compute dtype). Measured on CPU with the profiler (16 rows × 512 tokens,
-        Qwen3-0.6B and -4B shapes scaled down); on the H200 both LoRA evaluations ran out of
-        their estimate's memory inside that projection (docs/performance.md, "The first GPU
-        window")."""
+        activation, up projection and product, and two residual-stream tensors; a LoRA adapter
+        on up_proj one more MLP-width tensor and a float32 copy of its input
+        (docs/performance.md, "The first GPU window")."""
         residual = 4 if (self.full or self.compute == 4) else self.compute
         per_token = 3 * self.compute * self.widths[3] + 2 * residual * self.shape.hidden
         if self.adapter == "lora" and "up_proj" in self.targets:

@@ -1,97 +1,9 @@
 """The peak memory of a training or evaluation job: each phase's parts in bytes, and the largest.
 
-What a job holds (the code of matrixrl.models.hf, .models.policies, .train.trainer,
-.train.grpo, .train.rollout, .train.prompt_cache, .train.samplers, .train.diagnostics and
-.jobs.evaluate, which this follows):
-
-- **weights**: trained weights are float32 whatever the compute dtype: a full fine-tune
-  holds one float32 model (shared) or one per role (isolated); LoRA holds one frozen base
-  in the compute dtype (16-bit on a GPU) and one float32 adapter (shared) or one per role.
-  An evaluation loads its checkpoint the same way.
-- **reference** (training with the KL anchor): a frozen float32 copy under full
-  fine-tuning; nothing under LoRA (the base with adapters off).
-- **gradients**: float32, one per trained parameter of every set. They live from a set's
-  first backward pass until its ``zero_grad`` a step later, so through the next step's
-  rollouts and every other set's update too; a set's first micro-batch of a step runs
-  without its own.
-- **optimizer**: AdamW's two float32 moments per trained parameter of every set.
-- **gradient snapshots**: the per-agent diagnostics copy ``.grad`` once per agent that
-  learned but the first, float32: the k-th agent's passes run beside k copies, and the
-  dot products afterwards beside K − 1 and float64 chunks of 2^20 elements per agent.
-- **damper** (``train.damper``): a moving average per role, float32, always; during the
-  update a snapshot per role but the first, then each role's flattened gradient (not
-  measured here: no validation case switches it on).
-- **autocast copies** (16-bit compute): autocast caches a 16-bit copy of every float32
-  weight that requires grad and enters a matrix product, for a whole ``generate`` call
-  and for one micro-batch's forward pass, whose backward pass keeps the copies alive:
-  a full fine-tune's linear layers and output layer; LoRA's adapters.
-- **activations** (the update's micro-batch of rows × padded length tokens): what
-  autograd saves per token and decoder layer, counted tensor by tensor (``_layer_bytes``):
-  the fp32 residual stream and normalised inputs where RMSNorm weights train, the inputs
-  of linear layers whose weights train (one float32 tensor shared by q/k/v, or, in
-  16-bit, one cast per layer), Qwen3's query/key norms, SDPA's query, grouped keys and
-  values repeated to every head (a padding mask makes transformers repeat them), output
-  and log-sum-exp, the padding mask SDPA converts to the compute dtype in every layer
-  (rows × length² elements), the MLP's gate, activation and up projections and the down
-  projection's input. Checked against autograd's saved tensors of Qwen3 and Llama layers
-  in float32 and bfloat16, full and LoRA (docs/real-models.md, "Memory of one job").
-  ``gradient_checkpointing``: each layer's input alone, and one layer recomputed.
-- **logits** of a micro-batch: the completion positions (all positions when rows ×
-  prompt × vocabulary stays under grpo's ``PROMPT_LOGITS_LEFT_OUT_FROM``) times the
-  vocabulary, at 12 bytes per element at the backward pass's peak: the float32 logits
-  divided by the temperature, saved for the log-softmax, and the float32 gradients of
-  the gather and of the per-row log-sum-exp (measured: 12.1–12.2 bytes in float32 and
-  bfloat16, full and LoRA), on TRL's torch path; on CUDA with Triton TRL's fused kernel
-  needs 8 (``model.LOGIT_BYTES_TRITON``), and the estimate takes the larger.
-- **layer gradients**: a decoder layer's gradients in the backward pass (two of the MLP's
-  width and a few of the residual stream's per token): the peak instead of the logits'
-  at a tiny vocabulary (an approximation, within 10% of the activations on tiny models).
-- **KV cache** of the largest ``generate`` call: on CUDA the decode engine's static cache of
-  the call's bucket, rows and prompt + ``max_new_tokens`` rounded up as ``engine_plan`` buckets them,
-  held whole from the prefill on and written in place; on CPU the eager decoder's, rows ×
-  (prompt + ``max_new_tokens``), plus one layer's keys while it grows (``torch.cat``); × layers
-  × key/value width, keys and values in the compute dtype, but keys in float32 under a 16-bit
-  full fine-tune (its float32 norms and rotary tables promote them).
-- **inference copy** (CUDA): the weights the engine's graph reads, in the compute dtype:
-  LoRA's adapted projections with the role's adapter merged in (none where the adapters stay
-  unmerged: :func:`estimate`'s ``gpu``), a full fine-tune's linear and output layers (in place
-  of autocast's copies during the call).
-- **prefill**: encoding a call's distinct prompts at once (no gradients): the MLP's three
-  intermediate tensors and two residual-stream tensors per token, and the causal mask
-  (boolean, then converted to the compute dtype in a layer) per distinct prompt.
-- **sampling**: each decoding step's last-position logits, their float32 copy and the
-  sampler's temporaries per row and vocabulary entry (training: temperature, softmax,
-  noise for the whole batch, its rows and their ratio; evaluation: the keyed noise's
-  int64 and float64 tensors; greedy: the logits alone).
-- **optimizer step**: AdamW's temporaries: on a GPU (foreach) one float32 tensor the size
-  of a set; on CPU (one tensor at a time) two of the largest trained tensor.
-- **CUDA runtime** (GPU jobs only; not measured: no GPU was available): 1 GiB of context
-  and library workspaces (assumed), plus what the caching allocator reserves beyond the
-  tensors: 10% of them (assumed). :func:`decode_slack` gives what the eager decoder's growing
-  cache would need beyond that; the engine's static cache does not grow.
-
-A job's peak is the largest phase: a rollout or evaluation ``generate`` call (weights,
-gradients and optimizer state of the last step, autocast copies, its KV cache and
-prefill or sampling), an agent's micro-batch in its set's update (snapshots, autocast
-copies, activations, and the logits' or a layer's gradients), the diagnostics' dot
-products, the damper, or the optimizer step. bench/gpu_memory.py checks the estimate
-against measured peaks on CPU (docs/real-models.md, "Memory of one job").
-
-Assumptions of the update (the worst case, as a workflow's calls and prompts are in
-:mod:`matrixrl.gpu_memory.workload`):
-
-- every agent learns (its turns have advantages), so the diagnostics copy every agent;
-- a micro-batch holds as many turns as ``train.micro_batch_tokens`` allows at the
-  agent's longest turn (all of them when it is null; ``auto``: :func:`micro_batch_tokens`),
-  every row padded to that length.
-
-A memory job (collect, label, distill: :func:`memory_estimate`) is an evaluation's
-phases over its own calls (:func:`matrixrl.gpu_memory.workload.memory_calls`): one set of
-weights that never trains, stored in the compute dtype on a GPU (no autocast copies), in
-float32 on CPU, and the KV cache, prefill or sampling of its largest call.
-
-Not counted: a memory's guidance blocks in training and evaluation prompts, and the
-labeller model that training with a memory loads beside the policy (``memory.train``).
+A job's peak is its largest phase: a ``generate`` call's prefill or last decoding step, an
+agent's micro-batch in its set's update, the diagnostics' dot products, the damper, or the
+optimizer step. What each of ``PARTS`` holds, the update's worst-case assumptions, memory jobs
+and what is not counted: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations
@@ -183,23 +95,10 @@ def _peak(phases: list[tuple[str, dict[str, int]]], device: str) -> tuple[str, d
 
 
 def decode_slack(model: JobModel, call: Call, reply: int, chooser: str) -> int:
-    """What PyTorch's caching allocator (default settings) must reserve beyond the tensors for a
-    decoding call to run, from the decode loop's allocation pattern (docs/performance.md,
-    "Reserved memory while the KV cache grows"). Every step, transformers' ``DynamicCache``
-    replaces each layer's keys and values by a block one position longer (``torch.cat``), then
-    frees the old one, which cannot hold its successor:
-
-    - each of the 2 × layers cache blocks sits in a segment rounded up to 2 MiB
-      (``ALLOCATOR_ROUNDING``), whose rest no other request of the call fits;
-    - one cache block at the call's full length: the block just freed that is too short for
-      the next request, held while the next segment is reserved;
-    - where the step's largest temporary (the logits' float32 copy, or the keyed chooser's
-      float64 noise) is larger than a cache block at the prompt's length, a cache block that
-      outgrows its segment is placed in a temporary's freed segment (the smallest free block
-      that holds it) and pins the rest of it: at most the difference, for each cache block.
-
-    tests/test_gpu_memory.py replays decode's allocations through a model of the allocator
-    (tests/cuda_allocator.py) and checks that this suffices, and that less does not."""
+    """What PyTorch's caching allocator (default settings) must reserve beyond the tensors for the
+    eager decoder's growing cache in one call: each cache block's 2 MiB rounding, one block at the
+    call's full length, and what cache blocks pin of the step's largest temporary. The derivation:
+    docs/performance.md, "Reserved memory while the KV cache grows"."""
     layers = model.shape.layers
     kv_width, compute = model.widths[2], model.compute
     key = 4 if (compute == 4 or model.full) else compute
@@ -418,7 +317,7 @@ def estimate(
 
     ``config``: the model's config.json fields (default: read from the scale); ``device``:
     "cuda" or "cpu" (default: where the job runs, ``job_device``); ``prompt``: the longest
-    prompt of each kind in tokens, where known (default: computed, see the module docstring);
+    prompt of each kind in tokens, where known (default: computed by ``workload``);
     ``gpu``: the bytes of the GPU the job gets, where known: ``micro_batch_tokens: auto`` is
     resolved for it, and LoRA adapters stay unmerged at decode (``Estimate.merged`` False)
     where the engine's merged copy would not fit it and the unmerged estimate is smaller.

@@ -1,28 +1,8 @@
 """What a workflow asks of the model: its ``generate`` calls and agents' turns, in rows and tokens.
 
-Assumptions (the worst case a job can meet, so that a refusal is never too late):
-
-- every reply runs to ``max_new_tokens`` (``train.max_new_tokens`` in training,
-  ``eval.max_new_tokens`` in evaluation), and a quoted reply is that long too, cut to
-  ``prompts.quote_chars`` characters at ``CHARS_PER_TOKEN`` (an orchestrator's strategy
-  to ``strategy_chars``);
-- a prompt is its role's instructions and chat template (``CHAT_ROLE_TOKENS``, counted
-  with SmolLM2's tokenizer, plus Qwen3's empty think block), the longest question of a
-  batch (``QUESTION_TOKENS`` per task kind; arith and pyfunc from their settings) and
-  what the role quotes: voting's aggregator and orch_workers' synthesizer every agent's
-  reply, eval_opt's evaluator the draft, its refine the draft and the verdict, a worker
-  its strategy. The compact style's prompts are characters (tokens of a tiny model);
-- a memory job's prompt (``memory_calls``): collect's is a single cell's generator prompt;
-  label's and distill's are their messages' fixed text (matrixrl.memory) at
-  ``CHARS_PER_TOKEN``, the chat template (``CHAT_TEMPLATE_TOKENS``), the question and, in
-  distill's, two quoted trajectories cut to ``prompts.quote_chars`` and the reply's prefix;
-- a call's rows are its stage's rows, at most ``train.rollout_batch_size`` (training) or
-  ``eval.batch_size`` (evaluation): voting's generators ``n_votes`` × episodes, a
-  worker call ``n_workers`` × episodes, every other call one row per episode; an
-  episode is one of ``problems_per_step`` × ``group_size`` rollouts in training and of
-  the evaluation set's problems × ``eval.samples`` (the whole batch when ``n_eval`` is
-  unknown) in evaluation, and at most ``memory.batch_size`` in a memory job; prompts
-  that repeat (a group's, a problem's samples) are prefilled once.
+Every reply runs to its ``max_new_tokens`` and a prompt is as long as its batch's longest: the
+worst case a job can meet, so that a refusal is never too late. The assumptions, each with the
+constant it rests on: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What a job cost: its wall time, device, peak memory and tokens generated (a result's ``cost``).
 
-A job starts a :class:`Meter` as it begins and asks it for the :class:`Cost` to write
-into its result. Memory is the process's peak resident set (``ru_maxrss``: a job
-forked from the server counts the modules the server imported, which it shares) and,
-on a GPU, torch's peak of allocated memory. Nothing here initialises CUDA.
+A job starts a :class:`Meter` and asks it for the :class:`Cost` to write into its result: peak
+resident set (``ru_maxrss``) and, on a GPU, torch's peak allocated memory. No CUDA starts here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """evaluate: score one checkpoint on the task's fixed evaluation set, as the study does.
 
-Accuracy, its standard error, pass@j, keyed samples and the base model's one evaluation
-(``evaluate_base``, copied to each cell's step 0 by ``copy_base_eval``): docs/design.md §3.
-Each evaluation is a forked job process building the cell as training does
-(``train.cell.build_cell``); under a memory, the memory's ``jobs.memcollab.Guide`` is its
-prompt guide, and the evaluation itself knows nothing of memory.
+Accuracy, its standard error, pass@j and the base model's one evaluation: docs/design.md §3.
+The cell is built as training builds it; under a memory, ``jobs.memcollab.Guide`` is its guide.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Running one job of the graph (matrixrl.dag): forked from the job server, or in this process.
 
-The Snakefile's rules call :func:`execute`; a forked job's process runs
-``python -m matrixrl.jobs KIND SPEC ARGS`` (matrixrl.jobs.__main__). Either way the
-function its kind names does the work, as ``function(spec, *args, log=...)``
+Either way the function its kind names does the work, as ``function(spec, *args, log=...)``
 (matrixrl.dag.call).
 """
 

@@ -1,15 +1,11 @@
 """Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
-The rules that load a model ask a **job server**, a single-threaded process that imported
-the job modules once, to fork a fresh child per job. The child is its own process as a
-shell job's would be: its own pid, RNG, torch threads and GPU claim, the environment and
-folder of the Snakemake process that asked, a title ``matrixrl.jobs RULE NAME``, the
-rule's log; it dies with its requester and with the server, and gets the signals meant
-for its run's process group (:func:`signal_jobs`). A server lingers :data:`LINGER_ENV`
-seconds (default :data:`DEFAULT_LINGER_S`) for the next run, is reused only where it
-would import what a fresh one would (:func:`server_key`, and no imported file changed),
-ends with the batch job it runs in (:data:`BATCH_JOB_VARS`), and never starts CUDA.
-Why, and what it saves: docs/architecture.md, "Why jobs do not start their own Python".
+The rules that load a model ask a **job server**, a single-threaded process that imported the
+job modules once, to fork a fresh child per job: its own process, with the asking Snakemake
+process's environment and folder, dying with its requester. A server lingers :data:`LINGER_ENV`
+seconds for the next run and is reused only where it would import what a fresh one would
+(:func:`server_key`). Why, and what it saves: docs/architecture.md, "Why jobs do not start
+their own Python".
 """
 
 from __future__ import annotations
@@ -210,11 +206,9 @@ def _try_connect(address: Path) -> socket.socket | None:
 
 
 def _with_plugins(env: dict[str, str]) -> bool:
-    """Whether ``env`` names plugins (``MATRIXRL_PLUGINS``): the server imports them, and they may
-    read any variable, or a path relative to the current folder, as they are imported; the forked
-    jobs keep what they read then. Such a server gets the whole environment and the folder of the
-    run that starts it, and is keyed by them (:func:`server_key`): another value of any variable
-    is another server, one per run at worst, never a plugin set up under another run's values."""
+    """Whether ``env`` names plugins (``MATRIXRL_PLUGINS``): then the server gets the whole
+    environment and the folder of the run that starts it, and is keyed by them (:func:`server_key`),
+    since plugins may read either as they are imported (docs/architecture.md)."""
     return bool(env.get("MATRIXRL_PLUGINS", "").strip())
 
 

@@ -1,9 +1,8 @@
 """The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each job is a forked process that writes one result file (specs: matrixrl.memcollab.specs),
-decoding base models with matrixrl's own loop. :class:`Guide` and :class:`TrainingGuide` are
-the ``workflows.styles.PromptGuide`` s that evaluation and training apply, importing nothing
-of memory. What each job reads and the choices it makes: docs/memcollab.md, "The jobs".
+Each job writes one result file (specs: matrixrl.memcollab.specs). :class:`Guide` and
+:class:`TrainingGuide` are the prompt guides evaluation and training apply. docs/memcollab.md,
+"The jobs".
 """
 
 from __future__ import annotations

@@ -72,10 +72,8 @@ def prepare_base(spec: BaseSpec, model_dir: Path, output: Path, log=print) -> Ba
 def check_pretrained(spec: BaseSpec, output: Path, log=print) -> BaseResult:
     """An hf scale needs no preparation: fail early, with one line, if it cannot load.
 
-    Loads the tokenizer (its chat template is required by the chat style) and the
-    model's config, and counts the parameters on the meta device, so the check costs
-    seconds and no GPU memory even for a large model. Training and evaluation jobs
-    load the model from the scale's own path; nothing is written to ``model_dir``.
+    Loads the tokenizer and the config and counts the parameters on the meta device (seconds, no
+    GPU memory); nothing is written to ``model_dir``.
     """
     from matrixrl.errors import ModelLoadError
     from matrixrl.models.hf import model_source

@@ -1,9 +1,7 @@
 """MemCollab memory (arXiv 2603.23234): constraints distilled from contrasting trajectories.
 
-The pure core: texts and records in, texts and records out, no model. The caller renders
-the (system, user) messages with a chat template, generates, and hands the completions
-back. The method, the comparisons (``MODES``) and every choice where the paper is silent
-(pairs, entries, labels, retrieval, use) are in docs/memcollab.md.
+The pure core: texts and records in, texts and records out, no model. The method, the modes and
+every choice where the paper is silent: docs/memcollab.md.
 """
 
 from matrixrl.memcollab.data import Entry, Label, Pair, Trajectory

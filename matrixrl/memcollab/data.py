@@ -29,10 +29,8 @@ def _checked(cls, data: Any) -> dict:
 class Trajectory:
     """One model's attempt at one problem.
 
-    ``model`` is the scale's name; ``answer`` is what the prompt style read from
-    ``completion`` and ``correct`` the task's score of it; ``tokens`` the completion's
-    length; ``sample`` its index among the model's attempts at the problem (0 when
-    decoded greedily, the only one).
+    ``model`` is the scale's name; ``answer`` what the prompt style read from ``completion``;
+    ``sample`` its index among the model's attempts at the problem.
     """
 
     problem_id: str
@@ -56,11 +54,8 @@ class Trajectory:
 class Pair:
     """What one distillation reads: a problem and one or two of its trajectories.
 
-    ``preferred`` is always a correct trajectory and ``rejected`` an incorrect one. A
-    contrast pair (self-contrast, MemCollab) has both; own and transfer memory distil
-    one trajectory, which sits on the side its outcome puts it (``Pair.single``), the
-    other side None. So the side a trajectory is on is what the distiller is told
-    about it, in every mode.
+    ``preferred`` is always a correct trajectory and ``rejected`` an incorrect one; a contrast
+    pair has both, a single trajectory sits on the side its outcome puts it (``Pair.single``).
     """
 
     problem_id: str
@@ -128,11 +123,8 @@ class Label:
 class Entry:
     """One distilled constraint and where it came from.
 
-    ``problem_id`` / ``question`` / ``label``: its source problem (retrieval ranks
-    source questions, so an entry carries its own); ``models``: the models whose
-    trajectories it was distilled from; ``mode``: the memory mode that built it;
-    ``distiller``: the digest of the distiller's messages (``prompt_digest``), which
-    the store keeps in full.
+    ``problem_id`` / ``question`` / ``label``: its source problem; ``models``: whose trajectories
+    it came from; ``distiller``: the digest of the distiller's messages (``prompt_digest``).
     """
 
     text: str

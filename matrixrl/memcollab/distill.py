@@ -1,12 +1,8 @@
 """Distillation: the distiller's prompt for a pair, and reading its constraints back.
 
-:func:`distiller_messages` asks for at most ``max_entries`` constraints of the form "When
-<situation>, enforce <what to do>; avoid <the error>"; the distiller never sees the
-reference answer. :func:`parse_entries` never raises: it keeps the lines of that form and
-counts each line it drops under the first of ``DROP_REASONS`` that applies. A reply may be
-prefilled with ``DISTILLER_PREFIX`` and read back through :func:`completed`. The rules in
-full, and what a 135M distiller does with them: docs/memcollab.md, "Distillation and what
-is kept".
+:func:`distiller_messages` asks for at most ``max_entries`` constraints; :func:`parse_entries`
+never raises, counting each line it drops under ``DROP_REASONS``. The rules, and what a 135M
+distiller does with them: docs/memcollab.md, "Distillation and what is kept".
 """
 
 from __future__ import annotations

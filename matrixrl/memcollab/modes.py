@@ -1,9 +1,7 @@
 """The memory modes: which trajectories each one needs and which pairs it distils.
 
-``none``, ``own``, ``transfer``, ``self_contrast`` and ``memcollab``, for a consumer that is
-``weak`` or ``strong``; collections are keyed by (model, samples). Every mode distils at
-most one pair per source problem, in the order the problems first appear. The modes and
-their collections: docs/memcollab.md.
+Every mode distils at most one pair per source problem, in the order the problems first appear;
+collections are keyed by (model, samples). The modes: docs/memcollab.md.
 """
 
 from __future__ import annotations
@@ -44,11 +42,9 @@ def needed_trajectories(
 
 
 def pairs_for(mode: str, consumer: str, weak: str, strong: str, trajectories: Iterable[Trajectory]) -> list[Pair]:
-    """The pairs ``mode`` distils for ``consumer``, from trajectories of any models, one pair per
-    source problem at most, as docs/memcollab.md's table of modes and "Choices where the paper
-    is silent" say (own and transfer: ``Pair.single`` of the first trajectory; self_contrast
-    and memcollab: only problems whose outcomes differ). Trajectories of other models are
-    ignored; two of one (model, problem, sample) are an error.
+    """The pairs ``mode`` distils for ``consumer``, one per source problem at most, as
+    docs/memcollab.md's table of modes says. Trajectories of other models are ignored; two of
+    one (model, problem, sample) are an error.
     """
     other = _other(mode, consumer, weak, strong)
     attempts: dict[tuple[str, str], dict[int, Trajectory]] = {}

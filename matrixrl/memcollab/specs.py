@@ -1,9 +1,7 @@
 """The memory jobs' specs: which memory jobs a config asks for, and what each computes from.
 
-The grid uses these and this module never imports the grid: what it needs (a scale as a
-memory job loads it) is passed in as ``ref``. Each spec holds exactly what its job's result
-is computed from, upstream results by their digests; the jobs, the banks and what a change
-reruns: docs/memcollab.md, "The jobs".
+This module never imports the grid (a scale as a memory job loads it comes in as ``ref``). Each
+spec holds exactly what its job's result is computed from: docs/memcollab.md, "The jobs".
 """
 
 from __future__ import annotations
@@ -165,9 +163,8 @@ def memory_plan(
 ) -> MemoryPlan:
     """The memory jobs ``config`` asks for: the banks of ``grid.memory``'s modes for every task and
     scale, and those of ``training``'s (task, scale, mode) (cells trained with a memory, whose
-    spec says which: :func:`training_needs`). None when neither asks for a memory.
-    ``ref``: a scale as its jobs load it (``grid.memory_model``, passed in: the grid's cell
-    specs read this module; ``grid.plan_memory`` passes it)."""
+    spec says which: :func:`training_needs`); None when neither asks for a memory. ``ref``: a
+    scale as its jobs load it (``grid.memory_model``)."""
     modes = tuple(m for m in config.grid.memory if m != "none")
     memory = config.memory
     needs = [(task, scale, mode) for task in config.grid.task for scale in config.grid.scale for mode in modes]

@@ -1,9 +1,7 @@
 """One GPU per job when several jobs share a machine.
 
-Snakemake's ``--resources gpu=N`` bounds how many GPU jobs run at once but picks no GPU,
-so a job of a GPU scale claims one itself (:func:`claimed_gpu`): an exclusive ``flock`` on
-a lock file per GPU, held until it ends, and ``CUDA_VISIBLE_DEVICES`` set before CUDA
-starts. Lock files, SLURM allocations and why: docs/real-models.md, "GPUs".
+A job of a GPU scale claims one itself (:func:`claimed_gpu`): an exclusive ``flock`` per GPU,
+and ``CUDA_VISIBLE_DEVICES`` set before CUDA starts. docs/real-models.md, "GPUs".
 """
 
 from __future__ import annotations
@@ -136,10 +134,9 @@ def claim_gpu(gpus: list[str] | None = None, *, locks: Path | None = None, wait_
 def claimed_gpu(*scales, log=print) -> Iterator[str | None]:
     """The device a job of ``scales`` loads its models onto, on a GPU it holds for the block.
 
-    When a scale needs a GPU and one is visible: claims it, makes it the only one CUDA
-    shows, sets the allocator's defaults (:func:`allocator_defaults`) and yields ``cuda``,
-    restoring both at the end; otherwise yields None (each scale's own choice). Raises
-    ``GpuClaimError`` if CUDA has already started in this process.
+    When a scale needs a GPU and one is visible: claims it, makes it the only one CUDA shows,
+    sets :func:`allocator_defaults` and yields ``cuda``; otherwise None. Raises ``GpuClaimError``
+    if CUDA has already started in this process.
     """
     from matrixrl.models.hf import needs_gpu
 

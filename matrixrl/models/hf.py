@@ -1,10 +1,8 @@
 """Loading a scale's base model and tokenizer; pretrained models (``kind: hf``); SmolLM2.
 
-Every job loads its scale through a ``ModelSource`` (where the weights and tokenizer are,
-dtype, device); an hf scale is used as it is, without a warm-start. Trained weights stay
-float32 and a 16-bit ``dtype`` computes under autocast (docs/real-models.md, "Precision").
-Offline, a hub id must already be cached. ``convert_smollm2`` makes SmolLM2's GGUF a model
-folder (docs/real-models.md, "SmolLM2 offline").
+Every job loads its scale through a ``ModelSource``; an hf scale is used as it is, without a
+warm-start. docs/real-models.md: "Precision" (float32 weights, 16-bit autocast) and "SmolLM2
+offline" (``convert_smollm2``).
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Policies: which trainable parameters answer for which role.
 
-- ``shared`` (SP): every role's turns update one parameter set.
-- ``isolated`` (IP): each role owns a parameter set, updated only by its own turns,
-  with its own optimizer; a role absent from a step is untouched.
-
-Either mode trains the whole model (``adapter: full``; under isolated, one full copy
-per role) or LoRA adapters on a frozen base (``adapter: lora``; under isolated, one
-PEFT adapter per role, switched with ``set_adapter``). Parallel agents of one role
-always share that role's parameters.
-
-For the KL anchor (matrixrl.train.interventions) a policy also gives the reference,
-the base model, through :meth:`Policy.reference`: under LoRA the same model with its
-adapters switched off, under full fine-tuning a frozen copy attached with
-:meth:`FullPolicy.attach_reference` (one for all roles).
-
-A checkpoint folder holds one subfolder per parameter set (``shared/`` or one per
-role); LoRA subfolders hold only the adapter, re-attached to the base model on load.
-Loading goes through the scale's ``ModelSource`` (matrixrl.models.hf): the same
-dtypes and device as the base model the policy was built from. Trained parameters
-are float32 (a full model; LoRA's adapters, which PEFT keeps in float32 on a 16-bit
-base), and a 16-bit compute dtype runs the forward passes under autocast.
+``shared`` (SP): every role's turns update one parameter set; ``isolated`` (IP): each role owns
+one, with its own optimizer, updated only by its own turns. Either trains the whole model
+(``adapter: full``) or LoRA adapters on a frozen base (``adapter: lora``); parallel agents of one
+role share its parameters. :meth:`Policy.reference` gives the KL anchor's base model. The
+checkpoint layout and dtypes: docs/architecture.md, "Layout".
 """
 
 from __future__ import annotations

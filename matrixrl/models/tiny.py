@@ -1,10 +1,7 @@
 """Tiny Qwen3-architecture causal LMs with a character-level tokenizer, built locally.
 
-No hub is reachable here, so the CPU scales are built from a config: the same model
-class as Qwen3-0.6B (``Qwen3ForCausalLM``), a few layers wide, over a ~100-symbol
-vocabulary of printable ASCII. Both halves save and load with the ordinary
-``save_pretrained`` / ``from_pretrained`` calls, so everything downstream treats a
-tiny scale exactly like a real checkpoint folder.
+The CPU scales: ``Qwen3ForCausalLM``, a few layers wide, over a ~100-symbol vocabulary of
+printable ASCII, saved and loaded as any checkpoint folder.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The library versions matrixrl needs, and the guard where a wrong one would fail silently.
 
-``REQUIRED`` holds each range with the reason for its bounds; pyproject.toml states the
-same (tests/test_versions.py) and ``matrixrl doctor`` checks what is installed.
-:func:`check_kv_cache_kept` stops decoding with one line when a model's forward drops
-its KV cache, as transformers before 5.24 did without a word (docs/real-models.md).
+``REQUIRED`` holds each range with its reason (pyproject.toml states the same);
+:func:`check_kv_cache_kept` stops decoding where a model's forward drops its KV cache.
 """
 
 from __future__ import annotations

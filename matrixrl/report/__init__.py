@@ -1,9 +1,7 @@
 """The report: tables built from the store (``tables``) and rendered (``formats``).
 
-Every table is one entry of ``TABLES``, from which the CLI's choices and help, the default
-columns, the HTML page's sections and ``Study.tables`` derive; a new table is its builder
-and one entry (or ``register_table`` in a plugin; docs/extending.md). No pandas here, so
-the CLI offers the names at start-up; a builder is imported when its table is first built.
+Every table is one entry of ``TABLES``, from which the CLI, the HTML page and ``Study.tables``
+derive (docs/extending.md). No pandas here: a builder is imported when its table is first built.
 """
 
 from __future__ import annotations

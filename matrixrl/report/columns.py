@@ -1,9 +1,7 @@
 """Which columns a report table shows: a short default that answers its question, all on request.
 
-The axes come first. Reading formats show the default columns and join some
-(``peak@step``, ``cliff@onset``, ``X±ci``; ``cells``, the claims' ``n_cells`` under a header
-that never wraps); in ``csv`` and ``json`` a joined name stands for
-its parts. docs/report.md, "Which columns".
+The axes come first; reading formats join some (``peak@step``, ``X±ci``), for which csv and
+json keep the parts. docs/report.md, "Which columns".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Rendering one report table: a rich table, csv, markdown, latex or json.
 
-Columns keep the frame's order. ``table``, ``markdown`` and ``latex`` are for reading
-(3 decimals, ``—`` for a missing value), ``csv`` and ``json`` for programs (full precision);
-the ``table`` format never cuts a value (:class:`FittedTable`). docs/report.md has the rules.
+``table``, ``markdown`` and ``latex`` are for reading (3 decimals), ``csv`` and ``json`` for
+programs (full precision); the ``table`` format never cuts a value. docs/report.md has the rules.
 """
 
 from __future__ import annotations
@@ -199,9 +198,8 @@ class FittedTable:
     """A report table for the terminal that fits the width it is printed at, and never
     shortens a value (rich would squeeze every column to "0.2…").
 
-    At print time, the first layout that fits, in the order docs/report.md gives ("The
-    terminal table never cuts a value"); stacked sections repeat the ``keys``. ``caption``
-    lines follow, wrapped.
+    At print time, the first layout that fits, in docs/report.md's order; stacked sections
+    repeat the ``keys``.
     """
 
     def __init__(

@@ -1,9 +1,7 @@
 """Where a command may write a path the user named: anywhere but over what the study reads.
 
-For ``report --html`` and ``--plots``, ``plot --out``, ``export --out``: a path over the
-experiments file, a task's data, an hf scale's folder or what matrixrl keeps under
-``results_dir`` is refused before anything is computed; the rest of ``results_dir`` is
-fair game (``report --html results/report.html``).
+A path over the experiments file, a task's data, an hf scale's folder or what matrixrl keeps
+under ``results_dir`` is refused before anything is computed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The per-cell records every table is built from, cached in the store under their inputs' key.
 
-A record (``matrixrl.analysis.cell_record``) depends only on its cell's stored results, the
-``analysis:`` settings and :data:`RECORD_VERSION`, so a report recomputes only the cells
-whose key changed; a record's training part is cached apart (``cell_trainings``).
-docs/architecture.md, "Reports at scale".
+A record depends only on its cell's stored results, the ``analysis:`` settings and
+:data:`RECORD_VERSION`; its training part is cached apart. docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations
@@ -48,9 +46,7 @@ def compute_records(
 
     ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
     results each record is computed from; other stored rows are left out.
-    ``trainings``: ``{cell: training part}`` (``analysis.cell_record.training_part``) known
-    already, used as it is; the parts computed here are added to it. Only cells
-    without one read their training's rows (the diagnostics are most of the store).
+    ``trainings``: ``{cell: training part}`` known already; the parts computed here are added.
     """
     trainings = {} if trainings is None else trainings
     ids = list(cells)
@@ -102,10 +98,8 @@ def cell_records(
 
     ``current`` (``rows.current_specs``): each cell's spec digests; a record is then
     computed from the results computed under them only (all stored results if None).
-    Cached records are reused when their cache key still matches; the others are
-    recomputed and cached (only then is the store written). A recomputed record
-    reuses its cell's cached training part when the training is the same (a new
-    evaluation): then only the cell's evaluations are read.
+    Cached records are reused while their cache key matches; the others are recomputed and
+    cached, reusing a cell's cached training part when its training is the same.
     """
     inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).

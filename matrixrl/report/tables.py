@@ -1,9 +1,7 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table aggregates one cached record per cell (``matrixrl.analysis.cell_record``), so a
-report recomputes only the cells whose results or settings changed (docs/architecture.md,
-"Reports at scale"); the memory and cost tables read the store's own rows. Only results
-computed under a cell's current spec are reported (``rows.current_specs``).
+Every table aggregates one cached record per cell (docs/architecture.md, "Reports at scale");
+only results computed under a cell's current spec are reported (``rows.current_specs``).
 """
 
 from __future__ import annotations
@@ -128,11 +126,9 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """The report tables ``names`` (default: all of ``TABLES``) for the grid of ``config``.
 
-    Reads the SQLite file ``db_file`` and refreshes its per-cell cache (no ingest).
-    ``group_by``, ``only`` and ``against`` (from :func:`parse_against`) are ``--group-by``,
-    ``--only`` (``{axis: values}``; controls still come from the whole grid) and
-    ``--against``; ConfigError if an axis is unknown or the table aggregates over it.
-    Per-cell tables have a ``cell`` column first; tables may be empty.
+    Reads ``db_file`` and refreshes its per-cell cache (no ingest). ``group_by``, ``only``
+    (``{axis: values}``) and ``against`` are the options of the same names; ConfigError if an
+    axis is unknown or the table aggregates over it. Tables may be empty.
     """
     frames, _ = _build(db_file, config, names, group_by, only, against)
     return frames

@@ -1,10 +1,8 @@
 """Snakemake's command line and environment: the config it reads, its dry-runs for `plan`.
 
-Snakemake owns scheduling, resumption and retries. matrixrl hands it the resolved
-config as a ``--configfile`` (``--config`` would turn nested values into strings)
-and runs it as a CLI subprocess, the stable interface across releases. Dry-runs
-use the Python API in a fresh subprocess (``python -m matrixrl.snake``): one
-process must not evaluate two DAGs (the second answer comes back stale).
+matrixrl hands Snakemake the resolved config as a ``--configfile`` and runs it as a CLI
+subprocess; dry-runs use the Python API in a fresh subprocess (``python -m matrixrl.snake``),
+since one process must not evaluate two DAGs (the second answer comes back stale).
 """
 
 from __future__ import annotations
@@ -36,12 +34,9 @@ def write_configfile(config: Config, path: Path) -> Path:
 def job_environment() -> dict[str, str]:
     """The environment of Snakemake and its jobs.
 
-    One code version per run: every Python of the run (Snakemake, the job server of
-    jobs/forked.py and its jobs) imports the matrixrl this process runs, whatever
-    the current folder holds. ``PYTHONSAFEPATH`` keeps the current folder (another
-    checkout's ``matrixrl/``, say) off their paths; where this matrixrl is not the
-    one they would find anyway (``python -m matrixrl`` in a checkout that is not
-    installed), its folder goes first on ``PYTHONPATH``.
+    One code version per run (docs/faults.md): ``PYTHONSAFEPATH`` keeps the current folder off
+    every path, and where this matrixrl is not the one they would find anyway, its folder goes
+    first on ``PYTHONPATH``.
     """
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -86,22 +81,16 @@ def _code_root() -> str | None:
 RERUN_TRIGGERS = ("software-env",)
 """Snakemake's own rerun triggers, as ``matrixrl run`` passes them: none that can fire.
 
-matrixrl.status decides what is stale from the digests the result files record, and
-the run names those outputs with ``--forcerun``. Snakemake's ``mtime``, ``params``,
-``input`` and ``code`` triggers would second-guess that (a touched file, a params
-string that changed its spelling, an upgraded Snakefile would rerun finished work),
-and ``--rerun-triggers`` needs one: ``software-env`` never fires without a conda or
-container environment, which matrixrl's rules do not use.
+matrixrl.status decides what is stale and the run names it with ``--forcerun``
+(docs/architecture.md, "Planning"); ``--rerun-triggers`` needs one.
 """
 
 
 def pending_jobs(config: Config, workdir: Path, stale: list[str] = ()) -> list[dict]:
     """Jobs a run would execute now, by Snakemake's own dry-run: ``[{"rule": ..., "wildcards": {...}}]``.
 
-    ``stale``: the outputs the run names with ``--forcerun`` (matrixrl.status). Planning
-    does without this (matrixrl.status answers the same in a fraction of the time); the
-    tests compare the two. ``workdir`` must exist; for a results directory that does not
-    exist yet, pass an empty temporary folder (everything is pending).
+    ``stale``: the outputs the run names with ``--forcerun``. Planning does without this
+    (matrixrl.status answers the same; the tests compare the two). ``workdir`` must exist.
     """
     with tempfile.TemporaryDirectory() as tmp:
         configfile = write_configfile(config, Path(tmp) / "config.yaml")
@@ -153,14 +142,6 @@ def dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = 
             logger.removeHandler(handler)
     return jobs
 
-def planned_jobs(config: Config) -> list[dict]:
-    """Every job of the grid with its status (done or pending) and why it is pending
-    (matrixrl.status: from the result files, no Snakemake DAG)."""
-    from matrixrl.status import job_statuses
-
-    return job_statuses(config)
-
-
 
 def snakemake_command(
     config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None, stale: list[str] = ()
@@ -168,10 +149,8 @@ def snakemake_command(
     """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run;
     ``stale``: outputs to recompute although they exist (:data:`RERUN_TRIGGERS`).
 
-    Locally ``--resources gpu=N`` is a semaphore over the jobs that declare a GPU, and
-    an unset limit means unlimited, so a local run always passes the detected count
-    (0 here: GPU jobs then run on CPU). Cluster runs (a profile) pass None: there the
-    scheduler allocates GPUs, and a limit of 0 would strip their requests.
+    A local run always passes ``--resources gpu=N`` (an unset limit means unlimited); cluster runs
+    pass None, since a limit of 0 would strip their requests (docs/real-models.md, "GPUs").
     """
     resources = ["--resources", f"gpu={gpus}"] if gpus is not None else []
     return [

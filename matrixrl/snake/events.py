@@ -81,10 +81,8 @@ class TimeLeft:
     """What a run's progress line says: the jobs running, and the time left, estimated
     from the jobs finished so far.
 
-    Each job still to start is expected to take its rule's mean duration so far (the
-    mean of every finished job, for a rule none of whose jobs has finished yet), each
-    running one what is left of that mean, and ``cores`` of them run at once. No
-    estimate before the first job has finished.
+    A job still to start takes its rule's mean duration so far (else every finished job's), a
+    running one what is left of it, ``cores`` at once; none before a job has finished.
     """
 
     def __init__(self, pending: dict[str, int], cores: int) -> None:

@@ -34,9 +34,7 @@ def _default_stop_signals() -> None:
 def run_with_events(command: list[str], log_path: Path, on_event: Callable[[RunEvent], None]) -> int:
     """Run Snakemake, tee its log to ``log_path``, pass each parsed event to ``on_event``; return its exit code.
 
-    Snakemake runs in a session of its own, so a signal to this process's group reaches
-    this process only, which stops Snakemake and raises :class:`RunStopped`
-    (:func:`stop_on_signals`); a kill -9 leaves Snakemake to stop itself (:func:`follow_run`).
+    A signal stops Snakemake (in a session of its own) and raises :class:`RunStopped`.
     """
     with stop_on_signals() as guard:
         return guard.run(command, log_path, on_event)
@@ -216,10 +214,9 @@ def _stop_group(
 ) -> None:
     """Stop Snakemake, the leader of process group ``pgid``, and its jobs; kill the group after :data:`GRACE_S`.
 
-    Locally the group gets SIGTERM every second (so Snakemake starts nothing more and
-    releases its lock); under a cluster executor Snakemake gets SIGINT once, which cancels
-    its cluster jobs. ``ended(timeout)`` is true once Snakemake has ended; ``ready()`` says
-    whether it may be sent SIGTERM yet.
+    Locally the group gets SIGTERM every second; under a cluster executor Snakemake gets SIGINT
+    once, which cancels its cluster jobs. ``ended(timeout)``: whether Snakemake has ended;
+    ``ready()``: whether it may be sent SIGTERM yet.
     """
     deadline = time.monotonic() + GRACE_S
     if cluster:

@@ -1,8 +1,6 @@
 """The SQLite store: every checkpoint's accuracy and every step's training metrics.
 
-An index over the result files, which are the truth; only the submitting host writes it.
-Submodules: ``schema``, ``repair``, ``writes``, ``ingestion``, ``queries``,
-``recorded_costs`` (docs/architecture.md's tree). The names below are imported on first
+An index over the result files, which are the truth. The names below are imported on first
 use (PEP 562), so ``plan`` reads costs without importing SQLAlchemy and pandas.
 """
 

@@ -1,7 +1,6 @@
 """Ingest: the store made to mirror the result files, and opened (rebuilt from them if unusable).
 
-The store opens (:func:`engine_at`) and rebuilds (:func:`repairing`) here, since a rebuild
-is an ingest. What a user sees of it: docs/faults.md, "The store"; the scan's rules:
+A rebuild is an ingest (:func:`repairing`). docs/faults.md, "The store"; the scan's rules:
 docs/report.md, "Reports at scale".
 """
 
@@ -240,9 +239,9 @@ def ingest(results_dir: str | Path) -> int:
     """Make the store mirror the result files; returns how many files' results were new
     or changed (and so written into the store).
 
-    Changed results are upserted and gone files' rows deleted in one transaction, after
-    every file is read and validated: an unusable one raises ``ResultFileError`` with nothing
-    written. A store this process cannot write is read through a copy (:func:`_private_copy`).
+    One transaction, after every file is read and validated (an unusable one raises
+    ``ResultFileError`` with nothing written). A store this process cannot write is read
+    through a copy (:func:`_private_copy`).
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():

@@ -90,8 +90,7 @@ class Store:
     def _select(self, sql: str, cells: Sequence[str]) -> list[tuple]:
         """The rows of ``sql`` (whose one ``{cells}`` placeholder is a ``cell IN (...)`` list) for ``cells``.
 
-        Plain driver rows, for the few small tables a report reads on every run: a
-        DataFrame and SQLAlchemy's row objects cost more than the query itself.
+        Plain driver rows: a DataFrame would cost more than the query.
         """
         found: list[tuple] = []
         with self.engine.connect() as conn:

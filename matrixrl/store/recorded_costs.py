@@ -1,7 +1,6 @@
 """Every job cost the store holds, read with sqlite3 alone (``plan``'s estimate).
 
-``plan`` imports neither SQLAlchemy nor pandas, a second at start; it reads these rows
-read-only and never repairs the store (docs/report.md, "cost").
+Read-only and never repairing: ``plan`` imports neither SQLAlchemy nor pandas.
 """
 
 from __future__ import annotations
@@ -16,11 +15,8 @@ from matrixrl.layout import MEMORY_OWNER, store_path
 def recorded_costs(results_dir: str | Path) -> list[dict]:
     """Every job cost the store of ``results_dir`` holds (``job_costs``), each with its owner
     (``cell``, ``part``: layout.result_key) and its cell's ``workflow`` and ``task`` (a memory
-    job's task from its owner, ``memory:TASK``), whether or not the grid still has the job: a
-    pilot's evaluation at a step the full grid has not still times an evaluation.
-
-    Read-only and without repair, for ``plan``, which writes nothing: ``[]`` when there is no
-    store or it cannot be read (plan then estimates from the grid's own result files)."""
+    job's task from its owner), whether or not the grid still has the job; ``[]`` when there is
+    no store or it cannot be read."""
     path = store_path(results_dir)
     if not path.is_file():
         return []

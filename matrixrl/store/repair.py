@@ -1,9 +1,7 @@
 """Repair: a store that cannot be used is told, moved aside and created anew.
 
-An unusable store (not SQLite, damaged, a table missing or changed, another schema
-version) is moved aside with one line on stderr, to be rebuilt from the result files;
-one that cannot be moved is a :class:`StoreError` naming the fix. The opening and
-rebuilding live in ``matrixrl.store.ingestion``; docs/faults.md, "The store".
+An unusable store is moved aside with one line on stderr, to be rebuilt from the result files;
+one that cannot be moved is a :class:`StoreError`. docs/faults.md, "The store".
 """
 
 from __future__ import annotations
@@ -67,9 +65,8 @@ def inspect_store(db_file: Path, thorough: bool = False) -> StoreProblem | str |
     """What makes ``db_file`` unusable as a store of this version (a :class:`StoreProblem`);
     ``NEW_STORE`` if it is missing or an empty database; None if it is usable.
 
-    Only reads. Cheap: the header, the version and each table's columns (a
-    millisecond); ``thorough`` adds ``PRAGMA quick_check``, which reads the whole file.
-    Raises ``sqlite3.OperationalError`` (a lock held too long, say): not damage.
+    Only reads; ``thorough`` adds ``PRAGMA quick_check`` (the whole file). Raises
+    ``sqlite3.OperationalError`` (a lock held too long, say): not damage.
     """
     try:
         stat = db_file.stat()

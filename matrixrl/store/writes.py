@@ -1,10 +1,7 @@
 """What one result puts in the store: its rows written or forgotten, its digest, its cell's keys.
 
-Every write goes through here, an ingest's (``matrixrl.store.ingestion``) as
-:meth:`Store.add_results`' (``matrixrl.store.queries``): a result's rows replace
-whatever the store held from it, its digest goes to ``cell_inputs`` (a cell's train
-and eval results) or ``memory_inputs`` (the memory's), and its cell's ``cell_keys``
-row is written again from its ``cell_inputs``.
+Every write goes through here: a result's rows replace whatever the store held from it, its
+digest goes to ``cell_inputs`` or ``memory_inputs``, and its cell's ``cell_keys`` row is rewritten.
 """
 
 from __future__ import annotations
@@ -80,9 +77,8 @@ def result_digest(result: Result) -> str:
 def store_key(result: Result) -> tuple[str, str]:
     """The result's ``(cell, part)``: its cell (``memory:TASK`` for a memory-building result) and
     its key among that cell's results (``cell_inputs.part``, or ``memory_inputs.part``); the
-    key :func:`matrixrl.layout.result_key` reads from its file's path (tests/test_layout.py).
-    Made from the result's fields: building its path to read the key back would cost an
-    order of magnitude more for every result written."""
+    key :func:`matrixrl.layout.result_key` reads from its file's path (tests/test_layout.py),
+    made from the result's fields (ten times cheaper than building the path)."""
     if isinstance(result, TrainResult):
         return result.cell, "train"
     if isinstance(result, MemoryEvalResult):  # before EvalResult: it is one
@@ -99,11 +95,6 @@ def store_key(result: Result) -> tuple[str, str]:
     if isinstance(result, BankResult):
         return owner, f"bank/{result.memory}"
     raise TypeError(f"expected a result (matrixrl.results), got {type(result).__name__}")
-
-
-def _part(result: Result) -> str:
-    """The result's key among its cell's results (``cell_inputs.part``)."""
-    return store_key(result)[1]
 
 
 def is_cell_part(cell: str, part: str) -> bool:

@@ -1,9 +1,7 @@
 """Tasks: one module per task family; ``build_task`` maps a config's ``kind`` to it.
 
-Each module holds its task class and its ``Settings`` (its entry under ``tasks:``). A new
-kind is its module and one line in ``TASK_KINDS`` (or ``register_task_kind`` in a plugin);
-a new ``family`` needs the prompt styles too (docs/extending.md). Nothing here imports
-``matrixrl.config``.
+A new kind is its module and one line in ``TASK_KINDS`` (or ``register_task_kind``;
+docs/extending.md). Nothing here imports ``matrixrl.config``.
 """
 
 from typing import get_args

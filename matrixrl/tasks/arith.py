@@ -1,11 +1,8 @@
 """Seeded multi-term integer addition: the synthetic math task for tiny models.
 
-Training and evaluation problems add ``terms`` operands of up to ``digits`` digits
-(``"4+8+9"`` → ``"21"``). The warm-start sees mostly sums of another shape
-(``warmstart_terms`` operands of ``warmstart_digits`` digits: ``"47+85"``) and only a
-``warmstart_hard_fraction`` of the training shape, so a briefly
-warm-started model solves some but not most of the RL problems: the partial base
-accuracy that gives GRPO groups with mixed rewards.
+Problems add ``terms`` operands of up to ``digits`` digits (``"4+8+9"`` → ``"21"``). The
+warm-start sees mostly sums of another shape and a ``warmstart_hard_fraction`` of this one, so
+the base model solves some but not most: groups with mixed rewards.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What every task provides: seeded problems, a fixed evaluation set, a scorer.
 
-A task belongs to a ``family`` (``math`` or ``code``): prompt styles phrase their
-instructions by it, and workflows pick family defaults from it (eval_opt's
-iterations). Scoring goes through ``score_batch`` so that code tasks can run many
-answers in the sandbox at once and math tasks can parse each reference once.
+A task's ``family`` (``math`` or ``code``) is what prompt styles phrase their instructions by.
+Scoring goes through ``score_batch``, so code tasks run many answers at once.
 """
 
 from __future__ import annotations
@@ -46,10 +44,8 @@ class Task(Protocol):
         """Problems for the supervised warm-start of a base model (easier than training)."""
 
     def score(self, problem: Problem, answer: str) -> float:
-        """1.0 when ``answer`` is correct for ``problem``, else 0.0: nothing else (no partial
-        credit, no None or NaN). The reward is binary (docs/design.md §2), and accuracy,
-        pass@k, ``n_correct`` and a judge's verdict score count right answers;
-        :func:`checked_scores` holds every task to it."""
+        """1.0 when ``answer`` is correct for ``problem``, else 0.0: nothing else (the reward is
+        binary, docs/design.md §2); :func:`checked_scores` holds every task to it."""
 
     def score_batch(self, problems: Sequence[Problem], answers: Sequence[str]) -> list[float]:
         """``score`` for many (problem, answer) pairs at once, in order: one per answer."""
@@ -67,10 +63,8 @@ def _shown(value) -> str:
 
 def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) -> list[float]:
     """``task.score_batch(problems, answers)``, held to the scoring contract (``Task.score``):
-    one score per answer, each 0.0 or 1.0 (a bool too); the way training and evaluation
-    get scores from a task. A task that breaks it stops the job with one line naming the
-    task kind, the value and the rule, not an error deep in numpy or pydantic later (or,
-    for partial credit, figures that count it as right and wrong at once)."""
+    one score per answer, each 0.0 or 1.0 (a bool too). A task that breaks it stops the job with
+    one line naming the task kind, the value and the rule."""
     from matrixrl.errors import UserError
 
     scores = task.score_batch(problems, answers)
@@ -99,9 +93,8 @@ class BatchScorer(ABC):
     """The base of every task: a name, its config, and ``score`` / ``score_batch`` from one
     ``_score_distinct`` over distinct pairs.
 
-    ``Settings`` is the pydantic model of the task's entry under ``tasks:`` (its
-    module's ``Settings``); ``config`` is one of them. Repeated (problem, answer)
-    pairs, common within a GRPO group, are scored once.
+    ``Settings`` is the pydantic model of the task's entry under ``tasks:``; ``config`` is one of
+    them. Repeated (problem, answer) pairs are scored once.
     """
 
     Settings: ClassVar[type]
@@ -138,12 +131,9 @@ class BatchScorer(ABC):
 class SeededTask(BatchScorer):
     """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``).
 
-    Subclasses say how to build one problem of a given *shape* (``_problem``), which
-    shape training and evaluation use (``_shape``) and which easier shape the
-    warm-start mostly sees (``_warmstart_shape``); the config's
-    ``warmstart_hard_fraction`` of warm-start problems take the training shape. The
-    evaluation set is ``n_eval`` distinct problems seeded by the config's ``seed``,
-    and every other draw skips them, so the splits never overlap.
+    Subclasses build a problem of a *shape* (``_problem``) and name the training shape
+    (``_shape``) and the warm-start's easier one (``_warmstart_shape``). The evaluation set is
+    ``n_eval`` distinct problems seeded by ``seed``, and every other draw skips them.
     """
 
     @abstractmethod

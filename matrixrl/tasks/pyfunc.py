@@ -1,9 +1,7 @@
 """Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples.
 
-A problem shows examples of an integer function (``1>4,2>5,7>10``); the answer, a Python
-expression in ``x`` or a whole ``def f(x)``, is correct when it passes hidden tests on
-inputs not shown. Integer arithmetic on ``x`` is computed from its syntax tree, anything
-else runs in the sandbox. The families, the warm-start's share and the keys: docs/tasks.md.
+A problem shows examples (``1>4,2>5,7>10``); an answer (an expression in ``x`` or a ``def
+f(x)``) passes hidden tests on inputs not shown. docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -117,8 +115,7 @@ def evaluate(expression: str, x: int) -> int:
 def hidden_cases(problem: Problem, n: int, seed: int) -> tuple[tuple[int, int], ...]:
     """``n`` (input, output) pairs on inputs the question did not show, drawn from its hash.
 
-    Derived from the problem alone, so any task instance of the same config scores a
-    problem identically (a problem carries no state).
+    Derived from the problem alone (a problem carries no state).
     """
     shown = {int(pair.split(">")[0]) for pair in problem.question.split(",")}
     pool = [x for x in HIDDEN_INPUTS if x not in shown]

@@ -1,9 +1,8 @@
 """The attention kernels a gradient may flow through: not cuDNN's, on CUDA.
 
-cuDNN's fused attention (torch 2.11+, Hopper) returns NaN gradients for a left-padded row
-at some lengths (pytorch/pytorch#196678), and the update's batches are always left-padded:
-the forward passes the update differentiates leave that kernel out; decoding keeps every
-kernel, and CPU is untouched. docs/performance.md, "The second GPU window".
+cuDNN's fused attention returns NaN gradients for left-padded rows (pytorch/pytorch#196678), so
+the forward passes the update differentiates leave it out; decoding and CPU are untouched.
+docs/performance.md, "The second GPU window".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``build_cell``: what training and evaluation of one cell both build from its spec.
 
-The scale's model source and tokenizer, the task, the prompt style and workflow, the
-policy (on the base model or from a checkpoint) and the ``generate`` function with the
-caller's sampling settings. The caller sets torch's thread count first.
+The model source and tokenizer, the task, style, workflow, policy and ``generate``. The caller
+sets torch's thread count first.
 """
 
 from __future__ import annotations

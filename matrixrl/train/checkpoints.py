@@ -1,12 +1,8 @@
 """A cell's checkpoints on disk: saving one, where a training resumes, and removing one.
 
-A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is there:
-:func:`save_checkpoint` writes it under another name and renames it into place. Every
-removal goes the other way round (:func:`remove_checkpoint`): the folder is renamed out
-of the ``step_N`` names first, atomically, then deleted, so a kill mid-delete never
-leaves a ``step_N`` that holds part of a checkpoint.
-
-No torch at import: the retention job runs inside Snakemake's process.
+A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is there: saving
+renames it into place, removing renames it out first, so a kill never leaves a partial
+``step_N``. No torch at import: the retention job runs inside Snakemake's process.
 """
 
 from __future__ import annotations
@@ -114,17 +110,12 @@ def resume_point(
 ) -> int | None:
     """Where training of ``cell_dir`` resumes, or None to start afresh.
 
-    Checkpoints written under other settings are removed (said in the log), so the
-    cell's folder only ever holds one training's checkpoints; so are leftovers of a
-    write a kill interrupted (anything not named ``step_N``). An ``evaluated`` step
-    whose checkpoint is gone while a later one exists is rebuilt: training resumes
-    from the last checkpoint before it, and replays the same steps.
+    Checkpoints written under other settings, and leftovers of an interrupted write, are removed
+    (said in the log). An ``evaluated`` step whose checkpoint is gone while a later one exists is
+    rebuilt by replaying from the last checkpoint before it.
 
-    ``exact``: whether replaying a step gives back the same weights (on CPU it does; on
-    a GPU nondeterministic kernels make the replay another sample of the same
-    training). If not, the checkpoints after the replay's start are removed before it
-    begins: a replay stopped halfway would otherwise resume from the old path's latest
-    checkpoint and leave a cell whose checkpoints come from two trainings.
+    ``exact``: whether replaying a step gives back the same weights (on CPU; docs/real-models.md,
+    "What is exact where"). If not, the checkpoints after the replay's start are removed first.
     """
     folder = checkpoints_dir(cell_dir)
     leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []

@@ -1,13 +1,9 @@
 """Per-update gradient diagnostics: the measurements behind docs/design.md §5.
 
-:class:`AgentGradients` snapshots the accumulated ``.grad`` after each agent's backward
-passes, so an agent's gradient is the change between two snapshots and ``.grad`` ends as
-their sum (the optimizer step is unchanged); close it before ``clip_grad_norm_``, so the
-diagnostics describe the raw gradients. :func:`gradient_diagnostics` turns the agents'
-gradients into long-format rows ``{"kind", "role", "agent", "other", "value"}``, in float64;
-``matrixrl.analysis.gradients.summarize_diagnostics`` condenses them into one row per cell.
-The kinds of row, their conventions and what the snapshots cost: docs/architecture.md,
-"Per-agent gradients and the diagnostics' rows".
+An agent's gradient is the change of the accumulated ``.grad`` over its backward passes
+(:class:`AgentGradients`, closed before ``clip_grad_norm_``); :func:`gradient_diagnostics` turns
+them into long-format rows, in float64. The kinds of row and what the snapshots cost:
+docs/architecture.md, "Per-agent gradients and the diagnostics' rows".
 """
 
 from __future__ import annotations
@@ -47,9 +43,8 @@ class GradientSet:
     parameter set: between agents (``agents``), and between role sums and the set's
     total (``groups``: each role's name, then ``TOTAL``), each in float64.
 
-    Role sums are added up element by element before their products are taken (as
-    a whole vector would be), so a role whose agents' gradients cancel has the norm
-    of what is left, not a difference of rounded squares.
+    Role sums are added up element by element before their products are taken, so a role whose
+    agents' gradients cancel has the norm of what is left.
     """
 
     def __init__(self, agents: list[Agent]):
@@ -103,11 +98,8 @@ _LIVE = None  # a boundary whose .grad is still the live one (copied only once .
 
 class AgentGradients:
     """Each agent's gradient over one parameter set, as the change in ``.grad`` over its
-    backward passes (see the module docstring).
-
-    ``.grad`` is copied at the boundaries between agents, and only once the next
-    agent's backward pass is about to change it: K agents that learned cost K − 1
-    copies, and an agent without a backward pass (no turn had an advantage) none.
+    backward passes; ``.grad`` is copied only once the next agent's backward pass is about to
+    change it (K agents that learned: K − 1 copies).
     """
 
     def __init__(self, params: list[torch.nn.Parameter]):
@@ -177,14 +169,11 @@ def gradient_sets(agents: list[AgentGrad], *, shared: bool) -> list[GradientSet]
 
 
 def gradient_diagnostics(sets: list[GradientSet] | list[AgentGrad], *, shared: bool) -> list[dict]:
-    """Long-format diagnostic rows for one update (see the module docstring for kinds).
+    """Long-format diagnostic rows for one update (docs/architecture.md lists the kinds).
 
-    ``sets``: one :class:`GradientSet` per parameter set that acted (under SP one; under
-    IP one per role), or each agent's flat gradient (:class:`AgentGrad`). ``shared``
-    says whether all roles' gradients live in one parameter space (SP); under IP
-    (``shared=False``) cross-role cosines are not computed. Raises ``ValueError`` on a
-    repeated agent name, on vectors of different lengths in one set, and on a role
-    whose agents are in several sets.
+    ``sets``: one :class:`GradientSet` per parameter set that acted, or each agent's flat gradient
+    (:class:`AgentGrad`); ``shared=False`` (IP): no cross-role cosines. Raises ``ValueError`` on a
+    repeated agent, vectors of different lengths in one set, or a role split across sets.
     """
     if sets and isinstance(sets[0], AgentGrad):
         names = [a.agent for a in sets]

@@ -1,19 +1,11 @@
 """The decode engine: a static KV cache and a device-resident decode step, graphed on CUDA.
 
-A call's first pass (the prompt, or its last token after ``prompt_cache.prefilled_cache``) is the
-model's own forward, as in ``rollout.decode``. Its KV cache is copied into a static cache of a
-*bucket* of rows (``bucket_rows``) allocated for the call's whole length, and every later token
-is one ``decode_step``: the engine's own forward of the Qwen3 / Llama layer structure over
-``DecodeWeights`` (one inference copy: the role's LoRA adapter merged into it before each call,
-or applied inside the step, ``lora="unmerged"``), then the sampler, writing into preallocated
-device tensors; no host synchronisation. On CUDA each bucket's step is captured as a CUDA graph
-and replayed; on CPU it runs eagerly (the tests). Every ``check_every`` steps the host reads
-whether rows still generate: rows that have ended are dropped by switching to a smaller bucket
-(the live rows gathered into its cache), and attention reads the cache's first columns only, a
-multiple of ``LENGTH_GRANULE`` that grows as the call goes on (each length a graph of its own).
-
-Models whose structure the step does not compute (``unsupported_reason``) decode with
-``rollout.decode``. docs/performance.md, "The decode engine", gives the reasons and the counts.
+A call's first pass is the model's own forward, as in ``rollout.decode``; every later token is one
+``decode_step`` over ``DecodeWeights`` into a static cache of a bucket of rows, with no host
+synchronisation, captured as a CUDA graph per bucket on CUDA (eager on CPU, for the tests).
+Every ``check_every`` steps ended rows are dropped by switching to a smaller bucket. Models the
+step does not compute (``unsupported_reason``) decode with ``rollout.decode``.
+docs/architecture.md, "Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
 """
 
 from __future__ import annotations
@@ -117,11 +109,9 @@ class Layer:
 
 
 class DecodeWeights:
-    """The weights the step reads, in the compute dtype: one inference copy, refilled from a model
-    before each call (``load``). Merged: each layer's q, k, v (and gate, up) products fused into
-    one matrix holding ``W + scale * B @ A`` of the active adapter; the trained weights and the base
-    are only read. Unmerged: the projections read the model's own weights where they already are in
-    the compute dtype, and the adapter's A and B (scaled) are applied inside the step."""
+    """The weights the step reads, in the compute dtype, refilled from a model before each call
+    (``load``). Merged: q, k, v (and gate, up) fused into one matrix holding ``W + scale * B @ A``;
+    unmerged: the model's own weights, with the adapter's A and B applied inside the step."""
 
     def __init__(self, dtype: torch.dtype, device, lora: str = "merged"):
         if lora not in ("merged", "unmerged"):
@@ -247,8 +237,8 @@ class State:
     """A bucket's decoding state, every part a device tensor (``slots`` rows).
 
     ``k``/``v``: per layer (slots, KV heads, length, head_dim); ``mask``: (slots, length), added
-    to the attention's scores (0 where a slot attends, -inf elsewhere, in the compute dtype); ``col``: (1,) the cache column the next token is written to;
-    ``step``: () the output position of the next token; ``pos``: its RoPE position per slot;
+    to the attention's scores (0 or -inf); ``col``: (1,) the cache column the next token is written
+    to; ``step``: () the output position of the next token; ``pos``: its RoPE position per slot;
     ``token``: the token fed per slot; ``live``: whether the slot's row still generates;
     ``out_rows``: the call's row each slot writes its outputs to (``batch`` for an empty slot);
     ``src_rows``: the row of the call's sampling noise and keys a slot takes.
@@ -410,10 +400,8 @@ class Engine:
 
     @torch.no_grad()
     def decode(self, model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, sampler: Sampler) -> Decoded | None:
-        """The call decoded (after ``load``): the first pass by ``model`` as ``rollout.decode`` makes
-        it, every later token by ``decode_step``. None, with one line saying why, when its cache
-        does not fit on the device: the caller then decodes with ``rollout.decode`` (from a fresh
-        prefill: this one's ``cache`` was released)."""
+        """The call decoded (after ``load``); None, with one line saying why, when its cache does not
+        fit on the device (the caller then decodes with ``rollout.decode``, from a fresh prefill)."""
         from transformers import DynamicCache
 
         from matrixrl.models.versions import check_kv_cache_kept

@@ -1,12 +1,7 @@
 """What a GRPO step's loss is computed from: packed turns and their log-probabilities.
 
-Turns are packed into tensors and their log-probabilities computed; the loss taken
-from them is ``train.loss_type``'s (matrixrl.train.losses, docs/design.md §2).
-
-Each turn arrives with its ``advantage`` already set (matrixrl.train.rewards says how
-it is computed); the trainer's ``update_policy`` calls these per agent and steps the
-optimizers. Reuses TRL's tensor utilities (``selective_log_softmax``, ``pad``); the
-KL anchor, when on, is matrixrl.train.interventions'.
+Each turn arrives with its ``advantage`` set (matrixrl.train.rewards); the loss is
+``train.loss_type``'s (matrixrl.train.losses). Reuses TRL's ``selective_log_softmax`` and ``pad``.
 """
 
 from __future__ import annotations
@@ -75,13 +70,9 @@ def _padded_logps(turns: list[Turn], width: int) -> torch.Tensor | None:
     return torch.tensor([list(logps) + [0.0] * (width - len(logps)) for logps in found], dtype=torch.float32)
 
 
-# The update leaves out the logits of prompt positions (``logits_to_keep``, as TRL's
-# GRPOTrainer does) once they would be this many floats. At a real vocabulary (SmolLM2's
-# 49,152 tokens, Qwen3's 151,936) one agent's turns of chat prompts cross it many times
-# over: gigabytes computed and thrown away, most of the update's memory at the paper's
-# scale. A tiny model (a vocabulary of about 100 characters) never reaches it and keeps
-# computing every position: leaving them out rounds the gradient's sums differently, and
-# the recorded tiny-model results (README, docs/) were trained with all of them.
+# The update leaves out the logits of prompt positions (``logits_to_keep``) once they would be
+# this many floats: every chat batch at a real vocabulary, no tiny model's (docs/performance.md,
+# "The update's logits at a real vocabulary").
 PROMPT_LOGITS_LEFT_OUT_FROM = 1 << 22
 
 
@@ -89,13 +80,8 @@ def completion_logps(model, batch: TurnBatch, temperature: float) -> torch.Tenso
     """Per-token log-probabilities of the completion tokens, in float32 (their entropies are
     recorded while sampling: samplers.EntropyRecorder); see PROMPT_LOGITS_LEFT_OUT_FROM.
 
-    A model computing in bfloat16 gives bfloat16 logits, and their log-softmax in
-    bfloat16 would move in steps of about 1.6%: the PPO ratio, and the KL anchor's
-    k3 = exp(r) − r − 1, which rounds to exactly 0 for per-token differences up to
-    about 0.1. So the logits are taken to float32 first, as the sampler does.
-
-    The forward pass leaves cuDNN's attention out on CUDA (matrixrl.train.attention: its
-    backward makes NaN gradients from left-padded rows)."""
+    The logits are taken to float32 before the log-softmax (docs/real-models.md, "Precision"), and
+    the forward pass leaves cuDNN's attention out on CUDA (matrixrl.train.attention)."""
     rows, length = batch.input_ids.shape
     width = batch.completion_ids.shape[1]
     prompt_logits = rows * (length - width - 1) * model.config.vocab_size

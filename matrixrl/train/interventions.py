@@ -1,31 +1,10 @@
 """The remedies for terminal degradation (docs/design.md §5, docs/interventions.md), as training switches.
 
-All are off by default, and off leaves the update exactly as without them.
-
-- **Per-role KL anchor** (the study's I1; ``train.kl_beta``, ``train.kl_beta_roles``,
-  ``train.use_bias_correction_kl``). Each of a role's completion tokens gains
-  β_role · k3 in its per-token loss, as TRL 1.16 adds it: k3 = exp(r) − r − 1 with
-  r = log π_ref − log π_θ (:func:`kl_k3`), times the importance ratio when corrected
-  (matrixrl.train.losses's ``kl_term``), then divided by the loss's own normaliser.
-  The reference is the cell's base model: under LoRA the same model with its adapters
-  off, under full fine-tuning one frozen copy shared by all roles. It works under both
-  modes (docs/interventions.md).
-- **Gradient-coherence damper** (the study's I6; ``train.damper``, ``train.damper_roles``,
-  ``train.damper_window``). After the backward pass and before clipping, a role's
-  gradient g becomes g · (1 − λ_role · clamp(cos(g, ḡ), 0, 1)). Here ḡ is the moving
-  average of that role's damped gradient, ḡ ← τ ḡ + (1 − τ) g with τ = 1 − 1/window,
-  and cos is one number over the whole parameter set. A role whose updates keep
-  pointing the same way, which is what parallel same-role agents amplify, is slowed
-  down; an orthogonal or reversing one is left alone. Under isolated policies it acts
-  on each role's own parameter set. Under shared it acts on each role's contribution
-  to the one gradient before they are summed. That contribution comes from the
-  accumulated ``.grad`` before and after the role's backward passes (as the gradient
-  diagnostics do), which the study's own code cannot separate. The moving averages are
-  part of a checkpoint, so a resumed run damps as an uninterrupted one. With
-  ``ppo_epochs > 1`` every pass is damped against ḡ, and ḡ moves once per step, after
-  the first pass.
-- **Agent-wise advantage normalisation** (Dr.MAS; ``train.advantage_group: agent``) is
-  in :func:`matrixrl.train.rewards.assign_advantages`.
+All are off by default, and off leaves the update exactly as without them: the per-role KL
+anchor (``train.kl_beta``: β_role · k3 per completion token, :func:`kl_k3`, against the base
+model) and the gradient-coherence damper (``train.damper``: a role's gradient scaled by its cosine
+to its own moving average, before clipping). Agent-wise advantages are in
+:func:`matrixrl.train.rewards.assign_advantages`. Definitions: docs/interventions.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The policy losses of a GRPO step, one function each, registered by name in ``LOSSES``.
 
-``train.loss_type`` picks one; every value of TRL 1.16's ``GRPOConfig.loss_type`` is
-here under TRL's name, computing what TRL's ``GRPOTrainer._compute_loss`` computes,
-the KL anchor included (tests/test_losses.py checks each against TRL's own trainer,
-gradients included). A loss is a per-token term (a clipped, capped, soft-gated or
-gamma-weighted importance ratio times the advantage, plus the KL term when
-``kl_beta`` > 0) and a normaliser (what the sum over tokens is divided by).
-``train.importance_sampling_level`` chooses the ratio: per token, or one per turn
-from the mean of its tokens' log-ratios (GSPO).
-
-Every normaliser counts over the whole step (``StepCounts``), never a micro-batch, so
-a step's micro-batches add up to its loss; what a "sequence" and a "batch" are in a
-multi-agent step is docs/design.md §2, "Losses". The names and what each loss refuses
-are matrixrl.config.loss_types (the configuration's, below this package); ``LOSSES``
-holds the functions under the same names, in the same order. Adding a loss:
-docs/extending.md, "A loss".
+``train.loss_type`` picks one; each computes what TRL 1.16's ``GRPOTrainer._compute_loss``
+computes for that name, the KL anchor included (tests/test_losses.py checks them against TRL):
+a per-token term and a normaliser counted over the whole step (``StepCounts``), so a step's
+micro-batches add up to its loss. The names and what each refuses are
+matrixrl.config.loss_types; ``LOSSES`` holds the functions in the same order. docs/design.md §2,
+"Losses"; adding one: docs/extending.md, "A loss".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Per-role metrics of a batch of episodes: how good each role's own output is.
 
-At every training step and evaluation: each role's answer or verdict accuracy, response
-length and, for parallel agents, ``disagreement``; and ``any_correct`` (docs/design.md §3).
-For the report only: nothing here feeds the loss (matrixrl.train.rewards does).
+Each role's answer or verdict accuracy, response length, ``disagreement`` and ``any_correct``
+(docs/design.md §3); for the report only, nothing feeds the loss.
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ SHARED_PREFIX_MIN_TOKENS = 32
 
 @dataclass
 class Tokenized:
-    """A call's prompts, each distinct one tokenized once (a group's rollouts repeat
-    theirs; tokenizing every copy cost several percent of a tiny model's rollout step).
+    """A call's prompts, each distinct one tokenized once.
 
     ``distinct``: the distinct prompts' ids, in order of first appearance; ``rows``: each
     prompt's index in ``distinct``; ``distinct_ids``/``distinct_mask``: the distinct
@@ -66,11 +65,8 @@ def prefilled_cache(model, tokenizer, prompts: list[str], device, tokenized: Tok
     """The prompts' KV cache computed without repeating work, or None when there is none
     to save (every prompt distinct, no long prefix shared).
 
-    A repeated prompt is encoded once and its cache copied to every row that repeats it,
-    laid out as the tokenizer padded the batch (the same arithmetic); prefixes of at least
-    ``SHARED_PREFIX_MIN_TOKENS`` tokens shared by distinct prompts are encoded once per level
-    (``_prefix_levels``), the same up to rounding. docs/architecture.md, "Shared prefixes".
-    ``tokenized``: the prompts as ``tokenize_prompts`` gives them, when the caller has them already.
+    Repeated prompts and shared prefixes are encoded once (docs/architecture.md, "Shared
+    prefixes"). ``tokenized``: the prompts as ``tokenize_prompts`` gives them, if at hand.
     """
     if tokenized is None:
         tokenized = tokenize_prompts(tokenizer, prompts)
@@ -102,9 +98,8 @@ def _prefix_levels(bodies: list[list[int]], minimum: int = SHARED_PREFIX_MIN_TOK
     ``minimum`` tokens; the last level has one node per body, in order. A single level
     means nothing is shared.
 
-    Bodies that agree on their next ``minimum`` tokens form a node of their longest
-    common prefix; the others (and what remains) go one level down, a body that
-    shares nothing there taking an empty segment until its own last level.
+    Bodies that agree on their next ``minimum`` tokens form a node of their longest common
+    prefix; the rest go one level down.
     """
     levels: list[Level] = []
     groups = [(0, list(range(len(bodies))), 0)]  # (parent node, bodies, tokens consumed)

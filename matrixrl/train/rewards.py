@@ -1,9 +1,7 @@
 """How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages.
 
-A training step calls, in order, ``score_episodes`` (one ``task.score_batch`` call, each
-score 0.0 or 1.0), ``assign_rewards`` (``train.reward``: ``outcome`` or ``per_agent``) and
-``assign_advantages`` (grouped by problem, agent and turn index); the rules are
-docs/design.md §2's. The loss reads ``turn.advantage`` and nothing else of these.
+A training step calls ``score_episodes``, ``assign_rewards`` and ``assign_advantages`` in order;
+the rules are docs/design.md §2's. The loss reads ``turn.advantage`` alone.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ Scores = Callable[[Problem, str], float]
 def score_episodes(task, episodes) -> Scores:
     """Every answer the episodes propose, judge or end with, scored by one ``score_batch`` call.
 
-    Returns a lookup ``score(problem, answer)`` for those pairs; code tasks run the
-    whole batch in the sandbox at once instead of answer by answer.
+    Returns a lookup ``score(problem, answer)`` for those pairs.
     """
     pairs: dict[tuple[str, str], Problem] = {}
     for episode in episodes:

@@ -1,31 +1,11 @@
 """Batched generation for workflows: one call per role and stage, decoded by ``decode``.
 
-Prompts arrive as text, already in their style's final form (a chat prompt is the
-rendered chat template, special tokens included), and are tokenized without adding
-special tokens, so the prompt ids are exactly what the template wrote. The
-tokenizer pads on the left, so every prompt of a batch ends where generation starts.
-
-A completion's text is the decoding of exactly the tokens the trainer scores (its
-``completion_ids`` without the closing EOS), special tokens included: a pad token
-sampled mid-answer shows in the text the task scores, as it does in the update.
-
-Prompts that repeat within a call, and long prefixes that distinct prompts share, are
-encoded once (``prompt_cache.prefilled_cache``): the same computation as encoding every
-row, up to rounding.
-
-On a CUDA device ``make_generate`` decodes with :mod:`matrixrl.train.engine` (a static cache and
-a graphed step); elsewhere, and where the engine falls back, with ``decode``.
-
-``decode`` makes the model calls transformers' ``generate`` makes and picks the same
-tokens, but a row that has emitted its EOS leaves the batch, where generate would
-feed it padding until the longest row ends (a workflow's later stages and
-evaluations stop most rows early). ``make_generate(use_hf_generate=True)`` decodes
-with generate itself: the reference the tests compare to.
-
-Tokens are picked by a chooser of :mod:`matrixrl.train.samplers`: sampling from torch's
-global generator (training), greedy decoding, or keyed sampling (evaluation at a
-temperature above 0). A model computing in bfloat16 decodes inside one ``compute_context``
-per call, so its float32 weights are cast once per call, not once per token.
+Prompts arrive as text in their style's final form and are tokenized without adding special
+tokens, padded on the left. A completion's text decodes exactly the tokens the trainer scores
+(its ``completion_ids`` without the closing EOS), special tokens included. Tokens are picked by a
+chooser of :mod:`matrixrl.train.samplers`. On CUDA ``make_generate`` decodes with
+:mod:`matrixrl.train.engine`, elsewhere with ``decode``. How decoding saves work and stays
+exact: docs/architecture.md, "Rollouts".
 """
 
 from __future__ import annotations
@@ -50,21 +30,8 @@ MIN_BATCH_ROWS = 4
 # Dropping rows copies the whole cache; it waits until this share of the rows computed has finished.
 COMPACT_SHARE = 1 / 8
 
-# On a GPU (docs/performance.md, "Decode compaction on a GPU"). A step there is mostly
-# host-bound: its ~70-120 kernel launches per layer take longer than the device's work at
-# the paper's batches, so a finished row riding along costs no time until the batch is
-# device-bound, where it costs its share of the KV cache's traffic (attention reads its
-# cache, torch.cat reads and writes it: 3 or more passes a step). A compaction costs
-# 2 x layers + about 12 launches (about 1/50 of a step) and one read and write of the kept
-# cache. A model of both (bench/decode_compaction.py: a step takes the longer of its
-# launches at 29 us, as measured on an H200 node, and its bytes at 4.8 TB/s; 32-768 rows,
-# 64-4,096 new tokens) puts the best share near 1/32-1/16 for calls of 256 tokens or more
-# and 1/8 for 64-token ones; 1/16 is the share whose worst loss over them all is smallest
-# (2.9%; 1/8: 5.1%, 1/32: 5.9%, 1/4: 12.6%). At the 8 us guessed before measuring, 1/8 was.
+# A CUDA device's own: the smallest worst loss on paper (docs/performance.md, "Decode compaction on a GPU").
 COMPACT_SHARE_GPU = 1 / 16
-# No exactness to keep on a GPU (cuBLAS's kernels follow the batch's shape anyway). Riding
-# rows are free only while a step is host-bound; a long cache makes even a few rows
-# device-bound, and there a higher floor can lose (same model: 4, 8 and 16 rows alike, 32 up to 0.15%).
 MIN_BATCH_ROWS_GPU = 4
 
 
@@ -94,22 +61,9 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
     ``max_new_tokens``), from left-padded prompts and, optionally, a ``cache`` of all
     but their last token (``prefilled_cache``).
 
-    The calls to the model are the ones ``generate`` makes (the same inputs, positions,
-    mask, logits of the last position in float32; no mask when nothing is padded, as
-    generate drops an all-ones mask), with one difference: rows that have emitted
-    their EOS leave the batch and their cache rows are dropped, instead of being fed
-    padding to the end of the call (once ``COMPACT_SHARE`` of the batch has finished,
-    and down to ``MIN_BATCH_ROWS`` rows, below which finished rows ride along; on a CUDA
-    device ``COMPACT_SHARE_GPU`` and ``MIN_BATCH_ROWS_GPU``: ``compaction_for``). The
-    remaining rows' logits are bit for bit those generate computes (on this project's
-    CPUs: the default grid's training and evaluation results reproduce exactly).
-
-    The cache is transformers' ``DynamicCache``: it follows the batch as rows leave
-    (``batch_select_indices``) and grows by one position per step. A ``StaticCache``
-    (preallocated, for ``torch.compile`` and CUDA graphs) fixes the batch size and the
-    length at allocation: rows could not leave, and every call, whose batch and prompt
-    width differ from the last one's, would be a new shape to compile for
-    (bench/gpu.py times transformers' generate with it, to check the choice on a GPU).
+    The calls to the model are the ones ``generate`` makes, but rows that have emitted their
+    EOS leave the batch (once ``compaction_for``'s share has finished, down to its floor), so
+    the remaining rows' logits are bit for bit generate's. docs/architecture.md, "Rollouts".
     """
     from transformers import DynamicCache
 
@@ -186,17 +140,13 @@ def make_generate(
 ):
     """A ``Generate`` callable over ``policy``.
 
-    ``sample``: draws at ``temperature`` from torch's generator and records each
-    token's entropy (training), or, with ``seed``, keyed sampling (evaluation; see the
-    module docstring). Otherwise greedy decoding. ``use_hf_generate``: decode with
-    transformers' ``generate`` instead of ``decode`` (the same tokens, slower: the
-    reference that tests and bench/rollout.py compare to).
+    ``sample``: draws at ``temperature`` from torch's generator and records each token's entropy
+    (training), or, with ``seed``, keyed sampling (evaluation); otherwise greedy.
+    ``use_hf_generate``: transformers' ``generate`` instead of ``decode`` (the reference).
 
-    ``engine``: decode with :mod:`matrixrl.train.engine` (static cache, CUDA graphs, the role's
-    adapter merged into one inference copy, or applied in the step with ``lora="unmerged"``);
-    by default on CUDA devices only, so CPU jobs decode with ``decode`` as before. A model the
-    engine does not compute, or a cache that does not fit, decodes with ``decode`` after one
-    line to ``log`` saying why.
+    ``engine``: decode with :mod:`matrixrl.train.engine` (``lora="unmerged"``: adapters applied in
+    the step); by default on CUDA devices only. A model the engine does not compute, or a cache
+    that does not fit, decodes with ``decode`` after one line to ``log`` saying why.
     """
     require("transformers")  # an older one would drop the KV cache without a word
     eos = tokenizer.eos_token_id

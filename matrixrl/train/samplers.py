@@ -1,19 +1,11 @@
 """How a decoding step picks tokens: sampled, greedy, or keyed (Gumbel-max over hashed noise).
 
-Three ways to pick tokens: sampling from torch's global generator (training; each
-step seeds it), greedy decoding, and *keyed* sampling (evaluation at a temperature
-above 0): the Gumbel-max trick with noise hashed from (seed, call, row, position,
-token). Keyed samples are a pure function of the seed and of each prompt's place in
-the workflow's calls, so they do not depend on the batch size, on the order of
-evaluations or on anything drawn before. (On CPU, bit for bit. On a GPU the batch's
-shape picks the kernels, and their rounding can flip a close sample: there a
-non-default ``eval.batch_size`` is part of the evaluation's spec, grid.eval_science.)
-
-Training rollouts record each sampled token's log-probability (``SampledChooser``):
-the update compares its own with it (the log-probability gap, update.update_policy).
-``KeyedSampler`` and ``EntropyRecorder`` are keyed sampling and the entropy record as
-processors of transformers' ``generate``: the reference path
-(``rollout.make_generate(use_hf_generate=True)``).
+Training samples from torch's global generator (each step seeds it) and records each token's
+log-probability (``SampledChooser``); evaluation at a temperature above 0 samples *keyed*: the
+Gumbel-max trick with noise hashed from (seed, call, row, position, token), so a sample does not
+depend on the batch size or on anything drawn before (on CPU bit for bit: docs/real-models.md,
+"What is exact where"). ``KeyedSampler`` and ``EntropyRecorder`` are the same as processors of
+transformers' ``generate``, the reference path.
 """
 
 from __future__ import annotations
@@ -77,10 +69,8 @@ class EntropyRecorder(LogitsProcessor):
     """Records, for each generated position, the entropy of the distribution sampled from
     (transformers' ``generate``, the reference path).
 
-    Custom processors run before generate's temperature warper, so the scores here
-    are the model's logits; dividing by the temperature gives the sampling
-    distribution, as the loss sees it (tests/test_policies.py checks this against a
-    fresh forward pass, so a transformers release that reorders them fails there).
+    Custom processors run before generate's temperature warper: the scores are the model's
+    logits, divided here by the temperature (tests/test_policies.py checks the order).
     """
 
     def __init__(self, temperature: float):
@@ -108,15 +98,10 @@ def keyed_chooser(temperature: float, keys: torch.Tensor):
 
 
 class SampledChooser:
-    """Samples from softmax(scores / temperature) with torch's global generator, drawing
-    exactly what ``generate``'s ``torch.multinomial`` draws: for one sample it takes
-    argmax(p / q), q ~ Exp(1), over a (batch, vocab) tensor of noise. The noise is drawn
-    for the whole batch at every step, finished rows included, so the generator
-    advances as it does under generate and every row gets the noise generate would give
-    it: the same tokens, while finished rows are no longer computed.
-
-    Records, per row and step, the entropy of the sampling distribution (``entropies``)
-    and the log-probability of the token chosen (``logps``), both (batch, max_new_tokens).
+    """Samples from softmax(scores / temperature) with torch's global generator, drawing exactly
+    what ``generate``'s ``torch.multinomial`` draws (argmax(p / q), q ~ Exp(1)), noise for the whole
+    batch at every step, finished rows included. Records per row and step the entropy
+    (``entropies``) and the chosen token's log-probability (``logps``), (batch, max_new_tokens).
     """
 
     def __init__(self, temperature: float, batch: int, max_new_tokens: int, device):

@@ -1,39 +1,11 @@
 """The GRPO training loop for one cell (workflow × task × scale × policy × seed).
 
-Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out
-``group_size`` times through the workflow (every role call batched over the whole
-group), scores the answers and gives every turn its reward and group-relative
-advantage (matrixrl.train.rewards: ``train.reward`` chooses outcome or per-agent
-rewards), and takes one optimizer step per parameter set of the policy
-(matrixrl.train.update's ``update_policy``, with ``train.loss_type``'s loss of matrixrl.train.losses). docs/design.md §2
-describes the method; the cell's task, workflow and model come from
-``matrixrl.train.cell.build_cell``, as an evaluation's do.
-
-Deviations from textbook GRPO, all deliberate:
-- ``ppo_epochs`` optimisation passes over each step's batch (TRL's
-  ``num_iterations``; default 1). The old log-probabilities are those of the first
-  pass, detached, so the first pass has ratio 1 and no clipping, and the clip acts
-  from the second pass on. There are no mini-batches: each pass is one optimizer
-  step per parameter set over the whole step. The gradient diagnostics describe
-  the first pass (the on-policy gradient); with more passes each role's share of
-  the last pass's gradient is the role metric ``last_pass_share`` (docs/losses.md).
-- No KL penalty and no reference model by default (as DAPO and TRL's default
-  ``beta=0``); ``train.kl_beta`` switches on the study's KL anchor to the base model
-  (matrixrl.train.interventions), per role if asked.
-- By default (``train.loss_type: dapo``) token-mean aggregation over the whole step
-  (DAPO), not a per-sequence mean, with asymmetric clipping ``epsilon_low=0.2`` /
-  ``epsilon_high=0.28`` (DAPO's clip-higher). Every other loss of TRL 1.16 is a
-  setting (matrixrl.train.losses); each normalises over the whole step, never a
-  micro-batch (docs/design.md §2, Losses).
-
-Reproducibility and resumption: the problems and sampling noise of step ``s`` are
-drawn from generators seeded by ``(seed, s)``, so a run restarted from the
-checkpoint of step ``s`` (weights, optimizer state, step counter, RNG state)
-replays exactly the steps an uninterrupted run would have taken. Every checkpoint
-records the digest of the training settings it was written under
-(``CellSpec.resume_digest``: everything but ``train.steps``); only a checkpoint
-with the current digest seeds a resume, so a run extended to more steps continues
-where it stopped, and any other change of a training setting starts afresh.
+Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out ``group_size``
+times through the workflow, scores the answers, gives every turn its reward and group-relative
+advantage (matrixrl.train.rewards) and takes one optimizer step per parameter set
+(matrixrl.train.update). Step ``s`` draws its problems and noise from ``(seed, s)``, so a resumed
+run replays the steps an uninterrupted one takes. How it deviates from textbook GRPO, and when a
+checkpoint seeds a resume: docs/architecture.md, "The GRPO step".
 """
 
 from __future__ import annotations
@@ -91,12 +63,8 @@ def train_cell(
     ``on_step``: called with each step's metrics row as it is trained (not the rows a
     resumed run read from its checkpoint): what the job counts into its cost.
 
-    ``guide``: for a cell whose prompts are guided (``spec.memory``: a memory's constraints),
-    what makes its :class:`PromptGuide` (``jobs.train`` passes one); each step's problems go
-    through the guide's ``apply`` before the rollouts. It is called once the cell is built,
-    with the cell's task, under ``torch.random.fork_rng``: making a guide (loading its
-    labeller) must not move the training's RNG. (Made here, after ``torch.set_num_threads``,
-    not by the job: a labeller's loading sets the thread count the training then runs at.)"""
+    ``guide``: for a guided cell (``spec.memory``), what makes its :class:`PromptGuide`, called once
+    the cell is built, under ``torch.random.fork_rng`` (making a guide must not move the RNG)."""
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
     cell = build_cell(spec, base_dir)
@@ -202,11 +170,8 @@ def check_finite(cell_id: str, row: dict) -> None:
 class GrpoRun:
     """What every GRPO step of one training run works on.
 
-    ``policy`` and ``optimizers`` (one per parameter set, by its name) are updated
-    in place by each step; the rest stays fixed over the run. ``generate`` samples
-    from ``policy`` at ``cfg.temperature`` (``rollout.make_generate(sample=True)``),
-    ``seed`` is the cell's seed (each step's problems and sampling noise are drawn
-    from ``(seed, step)``), and ``pad_token_id`` pads the turns packed for the loss.
+    ``policy`` and ``optimizers`` (one per parameter set, by name) are updated in place by each
+    step; the rest stays fixed over the run.
     """
 
     seed: int

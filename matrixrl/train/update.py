@@ -1,9 +1,7 @@
 """One GRPO update of a policy from a step's scored episodes: per agent, in micro-batches.
 
-``update_policy`` is the trainer's optimisation half (matrixrl.train.trainer's ``grpo_step``
-samples and scores, then calls it); it returns an :class:`Update`, which the trainer stores
-as the step's metrics row and per-role rows. The trainer's docstring lists every deviation
-from textbook GRPO.
+``update_policy`` is the optimisation half of the trainer's ``grpo_step``; its :class:`Update` is
+the step's metrics row and per-role rows. docs/architecture.md, "The GRPO step" and "The update".
 """
 
 from __future__ import annotations
@@ -66,13 +64,8 @@ def update_policy(
     passes over the turns of the roles it serves, each an optimizer step.
 
     Each agent's turns go through the model in micro-batches of at most ``micro_batch_tokens``
-    rows × padded length (None: at once), each its own backward pass; ``cfg.loss_type``'s loss
-    counts its normaliser over the whole step, so they add up to the step's loss. Turns whose
-    advantage is 0 skip the passes (they add nothing) unless their role has a KL anchor. The
-    ratio is taken against the first pass's log-probabilities. The change of ``.grad`` over an
-    agent's passes is its gradient (the diagnostics, skipped with ``diagnostics=False``; the
-    damper's per-role view); the damper acts before clipping. Deviations from textbook GRPO:
-    matrixrl.train.trainer's docstring.
+    rows × padded length (None: at once), which add up to the step's loss; turns whose advantage
+    is 0 skip the passes unless their role has a KL anchor. docs/architecture.md, "The update".
     """
     by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:

@@ -1,8 +1,7 @@
 """Supervised warm-start: teach a freshly built tiny model the task and the role formats.
 
-A random model never produces a correct answer, so RL from scratch has no signal.
-A short next-token phase on (prompt, completion) pairs, loss on completion tokens
-only, lands the base model at partial accuracy on the harder RL problems.
+RL from a random model has no signal: a short next-token phase (loss on completion tokens) lands
+the base model at partial accuracy.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Turns, episodes and the workflow interface.
 
-A *role* owns parameters (``generator``, ``aggregator``, ...); an *agent* is one
-instance of a role inside an episode (``generator0``). A workflow turns a batch of
-problems into episodes by calling ``generate(role, prompts)`` once per role and
-stage for the whole batch, never once per episode (eval_opt writes one episode as a
-``Play`` and runs the batch's plays in ``lockstep``, which makes those calls). Its
-prompt style (``matrixrl.workflows.styles``) writes every prompt and reads every
+A *role* owns parameters (``generator``); an *agent* is one instance of a role in an episode
+(``generator0``). A workflow calls ``generate(role, prompts)`` once per role and stage for the
+whole batch, never once per episode; its prompt style writes every prompt and reads every
 completion.
 """
 
@@ -73,10 +70,8 @@ class Generate(Protocol):
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
 
 
-# One episode as a coroutine: yields (role, prompt) requests, is sent each one's
-# completion, returns the episode. ``lockstep`` runs a batch of them with one
-# ``generate`` call per role and round; bench/continuous_batching.py schedules the
-# same plays by continuous batching, to measure what that would gain.
+# One episode as a coroutine: yields (role, prompt) requests, is sent each one's completion,
+# returns the episode. ``lockstep`` runs a batch of them, one ``generate`` call per role and round.
 Play = Generator[tuple[str, str], Completion, Episode]
 
 
@@ -160,12 +155,9 @@ class WorkflowBase:
     """What every workflow class shares: its validated settings and its prompt style
     (the compact style when none is given).
 
-    A subclass says what the registry (``matrixrl.workflows.WORKFLOWS``) derives the rest
-    from: ``name`` (its key under ``workflows:`` and ``grid.workflow``), ``description``
-    (one line, the help of its ``workflows:`` entry), ``roles`` (the roles it trains),
-    ``parallel_roles`` (those played by several agents at once, whose gradients the diagnostics
-    measure as an amplification), ``settings_model`` (its module's ``Settings``) and, for each role of its own that the
-    styles have no method for, a ``RolePrompt`` in ``prompts`` (``self.prompt`` writes it).
+    A subclass sets ``name``, ``description``, ``roles``, ``parallel_roles`` (roles played by
+    several agents at once), ``settings_model`` and, for a role the styles have no method for, a
+    ``RolePrompt`` in ``prompts``: docs/extending.md, "A workflow".
     """
 
     name: ClassVar[str]

@@ -1,10 +1,8 @@
 """``eval_opt``: the generator drafts, the evaluator judges, the generator refines until satisfied.
 
-Each stage is one batched ``generate`` call over the episodes still active. The last
-attempt is not evaluated, so an episode has at most ``max_iterations`` generator turns
-and one fewer evaluator turns (``generator0#0, evaluator0#0, generator0#1, ...``); the
-answer is the last draft. One episode is written as a play (``play``) and ``run`` plays
-the batch in lockstep (``workflows.base.lockstep``).
+Each stage is one batched call over the episodes still active; the last attempt is not
+evaluated (turns ``generator0#0, evaluator0#0, generator0#1, ...``), and the answer is the last
+draft. An episode is a play (``play``), the batch played in lockstep.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """``orch_workers``: an orchestrator proposes N strategies, N workers solve, a synthesizer decides.
 
-Stages, each one batched ``generate`` call: the ``orchestrator`` answers
-``style.orchestrator(problem, N)``, parsed into exactly ``n_workers`` strategies
-(``style.parse_strategies`` pads short answers); the ``worker`` role answers
-``style.worker(problem, strategy_a)`` for every (worker a, episode), ``n_workers × B``
-prompts in agent-major order; the ``synthesizer`` sees the workers' completions in
-agent order and emits the final answer.
-Episode turns: ``orchestrator0``, ``worker0..N-1``, ``synthesizer0`` (index 0 each).
+Stages, each one batched call: the ``orchestrator`` answers, parsed into exactly ``n_workers``
+strategies; a ``worker`` per strategy and episode (agent-major order); the ``synthesizer`` reads
+the workers' completions and answers. Turns: ``orchestrator0``, ``worker0..N-1``, ``synthesizer0``.
 """
 
 from __future__ import annotations

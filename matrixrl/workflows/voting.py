@@ -1,10 +1,7 @@
 """``voting``: N parallel generators answer the same prompt; an aggregator picks the final answer.
 
-Stages (each one batched ``generate`` call): the ``generator`` role answers
-``style.generator(problem)`` for every (agent, episode), ``n_votes × B`` prompts in
-agent-major order; the ``aggregator`` then sees the N completions in agent order
-(``style.aggregator``) and emits the final answer. Episode turns: ``generator0..N-1``
-(index 0 each), ``aggregator0``.
+Stages, each one batched call: ``n_votes`` generators per episode (agent-major order), then the
+``aggregator`` reading their completions in agent order. Turns: ``generator0..N-1``, ``aggregator0``.
 """
 
 from __future__ import annotations

@@ -23,11 +23,8 @@ def build_report(
 ) -> tuple[str, dict[str, bytes]]:
     """The HTML page of ``config``'s study and the PNGs it embeds (``{name: bytes}``).
 
-    Ingests new result files first. ``selected`` is the config narrowed by
-    ``--only`` (rows and plots of its cells; comparisons still take their controls
-    from ``config``'s whole grid). Plots: the learning curves of every task, and the
-    gradient diagnostics of every cell that ends in a terminal cliff (the cells the
-    mechanism table asks about). Raises ``ConfigError`` when nothing is stored yet.
+    Ingests new result files first; ``selected``: the config narrowed by ``--only``. Raises
+    ``ConfigError`` when nothing is stored yet.
     """
     from matrixrl import grid as G
     from matrixrl.layout import store_path
@@ -105,10 +102,8 @@ def report_pngs(
     """The page's plots as PNGs: the learning curves of every task, then the gradient
     diagnostics of each of ``cliff_cells``, as ``study_figures`` draws them.
 
-    Each is cached in the store under a key of what it is drawn from (its cells' results,
-    the thresholds, the drawing code, matplotlib's and Pillow's versions) and drawn again
-    only when that changes (docs/architecture.md, "Reports at scale"). ``cells`` and
-    ``evals`` as in ``plots.PlotData``; ``current``: ``rows.current_specs`` of ``config``.
+    Each is cached in the store under a key of what it is drawn from (docs/architecture.md,
+    "Reports at scale"); ``current``: ``rows.current_specs`` of ``config``.
     """
     from matrixrl import grid as G
     from matrixrl.layout import store_path

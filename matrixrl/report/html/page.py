@@ -1,10 +1,7 @@
 """The page assembled from its sections: sortable tables holding exact values, and figures.
 
-Tables hold the same numbers as ``matrixrl report --format json``: each cell shows
-the reading text of ``--format table`` (3 decimals, yes/no, —) and carries the
-exact JSON value in ``data-value``, taken from the very JSON that ``--format json``
-prints for that table. Every column is there; the columns beyond the table's
-default (``report.columns``) show on ticking "every column".
+Each table cell shows the text of ``--format table`` and carries the exact value of ``--format
+json`` in ``data-value``; the columns beyond the default show on ticking "every column".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Prompt styles: how each role's prompt is written and its completion read; the PromptGuide hook.
 
-A workflow never formats text itself: it asks its style for every role's prompt and for
-what a completion means, so one workflow serves every style (``compact`` for tiny models,
-``chat`` for chat templates). A workflow's own role is a ``RolePrompt`` (``styles.roles``)
-that every style writes with its generic ``ask``. ``PromptGuide`` lets something outside
-the workflow (a memory) add guidance to the prompts. docs/extending.md has the rules.
+A workflow asks its style for every role's prompt and for what a completion means, so one
+workflow serves every style; ``PromptGuide`` lets a memory add guidance. docs/extending.md, "Prompts".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The chat prompt style: role prompts as chats for instruct models.
 
-Each role's prompt is a system message (what the role does and how to answer) and a user
-message (the problem, plus what the role is shown), rendered with the tokenizer's chat
-template. How answers, code, verdicts and strategies are read from a reply: docs/tasks.md
-and docs/real-models.md, "prompt_style".
+A system message (what the role does, how to answer) and a user message, rendered with the
+tokenizer's chat template. How replies are read: docs/tasks.md.
 """
 
 from __future__ import annotations

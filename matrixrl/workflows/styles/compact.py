@@ -1,11 +1,8 @@
 """The compact prompt style: one-line role prompts for tiny character-level models.
 
-Every prompt is one short line that starts with the problem's question and ends in a
-delimiter that says what the completion is: ``=`` an answer, ``?`` after
-``question=draft`` a verdict, ``:`` the orchestrator's strategy tokens (each role's
-prompt for arith: docs/extending.md, "Prompts"). Templates never parse the question,
-so they stay task-agnostic. ``CompactStyle`` bundles these functions behind the
-interface of ``matrixrl.workflows.styles``.
+Every prompt is one short line: the question, then a delimiter saying what the completion is
+(``=`` an answer, ``?`` a verdict, ``:`` strategy tokens); docs/extending.md, "Prompts".
+Templates never parse the question, so they stay task-agnostic.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The prompt of a role that no style has a method for, declared by the workflow that has it.
 
-The built-in roles (generator, evaluator, aggregator, ...) each have a method in every
-style, written for that role. A workflow that brings a role of its own declares the
-role's :class:`RolePrompt` (``WorkflowBase.prompts``), and every style writes it with
-its generic ``ask``: so a new role, like a new workflow, touches no style module.
+A workflow that brings a role of its own declares its :class:`RolePrompt`, which every style
+writes with its generic ``ask``: a new role touches no style module.
 """
 
 from __future__ import annotations

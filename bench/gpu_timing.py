@@ -4,7 +4,7 @@ The one time model of the project's GPU checks: ``bench/gpu_smoke.py --dry`` and
 and ``bench/decode_compaction.py``, price with it. A part takes the longer of the device's
 time (FLOPs at the peak, at ``MATMUL_EFFICIENCY`` where compute-bound, or bytes at the memory
 bandwidth) and the host's (ATen ops launched one after the other). Decoding on CUDA goes through
-the decode engine: one CUDA graph replayed per step (``engine_plan.ops_per_step`` kernels at
+the decode engine: one CUDA graph replayed per step (:func:`ops_per_step` kernels at
 ``GRAPH_KERNEL_S`` each, plus the weights and the static KV cache bucket read once); eager
 decoding (CPU, and ``Hardware.graphs`` off: the decoder before the engine) launches every op
 from the host. Assumptions, sources and the figures before and after: docs/performance.md,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from matrixrl.train.engine_plan import CHECK_EVERY, PROJECTIONS, bucket_length, ops_per_step
+from matrixrl.train.engine_plan import CHECK_EVERY, PROJECTIONS, bucket_length
 
 HOST_OP_S = 29e-6
 """Host seconds per ATen op launched eagerly (measured on an H200 node: docs/performance.md)."""
@@ -38,6 +38,56 @@ UPDATE_OPS = {"full": (194, 64), "lora": (295, 31)}
 """ATen ops of an update's micro-batch, forward and backward (per layer, outside)."""
 MERGE_OPS = 3
 """Ops per adapted projection to merge a role's LoRA into the inference copy (B·A, scale and add, copy)."""
+
+
+def copy_bytes(*, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
+    """Bytes of the engine's merged inference copy (``DecodeWeights.copy_bytes`` once loaded): every layer's
+    fused q, k, v, o, gate, up and down products in the compute dtype. The embedding and norms
+    are not copied when the model holds them in the compute dtype already."""
+    per_layer = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden + 3 * intermediate * hidden
+    return layers * per_layer * dtype_bytes
+
+
+SAMPLER_OPS = {"greedy": 0, "training": 14, "keyed": 40}
+"""Ops a sampler adds to greedy's argmax. Training: scale, log-softmax, entropy (exp, mul, sum, neg)
+and its record, the noise (empty, exponential_, its rows), softmax, the division, the log-prob
+(gather) and its record. Keyed: ``samplers.keyed_scores``, splitmix64 over every token id."""
+
+
+def ops_per_step(layers: int, *, qk_norm: bool = True, lora: str = "merged", sampler: str = "training", dtype: str = "bfloat16") -> int:
+    """ATen ops (views aside) that one ``decode_step`` launches: a function of the layer count,
+    whether the layers normalise queries and keys (Qwen3: yes, Llama: no), ``lora`` (``merged``,
+    which a full model's step is too, or ``unmerged``: an adapter on all seven projections), the
+    ``sampler`` (``greedy``, ``training``, ``keyed``) and the compute ``dtype`` (a 16-bit one casts
+    around every RMSNorm). tests/test_engine.py checks it against the ops counted on CPU."""
+    sixteen = dtype != "float32"
+    norm = 6 + 2 * sixteen  # pow, mean, add, rsqrt, mul, mul by the weight; in 16 bits a cast to float32 and back
+    per_layer = (
+        (2 + qk_norm) * norm  # before attention and the MLP; queries and keys together
+        + 5  # RoPE: two muls, neg and cat (rotate_half), add
+        + 2  # the key and value written into the cache in place
+        + 1  # attention
+        + 4  # the products: q, k, v fused, o, gate and up fused, down
+        + 2  # the residuals
+        + 2  # SiLU and the gate's product
+    )
+    if lora == "unmerged":  # three products and an add per projection, q, k, v and gate, up apart and joined
+        per_layer += 7 * 3 + 3 + 2
+    outside = (
+        1  # the embedding
+        + 1  # the mask's new column
+        + 5  # RoPE's angles: positions to float, mul, cat, cos, sin
+        + norm  # the final norm
+        + 1  # the output layer
+        + 1  # the tokens' record
+        + 4  # live &= chosen != eos (2), the next input where(live, chosen, pad) (2)
+        + 1  # ... copied into the state
+        + 3  # positions, cache column and step advanced
+        + 1  # argmax
+        + 3 * sixteen  # cos, sin to the compute dtype, the logits to float32
+        + SAMPLER_OPS[sampler]
+    )
+    return layers * per_layer + outside
 
 
 @dataclass(frozen=True)
@@ -201,7 +251,7 @@ def lora_state(model) -> str:
 
 
 def decode_ops(model) -> float:
-    """Kernels of one engine step of ``model`` (``engine_plan.ops_per_step``), the adapters' share
+    """Kernels of one engine step of ``model`` (:func:`ops_per_step`), the adapters' share
     interpolated by the projections they target."""
     layers, qk = model.shape.layers, model.shape.qk_norm
     merged = ops_per_step(layers, qk_norm=qk, lora="merged")

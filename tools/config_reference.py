@@ -1,6 +1,6 @@
 """docs/config-reference.md, the reference of every experiments.yaml setting, generated from the schema.
 
-``python -m matrixrl.config.reference`` rewrites docs/config-reference.md; ``--check`` only
+``python tools/config_reference.py`` rewrites docs/config-reference.md; ``--check`` only
 compares, and exits 1 with one line when the file is out of date (the test suite
 runs it). Each section lists its keys with their type, default, description and
 whether they are runtime settings; a ``scales:`` or ``tasks:`` entry is listed once
@@ -25,9 +25,9 @@ from pydantic.fields import FieldInfo
 from matrixrl.config.schema import Config, TrainOverrides
 from matrixrl.settings import is_runtime, kind_values, models_in
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "config-reference.md"
-COMMAND = "python -m matrixrl.config.reference"
+COMMAND = "python tools/config_reference.py"
 WIDTH = 100
 
 HEADER = f"""\
