@@ -19,7 +19,7 @@ import pytest
 from test_report_tables import FELL, MECHANISM, NO_CLIFF, CLIFF_AT_40, amplification, evaluations, fill, jump, shares, training
 
 from conftest import run_cli
-from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson, share_difference
+from matrixrl.analysis.claims import CLAIMS_COLUMNS, FINDINGS, VERDICTS, claims_table, clopper_pearson
 from matrixrl.analysis.power import sign_power, t_power, peak_units_needed
 from matrixrl.config import load_config
 from matrixrl.grid import Cell
@@ -59,7 +59,7 @@ def verdicts(claims: dict[int, dict]) -> dict[int, str]:
 # --- the intervals -------------------------------------------------------------------------
 
 
-def test_clopper_pearson_and_the_square_and_add_difference_by_hand() -> None:
+def test_clopper_pearson_by_hand() -> None:
     # k = n: the lower bound solves p^n = 0.025, so n all one way excludes 0.5 from n = 6 on.
     for n in (4, 5, 6, 12):
         assert clopper_pearson(n, n) == (approx(0.025 ** (1 / n)), 1.0)
@@ -68,12 +68,6 @@ def test_clopper_pearson_and_the_square_and_add_difference_by_hand() -> None:
     # 1 of 2: the beta quantiles have closed forms, sqrt(0.025)·... : lo = 1 - sqrt(0.975), hi = sqrt(0.975).
     assert clopper_pearson(1, 2) == (approx(1 - math.sqrt(0.975)), approx(math.sqrt(0.975)))
     assert all(math.isnan(v) for v in clopper_pearson(0, 0))
-    # 4 of 4 against 0 of 4: d = 1, lo = 1 - sqrt((1 - l)² + u²) with l = 0.025^(1/4), u = 1 - l.
-    low = 0.025 ** 0.25
-    assert share_difference(4, 4, 0, 4) == (1.0, approx(1 - math.sqrt(2) * (1 - low)), 1.0)
-    assert share_difference(3, 3, 0, 3)[1] < 0 < share_difference(3, 3, 0, 4)[1]  # docs/report.md's smallest unanimous case
-    d, lo, hi = share_difference(0, 4, 4, 4)
-    assert (d, lo, hi) == (-1.0, -1.0, approx(-(1 - math.sqrt(2) * (1 - low))))
 
 
 # --- claims 1, 3, 4, 5: the study's story, its mirror, and a study that says little -------

@@ -8,7 +8,6 @@ examples/paper.yaml is asserted as text (docs/report.md quotes them).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -21,7 +20,7 @@ from scipy.stats import chi2, ncx2
 import matrixrl
 from conftest import REPO, run_cli
 from matrixrl.analysis import power
-from matrixrl.analysis.claims import clopper_pearson, share_difference
+from matrixrl.analysis.claims import clopper_pearson
 from matrixrl.analysis.design import HEADER
 
 approx = pytest.approx
@@ -73,15 +72,6 @@ def test_the_t_and_f_powers_are_scipys_noncentral_distributions() -> None:
         assert power.context_power(contexts, n, dof, omega2, 0.95) == approx(tail(critical, contexts, n, dof, noncentrality), abs=1e-5)
         # The F's critical value, as the test had it, is higher: the known share made it run under its level.
         assert critical < fdtri(contexts - 1, dof, 0.975)
-
-
-def test_the_mechanism_claims_decisive_results_are_the_square_and_add_intervals() -> None:
-    for cliffs, calm in itertools.product(range(1, 16), range(1, 16)):
-        decisive = [k for k in range(cliffs + 1) if share_difference(k, cliffs, 0, calm)[1] > 0]
-        assert power._precedes_decisive(cliffs, calm, 0.95) == (decisive[0] if decisive else None), (cliffs, calm)
-    assert power.fewest_for_difference(0.95) == (3, 4)  # docs/report.md: 3 of 3 against 0 of 4, not 0 of 3
-    # With k0 = 0 anywhere, the general (scipy) power and the plain one agree.
-    assert power.difference_power(5, 0.8, 6, 0.0, 0.95) == approx(power.binomial_tail(5, power._precedes_decisive(5, 6, 0.95), 0.8))
 
 
 def test_rate_needed_is_the_sign_tests_power_over_configurations() -> None:

@@ -112,15 +112,6 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return lo, hi
 
 
-def share_difference(k1: int, n1: int, k0: int, n0: int, confidence: float = 0.95) -> tuple[float, float, float]:
-    """``(k1/n1 − k0/n0, lo, hi)``: the square-and-add (MOVER, Newcombe's construction) interval
-    of the difference built from the two Clopper–Pearson intervals."""
-    p1, p0 = k1 / n1, k0 / n0
-    (l1, u1), (l0, u0) = clopper_pearson(k1, n1, confidence), clopper_pearson(k0, n0, confidence)
-    d = p1 - p0
-    return d, max(-1.0, d - math.hypot(p1 - l1, u0 - p0)), min(1.0, d + math.hypot(u1 - p1, p0 - l0))
-
-
 def verdict(lo: float, hi: float, null: float) -> str:
     """``supported`` when the interval lies wholly above ``null``, ``contradicted`` wholly below,
     else ``inconclusive`` (also without an interval)."""

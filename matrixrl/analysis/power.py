@@ -17,8 +17,6 @@ from collections.abc import Callable
 
 POWER = 0.8
 """The power a design is sized for."""
-MIN_GROUP = 3
-"""The fewest cells a group of a difference of shares needs for a verdict (claims 6, 7; docs/report.md)."""
 MOST_UNITS = 1000
 """Beyond this many units a search for the units needed stops and says "more than"."""
 
@@ -361,95 +359,6 @@ def context_seeds_needed(contexts: int, cells_per_context: float, omega2: float,
         return dof >= 1 and context_power(contexts, cells, dof, omega2, confidence) >= power
 
     return _fewest(reaches, 1, 100)
-
-
-# --- the difference of two shares (claims 6, 7) ------------------------------------------------
-
-
-def _precedes_decisive(cliffs: int, calm: int, confidence: float) -> int | None:
-    """The fewest of ``cliffs`` preceded that are decisive against none of ``calm`` runs rising as early;
-    None when none is.
-
-    With k0 = 0 the square-and-add bound p1 − √((p1 − l1)² + u0²) is above 0 exactly when the
-    Clopper–Pearson lower bound l1 of k1/n1 exceeds p1 − √(p1² − u0²), u0 = 1 − (α/2)^(1/n0) the
-    upper bound of 0/n0; and l1 > t exactly when P(Bin(n1, t) ≥ k1) < α/2."""
-    half = _alpha(confidence) / 2
-    upper = 1 - half ** (1 / calm)
-    fewest = None
-    for k1 in range(cliffs, 0, -1):
-        p1 = k1 / cliffs
-        if p1 <= upper:
-            break
-        threshold = p1 - math.sqrt(p1 * p1 - upper * upper)
-        if binomial_tail(cliffs, k1, threshold) >= half:
-            break
-        fewest = k1
-    return fewest
-
-
-@functools.cache
-def fewest_for_difference(confidence: float, least: int = MIN_GROUP) -> tuple[int, int]:
-    """The smallest groups ``(cliffs, calm)`` whose unanimous result (all of one, none of the other)
-    is decisive: (3, 4) at 95% with 3 a group at least."""
-    for total in range(2 * least, 400):
-        for cliffs in range(least, total - least + 1):
-            if _precedes_decisive(cliffs, total - cliffs, confidence) == cliffs:
-                return cliffs, total - cliffs
-    raise ValueError(f"no groups of under 400 cells decide at confidence {confidence}")
-
-
-@functools.cache
-def _split(cells: int, confidence: float, least: int) -> tuple[tuple[float, int | None], ...]:
-    """Per number of cliffs n1 among ``cells`` (each a cliff with probability ½): its probability, and
-    the fewest preceded that are decisive against no calm run rising (None: none; too few in a group)."""
-    weights = binomial_pmf(cells, 0.5)
-    return tuple(
-        (weights[n1], _precedes_decisive(n1, cells - n1, confidence) if least <= n1 <= cells - least else None)
-        for n1 in range(cells + 1)
-    )
-
-
-def mechanism_power(cells: int, precedes: float, confidence: float, least: int = MIN_GROUP) -> float:
-    """The chance that claim 6's (or 7's) interval lies above 0 over ``cells`` cells with a signal,
-    when each ends in a cliff with probability ½, the signal precedes a cliff with probability
-    ``precedes``, and no calm run's signal rises as early (the most favourable control)."""
-    return sum(weight * binomial_tail(n1, k1, precedes) for n1, (weight, k1) in enumerate(_split(cells, confidence, least)) if k1)
-
-
-def mechanism_precedes_needed(cells: int, confidence: float, least: int = MIN_GROUP, power: float = POWER) -> float | None:
-    """The smallest chance of preceding a cliff at which :func:`mechanism_power` reaches ``power``; None
-    when it cannot, even at 1."""
-    if mechanism_power(cells, 1.0, confidence, least) < power:
-        return None
-    return _bisect(lambda precedes: mechanism_power(cells, precedes, confidence, least) >= power, 0.0, 1.0, 20)
-
-
-def difference_power(n1: int, p1: float, n0: int, p0: float, confidence: float, least: int = MIN_GROUP) -> float:
-    """The chance that the square-and-add interval of k1/n1 − k0/n0 lies above 0, for k1 ~ Bin(n1, p1)
-    and k0 ~ Bin(n0, p0); 0 with fewer than ``least`` in a group (claims 6, 7: inconclusive)."""
-    import numpy as np
-    from scipy.special import betaincinv
-
-    if min(n1, n0) < least:
-        return 0.0
-    half = _alpha(confidence) / 2
-    k1, k0 = np.arange(n1 + 1, dtype=float), np.arange(n0 + 1, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lower = np.where(k1 == 0, 0.0, betaincinv(np.maximum(k1, 1), n1 - k1 + 1, half))
-        upper = np.where(k0 == n0, 1.0, betaincinv(k0 + 1, np.maximum(n0 - k0, 1), 1 - half))
-    s1, s0 = k1 / n1, k0 / n0
-    bound = (s1[:, None] - s0[None, :]) - np.hypot((s1 - lower)[:, None], (upper - s0)[None, :])
-    return float((np.outer(binomial_pmf(n1, p1), binomial_pmf(n0, p0)) * (bound > 0)).sum())
-
-
-def difference_scale_needed(n1: int, p1: float, n0: int, p0: float, confidence: float, least: int = MIN_GROUP,
-                            power: float = POWER) -> int | None:  # fmt: skip
-    """About how many times both groups (more seeds) the difference p1 − p0 (> 0) needs to reach
-    ``power``; None beyond groups of :data:`MOST_UNITS` // 5 cells."""
-    if p1 <= p0 or min(n1, n0) < 1:
-        return None
-    most = max(1, MOST_UNITS // 5 // max(n1, n0))
-    return _fewest(lambda times: difference_power(n1 * times, p1, n0 * times, p0, confidence, least) >= power, 1, most)
 
 
 def _fewest(holds: Callable[[int], bool], lo: int, hi: int) -> int | None:
