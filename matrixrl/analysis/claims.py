@@ -291,14 +291,9 @@ def _context_note(omega2: float, contexts: int, cells_per_context: float, confid
 
 
 def context_verdict(p_context: float, p_policy: float, omega_context: float, omega_policy: float, alpha: float) -> str:
-    """Claim 2's verdict from its two F-tests, each ω² as shown (docs/report.md, claim 2).
-
-    Either test decides, one way or the other, so the two are one family: Holm's procedure
-    rejects the smaller p below ``alpha`` / 2 and then the other below ``alpha``. Each test
-    at ``alpha`` on its own decided in 7–8% of null studies (docs/report.md, "How often the
-    rules err"); Holm keeps the chance that either null is rejected when true within ``alpha``.
-    Supported: the context's test rejects and its ω² exceeds policy's; contradicted: the
-    same for policy."""
+    """Claim 2's verdict from its two tests, one family under Holm (the smaller p below ``alpha`` / 2,
+    then the other below ``alpha``): supported where the context's test rejects and its ω² exceeds
+    policy's, contradicted the same for policy (docs/report.md, claim 2)."""
     first, second = sorted((p_context, p_policy))
     rejects = first < alpha / 2
     context = rejects and (p_context == first or p_context < alpha)
@@ -315,13 +310,8 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
     ``base_var``: the squared SE of each cell's base evaluation): ``p_context``, ``p_policy``,
     ``omega2_context``, ``omega2_policy`` (as computed, below 0 too), and the η² of the context's
     main effects, its interactions and policy (Type II sums of squares). None without residual
-    degrees of freedom or variance, or with a context whose mean has none.
-
-    The context's test weighs each context's mean gain by its own variance (its base's known
-    squared SE plus the residual's over its cells) against its own null distribution
-    (:func:`power.known_share_p`); policy's is the nested F-test within contexts, where the base
-    cancels. docs/report.md (claim 2) derives both and their ω².
-    """
+    degrees of freedom or variance, or with a context whose mean has none. docs/report.md
+    (claim 2) derives both tests and their ω²."""
     import numpy as np
     from scipy.special import fdtrc
 
@@ -448,9 +438,7 @@ class PeakVerdict:
 def peak_verdict(units: Sequence[float], variances: Sequence[float], confidence: float) -> PeakVerdict:
     """Claim 3 on ``units`` (each configuration's mean peak difference, with its evaluation variance):
     decided when the Student-t interval of their mean excludes 0 (its SE never below the evaluation
-    error's) and the exact sign-flip test agrees at the same level. The t alone runs over its level for
-    units as light-tailed as runs of several kinds make them; the sign-flip test is exact for any units
-    symmetric under the null (docs/report.md, claim 3)."""
+    error's) and the exact sign-flip test agrees at the same level (docs/report.md, claim 3)."""
     from scipy.special import stdtr, stdtrit
 
     m = len(units)
@@ -623,13 +611,9 @@ def claim_cliffs(rows: Sequence[dict], extra: Sequence[str], confidence: float) 
 
 
 def claim_failures(rows: Sequence[dict], extra: Sequence[str], confidence: float) -> dict:
-    """5. Shared policies redistribute failure into other patterns: a sign test over configurations.
-
-    Per configuration that fails under both modes, each mode's share of failing seeds whose failure
-    is not a cliff; of the m configurations where the modes' shares differ, k where shared's is higher.
-    A failure label (``no gain`` above all) is measured against the base evaluation that the
-    configuration's seeds and both its modes share, so its seeds are one unit, not several, and so
-    are the configurations of a sweep, which share it too."""
+    """5. Shared policies redistribute failure into other patterns: a sign test over configurations
+    (those of a sweep sharing one base, one unit), k of the m whose modes' shares of non-cliff
+    failures differ where shared's is higher (docs/report.md, claim 5)."""
     pairs = _pairs(rows, extra, by_base=True)
     if not pairs:
         return _untestable(_no_pairs_why(rows))
@@ -667,18 +651,9 @@ def _not_cliff_share(signatures: Sequence[str]) -> float | None:
 
 def claim_mechanism(claim: int, rows: Sequence[dict], policy: str, signal: str, confidence: float,
                     extra: Sequence[str] = ()) -> dict:  # fmt: skip
-    """6 and 7. The signal precedes cliffs more often than it rises, as early, without one, within
-    each configuration.
-
-    Runs are compared only with runs of their own configuration (workflow, task, scale, extra-axis
-    values; the seeds of one mode): per configuration with both a cliff and a calm run, a 2×2 table
-    of cliff or calm against the signal early or not (a cliff's preceded it; a calm run's rose by the
-    median step before its configuration's cliffs' onsets). The strata combine in the exact
-    conditional test (each table's margins fixed, the count of preceded cliffs a sum of
-    hypergeometrics): supported when P(T ≥ t) < α/2, contradicted when P(T ≤ t) < α/2. The
-    estimate is the Mantel–Haenszel difference of the two shares. So a configuration that cliffs
-    often and one whose signal rises often cannot make a verdict between them (docs/report.md,
-    "claims 6 and 7")."""
+    """6 and 7. The signal precedes cliffs more often than it rises as early without one: per
+    configuration with a cliff and a calm run, its 2×2 table; the exact stratified test decides and
+    the Mantel–Haenszel difference estimates (docs/report.md, claims 6 and 7)."""
     cells = [row for row in rows if row["policy"] == policy and row.get("signal") == signal]
     if not cells:
         return _untestable(f"no {policy} cell with {_a(signal)} signal (gradient diagnostics)")

@@ -1,18 +1,10 @@
 """What a grid's claims table can decide, before it runs (``matrixrl plan``, ``Study.design()``).
 
-Per claim of the claims table (``analysis.claims``): the units its test will count on this
-grid, whether any result can reach a verdict, and the smallest effect it detects with 80%
-power, from the closed forms of ``analysis.power``. The units are counted from the grid's
-cells as the claims count them (docs/report.md, "One unit per claim"): multi-agent
-(workflow, task, scale) for claim 1; cells and contexts for claim 2; configurations with
-both modes (extra-axis values included) for claim 3, and per base evaluation for claims
-4–5; configurations of cells with a gradient signal for claims 6 and 7, compared within
-each. Evaluation noise is put in points at accuracy 0.5 (``power.evaluation_sd``); claims
-4 and 6–7 are also given at realistic rates (``power.SHARED_CLIFFS``, ``power.CALM_RISES``).
-Nothing is read but the configuration. The lines are a pure function of the counts above and
-the analysis code, so they are kept in ``$XDG_CACHE_HOME/matrixrl/design`` (``~/.cache`` by
-default) under a digest of both: a replan reads them instead of importing scipy and
-recomputing (docs/performance.md, "plan's design lines: kept, not recomputed").
+Per claim: the units its test will count on this grid (counted as the claims count them), whether
+any result can reach a verdict, and the smallest effect it detects with 80% power, from
+``analysis.power`` (docs/report.md, "What a grid can decide"). Nothing is read but the
+configuration. The lines are kept in ``$XDG_CACHE_HOME/matrixrl/design`` under a digest of the counts
+and the analysis code, so a replan reads them instead of importing scipy (docs/performance.md).
 """
 
 from __future__ import annotations
