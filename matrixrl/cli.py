@@ -453,45 +453,18 @@ def report(
 ):
     """Print a report table: per-cell accuracies and cliffs, seeds, comparisons, diagnostics, claims, cost...
 
-    `--table summary` (default): per cell base, peak, final, final_tail, gain, cliff
-    and its onset, how the run ended (signature: a cliff after a real peak, a
-    collapse from the base, a decline, no gain or a gain), and each role's accuracy
-    at base, peak and final.
-    `--table seeds`: per workflow, task, scale and policy, the mean and Student-t
-    interval over seeds of base, peak, final and gain, and the cliff and collapse rates.
-    `--table compare`: isolated minus shared, and each multi-agent workflow minus
-    `single`, paired by seed. `--table diagnostics`: dominant role and its share,
-    amplification per role with parallel agents, gradient-norm ratios.
-    `--table mechanism`: per cell, whether the amplification (isolated) or the
-    dominant role's share (shared) rose before the cliff onset. `--table memory`:
-    per workflow, task, scale, policy and memory mode (grid.memory), accuracy at
-    base and at its peak, the difference from no memory paired by seed with its
-    interval, constraints shown per problem and response tokens (docs/memcollab.md).
-    `--table claims`: each finding of the study (multi-agent RL helps; gains depend
-    on workflow × task × scale; isolated peaks higher and cliffs more; shared fails
-    otherwise; the mechanism precedes cliffs) tested on these cells: its test,
-    evidence, n and verdict by a rule fixed in docs/report.md. `--table cost`: per
-    kind of job and scale, how many jobs ran, their total, mean and longest time,
-    peak memory, tokens per second and device (what `plan` times pending jobs from).
+    `--table` picks the table (the list is under the option; docs/report.md has
+    each table's columns and rules). The terminal, markdown and latex formats show
+    the columns that answer the table's question, csv and json every column;
+    `--wide` or `--columns` choose otherwise, the axes always first. A table too
+    wide for the terminal wraps its headers, then stacks its columns in sections.
 
-    Columns: `table`, `markdown` and `latex` show the columns that answer each
-    table's question (summary: base, peak@step, final, gain, cliff@onset);
-    `--wide` shows every one (the per-role accuracies too), `--columns` picks
-    (the axes always come first). `csv` and `json` keep every column unless
-    `--columns` names some. The terminal table never cuts a value: where it is
-    too wide it wraps headers, then stacks its columns in numbered sections.
+    Reads new result files into the store first, so it works during a run too;
+    thresholds come from the `analysis:` section.
 
-    Reads the result files into the store first (only new ones), so it works
-    during a run too; per-cell summaries are cached in the store and recomputed
-    only for cells with new results. Thresholds come from the `analysis:` section.
-
-    `--html FILE` writes one HTML page instead. It opens with the claims, then the
-    study as a matrix (workflow by task × scale, shared beside isolated, one per value of an
-    extra axis), each square coloured by its peak and final gain and marked where
-    it collapses, linking to its cell's curve and numbers; then the learning
-    curves, and every table (the numbers of `--format json`, sortable), with the
-    gradient diagnostics of each cell with a terminal cliff. `--plots DIR` writes
-    the plots as PNG files. Both print the paths they wrote.
+    `--html FILE` writes one self-contained page instead (claims, the study as a
+    matrix, learning curves, every table); `--plots DIR` writes the plots as PNG
+    files. Both print the paths they wrote.
 
     Examples:
 
