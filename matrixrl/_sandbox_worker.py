@@ -1,11 +1,8 @@
 """Worker side of :mod:`matrixrl.sandbox`: one started interpreter that forks a child per program.
 
-Started as ``python -I -S -B -u _sandbox_worker.py SPEC`` under the sandbox's launcher and
-never imported. With a view in SPEC it builds the view as root of fresh namespaces
-(:func:`build_view`), runs itself again inside and drops its privileges (:func:`drop_privileges`).
-Then it serves one job at a time: a job on stdin (a 4-byte length and a marshalled tuple), run
-by a forked child, answered on stdout; after each child it kills every process left and empties
-the scratch. It ends at end-of-file on stdin. Why each wall: docs/sandbox.md.
+Started as ``python -I -S -B -u _sandbox_worker.py SPEC`` under the sandbox's launcher, never
+imported. It serves one job at a time (on stdin: a 4-byte length and a marshalled tuple; the
+answer on stdout) until end-of-file. How it walls each program in, and why: docs/sandbox.md.
 """
 
 import _signal

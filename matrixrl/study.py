@@ -55,13 +55,10 @@ def _set_options(sets: Sequence[str] | Mapping[str, Any]) -> list[str]:
 
 
 class Study:
-    """One experiments file's study: its grid, and the results stored for it.
+    """One experiments file's study: its grid, and the results stored for it (docs/api.md).
 
-    Build one with :meth:`load`. ``config`` is the whole grid (with ``set`` applied),
-    ``selected`` the grid narrowed by ``only`` (``config`` itself without it): the
-    cells every method reports. Comparisons still take their controls from the
-    whole grid, as ``matrixrl report --only`` does. ``only`` and ``sets`` hold the
-    ``--only`` and ``--set`` strings, ``path`` the experiments file.
+    Build one with :meth:`load`. ``config`` is the whole grid, ``selected`` the cells
+    ``only`` leaves, which every method reports (comparisons take controls from ``config``).
     """
 
     def __init__(
@@ -108,10 +105,9 @@ class Study:
         return Path(self.config.results_dir)
 
     def ingest(self) -> int:
-        """Read result files that are new or changed into the store; returns how many results were new or changed.
+        """Read new or changed result files into the store (every method below does); returns how many.
 
-        Every method below does this first; call it to refresh the store alone.
-        Raises ConfigError when there are no results at all yet (run `matrixrl run`).
+        Raises ConfigError when there are no results at all yet.
         """
         from matrixrl.store import ingest_for_report
 
@@ -120,12 +116,9 @@ class Study:
     # --- the grid ---------------------------------------------------------------------
 
     def cells(self) -> pd.DataFrame:
-        """The selected grid's cells in the grid's order (what `matrixrl plan` lists).
+        """The selected grid's cells in the grid's order (what `matrixrl plan` lists); reads no results.
 
-        Columns: ``cell`` (its id), ``workflow, task, scale, policy, seed``, one column
-        per extra axis (its dotted key; None where the axis leaves a cell alone), and
-        ``run``: the id its results are stored under (another cell's for a one-role
-        workflow under ``isolated``). Reads no results.
+        Columns: ``cell``, the axes, one per extra axis, and ``run`` (docs/api.md).
         """
         from matrixrl.report.rows import grid_cells
 
@@ -202,12 +195,9 @@ class Study:
     # --- report tables ----------------------------------------------------------------
 
     def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:
-        """One report table: the rows of ``matrixrl report --table NAME --format json``,
-        with ``group_by`` and ``against`` as ``--group-by`` and ``--against``.
+        """One report table: the rows of ``matrixrl report --table NAME --group-by ... --against ...``.
 
-        Per-cell tables are indexed by cell id; ``frame.attrs["caption"]`` holds the
-        terminal table's caption. docs/report.md has the columns, docs/api.md the rest.
-        Raises ConfigError when the table has no rows or an option is wrong.
+        Raises ConfigError when the table has no rows or an option is wrong (docs/api.md).
         """
         from matrixrl.report.tables import load_report_table
 

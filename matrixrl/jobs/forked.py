@@ -1,11 +1,9 @@
 """Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
-The rules that load a model ask a **job server**, a single-threaded process that imported the
-job modules once, to fork a fresh child per job: its own process, with the asking Snakemake
-process's environment and folder, dying with its requester. A server lingers :data:`LINGER_ENV`
-seconds for the next run and is reused only where it would import what a fresh one would
-(:func:`server_key`). Why, and what it saves: docs/architecture.md, "Why jobs do not start
-their own Python".
+The rules that load a model ask a job server, which imported the job modules once, to fork a
+child per job with the asking process's environment and folder. A server lingers
+:data:`LINGER_ENV` seconds and is reused only where it would import what a fresh one would
+(:func:`server_key`). docs/architecture.md, "Why jobs do not start their own Python".
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> 
 def run_in_server(request: dict, preload: list[str] | None = None) -> int:
     """Send a ``run`` request (``request`` plus this process's cwd and environment); wait for its exit code.
 
-    Safe from any thread; the connection stays open while the child runs, and the
-    child dies when it closes (this process ended). ``preload`` overrides :data:`PRELOAD`
-    (tests: a server that imports nothing).
+    Safe from any thread; the child dies when this process does. ``preload`` overrides
+    :data:`PRELOAD`.
     """
     env = dict(os.environ)
     request = {**request, "cwd": os.getcwd(), "env": env}

@@ -151,9 +151,8 @@ def learning_curve_figures(
     """One learning-curve figure per task of ``cells`` (``cell`` and the grid axes, in grid order),
     a panel per (workflow, scale), from ``evals`` (the store's evaluations).
 
-    Each panel draws a colour per value of ``line_by`` and a line style per combination of
-    the other varying axes. Returns ``{curves_name(task): figure}`` in the grid's task
-    order; ``tasks``: of these tasks only (with the line styles of all of them).
+    A colour per value of ``line_by``. Returns ``{curves_name(task): figure}`` in the grid's
+    task order; ``tasks``: of these tasks only.
     """
     from matplotlib.figure import Figure
 
@@ -296,10 +295,8 @@ def _curve_legend(styles: Sequence[_LineStyle], by_two: bool = False) -> list:
 def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> Figure:
     """One cell's per-role gradient norm, share and amplification at every update.
 
-    ``diagnostics``: the store's long diagnostics rows (``cell, step, kind, role,
-    agent, other, value``); ``evals``: the store's evaluations, used for the
-    cell's peak and cliff onset (the same numbers as ``matrixrl report``).
-    Raises ``ValueError`` if the cell has no ``role_norm`` rows.
+    From the store's long diagnostics rows and its evaluations (for the peak and cliff
+    onset). Raises ``ValueError`` if the cell has no ``role_norm`` rows.
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D

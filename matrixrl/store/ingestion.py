@@ -236,12 +236,8 @@ next ingest, and its result's digest tells whether it changed (as git's "racily 
 
 
 def ingest(results_dir: str | Path) -> int:
-    """Make the store mirror the result files; returns how many files' results were new
-    or changed (and so written into the store).
-
-    One transaction, after every file is read and validated (an unusable one raises
-    ``ResultFileError`` with nothing written). A store this process cannot write is read
-    through a copy (:func:`_private_copy`).
+    """Make the store mirror the result files in one transaction; returns how many files'
+    results were new or changed. An unusable file raises ``ResultFileError``, writing nothing.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():

@@ -1,7 +1,6 @@
 """The store's schema: its tables (the result tables derived from matrixrl.results), version and engine.
 
-Besides the cells' results it holds MemCollab's (docs/memcollab.md), whose digests are kept
-in ``memory_inputs``, apart from ``cell_inputs``. Each table's comment says what a row is.
+What a row of each table is: docs/architecture.md, "The store's tables".
 """
 
 from __future__ import annotations
@@ -33,27 +32,14 @@ def _table(name: str, keys: Mapping[str, type], values: Mapping[str, type], opti
     )
 
 
-# A trained cell's axes, and the digest of the spec it was trained under.
 CELLS = _table("cells", {"cell": String}, {axis: Integer if axis == "seed" else String for axis in AXES}, {"spec_digest": String})
-# A digest of each result stored for a cell (part: "train" or "eval/step_N"), and of the
-# spec it was computed under (None in files written before spec digests).
 CELL_INPUTS = _table("cell_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
-# Per cell, its cell_inputs in one text ("part digest spec_digest ..." by part, "-" for no spec digest),
-# the spec digest of its training ("-": none written) and those of its evaluations (comma-separated):
-# what a report's cache keys are made of, kept up to date by every write of cell_inputs.
 CELL_KEYS = _table("cell_keys", {"cell": String}, {"inputs": Text}, {"train_spec": String, "eval_specs": String})
-# A cell's cached per-cell summary (JSON), the cache key of what it was computed from, how often it was.
 CELL_SUMMARIES = _table(
     "cell_summaries", {"cell": String}, {"cache_key": String, "summary": Text, "computations": Integer, "computed_at": Float}
 )
-# What a cell's summary takes from its training alone (JSON, see analysis.cell_record.training_part) and
-# the cache key of what it was computed from: kept while the cell's evaluations come in.
 CELL_TRAININGS = _table("cell_trainings", {"cell": String}, {"cache_key": String, "training": Text})
-# The report's figures as drawn (PNG), by name, and the cache key of what each was drawn from.
 FIGURES = _table("figures", {"name": String}, {"cache_key": String, "png": LargeBinary})
-# Every result file read, by its path relative to the results directory, as it was then, when
-# it was read (read_ns, see ingestion.RACY_NS), and the result it holds (its cell_inputs key): what to
-# delete when the file is gone.
 INGESTED_FILES = _table(
     "ingested_files",
     {"path": String},
@@ -61,9 +47,7 @@ INGESTED_FILES = _table(
 )
 
 
-# The tables that hold result files' contents are derived from the result models
-# (matrixrl.results), so a field added there is a column here: a scalar field is a
-# column of the same name; lists and mappings (roles, pass_at, ...) go to their own tables.
+# The result models' scalar fields are columns of the same name (docs/architecture.md).
 _SQL_TYPES = {int: Integer, float: Float, str: String, bool: Boolean}
 
 
@@ -85,10 +69,6 @@ def _result_columns(model: type[BaseModel], keys: Sequence[str] = (), exclude: S
 EVALUATIONS = Table(
     "evaluations", METADATA, *_result_columns(EvalResult, keys=("cell", "step"), exclude=("roles", "pass_at", "cost"))
 )
-# What the job that wrote each stored result cost (its ``cost``), by the result's key as
-# ingested_files holds it (``cell``: a cell, or memory:TASK; ``part``: train, eval/step_N, ...)
-# and the job's kind. A copy of the base model's evaluation cost nothing and has no row; the base
-# models' own jobs (prepare_base, evaluate_base) are no results the store holds.
 JOB_COSTS = Table(
     "job_costs",
     METADATA,
@@ -114,15 +94,11 @@ ROLE_METRICS = Table(
     "role_metrics",
     METADATA,
     Column("cell", String, primary_key=True),
-    # train: one row per training step; eval: per checkpoint (the evaluation's step).
     Column("source", String, primary_key=True),
     *_result_columns(RoleMetric, keys=("step", "role", "metric")),
 )
 
 # --- MemCollab's memory (docs/memcollab.md) ---------------------------------------------------------
-# A checkpoint's evaluation under a memory mode (``memory``: own, transfer, ...; ``bank``: the
-# memory it read): the columns of ``evaluations`` and the memory's. Its per-role metrics and
-# pass@j are in memory_role_metrics, as role_metrics holds an evaluation's.
 MEMORY_EVALUATIONS = Table(
     "memory_evaluations",
     METADATA,
@@ -133,32 +109,23 @@ MEMORY_ROLE_METRICS = _table(
     {"cell": String, "memory": String, "step": Integer, "role": String, "metric": String},
     {"value": Float},
 )
-# What each evaluation problem was shown: one row per entry, ``rank`` its place in the prompt,
-# ``entry`` its index among the bank's entries (memory_entries.entry of the evaluation's bank);
-# a problem shown nothing has one row of rank 0 and no entry (its label is still the query's).
 RETRIEVALS = _table(
     "retrievals",
     {"cell": String, "memory": String, "step": Integer, "problem_id": String, "rank": Integer},
     {"bank": String, "label": String},
     {"entry": Integer},
 )
-# One model's trajectories on a task's memory-building problems (a TrajectoriesResult per
-# (task, scale, samples)): matrixrl.memcollab.Trajectory's fields.
 TRAJECTORIES = _table(
     "trajectories",
     {"task": String, "scale": String, "samples": Integer, "problem_id": String, "sample": Integer},
     {"question": Text, "model": String, "completion": Text, "answer": Text, "correct": Boolean, "tokens": Integer},
 )
-# A task's problem labels (building and evaluation problems) and the labeller's replies.
 MEMORY_LABELS = _table(
     "memory_labels",
     {"task": String, "problem_id": String},
     {"labeller": String},
     {"category": String, "subcategory": String, "reply": Text},
 )
-# A memory's entries, ready for retrieval (a BankResult), with their provenance: the source
-# problem, its label, the models whose trajectories they came from (a JSON list), the mode that
-# built them and the digest of the distiller's prompt (distill_prompts.digest).
 MEMORY_ENTRIES = _table(
     "memory_entries",
     {"task": String, "bank": String, "entry": Integer},
@@ -167,15 +134,11 @@ MEMORY_ENTRIES = _table(
         "models": String, "mode": String, "distiller": String,
     },
 )  # fmt: skip
-# Every distiller call of a memory (a DistilledResult): its prompt, its reply, how many
-# constraints were kept and how many candidate lines dropped, by reason (JSON).
 DISTILL_PROMPTS = _table(
     "distill_prompts",
     {"task": String, "bank": String, "prompt": Integer},
     {"problem_id": String, "digest": String, "system": Text, "user": Text, "reply": Text, "kept": Integer, "dropped": Text},
 )
-# One row per memory-building result (``part``: trajectories/SCALE-kN, labels, distilled/BANK,
-# bank/BANK) with its scalar fields; ``dropped`` (JSON) for a distillation.
 MEMORY_BUILDS = _table(
     "memory_builds",
     {"task": String, "part": String},
@@ -186,17 +149,11 @@ MEMORY_BUILDS = _table(
         "dropped": Text, "spec_digest": String,
     },
 )  # fmt: skip
-# A digest of each memory result stored (as cell_inputs of a cell's train and eval results):
-# a memory evaluation by its cell (part: memory/MODE/step_N), a memory-building result by
-# ``memory:TASK`` (part as memory_builds'). Apart from cell_inputs, so that the per-cell summary
-# caches, keyed by a cell's cell_inputs, are not invalidated by memory results.
 MEMORY_INPUTS = _table("memory_inputs", {"cell": String, "part": String}, {"digest": String}, {"spec_digest": String})
 
 
 SCHEMA_VERSION = 8
-"""SQLite's ``user_version`` of a store with these tables. A store of another version
-is an index of another layout: it is moved aside and rebuilt from the result files,
-which are the truth (like a damaged one)."""
+"""SQLite's ``user_version`` of a store with these tables; a store of another is rebuilt."""
 
 
 @functools.cache

@@ -1,11 +1,9 @@
 """The decode engine: a static KV cache and a device-resident decode step, graphed on CUDA.
 
-A call's first pass is the model's own forward, as in ``rollout.decode``; every later token is one
-``decode_step`` over ``DecodeWeights`` into a static cache of a bucket of rows, with no host
-synchronisation, captured as a CUDA graph per bucket on CUDA (eager on CPU, for the tests).
-Every ``check_every`` steps ended rows are dropped by switching to a smaller bucket. Models the
-step does not compute (``unsupported_reason``) decode with ``rollout.decode``.
-docs/architecture.md, "Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
+After the model's own first pass, every token is one ``decode_step`` over ``DecodeWeights`` into
+a static cache of a bucket of rows (a CUDA graph per bucket on CUDA, eager on CPU). Models it
+does not compute (``unsupported_reason``) decode with ``rollout.decode``. docs/architecture.md,
+"Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
 """
 
 from __future__ import annotations

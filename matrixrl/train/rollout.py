@@ -1,11 +1,8 @@
 """Batched generation for workflows: one call per role and stage, decoded by ``decode``.
 
-Prompts arrive as text in their style's final form and are tokenized without adding special
-tokens, padded on the left. A completion's text decodes exactly the tokens the trainer scores
-(its ``completion_ids`` without the closing EOS), special tokens included. Tokens are picked by a
-chooser of :mod:`matrixrl.train.samplers`. On CUDA ``make_generate`` decodes with
-:mod:`matrixrl.train.engine`, elsewhere with ``decode``. How decoding saves work and stays
-exact: docs/architecture.md, "Rollouts".
+A completion's text decodes exactly the tokens the trainer scores. On CUDA ``make_generate``
+decodes with :mod:`matrixrl.train.engine`, elsewhere with ``decode``. How decoding saves work
+and stays exact: docs/architecture.md, "Rollouts".
 """
 
 from __future__ import annotations
@@ -61,9 +58,8 @@ def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos:
     ``max_new_tokens``), from left-padded prompts and, optionally, a ``cache`` of all
     but their last token (``prefilled_cache``).
 
-    The calls to the model are the ones ``generate`` makes, but rows that have emitted their
-    EOS leave the batch (once ``compaction_for``'s share has finished, down to its floor), so
-    the remaining rows' logits are bit for bit generate's. docs/architecture.md, "Rollouts".
+    Bit for bit ``generate``'s tokens, with finished rows leaving the batch
+    (docs/architecture.md, "Rollouts").
     """
     from transformers import DynamicCache
 
