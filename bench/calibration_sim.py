@@ -393,14 +393,12 @@ LABELLED = {
 """The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
 
 
-def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, analysis: Analysis | None = None,
-                     height: float = CLIFF_MIN_HEIGHT) -> float:  # fmt: skip
-    """The share of ``runs`` runs of ``kind`` (:data:`LABELLED`) on ``steps``, each evaluation a binomial
-    draw of ``trials`` around a base drawn from :data:`BASE_RANGE`, that the cliff rule labels ``cliff``.
-    A ``rise`` climbs linearly to ``height`` above the base at a checkpoint in the middle of the run
-    (as a planted cliff's) and is back at the base from the next one on; a ``dip`` spends the first tenth
-    of the run (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it."""
-    analysis = analysis or Analysis()
+def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, height: float = CLIFF_MIN_HEIGHT) -> np.ndarray:
+    """``runs`` drawn curves of ``kind`` (:data:`LABELLED`) on ``steps`` (runs × checkpoints), each
+    evaluation a binomial draw of ``trials`` around a base drawn from :data:`BASE_RANGE`. A ``rise``
+    climbs linearly to ``height`` above the base at a checkpoint in the middle of the run (as a planted
+    cliff's) and is back at the base from the next one on; a ``dip`` spends the first tenth of the run
+    (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it."""
     rng = np.random.default_rng(seed)
     step = np.asarray(steps, dtype=float)
     k, last = len(step), step[-1]
@@ -418,8 +416,13 @@ def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, se
     else:
         peak = np.minimum(rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=runs), k - 2)
         true = base + height * np.where(index <= peak[:, None], step / step[peak][:, None], 0.0)
-    true = np.clip(true, 0.01, 0.99)
-    accuracy = rng.binomial(trials, true) / trials
-    return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis)["cliff"].mean())
+    return rng.binomial(trials, np.clip(true, 0.01, 0.99)) / trials
+
+
+def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, analysis: Analysis | None = None,
+                     height: float = CLIFF_MIN_HEIGHT) -> float:  # fmt: skip
+    """The share of :func:`labelled_runs` that the cliff rule labels ``cliff``."""
+    accuracy = labelled_runs(steps, trials, kind, runs, seed, height)
+    return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis or Analysis())["cliff"].mean())
 
 
