@@ -12,7 +12,6 @@ that lacks what a test needs makes it ``untestable``. Every row carries its test
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from matrixrl.analysis.axes import PerCell, extra_axes, grouped_rows, missing
 from matrixrl.analysis.compare import CONTROL
 from matrixrl.analysis.curves import SIGNATURES
 from matrixrl.analysis.power import (
-    MOST_UNITS, context_seeds_needed, known_share_p, sign_threshold, sign_units_needed, peak_units_needed,
+    MOST_UNITS, context_seeds_needed, known_share_p, peak_units_needed, sign_patterns, sign_threshold, sign_units_needed,
 )  # fmt: skip
 from matrixrl.analysis.seeds import t_interval
 
@@ -460,25 +459,15 @@ def peak_verdict(units: Sequence[float], variances: Sequence[float], confidence:
 
 def sign_flip_p(units: Sequence[float]) -> float:
     """The two-sided p of the sign-flip (randomization) test that ``units`` are symmetric about 0: the
-    share of sign patterns whose sum is at least as far from 0 (:func:`_sign_patterns`; with drawn
+    share of sign patterns whose sum is at least as far from 0 (:func:`power.sign_patterns`; with drawn
     patterns the observed one counts too, which keeps the p valid)."""
     import numpy as np
 
     values = np.asarray(units, dtype=float)
     observed = abs(values.sum()) - 1e-12 * max(1.0, float(np.abs(values).sum()))
-    signs = _sign_patterns(len(values))
+    signs = sign_patterns(len(values))
     beyond = int((np.abs(signs @ values) >= observed).sum())
     return beyond / len(signs) if len(values) <= 16 else (1 + beyond) / (1 + len(signs))
-
-
-@functools.cache
-def _sign_patterns(m: int):
-    """Every pattern of m signs up to 16 units, else 16,384 seeded ones (rows of ±1)."""
-    import numpy as np
-
-    if m <= 16:
-        return (1 - 2 * ((np.arange(1 << m)[:, None] >> np.arange(m)) & 1)).astype(float)
-    return (1 - 2 * np.random.default_rng(20261207).integers(0, 2, size=(1 << 14, m))).astype(float)
 
 
 def peak_fragility(units: Sequence[float], variances: Sequence[float], decided: str, confidence: float) -> str:
