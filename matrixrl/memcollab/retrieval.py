@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 
-import numpy as np
-
 from matrixrl.memcollab.data import Entry, Label
 from matrixrl.tasks.base import Problem
 
@@ -52,6 +50,8 @@ class MemoryBank:
         """Each source problem's cosine similarity to ``question``."""
         if not self.by_problem or self._index is None:
             return dict.fromkeys(self.by_problem, 0.0)
+        import numpy as np
+
         vectorizer, rows = self._index
         scores = (rows @ vectorizer.transform([question]).T).toarray().ravel()
         return dict(zip(self.by_problem, np.round(scores, 12).tolist()))

@@ -7,13 +7,15 @@ the base model solves some but not most: groups with mixed rewards.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem, SeededTask
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Settings(Strict):

@@ -10,9 +10,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 Family = Literal["math", "code"]
 
@@ -56,6 +58,8 @@ def _kind(task) -> str:
 
 
 def _shown(value) -> str:
+    import numpy as np
+
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
         return repr(float(value))  # 0.5, nan, inf: not numpy's np.float64(0.5)
     return repr(value)
@@ -65,6 +69,8 @@ def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) ->
     """``task.score_batch(problems, answers)``, held to the scoring contract (``Task.score``):
     one score per answer, each 0.0 or 1.0 (a bool too). A task that breaks it stops the job with
     one line naming the task kind, the value and the rule."""
+    import numpy as np
+
     from matrixrl.errors import UserError
 
     scores = task.score_batch(problems, answers)
@@ -147,6 +153,8 @@ class SeededTask(BatchScorer):
 
     @cached_property
     def _eval(self) -> list[Problem]:
+        import numpy as np
+
         rng = np.random.default_rng([self.config.seed, 1])
         seen: dict[str, Problem] = {}
         while len(seen) < self.config.n_eval:

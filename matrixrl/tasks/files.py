@@ -14,14 +14,16 @@ import json
 from abc import abstractmethod
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.errors import ConfigError, DataError
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import BatchScorer, Problem
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
@@ -222,6 +224,8 @@ class FileTask(BatchScorer):
         if cfg.eval_pick == "first":
             chosen = list(range(n_eval))
         else:
+            import numpy as np
+
             chosen = sorted(np.random.default_rng([cfg.seed, 1]).permutation(len(pool))[:n_eval].tolist())
         evaluated = [pool[i] for i in chosen]
         eval_ids = {p.id for p in evaluated}

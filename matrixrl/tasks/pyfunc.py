@@ -13,16 +13,18 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from math import comb
-from typing import Literal
+from math import comb, prod
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.settings import RUNTIME, Strict
 from matrixrl.tasks.base import Problem, SeededTask
 from matrixrl.tasks.code import WITHOUT_VIEW, check_sandbox
 from matrixrl.tasks.python_source import defines
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Family:
 
     @property
     def size(self) -> int:
-        return int(np.prod([len(r) for r in self.ranges]))
+        return prod(len(r) for r in self.ranges)
 
 
 def _signed(b: int) -> str:
@@ -117,6 +119,8 @@ def hidden_cases(problem: Problem, n: int, seed: int) -> tuple[tuple[int, int], 
 
     Derived from the problem alone (a problem carries no state).
     """
+    import numpy as np
+
     shown = {int(pair.split(">")[0]) for pair in problem.question.split(",")}
     pool = [x for x in HIDDEN_INPUTS if x not in shown]
     digest = int.from_bytes(hashlib.sha256(problem.question.encode()).digest()[:8], "little")

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.compact import CompactStyle
 from matrixrl.workflows.styles.roles import RolePrompt
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class WorkflowSettings(Strict):
