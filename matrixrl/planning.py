@@ -1,8 +1,6 @@
 """A grid's plan: every job, done or pending and why, and what a run of it needs (``matrixrl plan``).
 
-:func:`make_plan` reads the job graph (matrixrl.dag) and the result files
-(matrixrl.status) and nothing else: no Snakemake, no model. ``Study.plan()`` returns
-the :class:`Plan`; the CLI prints it.
+Reads the job graph and the result files only: no Snakemake, no model.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Run an untrusted Python program against its tests, walled in by the kernel.
 
-``run(code, tests, ...)`` answers a :class:`Verdict`, ``passed`` only when the tests ran to their
-end without an exception; ``run_many`` runs a batch in several sandboxes at once. Each process
-keeps workers (``_sandbox_worker.py``) forking a child per program (``_sandbox_child.py``);
-:func:`isolation` names what this machine allows. The walls, the reasons and what each rests
-on: docs/sandbox.md.
+The walls, the reasons and what each rests on: docs/sandbox.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """matrixrl from Python: one study's plan, run, report tables, stored results and figures.
 
-:class:`Study` reads the CLI's SQLite store, ingesting new result files before
-every read; frames carry the cells' axes as columns. Problems a user can fix raise
-``ConfigError`` with a one-line message. docs/api.md documents every method.
+docs/api.md documents every method.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """One record per cell: everything the report tables need, from that cell's rows alone.
 
-A record depends only on the cell's evaluations, role metrics, gradient diagnostics,
-policy mode and the ``analysis:`` settings, so the store caches it per cell
-(``matrixrl.report.records``); every table is built from :func:`records_frame`. A cell
-without a base (step 0) evaluation has no curve fields yet.
+Cached per cell in the store (matrixrl.report.records); docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations

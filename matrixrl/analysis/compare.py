@@ -1,8 +1,6 @@
 """Comparisons between policy modes, and against the single-agent control (docs/design.md §4).
 
-Rows ``isolated - shared`` and ``WORKFLOW - single``, cells paired by seed, each metric's mean
-paired difference with its Student-t interval (two pairs or more). The rows and columns:
-docs/report.md, "The tables and their columns" (``compare``).
+The rows and columns: docs/report.md, "The tables and their columns" (``compare``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Per-cell summaries of the per-update gradient diagnostics (docs/design.md §5).
 
-Input: the long rows of ``gradient_diagnostics`` with ``cell`` and ``step`` columns. An update
-without any gradient (every advantage zero) stores a share of 0 for every role and is left out
-of share and norm averages.
+Updates without any gradient are left out of share and norm averages.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """What a workflow asks of the model: its ``generate`` calls and agents' turns, in rows and tokens.
 
-Every reply runs to its ``max_new_tokens`` and a prompt is as long as its batch's longest: the
-worst case a job can meet, so that a refusal is never too late. The assumptions, each with the
-constant it rests on: docs/real-models.md, "The parts of an estimate".
+The worst case a job can meet; its assumptions: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations

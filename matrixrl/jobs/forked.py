@@ -1,9 +1,6 @@
 """Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
-The rules that load a model ask a job server, which imported the job modules once, to fork a
-child per job with the asking process's environment and folder. A server lingers
-:data:`LINGER_ENV` seconds and is reused only where it would import what a fresh one would
-(:func:`server_key`). docs/architecture.md, "Why jobs do not start their own Python".
+docs/architecture.md, "Why jobs do not start their own Python".
 """
 
 from __future__ import annotations

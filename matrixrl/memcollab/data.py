@@ -1,8 +1,4 @@
-"""The memory's records: trajectories, the pairs a distiller reads, labels, entries.
-
-Each is a frozen dataclass with ``to_dict`` / ``from_dict``: every memory job writes
-its results as JSON, and a record read back equals the one written.
-"""
+"""The memory's records: trajectories, the pairs a distiller reads, labels, entries (JSON round-trips)."""
 
 from __future__ import annotations
 

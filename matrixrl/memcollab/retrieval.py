@@ -1,8 +1,6 @@
 """Retrieval and use: the entries a new problem is shown, and how they enter a prompt.
 
-``retrieve`` ranks the source problems of the query's label by TF-IDF similarity and
-returns their entries; the guidance goes at the start of the user message, and no entries
-leave the prompt as it was. docs/memcollab.md, "Retrieval and use".
+docs/memcollab.md, "Retrieval and use".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """PNG figures of a study: learning curves (one figure per task), and one cell's gradient diagnostics.
 
-Plain ``matplotlib.figure.Figure`` objects, without pyplot state; ``png_bytes`` renders one.
-Peaks and cliffs are the numbers of ``matrixrl report``. What each figure shows:
-docs/report.md, "Plots and the HTML report".
+What each figure shows: docs/report.md, "Plots and the HTML report".
 """
 
 from __future__ import annotations

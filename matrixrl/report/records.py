@@ -1,7 +1,6 @@
 """The per-cell records every table is built from, cached in the store under their inputs' key.
 
-A record depends only on its cell's stored results, the ``analysis:`` settings and
-:data:`RECORD_VERSION`; its training part is cached apart. docs/architecture.md, "Reports at scale".
+docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations

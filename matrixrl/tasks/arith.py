@@ -1,9 +1,4 @@
-"""Seeded multi-term integer addition: the synthetic math task for tiny models.
-
-Problems add ``terms`` operands of up to ``digits`` digits (``"4+8+9"`` → ``"21"``). The
-warm-start sees mostly sums of another shape and a ``warmstart_hard_fraction`` of this one, so
-the base model solves some but not most: groups with mixed rewards.
-"""
+"""Seeded multi-term integer addition: the synthetic math task for tiny models (docs/tasks.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What every task provides: seeded problems, a fixed evaluation set, a scorer.
-
-A task's ``family`` (``math`` or ``code``) is what prompt styles phrase their instructions by.
-Scoring goes through ``score_batch``, so code tasks run many answers at once.
-"""
+"""What every task provides: seeded problems, a fixed evaluation set, a scorer (``score_batch``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Code problems from files, scored by running their unit tests in the sandbox.
 
-Record formats: ``humaneval`` and ``code_generic`` (MBPP-style), docs/tasks.md. An answer is a
-whole program that defines ``entry_point``, or the code that completes a code prompt
-(``program``); it passes when the tests, run in the sandbox after it, raise nothing. The tests
-call the answer's function in its own process and get plain values back (``test_code``). A
-record whose tests need a name only the answer would define is refused when the task loads.
+Record formats, answers and refusals: docs/tasks.md.
 """
 
 from __future__ import annotations

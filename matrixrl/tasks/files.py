@@ -1,9 +1,6 @@
 """Tasks whose problems are records read from local files (or, with a network, the hub).
 
-A task's ``path:`` (a file, or a folder of one file per split) or ``hub:`` says where the records
-are; the evaluation set is ``n_eval`` problems of ``split``, fixed for every cell, and training
-never draws a question in it (docs/tasks.md). Subclasses turn a record into a ``Problem``
-(``_problem``) and score answers.
+Where records come from and how the evaluation set is fixed: docs/tasks.md.
 """
 
 from __future__ import annotations

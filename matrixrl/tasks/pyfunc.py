@@ -1,8 +1,4 @@
-"""Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples.
-
-A problem shows examples (``1>4,2>5,7>10``); an answer (an expression in ``x`` or a ``def
-f(x)``) passes hidden tests on inputs not shown. docs/tasks.md.
-"""
+"""Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples (docs/tasks.md)."""
 
 from __future__ import annotations
 

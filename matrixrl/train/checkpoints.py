@@ -1,8 +1,6 @@
 """A cell's checkpoints on disk: saving one, where a training resumes, and removing one.
 
-A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is there: saving
-renames it into place, removing renames it out first, so a kill never leaves a partial
-``step_N``. No torch at import: the retention job runs inside Snakemake's process.
+A ``step_N`` counts only with its ``COMPLETE`` marker. No torch at import.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Per-update gradient diagnostics: the measurements behind docs/design.md §5.
 
-An agent's gradient is the change of the accumulated ``.grad`` over its backward passes
-(:class:`AgentGradients`, closed before ``clip_grad_norm_``); :func:`gradient_diagnostics` turns
-them into long-format rows, in float64. The kinds of row and what the snapshots cost:
 docs/architecture.md, "Per-agent gradients and the diagnostics' rows".
 """
 

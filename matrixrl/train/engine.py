@@ -1,9 +1,6 @@
 """The decode engine: a static KV cache and a device-resident decode step, graphed on CUDA.
 
-After the model's own first pass, every token is one ``decode_step`` over ``DecodeWeights`` into
-a static cache of a bucket of rows (a CUDA graph per bucket on CUDA, eager on CPU). Models it
-does not compute (``unsupported_reason``) decode with ``rollout.decode``. docs/architecture.md,
-"Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
+docs/architecture.md, "Decoding on CUDA"; docs/performance.md, "The decode engine".
 """
 
 from __future__ import annotations

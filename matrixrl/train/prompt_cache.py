@@ -1,9 +1,4 @@
-"""A call's prompts tokenized once, their KV cache computed once per repeated prompt and prefix.
-
-Repeated prompts are encoded once and their cache copied (the same computation); shared
-long prefixes are encoded once too (the same up to rounding; :func:`prefilled_cache`).
-Prompts are tokenized without special tokens and padded on the left (``tokenize_prompts``).
-"""
+"""A call's prompts tokenized once, their KV cache computed once per repeated prompt and prefix."""
 
 from __future__ import annotations
 

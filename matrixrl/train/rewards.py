@@ -1,8 +1,4 @@
-"""How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages.
-
-A training step calls ``score_episodes``, ``assign_rewards`` and ``assign_advantages`` in order;
-the rules are docs/design.md §2's. The loss reads ``turn.advantage`` alone.
-"""
+"""How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages (docs/design.md §2)."""
 
 from __future__ import annotations
 

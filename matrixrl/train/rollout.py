@@ -1,8 +1,6 @@
 """Batched generation for workflows: one call per role and stage, decoded by ``decode``.
 
-A completion's text decodes exactly the tokens the trainer scores. On CUDA ``make_generate``
-decodes with :mod:`matrixrl.train.engine`, elsewhere with ``decode``. How decoding saves work
-and stays exact: docs/architecture.md, "Rollouts".
+docs/architecture.md, "Rollouts".
 """
 
 from __future__ import annotations

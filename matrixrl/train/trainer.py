@@ -1,11 +1,7 @@
 """The GRPO training loop for one cell (workflow × task × scale × policy × seed).
 
-Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out ``group_size``
-times through the workflow, scores the answers, gives every turn its reward and group-relative
-advantage (matrixrl.train.rewards) and takes one optimizer step per parameter set
-(matrixrl.train.update). Step ``s`` draws its problems and noise from ``(seed, s)``, so a resumed
-run replays the steps an uninterrupted one takes. How it deviates from textbook GRPO, and when a
-checkpoint seeds a resume: docs/architecture.md, "The GRPO step".
+Step ``s`` draws from ``(seed, s)``, so a resumed run replays an uninterrupted one. docs/architecture.md, "The
+GRPO step".
 """
 
 from __future__ import annotations

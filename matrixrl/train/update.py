@@ -1,7 +1,6 @@
 """One GRPO update of a policy from a step's scored episodes: per agent, in micro-batches.
 
-``update_policy`` is the optimisation half of the trainer's ``grpo_step``; its :class:`Update` is
-the step's metrics row and per-role rows. docs/architecture.md, "The GRPO step" and "The update".
+docs/architecture.md, "The GRPO step" and "The update".
 """
 
 from __future__ import annotations
