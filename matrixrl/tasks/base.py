@@ -17,11 +17,7 @@ Family = Literal["math", "code"]
 
 @dataclass(frozen=True)
 class Problem:
-    """One question with its reference answer; ``id`` is stable across runs.
-
-    ``answer`` is what a correct completion looks like (the warm-start's target);
-    code tasks keep their hidden tests out of the problem, inside the task.
-    """
+    """One question with its reference answer (the warm-start's target); ``id`` is stable across runs."""
 
     id: str
     question: str
@@ -92,12 +88,7 @@ def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) ->
 
 
 class BatchScorer(ABC):
-    """The base of every task: a name, its config, and ``score`` / ``score_batch`` from one
-    ``_score_distinct`` over distinct pairs.
-
-    ``Settings`` is the pydantic model of the task's entry under ``tasks:``; ``config`` is one of
-    them. Repeated (problem, answer) pairs are scored once.
-    """
+    """The base of every task: a name, its config, and ``score`` / ``score_batch`` over distinct pairs."""
 
     Settings: ClassVar[type]
 
@@ -131,12 +122,8 @@ class BatchScorer(ABC):
 
 
 class SeededTask(BatchScorer):
-    """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``).
-
-    Subclasses build a problem of a *shape* (``_problem``) and name the training shape
-    (``_shape``) and the warm-start's easier one (``_warmstart_shape``). The evaluation set is
-    ``n_eval`` distinct problems seeded by ``seed``, and every other draw skips them.
-    """
+    """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``); training never draws an
+    evaluation problem."""
 
     @abstractmethod
     def _problem(self, rng: np.random.Generator, shape) -> Problem: ...

@@ -36,13 +36,7 @@ class AgentGrad:
 
 
 class GradientSet:
-    """The dot products that every diagnostic is computed from, for the agents of one
-    parameter set: between agents (``agents``), and between role sums and the set's
-    total (``groups``: each role's name, then ``TOTAL``), each in float64.
-
-    Role sums are added up element by element before their products are taken, so a role whose
-    agents' gradients cancel has the norm of what is left.
-    """
+    """The dot products every diagnostic is computed from, for the agents of one parameter set, in float64."""
 
     def __init__(self, agents: list[Agent]):
         self.agents = agents
@@ -168,9 +162,7 @@ def gradient_sets(agents: list[AgentGrad], *, shared: bool) -> list[GradientSet]
 def gradient_diagnostics(sets: list[GradientSet] | list[AgentGrad], *, shared: bool) -> list[dict]:
     """Long-format diagnostic rows for one update (docs/architecture.md lists the kinds).
 
-    ``sets``: one :class:`GradientSet` per parameter set that acted, or each agent's flat gradient
-    (:class:`AgentGrad`); ``shared=False`` (IP): no cross-role cosines. Raises ``ValueError`` on a
-    repeated agent, vectors of different lengths in one set, or a role split across sets.
+    ValueError on a repeated agent, unequal lengths in one set, or a role split across sets.
     """
     if sets and isinstance(sets[0], AgentGrad):
         names = [a.agent for a in sets]

@@ -353,13 +353,7 @@ class Decoded:
 
 
 class Engine:
-    """Decodes calls with ``decode_step`` over one ``DecodeWeights`` copy.
-
-    ``lora``: ``merged`` (the active adapter merged into the copy before each call) or
-    ``unmerged``. ``graphs``: capture each bucket's step as a CUDA graph (default: on CUDA
-    devices). ``check_every``: steps between reads of whether any row still generates. ``log``:
-    where the one line saying why the engine did not decode something goes (each reason once).
-    """
+    """Decodes calls with ``decode_step`` over one ``DecodeWeights`` copy (``lora``: merged or unmerged)."""
 
     def __init__(self, *, lora: str = "merged", graphs: bool | None = None, check_every: int = CHECK_EVERY, log: Callable[[str], None] = print):
         self.lora, self.graphs, self.check_every, self.log = lora, graphs, check_every, log
