@@ -293,9 +293,8 @@ def read_exactly(fd, size):
 def reply_sender(fd, token):
     """``send_reply(message)``: ``message`` with ``token``, framed as :func:`send` frames, on ``fd``.
 
-    The token is what the tests' process takes a reply by (the program writes to the same pipe).
-    Made before the program runs and running no Python of anyone else's once it has (C's JSON
-    encoder, names bound here), so nothing the program rebinds sees the token."""
+    Built before the program runs, so nothing the program rebinds sees the token (docs/sandbox.md).
+    """
     import _json
 
     def refuse(value):
@@ -428,12 +427,8 @@ def answer_error(name, detail):
 
 
 def snapshot_modules():
-    """``restore()``: the modules as they are now, for the tests after the program.
-
-    It puts back every module's attributes, ``sys.modules``, the import system's lists and its
-    finders' cache, keeping what it replaces alive (no ``__del__`` midway); not objects inside
-    modules (a class's methods).
-    """
+    """``restore()``: the modules as they are now (attributes, ``sys.modules``, the import system), for the
+    tests after the program."""
     module_type, dict_, list_, vars_ = type(sys), dict, list, vars
     modules, importer_cache = sys.modules, sys.path_importer_cache
     saved_modules, saved_cache = dict_(modules), dict_(importer_cache)

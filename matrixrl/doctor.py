@@ -1,8 +1,6 @@
 """What a run of the grid needs, checked one line each, ✓ or ✗ with the fix (``matrixrl doctor``).
 
-Each check in ``CHECKS`` takes the grid's ``Config`` and the Snakemake profile and returns
-:class:`Check` results; nothing starts CUDA, loads weights or downloads. docs/real-models.md,
-"Before a GPU run".
+Nothing starts CUDA, loads weights or downloads. docs/real-models.md, "Before a GPU run".
 """
 
 from __future__ import annotations

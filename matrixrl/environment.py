@@ -1,8 +1,6 @@
 """matrixrl's own environment variables (``MATRIXRL_*``): each named, read and checked here.
 
-The CLI checks every one before a command starts (:func:`check_environment`), so a mistyped
-value is one line naming the variable and the fix, never a failure inside a job whose log
-says little. The modules that use a value read it through :func:`seconds` and the names here.
+The CLI checks every one before a command starts (:func:`check_environment`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Every error a user can fix, under one base class.
-
-The CLI and a job's entry point print a :class:`UserError` as one line, without a traceback;
-any other exception is a bug in matrixrl and keeps its traceback.
-"""
+"""Every error a user can fix, under one base class: printed as one line, without a traceback."""
 
 from __future__ import annotations
 

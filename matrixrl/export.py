@@ -1,8 +1,6 @@
 """A study's results in experiment trackers: TensorBoard event files and W&B offline runs.
 
-``matrixrl export tensorboard|wandb`` writes one run per grid cell (:func:`study_points`),
-incrementally: the state file (:data:`STATE_FILE`) keeps a digest of every part exported.
-What a run holds, and when it is rewritten whole: docs/export.md.
+One run per cell, incremental (:data:`STATE_FILE`); docs/export.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The results directory's layout: where each job's files live under ``results_dir``.
 
-Every path is relative to ``results_dir``, Snakemake's working directory; the tree is in
-docs/architecture.md ("The job graph, defined once").
+The tree: docs/architecture.md, "The job graph, defined once".
 """
 
 from __future__ import annotations

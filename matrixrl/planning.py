@@ -1,8 +1,6 @@
 """A grid's plan: every job, done or pending and why, and what a run of it needs (``matrixrl plan``).
 
-:func:`make_plan` reads the job graph (matrixrl.dag) and the result files
-(matrixrl.status) and nothing else: no Snakemake, no model. ``Study.plan()`` returns
-the :class:`Plan`; the CLI prints it.
+Reads the job graph and the result files only: no Snakemake, no model.
 """
 
 from __future__ import annotations
@@ -24,12 +22,7 @@ MEMORY_EVALUATIONS = ("copy_base_memory_eval", "evaluate_memory")
 
 @dataclass
 class Plan:
-    """The jobs of a grid as ``matrixrl plan`` shows them (docs/api.md, "Planning and running it").
-
-    ``jobs``: one row per job (rule, cell, scale, step, status, reason, output, ``gpu_memory``
-    or None, and ``resources`` under a profile); ``run_command``: the command that runs the
-    pending jobs with this plan's options.
-    """
+    """The jobs of a grid as ``matrixrl plan`` shows them (docs/api.md, "Planning and running it")."""
 
     config: Config
     jobs: list[dict]
@@ -170,14 +163,11 @@ def last_overhead(config: Config) -> float:
 
 @dataclass
 class Estimate:
-    """What the pending jobs of a plan will take, from the costs recorded by earlier jobs of
-    the same kind and scale (matrixrl.results.Cost).
+    """What the pending jobs of a plan will take, from the costs recorded by earlier jobs of the same kind
+    and scale.
 
-    ``wall_seconds``: the pending jobs scheduled on ``cores`` as Snakemake would (each when its
-    inputs exist, the higher priority first), plus the overhead of a run measured by the last
-    one (Snakemake's start, the job server's imports). ``gpu_hours``: the GPU jobs' time.
-    ``timed``: pending jobs whose kind and scale had history; ``untimed``: (kind, scale) of
-    those that had none, counted nowhere.
+    ``wall_seconds`` schedules them on ``cores`` as Snakemake would; ``untimed``: (kind, scale) without
+    history.
     """
 
     wall_seconds: float
@@ -218,10 +208,8 @@ def _what(job) -> tuple[str | None, str | None]:
 def _history(jobs, costs: dict[str, dict], elsewhere: list[dict] = ()) -> dict[tuple, list[float]]:
     """Recorded durations by (kind, scale, workflow, task) and coarser keys; a training's per step.
 
-    From the costs the grid's own outputs record (``costs``), then those of jobs it no longer
-    has (``elsewhere``, :func:`recorded_elsewhere`): a pilot's fewer steps evaluate at steps
-    the full grid does not, and its base evaluations are named by settings the full grid
-    changes, yet each timed a job of the same kind and scale."""
+    From ``costs``, then jobs the grid no longer has (``elsewhere``), such as a pilot's.
+    """
     found: dict[tuple, list[float]] = {}
 
     def add(rule: str, scale: str, workflow: str | None, task: str | None, cost: dict) -> None:
@@ -242,10 +230,7 @@ def _history(jobs, costs: dict[str, dict], elsewhere: list[dict] = ()) -> dict[t
 
 
 def recorded_elsewhere(config: Config, costs: dict[str, dict]) -> list[dict]:
-    """The costs recorded in ``config``'s results folder other than those the grid's outputs
-    record (``costs``, by output), each as ``rule``, ``scale``, ``workflow``, ``task``, ``seconds``, ``steps``:
-    the store's rows (matrixrl.store.recorded_costs) and the base models' evaluations, whose
-    files the store does not hold (their names begin ``WORKFLOW-TASK-``, layout.base_eval_result)."""
+    """The costs recorded in ``config``'s results folder other than ``costs``, the base evaluations' included."""
     from matrixrl import layout as L
     from matrixrl.status import recorded_cost
     from matrixrl.store import recorded_costs

@@ -1,8 +1,5 @@
-"""Registries, and the plugins that add to them from outside the package.
+"""Registries, and the plugins that add to them from outside the package (docs/extending.md).
 
-Workflows, task kinds and report tables are each a :class:`Registry` (name → meaning).
-``MATRIXRL_PLUGINS=module[,module]`` names modules that register entries when imported
-(:func:`load_plugins`), so every process of a run sees the same registries (docs/extending.md).
 Imports nothing heavy.
 """
 

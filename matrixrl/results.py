@@ -1,9 +1,4 @@
-"""ResultModel files: what each job writes, read back with clear errors.
-
-Each job writes its own small JSON file atomically; ingestion reads them. A file that is
-unreadable, has the wrong shape, holds a value no job writes or names another result than its
-path does raises ``ResultFileError`` naming the file, the field and the fix.
-"""
+"""ResultModel files: what each job writes, read back with clear errors (``ResultFileError``)."""
 
 from __future__ import annotations
 

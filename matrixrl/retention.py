@@ -1,8 +1,6 @@
 """Which checkpoints of a cell stay once its evaluations are done (``train.keep_checkpoints``).
 
-``key`` (the default) keeps the resume point, the peak, the final checkpoint and a cliff's
-neighbours; ``all`` keeps every one. The ``retain`` rule deletes the others and writes
-``cells/CELL/retained.json``. docs/configuration.md, "Checkpoint retention and the disk it needs".
+docs/configuration.md, "Checkpoint retention and the disk it needs".
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Running a grid's pending jobs through Snakemake: what ``matrixrl run`` and ``Study.run()`` do.
-
-:func:`run_grid` hands Snakemake the resolved config, the stale outputs (``--forcerun``) and
-the local GPU count, follows its log as events, and returns a :class:`RunOutcome`; its
-progress counts jobs as ``plan`` does.
-"""
+"""Running a grid's pending jobs through Snakemake: what ``matrixrl run`` and ``Study.run()`` do."""
 
 from __future__ import annotations
 

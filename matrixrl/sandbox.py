@@ -1,10 +1,6 @@
 """Run an untrusted Python program against its tests, walled in by the kernel.
 
-``run(code, tests, ...)`` answers a :class:`Verdict`, ``passed`` only when the tests ran to their
-end without an exception; ``run_many`` runs a batch in several sandboxes at once. Each process
-keeps workers (``_sandbox_worker.py``) forking a child per program (``_sandbox_child.py``);
-:func:`isolation` names what this machine allows. The walls, the reasons and what each rests
-on: docs/sandbox.md.
+The walls, the reasons and what each rests on: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -63,13 +59,9 @@ class Verdict:
 def run(
     code: str, tests: str, *, timeout_s: float, memory_mb: int, entry_point: str | None = None
 ) -> Verdict:
-    """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache).
+    """Run ``code`` then ``tests`` in a fresh sandbox (or answer from the cache); returns a :class:`Verdict`.
 
-    With ``entry_point``, the program runs in a process of its own and the tests call its
-    function of that name (or ``__answer__``) from another, its values coming back as plain data
-    (docs/sandbox.md, "The answer in a process of its own"). Verdict reasons: ``passed``,
-    ``failed``, ``syntax`` (no process starts), ``timeout``, ``memory``, ``exited``, ``blocked``
-    (the audit hook refused something, even if caught), ``crashed``.
+    With ``entry_point`` the answer runs in a process of its own; the reasons: docs/sandbox.md.
     """
     _check_limits(timeout_s, memory_mb)
     return _run_cached(code, tests, float(timeout_s), int(memory_mb), entry_point)
@@ -130,12 +122,7 @@ def _run_cached(code: str, tests: str, timeout_s: float, memory_mb: int, entry_p
 
 @functools.cache
 def isolation() -> tuple[str, tuple[str, ...]]:
-    """The strongest isolation this machine allows: its name and the launcher prefix.
-
-    ``view`` (a filesystem of its own, namespaces, no privileges), else ``namespaces+uid``,
-    ``uid``, ``namespaces`` or ``none``: each probed once per process by starting the
-    interpreter under it; ``{uid}`` in a prefix stands for the per-worker uid.
-    """
+    """The strongest isolation this machine allows (``view`` first, ``none`` last): its name and the launcher prefix."""
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
     root = os.geteuid() == 0
     namespaces = (unshare,) + (() if root else ("--user", "--map-root-user")) + ("--net", "--pid", "--fork", "--kill-child")
@@ -248,11 +235,7 @@ def _fill_uid(prefix: Sequence[str], uid: int) -> list[str]:
 
 
 def _execute(program, tests, timeout_s: float, memory_mb: int, entry_point: str | None = None) -> Verdict:
-    """Run in one of this process's workers; ``crashed``, saying why, where none can start.
-
-    A worker that dies during a program is replaced and the program runs once more; an idle
-    worker found dead is replaced without counting.
-    """
+    """Run in one of this process's workers (once more where one dies); ``crashed`` where none can start."""
     started = time.perf_counter()
     mode, prefix = isolation()
     workers = _workers()

@@ -1,7 +1,6 @@
 """What every settings model shares: the strict base, the runtime marker, ``science``, digests.
 
-Every settings model is a :class:`Strict` model; this module imports none of them, so any of
-them can import it.
+Imports no settings model, so any of them can import it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Which jobs of the grid are done, computed by matrixrl from its own result files.
 
-A job is done when its output exists, records the spec digest the job has now, and nothing it
-reads is being recomputed; ``matrixrl run`` hands Snakemake this answer (``--forcerun``). Why a
-job is pending: :data:`REASONS`, in the order checked. docs/architecture.md, "Planning"; what
-reruns what: docs/configuration.md.
+Why a job is pending: :data:`REASONS`. docs/architecture.md, "Planning".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """matrixrl from Python: one study's plan, run, report tables, stored results and figures.
 
-:class:`Study` reads the CLI's SQLite store, ingesting new result files before
-every read; frames carry the cells' axes as columns. Problems a user can fix raise
-``ConfigError`` with a one-line message. docs/api.md documents every method.
+docs/api.md documents every method.
 """
 
 from __future__ import annotations
@@ -55,11 +53,8 @@ def _set_options(sets: Sequence[str] | Mapping[str, Any]) -> list[str]:
 
 
 class Study:
-    """One experiments file's study: its grid, and the results stored for it (docs/api.md).
-
-    Build one with :meth:`load`. ``config`` is the whole grid, ``selected`` the cells
-    ``only`` leaves, which every method reports (comparisons take controls from ``config``).
-    """
+    """One experiments file's study: its grid (``config``), the selected cells and their stored results
+    (docs/api.md)."""
 
     def __init__(
         self, config: Config, selected: Config | None = None, only: Sequence[str] = (), path: str | Path | None = None,
@@ -79,11 +74,8 @@ class Study:
         only: Sequence[str] | Mapping[str, Any] = (),
         set: Sequence[str] | Mapping[str, Any] = (),  # the name of the CLI's --set
     ) -> Study:
-        """Read an experiments file as ``matrixrl report -c PATH --only ... --set ...`` does.
-
-        ``only`` and ``set``: option strings or mappings (docs/api.md, "Loading a study").
-        Raises ConfigError for any problem with the file or the options.
-        """
+        """Read an experiments file as ``matrixrl report -c PATH --only ... --set ...`` does; ConfigError
+        on any problem."""
         only_options, set_options = _only_options(only), _set_options(set)
         config = load_config(path, sets=set_options)
         selected = load_config(path, sets=set_options, only=only_options) if only_options else None
@@ -105,10 +97,7 @@ class Study:
         return Path(self.config.results_dir)
 
     def ingest(self) -> int:
-        """Read new or changed result files into the store (every method below does); returns how many.
-
-        Raises ConfigError when there are no results at all yet.
-        """
+        """Read new or changed result files into the store; returns how many (ConfigError when there are none)."""
         from matrixrl.store import ingest_for_report
 
         return ingest_for_report(self.results_dir)
@@ -116,20 +105,14 @@ class Study:
     # --- the grid ---------------------------------------------------------------------
 
     def cells(self) -> pd.DataFrame:
-        """The selected grid's cells in the grid's order (what `matrixrl plan` lists); reads no results.
-
-        Columns: ``cell``, the axes, one per extra axis, and ``run`` (docs/api.md).
-        """
+        """The selected grid's cells in the grid's order, with their axes and ``run``; reads no results."""
         from matrixrl.report.rows import grid_cells
 
         return grid_cells(self.selected)
 
     def progress(self) -> pd.DataFrame:
-        """How far each selected cell's jobs are, from the result files (what `matrixrl plan` reads).
-
-        Columns: ``cell, run, trained, evaluated, checkpoints, status`` (``done``,
-        ``in progress`` or ``pending``).
-        """
+        """How far each selected cell's jobs are, from the result files: ``cell, run, trained, evaluated,
+        checkpoints, status``."""
         import pandas as pd
 
         from matrixrl import grid as G
@@ -173,10 +156,8 @@ class Study:
         self, cores: int | None = None, *, keep_going: bool = False, profile: str | Path | None = None,
         on_event: Callable | None = None, on_note: Callable[[str], None] | None = None,
     ) -> RunOutcome:
-        """Run the selected grid's pending jobs through Snakemake, as ``matrixrl run`` does
-        (matrixrl.runner.run_grid); returns how it ended. docs/api.md has the callbacks.
-        Raises ``RunLockedError`` while another run holds the results folder.
-        """
+        """Run the selected grid's pending jobs as ``matrixrl run`` does; returns how it ended
+        (RunLockedError if locked)."""
         import os
 
         from matrixrl.runner import run_grid
@@ -195,10 +176,8 @@ class Study:
     # --- report tables ----------------------------------------------------------------
 
     def table(self, name: str = "summary", *, group_by: str | Sequence[str] | None = None, against: str | None = None) -> pd.DataFrame:
-        """One report table: the rows of ``matrixrl report --table NAME --group-by ... --against ...``.
-
-        Raises ConfigError when the table has no rows or an option is wrong (docs/api.md).
-        """
+        """One report table's rows (``matrixrl report --table NAME``); ConfigError when it has none or an
+        option is wrong."""
         from matrixrl.report.tables import load_report_table
 
         frame = load_report_table(self.config, name, _group_by_text(group_by), self._narrowed(), against)
@@ -233,10 +212,7 @@ class Study:
         return self._stored("train_steps", ["step"])
 
     def diagnostics(self, kind: str | Sequence[str] | None = None) -> pd.DataFrame:
-        """Per-role (and per-agent) gradient diagnostics of every update, long format
-        (``step, kind, role, agent, other, value`` after the axes); ``kind`` keeps only
-        that kind or kinds (docs/api.md lists them, docs/design.md §5 defines them).
-        """
+        """Per-role gradient diagnostics of every update, long format, of ``kind`` only where given (docs/api.md)."""
         from matrixrl.results import DIAGNOSTIC_KINDS
 
         kinds = [] if kind is None else [kind] if isinstance(kind, str) else list(kind)

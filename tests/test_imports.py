@@ -279,3 +279,21 @@ def test_no_bench_script_shadows_a_standard_module():
     bench = Path(__file__).resolve().parent.parent / "bench"
     shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
     assert shadowing == [], f"rename {shadowing}: they shadow standard modules for every bench script"
+
+
+def test_a_replan_loads_no_numpy() -> None:
+    """A warm `matrixrl plan` (design lines cached) imports no numpy: tasks and workflows import it
+    where they draw problems, not to annotate ``rng`` (docs/performance.md)."""
+    import subprocess
+    import sys
+
+    repo = PACKAGE.parent
+    probe = (
+        "import sys\n"
+        "from matrixrl.study import Study\n"
+        f"study = Study.load({str(repo / 'experiments.yaml')!r}, only=[], set=[])\n"
+        "study.selected\n"
+        "print('loaded:', *sorted(m for m in ('numpy', 'pandas', 'scipy') if m in sys.modules), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=repo)
+    assert proc.stderr.split("loaded:")[-1].split() == []

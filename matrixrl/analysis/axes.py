@@ -1,7 +1,6 @@
 """Which columns of a per-cell frame are axes: the five fixed ones, then the extra axes.
 
-An extra axis is a column named by its dotted key (``train.lr``); a cell the axis does not affect
-has None there.
+An extra axis is None where it leaves a cell alone.
 """
 
 from __future__ import annotations

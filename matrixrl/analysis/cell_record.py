@@ -1,9 +1,6 @@
 """One record per cell: everything the report tables need, from that cell's rows alone.
 
-A record depends only on the cell's evaluations, role metrics, gradient diagnostics,
-policy mode and the ``analysis:`` settings, so the store caches it per cell
-(``matrixrl.report.records``); every table is built from :func:`records_frame`. A cell
-without a base (step 0) evaluation has no curve fields yet.
+Cached per cell in the store (matrixrl.report.records); docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations
@@ -49,11 +46,7 @@ _DTYPES = {
 
 
 def role_accuracies(role_rows: pd.DataFrame, steps: dict[str, int]) -> dict[str, float | None]:
-    """``{role}_{metric}_{at}`` for one cell's eval-time role metrics (``step, role, metric, value``).
-
-    ``steps`` maps ``base``/``peak``/``final`` to checkpoint steps; a value missing
-    at that step is None.
-    """
+    """``{role}_{metric}_{at}`` for one cell's eval-time role metrics at the ``steps`` named (None where missing)."""
     out: dict[str, float | None] = {}
     by_role: dict[tuple[str, str], dict[int, float]] = {}
     columns = (role_rows[c].tolist() for c in ("role", "metric", "step", "value"))
@@ -98,12 +91,7 @@ def logp_gap(train_roles: pd.DataFrame) -> dict[str, float | None]:
 def training_part(
     policy: str | None, diagnostics: pd.DataFrame, train_roles: pd.DataFrame | None = None
 ) -> dict:
-    """What a cell's record takes from its training alone (JSON-able), so that it can be kept
-    while the cell's evaluations come in: the diagnostics summary, the mechanism's signal
-    at every update, and the interventions' per-step role metrics.
-
-    ``diagnostics`` and ``train_roles`` as for :func:`cell_record`.
-    """
+    """What a cell's record takes from its training alone (JSON-able), kept while its evaluations come in."""
     shares = share_table(diagnostics) if not diagnostics.empty else pd.DataFrame()
     summary = cell_diagnostics(diagnostics, shares) if not diagnostics.empty else {}
     signal = signal_of(diagnostics, policy, summary.get("dominant_role"), shares) if policy else None
@@ -161,13 +149,8 @@ def cell_record(
     analysis: Analysis,
     train_roles: pd.DataFrame | None = None,
 ) -> dict:
-    """One cell's record (JSON-able: numbers, strings, booleans, None).
-
-    ``evals``: ``step, accuracy, n``; ``roles``: eval-time ``step, role, metric,
-    value``; ``diagnostics``: the cell's gradient diagnostics rows (may be empty);
-    ``train_roles``: training-time role metrics (the interventions' KL and damper scale, the
-    log-probability gap).
-    """
+    """One cell's record (JSON-able) from its ``evals``, eval-time ``roles``, ``diagnostics`` and
+    ``train_roles`` rows."""
     return record_of(training_part(policy, diagnostics, train_roles), evals, roles, analysis)
 
 
@@ -182,11 +165,7 @@ def rows_of_cells(frame: pd.DataFrame, runs: Mapping[str, str]) -> pd.DataFrame:
 
 
 def records_frame(records: Mapping[str, dict], cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell of ``cells`` (``cell`` + its axes, in its order) that has a record.
-
-    Columns: ``cell``, the axes (extra axes too), every record field; typed (nullable ints and booleans
-    where a field can be missing).
-    """
+    """One typed row per cell of ``cells`` that has a record: ``cell``, the axes, every record field."""
     return per_cell_rows(records, cells).frame()
 
 

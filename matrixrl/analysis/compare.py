@@ -1,8 +1,6 @@
 """Comparisons between policy modes, and against the single-agent control (docs/design.md §4).
 
-Rows ``isolated - shared`` and ``WORKFLOW - single``, cells paired by seed, each metric's mean
-paired difference with its Student-t interval (two pairs or more). The rows and columns:
-docs/report.md, "The tables and their columns" (``compare``).
+The rows and columns: docs/report.md, "The tables and their columns" (``compare``).
 """
 
 from __future__ import annotations
@@ -25,11 +23,7 @@ COMPARE_COLUMNS = [
 
 
 def paired_row(treated: pd.DataFrame, control: pd.DataFrame, confidence: float) -> dict:
-    """Mean paired difference (treated − control) per metric over the seeds both have.
-
-    Both frames: one row per seed with ``seed, peak, final, gain, cliff`` and ``signature``
-    (without it the collapse rate's difference is missing).
-    """
+    """Mean paired difference (treated − control) per metric over the seeds both frames have."""
     a, b = _by_seed(treated), _by_seed(control)
     seeds = [seed for seed in a if seed in b]
     row: dict = {"n_pairs": len(seeds)}
@@ -54,12 +48,8 @@ def _listed(cells: pd.DataFrame | list[dict], column: str) -> list:
 
 
 def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """The built-in comparison rows (``COMPARE_COLUMNS``, extra axes after ``policy``) that
-    ``per_cell`` has cells for.
-
-    Cells are paired on every other axis; a ``single`` control that an extra axis does not
-    affect is the control of every value. Rows with no seed in common are left out.
-    """
+    """The built-in comparison rows (``COMPARE_COLUMNS``) that ``per_cell`` has cells for, paired on every
+    other axis."""
     per_cell = PerCell.of(per_cell)
     extra = extra_axes(per_cell.columns)
     keys = ["workflow", "task", "scale", "policy", *extra]
@@ -93,11 +83,8 @@ def compare_table(per_cell: PerCell | pd.DataFrame, confidence: float = 0.95) ->
 
 
 def against_table(per_cell: pd.DataFrame, axis: str, control, confidence: float = 0.95) -> pd.DataFrame:
-    """Each value of ``axis`` against its ``control`` value (``compare --against AXIS=VALUE``): a row
-    per value and combination of the other axes (the seed aside) with cells of both, paired as in
-    :func:`compare_table`, plus ``amplification_diff`` (``AGAINST_COLUMNS``). Cells the axis does
-    not affect are not compared.
-    """
+    """Each value of ``axis`` against its ``control`` value (``compare --against AXIS=VALUE``), paired as in
+    :func:`compare_table`."""
     extra = extra_axes(per_cell.columns)
     keys = [a for a in ["workflow", "task", "scale", "policy", *extra] if a != axis]
     values = ["seed", "peak", "final", "gain", "cliff"]

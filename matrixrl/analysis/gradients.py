@@ -1,8 +1,6 @@
 """Per-cell summaries of the per-update gradient diagnostics (docs/design.md §5).
 
-Input: the long rows of ``gradient_diagnostics`` with ``cell`` and ``step`` columns. An update
-without any gradient (every advantage zero) stores a share of 0 for every role and is left out
-of share and norm averages.
+Updates without any gradient are left out of share and norm averages.
 """
 
 from __future__ import annotations
@@ -28,12 +26,7 @@ def share_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_diagnostics(frame: pd.DataFrame, shares: pd.DataFrame | None = None) -> dict:
-    """One cell's diagnostics summary (missing values are ``None``): ``dominant_role`` and
-    ``dominant_share`` (ties to the name that sorts first), ``amplified_role`` with
-    ``amplification_mean``/``_max``, ``{role}_amp_mean``/``_max`` and ``{role}_norm_ratio``
-    (missing for every role when the smallest role's mean norm is 0); docs/report.md
-    (``diagnostics``) defines them. ``shares``: the cell's :func:`share_table`, if computed.
-    """
+    """One cell's diagnostics summary, None where missing; docs/report.md (``diagnostics``) defines the fields."""
     row: dict = {
         "dominant_role": None,
         "dominant_share": None,
@@ -69,12 +62,8 @@ def cell_diagnostics(frame: pd.DataFrame, shares: pd.DataFrame | None = None) ->
 
 
 def summarize_diagnostics(rows_per_step: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell (sorted) with the ``SUMMARY_COLUMNS`` of :func:`cell_diagnostics`.
-
-    "Missing" means ``pd.isna(value)`` is true: NaN in the float columns, and in
-    the role columns whatever missing marker the installed pandas stores for a
-    ``None`` (NaN under pandas 3's string dtype), so test with ``pd.isna``.
-    """
+    """One row per cell (sorted) with the ``SUMMARY_COLUMNS`` of :func:`cell_diagnostics`; test missing with
+    ``pd.isna``."""
     if rows_per_step.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     out = [{"cell": cell, **cell_diagnostics(frame)} for cell, frame in rows_per_step.groupby("cell", sort=True)]

@@ -1,11 +1,7 @@
 """The mechanism test (docs/design.md §5): does the claimed signal rise before a cliff?
 
-Per cell, a signal per training update (``isolated``: the largest amplification among roles with
-several agents; ``shared``: the share of the role with the highest mean share over the run, 0
-where it did not act, updates without gradient skipped), its baseline, when its trailing mean
-first rises above it, and a verdict against the cliff. The definitions: docs/report.md, the
-``mechanism`` table. ``rise_step`` is 1-based, as stored; ``change`` is missing where the
-baseline is 0.
+The signal, its baseline and the verdict: docs/report.md, the ``mechanism`` table. ``rise_step`` is 1-based,
+as stored.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The memory table: accuracy under each memory mode, and its difference from ``none``.
-
-One row per (workflow, task, scale, policy, extra axes) and memory mode, over the cells'
-seeds; the columns are docs/report.md's (``memory``), the modes docs/memcollab.md's.
-"""
+"""The memory table: accuracy under each memory mode, and its difference from ``none`` (docs/report.md, ``memory``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Across seeds: the mean and a confidence interval of each per-cell figure (docs/design.md §4).
+"""Across seeds: the mean and a Student-t interval of each per-cell figure (docs/design.md §4).
 
-The interval is Student-t's, not clipped to [0, 1]; one seed gives none (NaN). Why:
-docs/report.md (``seeds``). The quantile comes from ``scipy.special.stdtrit`` (``scipy.stats``
-takes a second to import).
+Why Student-t, unclipped: docs/report.md (``seeds``).
 """
 
 from __future__ import annotations

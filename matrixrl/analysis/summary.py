@@ -1,8 +1,4 @@
-"""The per-cell tables of ``matrixrl report`` (docs/design.md §4, §5): summary and diagnostics.
-
-Both select columns from the per-cell frame of :mod:`matrixrl.analysis.cell_record`; the
-columns are docs/report.md's ("The tables and their columns").
-"""
+"""The per-cell tables of ``matrixrl report`` (docs/design.md §4, §5): summary and diagnostics (docs/report.md)."""
 
 from __future__ import annotations
 

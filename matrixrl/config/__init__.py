@@ -1,7 +1,6 @@
 """experiments.yaml: its schema, reading it with overrides, and one-line errors.
 
-``schema`` (the models), ``load`` (``load_config``), ``messages`` (a pydantic error as one line);
-``Strict``, ``RUNTIME``, ``science`` and the errors are re-exported here.
+``schema``, ``load`` and ``messages``; ``Strict``, ``RUNTIME``, ``science`` and the errors are re-exported.
 """
 
 from matrixrl.config.load import apply_only, apply_set, load_config, parse_only, parse_set, validate

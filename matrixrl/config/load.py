@@ -1,7 +1,6 @@
 """Reading an experiments file: YAML, ``--set`` and ``--only``, validation, paths.
 
-:func:`load_config` applies the overrides to the raw data, validates it and resolves the paths
-the file names relative to itself; every problem is a one-line ``ConfigError``.
+Every problem is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations

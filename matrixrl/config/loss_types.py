@@ -1,7 +1,6 @@
 """``train.loss_type``'s registry: every loss's name (TRL 1.16's) and the settings it refuses.
 
-The loss functions live in matrixrl.train.losses under the same names, in the same order
-(tests/test_losses.py); nothing here imports torch (docs/extending.md, "A loss").
+Imports no torch; the functions are matrixrl.train.losses's, in the same order (docs/extending.md, "A loss").
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Extra grid axes: any setting, by its dotted key, with a list of values.
+"""Extra grid axes: any setting, by its dotted key, with a list of values (docs/sweeps.md).
 
-Each value is checked as ``--set KEY=VALUE`` would be (:func:`with_settings`), the first
-problem one line naming ``grid.KEY``. Only settings a cell computes from can be axes
-(docs/sweeps.md); which cells an axis multiplies is ``matrixrl.grid``'s business.
+Each value is checked as ``--set KEY=VALUE`` would be; the first problem is one line naming ``grid.KEY``.
 """
 
 from __future__ import annotations

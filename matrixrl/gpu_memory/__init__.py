@@ -1,9 +1,6 @@
 """The GPU memory of one training or evaluation job at its peak, estimated before it starts.
 
-``plan`` shows, per hf scale, the largest training and evaluation job and the GPU they will get;
-``plan`` and ``run`` refuse a job whose estimate exceeds that GPU (``refusals``). Nothing is
-loaded and torch is not imported: the shapes come from the model's config.json. Bytes in every
-breakdown, GiB (2^30 bytes) in every line printed. docs/real-models.md, "Memory of one job".
+No torch, no weights: shapes from config.json. docs/real-models.md, "Memory of one job".
 """
 
 from matrixrl.gpu_memory.budget import GpuBudget, gpu_budget

@@ -1,7 +1,6 @@
 """A cell's model as its jobs hold it: bytes per parameter, token and row, from its config.json.
 
-The shapes come from the model's config.json (``matrixrl.disk``); what each part of a job's
-memory holds: docs/real-models.md, "The parts of an estimate".
+docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The peak memory of a training or evaluation job: each phase's parts in bytes, and the largest.
 
-A job's peak is its largest phase: a ``generate`` call's prefill or last decoding step, an
-agent's micro-batch in its set's update, the diagnostics' dot products, the damper, or the
-optimizer step. What each of ``PARTS`` holds, the update's worst-case assumptions, memory jobs
-and what is not counted: docs/real-models.md, "The parts of an estimate".
+What each of ``PARTS`` holds and what is not counted: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """What a workflow asks of the model: its ``generate`` calls and agents' turns, in rows and tokens.
 
-Every reply runs to its ``max_new_tokens`` and a prompt is as long as its batch's longest: the
-worst case a job can meet, so that a refusal is never too late. The assumptions, each with the
-constant it rests on: docs/real-models.md, "The parts of an estimate".
+The worst case a job can meet; its assumptions: docs/real-models.md, "The parts of an estimate".
 """
 
 from __future__ import annotations
@@ -96,11 +94,8 @@ def eval_opt_rounds(spec) -> int:
 
 
 def workflow_plan(spec, episodes: int, problems: int, reply: int, prompt=None) -> tuple[list[Call], list[Agent]]:
-    """The ``generate`` calls (whole stages, before chunking) and the agents of a batch of
-    ``episodes`` rollouts of ``problems`` distinct problems, replies of ``reply`` tokens.
-
-    ``prompt``: kind → tokens of its longest prompt, where known (measured); else computed.
-    """
+    """The ``generate`` calls and agents of a batch of ``episodes`` rollouts of ``problems`` problems,
+    ``reply`` tokens each."""
     workflow = spec.cell.workflow
     n = spec.workflow.get("n_votes") or spec.workflow.get("n_workers") or 3
 
@@ -178,14 +173,9 @@ def distill_prompt_tokens(spec) -> int:
 
 
 def memory_calls(spec, job: str) -> tuple[list[Call], int, str]:
-    """A memory job's ``generate`` calls (chunks of at most ``spec.batch_size`` rows), the new
-    tokens of each reply and the chooser (``model.SAMPLING_BYTES``) of ``spec`` (a CollectSpec,
-    LabelSpec or DistillSpec of matrixrl.memory.specs).
+    """A memory job's ``generate`` calls (chunks of ``spec.batch_size`` rows), reply tokens and chooser.
 
-    - collect: each building problem's generator prompt, ``samples`` times side by side (one
-      distinct prompt per problem), greedy at temperature 0 and keyed sampling above;
-    - label: each building and evaluation problem once, greedy;
-    - distill: one pair per building problem at most, greedy.
+    docs/real-models.md, "The parts of an estimate".
     """
     batch = spec.batch_size
     if job == "collect":

@@ -1,8 +1,6 @@
-"""``python -m matrixrl.jobs KIND SPEC ARGS``: a job's process entry.
+"""``python -m matrixrl.jobs KIND SPEC ARGS``: a job's process entry, for running one job by hand.
 
-The Snakefile runs these jobs in children of a pre-imported fork server
-(matrixrl/jobs/forked.py), which call ``run`` with the same arguments (a job's
-``Job.argv()``, matrixrl.dag); the command line stays for running one job by hand.
+The Snakefile's jobs call the same ``run`` in children of the job server (matrixrl/jobs/forked.py).
 """
 
 from __future__ import annotations

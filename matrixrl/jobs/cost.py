@@ -1,8 +1,4 @@
-"""What a job cost: its wall time, device, peak memory and tokens generated (a result's ``cost``).
-
-A job starts a :class:`Meter` and asks it for the :class:`Cost` to write into its result: peak
-resident set (``ru_maxrss``) and, on a GPU, torch's peak allocated memory. No CUDA starts here.
-"""
+"""What a job cost: its wall time, device, peak memory and tokens generated (a result's ``cost``)."""
 
 from __future__ import annotations
 

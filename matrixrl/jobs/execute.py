@@ -1,8 +1,4 @@
-"""Running one job of the graph (matrixrl.dag): forked from the job server, or in this process.
-
-Either way the function its kind names does the work, as ``function(spec, *args, log=...)``
-(matrixrl.dag.call).
-"""
+"""Running one job of the graph (matrixrl.dag): forked from the job server, or in this process."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Run a training, evaluation, memory or warm-start job in its own process, forked from a pre-imported server.
 
-The rules that load a model ask a job server, which imported the job modules once, to fork a
-child per job with the asking process's environment and folder. A server lingers
-:data:`LINGER_ENV` seconds and is reused only where it would import what a fresh one would
-(:func:`server_key`). docs/architecture.md, "Why jobs do not start their own Python".
+docs/architecture.md, "Why jobs do not start their own Python".
 """
 
 from __future__ import annotations
@@ -79,12 +76,8 @@ class JobServerError(RuntimeError):
 
 
 def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> None:
-    """Run ``python -m matrixrl.jobs ARGV...`` in a child of the job server; raise JobFailed unless it exits 0.
-
-    ``argv`` is the command line a shell rule would pass (``RULE SPEC_JSON PATHS...``);
-    ``name`` (a cell id or scale) goes into the process title. The child's output goes
-    to ``log_path``, appended to with ``append`` (a resumed training continues its log).
-    """
+    """Run ``python -m matrixrl.jobs ARGV...`` in a child of the job server, its output to ``log_path``;
+    JobFailed unless it exits 0."""
     title = f"matrixrl.jobs {argv[0]} {name}"
     request = {"op": "run", "argv": argv, "title": title, "log_path": log_path, "append": append}
     try:
@@ -99,11 +92,7 @@ def run_job(argv: list[str], name: str, log_path: str, append: bool = False) -> 
 
 
 def run_in_server(request: dict, preload: list[str] | None = None) -> int:
-    """Send a ``run`` request (``request`` plus this process's cwd and environment); wait for its exit code.
-
-    Safe from any thread; the child dies when this process does. ``preload`` overrides
-    :data:`PRELOAD`.
-    """
+    """Send a ``run`` request with this process's cwd and environment; wait for its exit code (safe from any thread)."""
     env = dict(os.environ)
     request = {**request, "cwd": os.getcwd(), "env": env}
     for _ in range(3):  # a stale server (its code changed) or one that just ended: start another
@@ -121,11 +110,8 @@ def run_in_server(request: dict, preload: list[str] | None = None) -> int:
 
 
 def signal_jobs(pgid: int, signum: int) -> int:
-    """Send ``signum`` to every job that a process of group ``pgid`` asked any live job server of this user for.
-
-    Called wherever a run's process group is signalled (matrixrl/snake/process.py):
-    the jobs are the server's children, not in that group. Returns how many got it.
-    """
+    """Send ``signum`` to every job a process of group ``pgid`` asked this user's live job servers for;
+    returns how many."""
     sent = 0
     for path in _socket_dir().glob("*.sock"):
         with contextlib.suppress(OSError, ValueError):

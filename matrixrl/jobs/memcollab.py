@@ -1,8 +1,6 @@
 """The memory jobs (collect, label, distill, bank) and a memory's prompt guides (Guide, TrainingGuide).
 
-Each job writes one result file (specs: matrixrl.memcollab.specs). :class:`Guide` and
-:class:`TrainingGuide` are the prompt guides evaluation and training apply. docs/memcollab.md,
-"The jobs".
+docs/memcollab.md, "The jobs".
 """
 
 from __future__ import annotations

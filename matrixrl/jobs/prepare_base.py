@@ -1,7 +1,4 @@
-"""prepare_base: a scale's base model, warm-started (tiny) or checked to load (hf).
-
-A tiny scale is built and warm-started on every task's role formats; an hf scale's
-model and tokenizer are only checked to load (the model is used as it is)."""
+"""prepare_base: a scale's base model, warm-started (tiny) or checked to load (hf)."""
 
 from __future__ import annotations
 

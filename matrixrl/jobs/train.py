@@ -1,8 +1,6 @@
 """train: GRPO-train one cell from its scale's base model (resuming if interrupted).
 
-A cell whose scale or labeller runs on a GPU claims one GPU for the whole job
-(``models.devices.claimed_gpu``); a cell trained with a memory gets a
-``jobs.memcollab.TrainingGuide`` for the trainer, which knows nothing of memory.
+A GPU cell claims one GPU for the whole job (``models.devices.claimed_gpu``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """MemCollab memory (arXiv 2603.23234): constraints distilled from contrasting trajectories.
 
-The pure core: texts and records in, texts and records out, no model. The method, the modes and
-every choice where the paper is silent: docs/memcollab.md.
+The pure core, no model; the method and its choices: docs/memcollab.md.
 """
 
 from matrixrl.memcollab.data import Entry, Label, Pair, Trajectory

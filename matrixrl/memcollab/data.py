@@ -1,8 +1,4 @@
-"""The memory's records: trajectories, the pairs a distiller reads, labels, entries.
-
-Each is a frozen dataclass with ``to_dict`` / ``from_dict``: every memory job writes
-its results as JSON, and a record read back equals the one written.
-"""
+"""The memory's records: trajectories, the pairs a distiller reads, labels, entries (JSON round-trips)."""
 
 from __future__ import annotations
 
@@ -27,11 +23,7 @@ def _checked(cls, data: Any) -> dict:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """One model's attempt at one problem.
-
-    ``model`` is the scale's name; ``answer`` what the prompt style read from ``completion``;
-    ``sample`` its index among the model's attempts at the problem.
-    """
+    """One model's attempt at one problem (``sample``: its index among that model's attempts)."""
 
     problem_id: str
     question: str
@@ -52,11 +44,7 @@ class Trajectory:
 
 @dataclass(frozen=True)
 class Pair:
-    """What one distillation reads: a problem and one or two of its trajectories.
-
-    ``preferred`` is always a correct trajectory and ``rejected`` an incorrect one; a contrast
-    pair has both, a single trajectory sits on the side its outcome puts it (``Pair.single``).
-    """
+    """What one distillation reads: a problem and a preferred (correct) and/or rejected (incorrect) trajectory."""
 
     problem_id: str
     question: str
@@ -121,11 +109,7 @@ class Label:
 
 @dataclass(frozen=True)
 class Entry:
-    """One distilled constraint and where it came from.
-
-    ``problem_id`` / ``question`` / ``label``: its source problem; ``models``: whose trajectories
-    it came from; ``distiller``: the digest of the distiller's messages (``prompt_digest``).
-    """
+    """One distilled constraint and where it came from: its source problem, models and distiller digest."""
 
     text: str
     problem_id: str

@@ -1,8 +1,6 @@
 """Distillation: the distiller's prompt for a pair, and reading its constraints back.
 
-:func:`distiller_messages` asks for at most ``max_entries`` constraints; :func:`parse_entries`
-never raises, counting each line it drops under ``DROP_REASONS``. The rules, and what a 135M
-distiller does with them: docs/memcollab.md, "Distillation and what is kept".
+docs/memcollab.md, "Distillation and what is kept".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Task labels: each problem's (category, subcategory), from a fixed taxonomy per family.
 
-The labeller picks a numbered option of ``TAXONOMY[family]`` (the last ``other / other``);
-``parse_label`` never raises. Why a taxonomy, and how a reply is read: docs/memcollab.md,
-"Labels".
+docs/memcollab.md, "Labels".
 """
 
 from __future__ import annotations

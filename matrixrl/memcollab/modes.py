@@ -1,8 +1,4 @@
-"""The memory modes: which trajectories each one needs and which pairs it distils.
-
-Every mode distils at most one pair per source problem, in the order the problems first appear;
-collections are keyed by (model, samples). The modes: docs/memcollab.md.
-"""
+"""The memory modes: which trajectories each one needs and which pairs it distils (docs/memcollab.md)."""
 
 from __future__ import annotations
 

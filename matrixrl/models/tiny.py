@@ -1,8 +1,4 @@
-"""Tiny Qwen3-architecture causal LMs with a character-level tokenizer, built locally.
-
-The CPU scales: ``Qwen3ForCausalLM``, a few layers wide, over a ~100-symbol vocabulary of
-printable ASCII, saved and loaded as any checkpoint folder.
-"""
+"""Tiny Qwen3-architecture causal LMs with a character-level tokenizer, built locally (the CPU scales)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The library versions matrixrl needs, and the guard where a wrong one would fail silently.
-
-``REQUIRED`` holds each range with its reason (pyproject.toml states the same);
-:func:`check_kv_cache_kept` stops decoding where a model's forward drops its KV cache.
-"""
+"""The library versions matrixrl needs, and the guard where a wrong one would fail silently."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The report: tables built from the store (``tables``) and rendered (``formats``).
 
-Every table is one entry of ``TABLES``, from which the CLI, the HTML page and ``Study.tables``
-derive (docs/extending.md). No pandas here: a builder is imported when its table is first built.
+No pandas here: a builder is imported when its table is first built.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Which columns a report table shows: a short default that answers its question, all on request.
 
-The axes come first; reading formats join some (``peak@step``, ``X±ci``), for which csv and
-json keep the parts. docs/report.md, "Which columns".
+docs/report.md, "Which columns".
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Rendering one report table: a rich table, csv, markdown, latex or json.
-
-``table``, ``markdown`` and ``latex`` are for reading (3 decimals), ``csv`` and ``json`` for
-programs (full precision); the ``table`` format never cuts a value. docs/report.md has the rules.
-"""
+"""Rendering one report table: a rich table, csv, markdown, latex or json (docs/report.md has the rules)."""
 
 from __future__ import annotations
 

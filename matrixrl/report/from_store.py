@@ -1,9 +1,4 @@
-"""The memory and cost tables: built from the store's own rows, not from the per-cell records.
-
-The memory table reads the store's memory evaluations and, for ``none``, its ordinary
-evaluations, those computed under the current specs; the cost table the stored results'
-job costs and the base models' result files.
-"""
+"""The memory and cost tables: built from the store's own rows, not from the per-cell records."""
 
 from __future__ import annotations
 

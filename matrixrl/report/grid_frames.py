@@ -1,9 +1,4 @@
-"""The grid as the tables see it: its cells and runs as frames, a selection, rows in order.
-
-The grid's frames are computed once per config (a validated config never changes).
-Rows are sorted stably by workflow, task, scale, policy, seed — the ``group_by``
-axes first — each axis in the order experiments.yaml lists its values.
-"""
+"""The grid as the tables see it: its cells and runs as frames, a selection, rows in order."""
 
 from __future__ import annotations
 

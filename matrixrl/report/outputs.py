@@ -1,8 +1,4 @@
-"""Where a command may write a path the user named: anywhere but over what the study reads.
-
-A path over the experiments file, a task's data, an hf scale's folder or what matrixrl keeps
-under ``results_dir`` is refused before anything is computed.
-"""
+"""Where a command may write a path the user named: anywhere but over what the study reads."""
 
 from __future__ import annotations
 

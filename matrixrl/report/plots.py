@@ -1,8 +1,6 @@
 """PNG figures of a study: learning curves (one figure per task), and one cell's gradient diagnostics.
 
-Plain ``matplotlib.figure.Figure`` objects, without pyplot state; ``png_bytes`` renders one.
-Peaks and cliffs are the numbers of ``matrixrl report``. What each figure shows:
-docs/report.md, "Plots and the HTML report".
+What each figure shows: docs/report.md, "Plots and the HTML report".
 """
 
 from __future__ import annotations
@@ -76,11 +74,7 @@ class PlotData:
 
 
 def load_study(config: Config) -> PlotData:
-    """Ingest new result files into the store and read the grid's rows back: those
-    computed under each cell's current spec (as ``matrixrl report``'s tables).
-
-    Raises ``ConfigError`` (a user error) when there is nothing to plot yet.
-    """
+    """Ingest new result files and read the grid's current rows back; ConfigError when there is nothing to plot."""
     from matrixrl.report.rows import grid_cells, nothing_stored, stored_rows
     from matrixrl.report.rows import current_specs
     from matrixrl.store import ingest_for_report
@@ -105,12 +99,10 @@ def cliff_cells(study: PlotData) -> list[str]:
 def study_figures(
     study: PlotData, diagnostics_cells: Sequence[str] = (), line_by: str = "policy", *, options: tuple[str, str] = ("--cell", "--lines")
 ) -> dict[str, Figure]:
-    """The learning curves of every task (a line per value of ``line_by``), then the
-    diagnostics of each cell asked for.
+    """The learning curves of every task (a line per value of ``line_by``), then each asked cell's
+    diagnostics.
 
-    A cell that is not in the grid, or that has no diagnostics stored yet, or a
-    ``line_by`` that is not the policy axis or an extra axis, is a user error
-    (``ConfigError`` naming ``options``: what the caller calls the cells and the axis).
+    An unknown cell, a cell without diagnostics or a bad ``line_by`` is a ConfigError naming ``options``.
     """
     check_line_by(study, line_by, options[1])
     check_diagnostics_cells(study, diagnostics_cells, options[0])
@@ -148,12 +140,8 @@ def check_diagnostics_cells(study: PlotData, cells: Sequence[str], option: str =
 def learning_curve_figures(
     cells: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis, line_by: str = "policy", tasks: Sequence[str] | None = None
 ) -> dict[str, Figure]:
-    """One learning-curve figure per task of ``cells`` (``cell`` and the grid axes, in grid order),
-    a panel per (workflow, scale), from ``evals`` (the store's evaluations).
-
-    A colour per value of ``line_by``. Returns ``{curves_name(task): figure}`` in the grid's
-    task order; ``tasks``: of these tasks only.
-    """
+    """``{curves_name(task): figure}``: a panel per (workflow, scale), a colour per value of ``line_by``, in
+    grid order."""
     from matplotlib.figure import Figure
 
     evals = evals[evals["cell"].isin(cells["cell"])]
@@ -293,11 +281,8 @@ def _curve_legend(styles: Sequence[_LineStyle], by_two: bool = False) -> list:
 
 
 def diagnostics_figure(cell: str, diagnostics: pd.DataFrame, evals: pd.DataFrame, analysis: Analysis) -> Figure:
-    """One cell's per-role gradient norm, share and amplification at every update.
-
-    From the store's long diagnostics rows and its evaluations (for the peak and cliff
-    onset). Raises ``ValueError`` if the cell has no ``role_norm`` rows.
-    """
+    """One cell's per-role gradient norm, share and amplification at every update; ValueError without
+    ``role_norm`` rows."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 

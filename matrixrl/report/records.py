@@ -1,7 +1,6 @@
 """The per-cell records every table is built from, cached in the store under their inputs' key.
 
-A record depends only on its cell's stored results, the ``analysis:`` settings and
-:data:`RECORD_VERSION`; its training part is cached apart. docs/architecture.md, "Reports at scale".
+docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations
@@ -42,12 +41,7 @@ def compute_records(
     parts: Mapping[str, Sequence[tuple[str, str]]] | None = None,
     trainings: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
-    """Fresh records of ``cells`` (``{cell: policy}``) from their stored rows.
-
-    ``parts`` (``{cell: [(part, digest), ...]}``, from ``Store.input_digests``): the
-    results each record is computed from; other stored rows are left out.
-    ``trainings``: ``{cell: training part}`` known already; the parts computed here are added.
-    """
+    """Fresh records of ``cells`` (``{cell: policy}``) from the stored rows ``parts`` names; adds to ``trainings``."""
     trainings = {} if trainings is None else trainings
     ids = list(cells)
     untrained = [cell for cell in ids if cell not in trainings]
@@ -94,13 +88,7 @@ def training_cache_key(parts: Sequence[tuple[str, str]], policy: str, settings: 
 def cell_records(
     store: Store, cells: pd.DataFrame, config: Config, current: Mapping[str, tuple[str, str]] | None = None
 ) -> dict[str, dict]:
-    """The records of every cell of ``cells`` (``cell`` + AXES) with stored results.
-
-    ``current`` (``rows.current_specs``): each cell's spec digests; a record is then
-    computed from the results computed under them only (all stored results if None).
-    Cached records are reused while their cache key matches; the others are recomputed and
-    cached, reusing a cell's cached training part when its training is the same.
-    """
+    """The records of every cell of ``cells`` with stored results, cached ones reused while their key matches."""
     inputs = store.input_keys(cells["cell"].tolist(), current)
     # Every analysis setting a record depends on (the interval level only enters the aggregates).
     settings = config.analysis.model_dump(exclude={"confidence"})

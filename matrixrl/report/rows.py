@@ -1,8 +1,6 @@
 """A study's stored rows, as the report reads them: one copy per grid cell, current results only.
 
-A cell that is another cell's run gets that run's rows under its own id; only results
-computed under each run's current spec are kept (:func:`current_specs`). Nothing here
-ingests: call ``matrixrl.store.ingest_for_report`` first.
+Nothing here ingests: call ``matrixrl.store.ingest_for_report`` first.
 """
 
 from __future__ import annotations

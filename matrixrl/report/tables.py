@@ -1,7 +1,6 @@
 """The tables of ``matrixrl report``, built from the store with a per-cell cache.
 
-Every table aggregates one cached record per cell (docs/architecture.md, "Reports at scale");
-only results computed under a cell's current spec are reported (``rows.current_specs``).
+docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """``python -m matrixrl.snake``: Snakemake's dry-run in a fresh process, the one ``pending_jobs`` starts.
 
-``python -m matrixrl.snake CONFIGFILE WORKDIR [STALE...]`` prints the JSON list of the pending
-jobs on stdout (matrixrl.snake.command.pending_jobs reads it).
+Prints the JSON list of the pending jobs on stdout.
 """
 
 import json

@@ -1,8 +1,6 @@
 """Snakemake's command line and environment: the config it reads, its dry-runs for `plan`.
 
-matrixrl hands Snakemake the resolved config as a ``--configfile`` and runs it as a CLI
-subprocess; dry-runs use the Python API in a fresh subprocess (``python -m matrixrl.snake``),
-since one process must not evaluate two DAGs (the second answer comes back stale).
+Dry-runs run in a fresh subprocess: one process must not evaluate two DAGs (the second comes back stale).
 """
 
 from __future__ import annotations
@@ -32,12 +30,7 @@ def write_configfile(config: Config, path: Path) -> Path:
 
 
 def job_environment() -> dict[str, str]:
-    """The environment of Snakemake and its jobs.
-
-    One code version per run (docs/faults.md): ``PYTHONSAFEPATH`` keeps the current folder off
-    every path, and where this matrixrl is not the one they would find anyway, its folder goes
-    first on ``PYTHONPATH``.
-    """
+    """The environment of Snakemake and its jobs: one code version per run (docs/faults.md)."""
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -89,8 +82,7 @@ matrixrl.status decides what is stale and the run names it with ``--forcerun``
 def pending_jobs(config: Config, workdir: Path, stale: list[str] = ()) -> list[dict]:
     """Jobs a run would execute now, by Snakemake's own dry-run: ``[{"rule": ..., "wildcards": {...}}]``.
 
-    ``stale``: the outputs the run names with ``--forcerun``. Planning does without this
-    (matrixrl.status answers the same; the tests compare the two). ``workdir`` must exist.
+    ``stale``: the outputs named with ``--forcerun``; ``workdir`` must exist.
     """
     with tempfile.TemporaryDirectory() as tmp:
         configfile = write_configfile(config, Path(tmp) / "config.yaml")
@@ -146,12 +138,8 @@ def dry_run_in_this_process(configfile: Path, workdir: Path, stale: list[str] = 
 def snakemake_command(
     config: Config, configfile: Path, cores: int, extra: list[str], gpus: int | None = None, stale: list[str] = ()
 ) -> list[str]:
-    """The Snakemake command line of a run. ``gpus``: the machine's GPU count for a local run;
-    ``stale``: outputs to recompute although they exist (:data:`RERUN_TRIGGERS`).
-
-    A local run always passes ``--resources gpu=N`` (an unset limit means unlimited); cluster runs
-    pass None, since a limit of 0 would strip their requests (docs/real-models.md, "GPUs").
-    """
+    """The Snakemake command line of a run; ``gpus``: the local GPU count (None for a cluster run),
+    ``stale``: outputs to recompute."""
     resources = ["--resources", f"gpu={gpus}"] if gpus is not None else []
     return [
         sys.executable,

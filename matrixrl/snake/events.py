@@ -26,12 +26,7 @@ _FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 
 
 class LogParser:
-    """Snakemake's log, line by line, as :class:`RunEvent` s; knows which jobs are running.
-
-    Snakemake reports a job as a block: ``rule NAME:`` (or ``Error in rule NAME:``)
-    followed by indented ``key: value`` lines. An error block names the job only by
-    its jobid, so wildcards are remembered from the job's start block.
-    """
+    """Snakemake's log, line by line, as :class:`RunEvent` s; knows which jobs are running."""
 
     def __init__(self) -> None:
         self.running: dict[str, str] = {}
@@ -78,12 +73,7 @@ class LogParser:
 
 
 class TimeLeft:
-    """What a run's progress line says: the jobs running, and the time left, estimated
-    from the jobs finished so far.
-
-    A job still to start takes its rule's mean duration so far (else every finished job's), a
-    running one what is left of it, ``cores`` at once; none before a job has finished.
-    """
+    """What a run's progress line says: the jobs running, and the time left, from the jobs finished so far."""
 
     def __init__(self, pending: dict[str, int], cores: int) -> None:
         self.waiting = dict(pending)  # rule → jobs not started yet

@@ -79,12 +79,7 @@ _ACTIVE: _Guard | None = None
 
 @contextmanager
 def stop_on_signals() -> Iterator[_Guard]:
-    """Within: SIGINT, SIGTERM and SIGHUP raise :class:`RunStopped`, after stopping Snakemake if it runs.
-
-    While Snakemake runs, the first signal stops it (:func:`_stop_group`) and a second kills
-    its group at once. Handlers are installed from the main thread only, and not for a signal
-    this process was started ignoring (``nohup``); nested uses share one.
-    """
+    """Within: SIGINT, SIGTERM and SIGHUP raise :class:`RunStopped`, after stopping Snakemake if it runs."""
     global _ACTIVE
     if _ACTIVE is not None:
         yield _ACTIVE
@@ -212,12 +207,7 @@ def _stop_group(
     ready: Callable[[], bool] = lambda: True,
     before_kill: Callable[[], None] | None = None,
 ) -> None:
-    """Stop Snakemake, the leader of process group ``pgid``, and its jobs; kill the group after :data:`GRACE_S`.
-
-    Locally the group gets SIGTERM every second; under a cluster executor Snakemake gets SIGINT
-    once, which cancels its cluster jobs. ``ended(timeout)``: whether Snakemake has ended;
-    ``ready()``: whether it may be sent SIGTERM yet.
-    """
+    """Stop Snakemake, the leader of process group ``pgid``, and its jobs; kill the group after :data:`GRACE_S`."""
     deadline = time.monotonic() + GRACE_S
     if cluster:
         _kill(pgid, signal.SIGINT)
@@ -349,11 +339,7 @@ _FOLLOWING = False
 
 
 def follow_run(workflow) -> None:
-    """Called by the Snakefile: stop this Snakemake and its jobs once the `matrixrl run` that started it is gone.
-
-    Only the Snakemake that `matrixrl run` started watches (its parent's pid is
-    :data:`RUN_PID_ENV`); once the parent is gone it stops as on a signal (:func:`_stop_group`).
-    """
+    """Called by the Snakefile: stop this Snakemake and its jobs once the `matrixrl run` that started it is gone."""
     global _FOLLOWING
     try:
         parent = int(os.environ.get(RUN_PID_ENV, ""))

@@ -1,7 +1,6 @@
 """The SQLite store: every checkpoint's accuracy and every step's training metrics.
 
-An index over the result files, which are the truth. The names below are imported on first
-use (PEP 562), so ``plan`` reads costs without importing SQLAlchemy and pandas.
+An index over the result files; names imported on first use, so ``plan`` imports no SQLAlchemy or pandas.
 """
 
 from __future__ import annotations

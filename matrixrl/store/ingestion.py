@@ -1,7 +1,6 @@
 """Ingest: the store made to mirror the result files, and opened (rebuilt from them if unusable).
 
-A rebuild is an ingest (:func:`repairing`). docs/faults.md, "The store"; the scan's rules:
-docs/report.md, "Reports at scale".
+docs/faults.md, "The store".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Queries: the Store's reads for reports, its caches (summaries, trainings, figures), and read_table.
 
-The caches (``cell_summaries``, ``cell_trainings``, ``figures``) are keyed by digests of
-what they were computed from (``cell_inputs``, ``cell_keys``): docs/architecture.md,
-"Reports at scale".
+docs/architecture.md, "Reports at scale".
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Every job cost the store holds, read with sqlite3 alone (``plan``'s estimate).
-
-Read-only and never repairing: ``plan`` imports neither SQLAlchemy nor pandas.
-"""
+"""Every job cost the store holds, read with sqlite3 alone (``plan``'s estimate), never repairing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Repair: a store that cannot be used is told, moved aside and created anew.
-
-An unusable store is moved aside with one line on stderr, to be rebuilt from the result files;
-one that cannot be moved is a :class:`StoreError`. docs/faults.md, "The store".
-"""
+"""Repair: a store that cannot be used is told, moved aside and created anew (docs/faults.md, "The store")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What one result puts in the store: its rows written or forgotten, its digest, its cell's keys.
-
-Every write goes through here: a result's rows replace whatever the store held from it, its
-digest goes to ``cell_inputs`` or ``memory_inputs``, and its cell's ``cell_keys`` row is rewritten.
-"""
+"""What one result puts in the store: its rows written or forgotten, its digest, its cell's keys."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Tasks: one module per task family; ``build_task`` maps a config's ``kind`` to it.
 
-A new kind is its module and one line in ``TASK_KINDS`` (or ``register_task_kind``;
-docs/extending.md). Nothing here imports ``matrixrl.config``.
+Adding a kind: docs/extending.md. Nothing here imports ``matrixrl.config``.
 """
 
 from typing import get_args

@@ -1,19 +1,16 @@
-"""Seeded multi-term integer addition: the synthetic math task for tiny models.
-
-Problems add ``terms`` operands of up to ``digits`` digits (``"4+8+9"`` → ``"21"``). The
-warm-start sees mostly sums of another shape and a ``warmstart_hard_fraction`` of this one, so
-the base model solves some but not most: groups with mixed rewards.
-"""
+"""Seeded multi-term integer addition: the synthetic math task for tiny models (docs/tasks.md)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem, SeededTask
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Settings(Strict):

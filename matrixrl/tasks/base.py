@@ -1,8 +1,4 @@
-"""What every task provides: seeded problems, a fixed evaluation set, a scorer.
-
-A task's ``family`` (``math`` or ``code``) is what prompt styles phrase their instructions by.
-Scoring goes through ``score_batch``, so code tasks run many answers at once.
-"""
+"""What every task provides: seeded problems, a fixed evaluation set, a scorer (``score_batch``)."""
 
 from __future__ import annotations
 
@@ -10,20 +6,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 Family = Literal["math", "code"]
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One question with its reference answer; ``id`` is stable across runs.
-
-    ``answer`` is what a correct completion looks like (the warm-start's target);
-    code tasks keep their hidden tests out of the problem, inside the task.
-    """
+    """One question with its reference answer (the warm-start's target); ``id`` is stable across runs."""
 
     id: str
     question: str
@@ -56,6 +50,8 @@ def _kind(task) -> str:
 
 
 def _shown(value) -> str:
+    import numpy as np
+
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
         return repr(float(value))  # 0.5, nan, inf: not numpy's np.float64(0.5)
     return repr(value)
@@ -65,6 +61,8 @@ def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) ->
     """``task.score_batch(problems, answers)``, held to the scoring contract (``Task.score``):
     one score per answer, each 0.0 or 1.0 (a bool too). A task that breaks it stops the job with
     one line naming the task kind, the value and the rule."""
+    import numpy as np
+
     from matrixrl.errors import UserError
 
     scores = task.score_batch(problems, answers)
@@ -90,12 +88,7 @@ def checked_scores(task, problems: Sequence[Problem], answers: Sequence[str]) ->
 
 
 class BatchScorer(ABC):
-    """The base of every task: a name, its config, and ``score`` / ``score_batch`` from one
-    ``_score_distinct`` over distinct pairs.
-
-    ``Settings`` is the pydantic model of the task's entry under ``tasks:``; ``config`` is one of
-    them. Repeated (problem, answer) pairs are scored once.
-    """
+    """The base of every task: a name, its config, and ``score`` / ``score_batch`` over distinct pairs."""
 
     Settings: ClassVar[type]
 
@@ -129,12 +122,8 @@ class BatchScorer(ABC):
 
 
 class SeededTask(BatchScorer):
-    """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``).
-
-    Subclasses build a problem of a *shape* (``_problem``) and name the training shape
-    (``_shape``) and the warm-start's easier one (``_warmstart_shape``). The evaluation set is
-    ``n_eval`` distinct problems seeded by ``seed``, and every other draw skips them.
-    """
+    """A synthetic task drawn from a seeded generator (``arith``, ``pyfunc``); training never draws an
+    evaluation problem."""
 
     @abstractmethod
     def _problem(self, rng: np.random.Generator, shape) -> Problem: ...
@@ -147,6 +136,8 @@ class SeededTask(BatchScorer):
 
     @cached_property
     def _eval(self) -> list[Problem]:
+        import numpy as np
+
         rng = np.random.default_rng([self.config.seed, 1])
         seen: dict[str, Problem] = {}
         while len(seen) < self.config.n_eval:

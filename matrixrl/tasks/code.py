@@ -1,10 +1,6 @@
 """Code problems from files, scored by running their unit tests in the sandbox.
 
-Record formats: ``humaneval`` and ``code_generic`` (MBPP-style), docs/tasks.md. An answer is a
-whole program that defines ``entry_point``, or the code that completes a code prompt
-(``program``); it passes when the tests, run in the sandbox after it, raise nothing. The tests
-call the answer's function in its own process and get plain values back (``test_code``). A
-record whose tests need a name only the answer would define is refused when the task loads.
+Record formats, answers and refusals: docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -67,12 +63,7 @@ class CodeSpec:
 
 
 def program(spec: CodeSpec, answer: str) -> str:
-    """The code to test for an answer.
-
-    A code prompt comes first (a text prompt adds nothing), before an answer that defines the
-    entry point or as the signature a body completes; the classes the tests define come before
-    all, so their objects cross to the answer as the same classes.
-    """
+    """The code to test for an answer: the classes the tests define, the code prompt, then the answer."""
     shared = spec.classes + "\n\n" if spec.classes else ""
     if not parses(spec.prompt):
         return shared + answer
@@ -82,12 +73,7 @@ def program(spec: CodeSpec, answer: str) -> str:
 
 
 def test_code(tests: str, prompt: str, entry_point: str) -> str:
-    """The tests, plus ``check(__answer__)`` when they define ``check`` (HumanEval's form).
-
-    ``__answer__`` is the answer's entry point as the sandbox guards it. A code prompt runs again
-    before ``check``, so its helpers are the prompt's (HumanEval/32's ``poly``), its stub bound
-    to the guarded answer again.
-    """
+    """The tests, plus ``check(__answer__)`` when they define ``check`` (HumanEval's form)."""
     helpers = f"{prompt.rstrip()}\n\n\n{entry_point} = __answer__\n\n\n" if parses(prompt) else ""
     if not defines(tests, "check"):  # asserts that call the entry point by name, guarded too
         return f"{helpers}{tests}" if helpers else tests

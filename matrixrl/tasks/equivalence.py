@@ -1,8 +1,4 @@
-"""Mathematical equivalence of a model's answer and a reference, by math-verify.
-
-An answer with a backslash is parsed as LaTeX first, others as text first. Off the main thread
-the comparison goes to a helper process (math-verify's timeouts need the main thread). docs/tasks.md.
-"""
+"""Mathematical equivalence of a model's answer and a reference, by math-verify (docs/tasks.md)."""
 
 from __future__ import annotations
 

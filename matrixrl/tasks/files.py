@@ -1,9 +1,6 @@
 """Tasks whose problems are records read from local files (or, with a network, the hub).
 
-A task's ``path:`` (a file, or a folder of one file per split) or ``hub:`` says where the records
-are; the evaluation set is ``n_eval`` problems of ``split``, fixed for every cell, and training
-never draws a question in it (docs/tasks.md). Subclasses turn a record into a ``Problem``
-(``_problem``) and score answers.
+Where records come from and how the evaluation set is fixed: docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -14,14 +11,16 @@ import json
 from abc import abstractmethod
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.errors import ConfigError, DataError
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import BatchScorer, Problem
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
@@ -222,6 +221,8 @@ class FileTask(BatchScorer):
         if cfg.eval_pick == "first":
             chosen = list(range(n_eval))
         else:
+            import numpy as np
+
             chosen = sorted(np.random.default_rng([cfg.seed, 1]).permutation(len(pool))[:n_eval].tolist())
         evaluated = [pool[i] for i in chosen]
         eval_ids = {p.id for p in evaluated}

@@ -1,8 +1,4 @@
-"""Math word problems from files, scored by mathematical equivalence (math-verify).
-
-Kinds ``gsm8k``, ``math`` and ``math_generic`` (docs/tasks.md); equivalence:
-``matrixrl.tasks.equivalence``.
-"""
+"""Math word problems from files, scored by mathematical equivalence (docs/tasks.md)."""
 
 from __future__ import annotations
 

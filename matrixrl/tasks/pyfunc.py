@@ -1,8 +1,4 @@
-"""Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples.
-
-A problem shows examples (``1>4,2>5,7>10``); an answer (an expression in ``x`` or a ``def
-f(x)``) passes hidden tests on inputs not shown. docs/tasks.md.
-"""
+"""Seeded program synthesis for tiny models: write ``f(x)`` from input/output examples (docs/tasks.md)."""
 
 from __future__ import annotations
 
@@ -13,16 +9,18 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from math import comb
-from typing import Literal
+from math import comb, prod
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from matrixrl.settings import RUNTIME, Strict
 from matrixrl.tasks.base import Problem, SeededTask
 from matrixrl.tasks.code import WITHOUT_VIEW, check_sandbox
 from matrixrl.tasks.python_source import defines
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Family:
 
     @property
     def size(self) -> int:
-        return int(np.prod([len(r) for r in self.ranges]))
+        return prod(len(r) for r in self.ranges)
 
 
 def _signed(b: int) -> str:
@@ -117,6 +115,8 @@ def hidden_cases(problem: Problem, n: int, seed: int) -> tuple[tuple[int, int], 
 
     Derived from the problem alone (a problem carries no state).
     """
+    import numpy as np
+
     shown = {int(pair.split(">")[0]) for pair in problem.question.split(",")}
     pool = [x for x in HIDDEN_INPUTS if x not in shown]
     digest = int.from_bytes(hashlib.sha256(problem.question.encode()).digest()[:8], "little")

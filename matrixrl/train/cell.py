@@ -1,7 +1,6 @@
 """``build_cell``: what training and evaluation of one cell both build from its spec.
 
-The model source and tokenizer, the task, style, workflow, policy and ``generate``. The caller
-sets torch's thread count first.
+The caller sets torch's thread count first.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A cell's checkpoints on disk: saving one, where a training resumes, and removing one.
 
-A checkpoint ``checkpoints/step_N/`` counts only once its ``COMPLETE`` marker is there: saving
-renames it into place, removing renames it out first, so a kill never leaves a partial
-``step_N``. No torch at import: the retention job runs inside Snakemake's process.
+A ``step_N`` counts only with its ``COMPLETE`` marker. No torch at import.
 """
 
 from __future__ import annotations
@@ -77,12 +75,8 @@ def folder_bytes(folder: Path) -> int:
 
 
 def remove_checkpoint(cell_dir: Path, step: int) -> int:
-    """Remove the checkpoint of ``step``; returns the bytes it held.
-
-    The rename out of ``step_N`` is the atomic part: before it the checkpoint is whole,
-    after it no ``step_N`` exists; a kill during the deletion that follows leaves a
-    ``step_N.deleting`` that :func:`finish_removals` ends.
-    """
+    """Remove the checkpoint of ``step`` (renamed out first, so a kill leaves no partial ``step_N``); returns
+    the bytes it held."""
     folder = checkpoint_dir(cell_dir, step)
     doomed = folder.with_name(folder.name + DELETING)
     size = folder_bytes(folder)
@@ -108,14 +102,10 @@ def resume_point(
     cell_dir: Path, digest: str, steps: int, log: Callable[[str], None], evaluated: Sequence[int] = (),
     exact: bool = True,
 ) -> int | None:
-    """Where training of ``cell_dir`` resumes, or None to start afresh.
+    """Where training of ``cell_dir`` resumes, or None to start afresh; stale checkpoints and leftovers are
+    removed.
 
-    Checkpoints written under other settings, and leftovers of an interrupted write, are removed
-    (said in the log). An ``evaluated`` step whose checkpoint is gone while a later one exists is
-    rebuilt by replaying from the last checkpoint before it.
-
-    ``exact``: whether replaying a step gives back the same weights (on CPU; docs/real-models.md,
-    "What is exact where"). If not, the checkpoints after the replay's start are removed first.
+    A missing evaluated step is rebuilt by replaying; ``exact``: whether a replay gives the same weights.
     """
     folder = checkpoints_dir(cell_dir)
     leftovers = sorted(p.name for p in folder.glob("*") if not is_step_dir(p.name)) if folder.is_dir() else []

@@ -1,8 +1,5 @@
 """Per-update gradient diagnostics: the measurements behind docs/design.md §5.
 
-An agent's gradient is the change of the accumulated ``.grad`` over its backward passes
-(:class:`AgentGradients`, closed before ``clip_grad_norm_``); :func:`gradient_diagnostics` turns
-them into long-format rows, in float64. The kinds of row and what the snapshots cost:
 docs/architecture.md, "Per-agent gradients and the diagnostics' rows".
 """
 
@@ -39,13 +36,7 @@ class AgentGrad:
 
 
 class GradientSet:
-    """The dot products that every diagnostic is computed from, for the agents of one
-    parameter set: between agents (``agents``), and between role sums and the set's
-    total (``groups``: each role's name, then ``TOTAL``), each in float64.
-
-    Role sums are added up element by element before their products are taken, so a role whose
-    agents' gradients cancel has the norm of what is left.
-    """
+    """The dot products every diagnostic is computed from, for the agents of one parameter set, in float64."""
 
     def __init__(self, agents: list[Agent]):
         self.agents = agents
@@ -171,9 +162,7 @@ def gradient_sets(agents: list[AgentGrad], *, shared: bool) -> list[GradientSet]
 def gradient_diagnostics(sets: list[GradientSet] | list[AgentGrad], *, shared: bool) -> list[dict]:
     """Long-format diagnostic rows for one update (docs/architecture.md lists the kinds).
 
-    ``sets``: one :class:`GradientSet` per parameter set that acted, or each agent's flat gradient
-    (:class:`AgentGrad`); ``shared=False`` (IP): no cross-role cosines. Raises ``ValueError`` on a
-    repeated agent, vectors of different lengths in one set, or a role split across sets.
+    ValueError on a repeated agent, unequal lengths in one set, or a role split across sets.
     """
     if sets and isinstance(sets[0], AgentGrad):
         names = [a.agent for a in sets]

@@ -1,9 +1,6 @@
 """The decode engine: a static KV cache and a device-resident decode step, graphed on CUDA.
 
-After the model's own first pass, every token is one ``decode_step`` over ``DecodeWeights`` into
-a static cache of a bucket of rows (a CUDA graph per bucket on CUDA, eager on CPU). Models it
-does not compute (``unsupported_reason``) decode with ``rollout.decode``. docs/architecture.md,
-"Decoding on CUDA"; reasons and counts: docs/performance.md, "The decode engine".
+docs/architecture.md, "Decoding on CUDA"; docs/performance.md, "The decode engine".
 """
 
 from __future__ import annotations
@@ -356,13 +353,7 @@ class Decoded:
 
 
 class Engine:
-    """Decodes calls with ``decode_step`` over one ``DecodeWeights`` copy.
-
-    ``lora``: ``merged`` (the active adapter merged into the copy before each call) or
-    ``unmerged``. ``graphs``: capture each bucket's step as a CUDA graph (default: on CUDA
-    devices). ``check_every``: steps between reads of whether any row still generates. ``log``:
-    where the one line saying why the engine did not decode something goes (each reason once).
-    """
+    """Decodes calls with ``decode_step`` over one ``DecodeWeights`` copy (``lora``: merged or unmerged)."""
 
     def __init__(self, *, lora: str = "merged", graphs: bool | None = None, check_every: int = CHECK_EVERY, log: Callable[[str], None] = print):
         self.lora, self.graphs, self.check_every, self.log = lora, graphs, check_every, log

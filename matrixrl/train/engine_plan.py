@@ -1,7 +1,4 @@
-"""The decode engine's buckets, without torch (what the memory estimate prices it by).
-
-``matrixrl.train.engine`` decodes with these buckets; ``matrixrl.gpu_memory`` prices the engine's
-memory with them on paper (its time on paper, and op count, is bench/gpu_timing.py's)."""
+"""The decode engine's buckets, without torch (what the memory estimate prices it by)."""
 
 from __future__ import annotations
 

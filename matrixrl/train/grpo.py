@@ -1,8 +1,4 @@
-"""What a GRPO step's loss is computed from: packed turns and their log-probabilities.
-
-Each turn arrives with its ``advantage`` set (matrixrl.train.rewards); the loss is
-``train.loss_type``'s (matrixrl.train.losses). Reuses TRL's ``selective_log_softmax`` and ``pad``.
-"""
+"""What a GRPO step's loss is computed from: packed turns and their log-probabilities."""
 
 from __future__ import annotations
 

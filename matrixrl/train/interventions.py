@@ -1,10 +1,6 @@
 """The remedies for terminal degradation (docs/design.md §5, docs/interventions.md), as training switches.
 
-All are off by default, and off leaves the update exactly as without them: the per-role KL
-anchor (``train.kl_beta``: β_role · k3 per completion token, :func:`kl_k3`, against the base
-model) and the gradient-coherence damper (``train.damper``: a role's gradient scaled by its cosine
-to its own moving average, before clipping). Agent-wise advantages are in
-:func:`matrixrl.train.rewards.assign_advantages`. Definitions: docs/interventions.md.
+All off by default, and off leaves the update exactly as without them.
 """
 
 from __future__ import annotations

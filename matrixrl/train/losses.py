@@ -1,11 +1,7 @@
 """The policy losses of a GRPO step, one function each, registered by name in ``LOSSES``.
 
-``train.loss_type`` picks one; each computes what TRL 1.16's ``GRPOTrainer._compute_loss``
-computes for that name, the KL anchor included (tests/test_losses.py checks them against TRL):
-a per-token term and a normaliser counted over the whole step (``StepCounts``), so a step's
-micro-batches add up to its loss. The names and what each refuses are
-matrixrl.config.loss_types; ``LOSSES`` holds the functions in the same order. docs/design.md §2,
-"Losses"; adding one: docs/extending.md, "A loss".
+Each matches TRL 1.16's ``GRPOTrainer._compute_loss`` (tests/test_losses.py). docs/design.md §2, "Losses";
+adding one: docs/extending.md, "A loss".
 """
 
 from __future__ import annotations

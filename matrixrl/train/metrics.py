@@ -1,8 +1,4 @@
-"""Per-role metrics of a batch of episodes: how good each role's own output is.
-
-Each role's answer or verdict accuracy, response length, ``disagreement`` and ``any_correct``
-(docs/design.md §3); for the report only, nothing feeds the loss.
-"""
+"""Per-role metrics of a batch of episodes (docs/design.md §3); for the report only, nothing feeds the loss."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""A call's prompts tokenized once, their KV cache computed once per repeated prompt and prefix.
-
-Repeated prompts are encoded once and their cache copied (the same computation); shared
-long prefixes are encoded once too (the same up to rounding; :func:`prefilled_cache`).
-Prompts are tokenized without special tokens and padded on the left (``tokenize_prompts``).
-"""
+"""A call's prompts tokenized once, their KV cache computed once per repeated prompt and prefix."""
 
 from __future__ import annotations
 
@@ -21,13 +16,7 @@ SHARED_PREFIX_MIN_TOKENS = 32
 
 @dataclass
 class Tokenized:
-    """A call's prompts, each distinct one tokenized once.
-
-    ``distinct``: the distinct prompts' ids, in order of first appearance; ``rows``: each
-    prompt's index in ``distinct``; ``distinct_ids``/``distinct_mask``: the distinct
-    prompts left-padded to the longest; ``input_ids``/``attention_mask``: the batch, what
-    ``tokenizer(prompts, padding=True, add_special_tokens=False)`` returns.
-    """
+    """A call's prompts, each distinct one tokenized once; ``rows`` maps each prompt to its distinct one."""
 
     distinct: list[list[int]]
     rows: list[int]
@@ -62,11 +51,9 @@ class Prefill:
 
 
 def prefilled_cache(model, tokenizer, prompts: list[str], device, tokenized: Tokenized | None = None) -> Prefill | None:
-    """The prompts' KV cache computed without repeating work, or None when there is none
-    to save (every prompt distinct, no long prefix shared).
+    """The prompts' KV cache computed without repeating work, or None when there is none to save.
 
-    Repeated prompts and shared prefixes are encoded once (docs/architecture.md, "Shared
-    prefixes"). ``tokenized``: the prompts as ``tokenize_prompts`` gives them, if at hand.
+    docs/architecture.md, "Shared prefixes".
     """
     if tokenized is None:
         tokenized = tokenize_prompts(tokenizer, prompts)
@@ -94,13 +81,7 @@ Level = list[tuple[int, list[int]]]
 
 
 def _prefix_levels(bodies: list[list[int]], minimum: int = SHARED_PREFIX_MIN_TOKENS) -> list[Level]:
-    """``bodies`` split into levels of a prefix tree whose shared segments are at least
-    ``minimum`` tokens; the last level has one node per body, in order. A single level
-    means nothing is shared.
-
-    Bodies that agree on their next ``minimum`` tokens form a node of their longest common
-    prefix; the rest go one level down.
-    """
+    """``bodies`` split into levels of a prefix tree whose shared segments are at least ``minimum`` tokens."""
     levels: list[Level] = []
     groups = [(0, list(range(len(bodies))), 0)]  # (parent node, bodies, tokens consumed)
     while True:

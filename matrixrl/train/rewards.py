@@ -1,8 +1,4 @@
-"""How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages.
-
-A training step calls ``score_episodes``, ``assign_rewards`` and ``assign_advantages`` in order;
-the rules are docs/design.md §2's. The loss reads ``turn.advantage`` alone.
-"""
+"""How a turn's reward and advantage are computed: scoring, rewards, group-relative advantages (docs/design.md §2)."""
 
 from __future__ import annotations
 
@@ -43,13 +39,10 @@ def verdict_score(score_of: Scores, problem: Problem, turn: Turn) -> float:
 
 
 def assign_rewards(episodes, task, mode: str, scores: Scores | None = None) -> None:
-    """Score each episode's final answer, then give every turn its reward.
+    """Score each episode's final answer, then give every turn its reward (``outcome`` or ``per_agent``:
+    docs/design.md §2).
 
-    ``outcome`` broadcasts the final answer's score to all turns. ``per_agent``
-    scores a turn that proposes an answer on that answer, a judging turn on whether
-    its verdict matched the judged answer's correctness (``verdict_score``), and any
-    other turn (an orchestrator's plan) on the outcome.
-    ``scores`` is ``score_episodes(task, episodes)`` when the caller already has it.
+    ``scores``: ``score_episodes(task, episodes)`` where the caller has it.
     """
     score_of = scores or score_episodes(task, episodes)
     for episode in episodes:
@@ -66,14 +59,8 @@ def assign_rewards(episodes, task, mode: str, scores: Scores | None = None) -> N
 
 
 def assign_advantages(episodes: list[Episode], *, scale_rewards: bool, group_by: str = "turn") -> dict[str, int]:
-    """Set ``turn.advantage`` in place; return the group size seen per role.
-
-    ``group_by="turn"``: turns are grouped by (problem group, agent, turn index), the
-    same agent's same turn across the G rollouts of one problem. ``"agent"`` (Dr.MAS's
-    agent-wise normalisation): by (problem group, agent), all of that agent's turns
-    across them. Advantage = reward − group mean, divided by the group std (+eps)
-    when ``scale_rewards``.
-    """
+    """Set ``turn.advantage`` in place (grouped by turn or by agent: docs/design.md §2); returns the group
+    size seen per role."""
     if group_by not in ("turn", "agent"):
         raise ValueError(f"group_by must be turn or agent, got {group_by!r}")
     groups: dict[tuple, list[Turn]] = defaultdict(list)

@@ -1,8 +1,6 @@
 """Batched generation for workflows: one call per role and stage, decoded by ``decode``.
 
-A completion's text decodes exactly the tokens the trainer scores. On CUDA ``make_generate``
-decodes with :mod:`matrixrl.train.engine`, elsewhere with ``decode``. How decoding saves work
-and stays exact: docs/architecture.md, "Rollouts".
+docs/architecture.md, "Rollouts".
 """
 
 from __future__ import annotations
@@ -54,12 +52,9 @@ def compaction_for(device) -> Compaction:
 
 @torch.no_grad()
 def decode(model, input_ids, attention_mask, cache, *, max_new_tokens: int, eos: int, pad: int, choose) -> list[list[int]]:
-    """Each row's generated tokens (up to and including its EOS, at most
-    ``max_new_tokens``), from left-padded prompts and, optionally, a ``cache`` of all
-    but their last token (``prefilled_cache``).
+    """Each row's generated tokens (through its EOS, at most ``max_new_tokens``): ``generate``'s bit for bit.
 
-    Bit for bit ``generate``'s tokens, with finished rows leaving the batch
-    (docs/architecture.md, "Rollouts").
+    docs/architecture.md, "Rollouts".
     """
     from transformers import DynamicCache
 
@@ -134,15 +129,11 @@ def make_generate(
     lora: str = "merged",
     log=print,
 ):
-    """A ``Generate`` callable over ``policy``.
+    """A ``Generate`` callable over ``policy``: sampled (training), keyed with ``seed`` (evaluation) or
+    greedy.
 
-    ``sample``: draws at ``temperature`` from torch's generator and records each token's entropy
-    (training), or, with ``seed``, keyed sampling (evaluation); otherwise greedy.
-    ``use_hf_generate``: transformers' ``generate`` instead of ``decode`` (the reference).
-
-    ``engine``: decode with :mod:`matrixrl.train.engine` (``lora="unmerged"``: adapters applied in
-    the step); by default on CUDA devices only. A model the engine does not compute, or a cache
-    that does not fit, decodes with ``decode`` after one line to ``log`` saying why.
+    ``engine`` decodes with :mod:`matrixrl.train.engine` (default on CUDA), ``use_hf_generate`` with
+    transformers.
     """
     require("transformers")  # an older one would drop the KV cache without a word
     eos = tokenizer.eos_token_id

@@ -1,11 +1,6 @@
 """How a decoding step picks tokens: sampled, greedy, or keyed (Gumbel-max over hashed noise).
 
-Training samples from torch's global generator (each step seeds it) and records each token's
-log-probability (``SampledChooser``); evaluation at a temperature above 0 samples *keyed*: the
-Gumbel-max trick with noise hashed from (seed, call, row, position, token), so a sample does not
-depend on the batch size or on anything drawn before (on CPU bit for bit: docs/real-models.md,
-"What is exact where"). ``KeyedSampler`` and ``EntropyRecorder`` are the same as processors of
-transformers' ``generate``, the reference path.
+Keyed samples do not depend on the batch: docs/real-models.md, "What is exact where".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The GRPO training loop for one cell (workflow × task × scale × policy × seed).
 
-Each step (``grpo_step``) draws ``problems_per_step`` problems, rolls each out ``group_size``
-times through the workflow, scores the answers, gives every turn its reward and group-relative
-advantage (matrixrl.train.rewards) and takes one optimizer step per parameter set
-(matrixrl.train.update). Step ``s`` draws its problems and noise from ``(seed, s)``, so a resumed
-run replays the steps an uninterrupted one takes. How it deviates from textbook GRPO, and when a
-checkpoint seeds a resume: docs/architecture.md, "The GRPO step".
+Step ``s`` draws from ``(seed, s)``, so a resumed run replays an uninterrupted one. docs/architecture.md, "The
+GRPO step".
 """
 
 from __future__ import annotations
@@ -60,11 +56,9 @@ def train_cell(
 ) -> dict:
     """Train one cell to ``spec.train.steps``, resuming from its last checkpoint if any.
 
-    ``on_step``: called with each step's metrics row as it is trained (not the rows a
-    resumed run read from its checkpoint): what the job counts into its cost.
-
-    ``guide``: for a guided cell (``spec.memory``), what makes its :class:`PromptGuide`, called once
-    the cell is built, under ``torch.random.fork_rng`` (making a guide must not move the RNG)."""
+    ``on_step`` gets each newly trained step's metrics row; ``guide`` makes a guided cell's
+    :class:`PromptGuide` (under ``fork_rng``).
+    """
     cfg = spec.train
     torch.set_num_threads(cfg.threads)
     cell = build_cell(spec, base_dir)
@@ -168,11 +162,7 @@ def check_finite(cell_id: str, row: dict) -> None:
 
 @dataclass
 class GrpoRun:
-    """What every GRPO step of one training run works on.
-
-    ``policy`` and ``optimizers`` (one per parameter set, by name) are updated in place by each
-    step; the rest stays fixed over the run.
-    """
+    """What every GRPO step of one training run works on; ``policy`` and ``optimizers`` change in place."""
 
     seed: int
     policy: Policy
@@ -187,12 +177,8 @@ class GrpoRun:
 
 
 def grpo_step(run: GrpoRun, step: int):
-    """One GRPO update of ``run`` (step index ``step``, 0-based): sample, score,
-    rewards and advantages, optimizer step.
-
-    Returns the step's metrics row, its per-role metric rows and its gradient
-    diagnostics rows, each tagged with the 1-based step number.
-    """
+    """One GRPO update of ``run`` at 0-based ``step``: its metrics row, per-role rows and diagnostics rows
+    (1-based step)."""
     policy, task, cfg = run.policy, run.task, run.cfg
     began = time.perf_counter()
     rng = np.random.default_rng(step_seed(run.seed, step))

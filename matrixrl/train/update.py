@@ -1,7 +1,6 @@
 """One GRPO update of a policy from a step's scored episodes: per agent, in micro-batches.
 
-``update_policy`` is the optimisation half of the trainer's ``grpo_step``; its :class:`Update` is
-the step's metrics row and per-role rows. docs/architecture.md, "The GRPO step" and "The update".
+docs/architecture.md, "The GRPO step" and "The update".
 """
 
 from __future__ import annotations
@@ -60,12 +59,10 @@ def update_policy(
     policy, optimizers: dict, episodes, pad_token_id: int, cfg, diagnostics: bool = True, damper: Damper | None = None,
     micro_batch_tokens: int | None = None,
 ) -> Update:
-    """Update ``policy`` from one step's scored ``episodes``: per parameter set, ``cfg.ppo_epochs``
-    passes over the turns of the roles it serves, each an optimizer step.
+    """Update ``policy`` from one step's scored ``episodes``: per parameter set, ``cfg.ppo_epochs`` optimizer
+    steps.
 
-    Each agent's turns go through the model in micro-batches of at most ``micro_batch_tokens``
-    rows × padded length (None: at once), which add up to the step's loss; turns whose advantage
-    is 0 skip the passes unless their role has a KL anchor. docs/architecture.md, "The update".
+    Micro-batches of at most ``micro_batch_tokens``; docs/architecture.md, "The update".
     """
     by_agent: dict[tuple[str, str], list] = {}
     for episode in episodes:
@@ -218,13 +215,10 @@ def _add_gap(figures: RoleUpdate, logps: torch.Tensor, batch: TurnBatch) -> None
 
 
 def _damp(params: list, role_starts: dict[str, list], damper: Damper, update: bool) -> dict[str, tuple[float, float]]:
-    """Scale each role's share of the accumulated ``.grad`` of ``params`` by the damper.
+    """Scale each role's share of the accumulated ``.grad`` of ``params`` by the damper; returns {role: (cos,
+    scale)}.
 
-    ``role_starts``: ``.grad`` before each role's backward passes (``grad_snapshot``), in
-    the order they ran, so a role's gradient is the change up to the next role's start
-    (or the end), flattened in float32 on the parameters' device. ``.grad`` becomes
-    Σ_role scale_role · g_role; with ``update`` (the first pass) each role's moving
-    average takes its damped gradient. Returns {role: (cos, scale)}.
+    ``role_starts``: ``.grad`` before each role's backward passes; ``update`` moves the moving averages.
     """
     roles = list(role_starts)
     ends = [role_starts[r] for r in roles[1:]] + [[p.grad for p in params]]

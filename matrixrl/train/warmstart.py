@@ -1,8 +1,4 @@
-"""Supervised warm-start: teach a freshly built tiny model the task and the role formats.
-
-RL from a random model has no signal: a short next-token phase (loss on completion tokens) lands
-the base model at partial accuracy.
-"""
+"""Supervised warm-start: teach a freshly built tiny model the task and the role formats, to partial accuracy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Workflows: one module per topology, registered in ``WORKFLOWS``.
-
-A workflow is one module (a ``WorkflowBase`` and its ``Settings``) and one line in
-``WORKFLOWS`` (or ``register_workflow`` in a plugin); the schema, ``grid.workflow``'s
-help and the warm-start's role formats derive from the registry. docs/extending.md.
-"""
+"""Workflows: one module per topology, registered in ``WORKFLOWS`` (adding one: docs/extending.md)."""
 
 import re
 

@@ -1,23 +1,21 @@
 """Turns, episodes and the workflow interface.
 
-A *role* owns parameters (``generator``); an *agent* is one instance of a role in an episode
-(``generator0``). A workflow calls ``generate(role, prompts)`` once per role and stage for the
-whole batch, never once per episode; its prompt style writes every prompt and reads every
-completion.
+A *role* owns parameters; an *agent* is one instance of a role in an episode (docs/design.md §1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from matrixrl.settings import Strict
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.styles.compact import CompactStyle
 from matrixrl.workflows.styles.roles import RolePrompt
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class WorkflowSettings(Strict):
@@ -101,11 +99,7 @@ def lockstep(plays: list[Play], generate: Generate) -> list[Episode]:
 
 
 def parallel_turns(role: str, prompts: list[str], completions: list[Completion], size: int, n: int, answer) -> list[list[Turn]]:
-    """Per episode, the turns of ``n`` parallel agents of ``role`` (``role0..n-1``, index 0).
-
-    ``prompts`` and ``completions`` come from one batched call in agent-major order:
-    agent a of episode i is item ``a * size + i``; ``answer`` extracts each turn's answer.
-    """
+    """Per episode, the turns of ``n`` parallel agents of ``role`` from one agent-major batched call."""
     return [
         [
             Turn(role, f"{role}{a}", 0, prompts[a * size + i], completions[a * size + i], answer=answer(completions[a * size + i].text))
@@ -152,12 +146,9 @@ def rollout(workflow: "Workflow", problems: list[Problem], groups: list[int], ge
 
 
 class WorkflowBase:
-    """What every workflow class shares: its validated settings and its prompt style
-    (the compact style when none is given).
+    """What every workflow class shares: its validated settings and its prompt style.
 
-    A subclass sets ``name``, ``description``, ``roles``, ``parallel_roles`` (roles played by
-    several agents at once), ``settings_model`` and, for a role the styles have no method for, a
-    ``RolePrompt`` in ``prompts``: docs/extending.md, "A workflow".
+    What a subclass sets: docs/extending.md, "A workflow".
     """
 
     name: ClassVar[str]

@@ -7,12 +7,16 @@ draft. An episode is a play (``play``), the batch played in lockstep.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.base import Episode, Generate, Play, Turn, WorkflowBase, WorkflowSettings, lockstep
 from matrixrl.workflows.styles.compact import wrong_answer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_ITERATIONS: dict[Family, int] = {"math": 3, "code": 2}
 

@@ -7,12 +7,16 @@ the workers' completions and answers. Turns: ``orchestrator0``, ``worker0..N-1``
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings, decide, parallel_turns
 from matrixrl.workflows.styles.compact import noisy_candidates, pick_target
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Settings(WorkflowSettings):

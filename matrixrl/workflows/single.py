@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, Turn, WorkflowBase, WorkflowSettings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Settings(WorkflowSettings):

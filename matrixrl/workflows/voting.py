@@ -6,12 +6,16 @@ Stages, each one batched call: ``n_votes`` generators per episode (agent-major o
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from matrixrl.tasks.base import Problem
 from matrixrl.workflows.base import Episode, Generate, WorkflowBase, WorkflowSettings, decide, parallel_turns
 from matrixrl.workflows.styles.compact import noisy_candidates, pick_target
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Settings(WorkflowSettings):

@@ -1,7 +1,6 @@
 """One self-contained HTML page of the study (``matrixrl report --html``): the answer first.
 
-The claims table, the study as a matrix of cells, the figures and the tables (docs/report.md,
-"Plots and the HTML report").
+docs/report.md, "Plots and the HTML report".
 """
 
 from matrixrl.report.html.build import build_report, write_report

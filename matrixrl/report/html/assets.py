@@ -1,8 +1,6 @@
 """The page's inline CSS and sort script, the policy that admits only them, and its colours.
 
-The page makes no request of its own: CSS and the script are inline, every plot is
-a PNG in a ``data:`` URI, and a Content-Security-Policy forbids anything else (the
-script is allowed by its hash), so it can be opened from disk or mailed as one file.
+The page makes no request of its own, so it can be opened from disk or mailed as one file.
 """
 
 from __future__ import annotations

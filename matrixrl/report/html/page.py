@@ -1,8 +1,4 @@
-"""The page assembled from its sections: sortable tables holding exact values, and figures.
-
-Each table cell shows the text of ``--format table`` and carries the exact value of ``--format
-json`` in ``data-value``; the columns beyond the default show on ticking "every column".
-"""
+"""The page assembled from its sections: sortable tables holding exact values, and figures."""
 
 from __future__ import annotations
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from matrixrl.tasks.base import Family, Problem
 from matrixrl.workflows.styles.roles import RolePrompt
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Strategy vocabulary of the orchestrator: one character each, so N strategies cost N
 # tokens (``LRP`` plus EOS fits ``max_new_tokens: 4``). The meanings are hints for
