@@ -42,7 +42,6 @@ PRELOAD = [
 ]
 LINGER_ENV = environment.JOB_SERVER_LINGER_S
 """Seconds a job server stays once no process that asked it for a job is alive (0: it ends with its runs)."""
-DEFAULT_LINGER_S = environment.SECONDS[LINGER_ENV]
 PRELOAD_TIMEOUT_S = 600.0
 """How long a requester waits for a new server's imports (a cold disk, a loaded machine)."""
 

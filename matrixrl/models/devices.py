@@ -24,7 +24,6 @@ LOCK_DIR_ENV = environment.GPU_LOCK_DIR
 ALLOCATOR_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ALLOCATOR_DEFAULT = "expandable_segments:True"
 WAIT_ENV = environment.GPU_WAIT_S
-DEFAULT_WAIT_S = environment.SECONDS[WAIT_ENV]
 
 
 def visible_gpus() -> list[str]:

@@ -62,9 +62,6 @@ def upsert_rows(session: Session, table, rows: list[dict]) -> None:
 Result = TrainResult | EvalResult | MemoryEvalResult | TrajectoriesResult | LabelsResult | DistilledResult | BankResult
 """Every kind of result file the store holds."""
 
-MEMORY_KINDS = (MemoryEvalResult, TrajectoriesResult, LabelsResult, DistilledResult, BankResult)
-"""The memory's results: their digests are in memory_inputs, not cell_inputs (see MEMORY_INPUTS)."""
-
 
 def result_digest(result: Result) -> str:
     return hashlib.sha256(result.model_dump_json().encode()).hexdigest()
