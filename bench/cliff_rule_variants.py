@@ -4,7 +4,10 @@ Runs of each kind of ``calibration_sim.LABELLED`` on the paper's 51 checkpoints 
 seeded), labelled ``cliff`` under each form of the rise test; the fall conditions are the rule's own
 (the best window above the mean of the last w readings by 2 SEs, a terminal fall holding the last two
 readings). The rule matrixrl ships is the row ``base, simulated quantile (2.3%)``; the script checks
-that its labels equal ``curves.summarize_curves``' run by run before it prints anything.
+that its labels equal ``curves.summarize_curves``' run by run before it prints anything. The rows
+``base evaluated with K× the trials`` are the route issue 51 leaves open: the same rule, the base's one
+evaluation drawn with K times the trials of a checkpoint's (the same true base), its threshold the
+quantile simulated for that base's smaller variance.
 
     python bench/cliff_rule_variants.py [--runs 2000] [--trials 128 512]
 """
@@ -43,6 +46,19 @@ def windows(acc: np.ndarray, trials: int, w: int, start: int) -> dict[str, np.nd
     }  # fmt: skip
 
 
+def rise_threshold_for(windows: int, w: int, noise_se: float, base_ratio: float) -> float:
+    """``curves.rise_threshold`` with the base's variance ``base_ratio`` times a reading's (the same draws:
+    equal to it at 1)."""
+    rng = np.random.default_rng(20261207)
+    best = []
+    for _ in range(10):
+        readings = rng.standard_normal((10_000, windows + w - 1))
+        sums = np.cumsum(np.pad(readings, ((0, 0), (1, 0))), axis=1)
+        best.append((sums[:, w:] - sums[:, :-w]).max(axis=1) / w - math.sqrt(base_ratio) * rng.standard_normal(10_000))
+    z = np.concatenate(best) / math.sqrt(1 / w + base_ratio)
+    return float(np.quantile(z, NormalDist().cdf(noise_se)))
+
+
 def z(a: dict, reference: str) -> np.ndarray:
     return (a["best"] - a[reference]) / np.sqrt(a["best_var"] + a[f"{reference}_var"])
 
@@ -66,8 +82,9 @@ def falls(acc: np.ndarray, after: dict, delta: float = 0.1) -> np.ndarray:
     return (peak_i > 0) & (held > 0) & (fall_z > NOISE) & (onset <= last - held + 1)
 
 
-def variants(acc: np.ndarray, trials: int) -> dict[str, np.ndarray]:
-    """Each rise test's cliff labels for the runs ``acc``."""
+def variants(acc: np.ndarray, trials: int, precise_bases: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each rise test's cliff labels for the runs ``acc``; ``precise_bases``: per K, the same runs' base
+    readings drawn with K times the trials."""
     w = rise_window(acc.shape[1] - 1)
     after_base, after_opening = windows(acc, trials, w, 1), windows(acc, trials, w, w)
     m_base, m_opening = int(after_base["windows"][0]), int(after_opening["windows"][0])
@@ -82,6 +99,12 @@ def variants(acc: np.ndarray, trials: int) -> dict[str, np.ndarray]:
         "opening window, and base by 2 SEs": opening_rise & (z(after_opening, "base") > NOISE),
         "the higher of base and opening, Bonferroni": higher_z >= bonferroni(m_opening),
     }
+    for times, base in precise_bases.items():
+        base_var = base * (1 - base) / (trials * times)
+        base_var = np.where(base_var > 0, base_var, 1.0 / (trials * times) ** 2)
+        precise = {**after_base, "base": base, "base_var": base_var}
+        threshold = rise_threshold_for(m_base, w, NOISE, 1 / times)
+        rises[f"base evaluated with {times}x the trials (2.3%)"] = z(precise, "base") >= threshold
     return {name: rise & falls(acc, after_base if name.startswith("base") else after_opening) for name, rise in rises.items()}
 
 
@@ -89,11 +112,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--trials", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--base-times", type=int, nargs="*", default=[2, 4], help="the base evaluated with K times the trials")
     args = parser.parse_args()
+    w = rise_window(len(STEPS) - 1)
+    assert rise_threshold_for(len(STEPS) - w, w, NOISE, 1.0) == rise_threshold(len(STEPS) - w, w, NOISE)
     kinds = list(LABELLED.values())
     print(f"cliff labels on the paper's {len(STEPS)} checkpoints, {args.runs} runs a kind (seed 0); kinds: {', '.join(kinds)}")
     for trials in args.trials:
-        labels = {kind: variants(labelled_runs(STEPS, trials, kind, args.runs, 0), trials) for kind in kinds}
+        labels = {}
+        for kind in kinds:  # the same seed draws the same true bases and peaks, whatever the trials
+            precise = {times: labelled_runs(STEPS, trials * times, kind, args.runs, 0)[:, 0] for times in args.base_times}
+            labels[kind] = variants(labelled_runs(STEPS, trials, kind, args.runs, 0), trials, precise)
         for kind in kinds:  # the shipped row is the rule itself
             shipped = summarize_curves(STEPS, labelled_runs(STEPS, trials, kind, args.runs, 0), np.full(args.runs, trials), Analysis())
             assert (labels[kind]["base, simulated quantile (2.3%)"] == shipped["cliff"]).all(), kind
