@@ -23,7 +23,8 @@ class GridShape:
     ``single`` baseline is left out: no claim reads it); ``seeds`` per mode; ``steps``: the
     evaluated checkpoints, 0 first; ``trials``: per task, the trials of one evaluation
     (``n_eval × samples``); ``parallel``: the workflows whose isolated cells carry an
-    amplification signal (parallel agents of one role)."""
+    amplification signal (parallel agents of one role); ``base_times``: the base evaluation's
+    samples over a checkpoint's (``base_samples / samples``)."""
 
     name: str
     contexts: tuple[tuple[str, str, str], ...]
@@ -31,6 +32,11 @@ class GridShape:
     steps: tuple[int, ...]
     trials: Mapping[str, int]
     parallel: frozenset[str]
+    base_times: float = 1.0
+
+    def base_trials(self, task: str) -> int:
+        """The trials of ``task``'s base evaluation."""
+        return round(self.trials[task] * self.base_times)
 
     @classmethod
     def of(cls, config: Config, name: str, seeds: int | None = None) -> GridShape:
@@ -55,15 +61,17 @@ class GridShape:
             trials[task] = n_eval * config.eval.samples
         parallel = frozenset(w for w in config.grid.workflow if WORKFLOWS[w].parallel_roles)
         steps = tuple(G.checkpoint_steps(config.train))
-        return cls(name, contexts, seeds or len(config.grid.seed), steps, trials, parallel)
+        base_times = config.eval.base_samples_in_effect / config.eval.samples
+        return cls(name, contexts, seeds or len(config.grid.seed), steps, trials, parallel, base_times)
 
     def describe(self) -> str:
-        """E.g. ``12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation``."""
+        """E.g. ``12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation, the base's 4×``."""
         trials = sorted(set(self.trials.values()))
         each = "/".join(map(str, trials))
         seeds = f"{self.seeds} seed{'s' if self.seeds > 1 else ''}"
         contexts = f"{len(self.contexts)} context{'s' if len(self.contexts) > 1 else ''}"
-        return f"{contexts} × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation"
+        base = f", the base's {self.base_times:g}×" if self.base_times != 1 else ""
+        return f"{contexts} × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation{base}"
 
 
 
