@@ -76,14 +76,14 @@ class GridShape:
 
 
 FAMILY_RATES = {
-    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation": (0.093, 0.009, 0.027, 0.005),
-    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation": (0.028, 0.005, 0.000, 0.000),
-    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation": (0.091, 0.009, 0.020, 0.004),
-    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation": (0.130, 0.011, 0.025, 0.005),
+    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation, the base's 4×": (0.101, 0.010, 0.033, 0.006),
+    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation, the base's 4×": (0.023, 0.005, 0.000, 0.000),
+    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation, the base's 4×": (0.103, 0.010, 0.028, 0.005),
+    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation, the base's 4×": (0.133, 0.011, 0.020, 0.004),
 }
 """Per grid shape (``GridShape.describe``): how often at least one of claims 2-7 was decided under the joint
 null, ``(rate, SE, rate under Holm, SE)``, from ``python bench/claims_calibration.py`` (1000 studies a shape,
-seed 0, at 1db492c; docs/report.md, "How often the rules err")."""
+seed 0, at a2d04f1; docs/report.md, "How often the rules err")."""
 
 
 def family_caption(config: Config) -> str:

@@ -161,10 +161,10 @@ def _context(cells, contexts: Counter, modes: set, trials: list[int], confidence
         return ClaimDesign(2, len(cells), False, f"{start}: no residual degrees of freedom, no verdict possible (more seeds)")
     omega2 = context_omega2_needed(len(contexts), len(cells) / len(contexts), dof, confidence, base_ratio=base_ratio)
     # Evaluations of different sizes: the closed form takes every context's noise alike, the test weighs each by its
-    # own; in synthetic studies of the paper's matrix (64 and 500 problems) it had 90-98% power at this ω²
-    # (docs/report.md, "What a grid can decide").
+    # own; in synthetic studies of the paper's matrix (64 and 500 problems) it had 75% (one seed) and 88% (three)
+    # power at this ω² (docs/report.md, "What a grid can decide").
     unequal = (f"; its tasks' evaluations differ ({' and '.join(map(str, trials))} trials), which this takes alike: "
-               "an upper bound (docs/report.md)") if len(trials) > 1 else ""  # fmt: skip
+               "approximate (docs/report.md)") if len(trials) > 1 else ""  # fmt: skip
     policy = ""
     if trials:
         needed = [policy_difference_needed(len(cells), dof, evaluation_sd(size), confidence) for size in trials]
