@@ -12,7 +12,7 @@ claim's own function for the verdicts); nothing is written to disk.
 
 **The noise.** Every multi-agent (workflow, task, scale) is a *context* with a true base
 accuracy drawn uniformly from :data:`BASE_RANGE`, and one base evaluation: its accuracy
-a binomial draw of ``n_eval × samples`` trials, shared by every seed of both modes as
+a binomial draw of ``n_eval × base_samples`` trials, shared by every seed of both modes as
 the study's one ``evaluate_base`` job is (docs/design.md §3). Each seed of each mode is
 an independent training: its true curve (below, with a seed-to-seed spread of its gain,
 ``training_sd``) is evaluated at every checkpoint after 0 by its own binomial draw. Each
@@ -62,6 +62,7 @@ from matrixrl.analysis.claims import FAMILY, claim_results, claims_table, family
 from matrixrl.analysis.curves import summarize_curves
 from matrixrl.analysis.mechanism import Signal, assess
 from matrixrl.config import Analysis, Config
+from matrixrl.config.schema import BASE_SAMPLES_TIMES
 
 BASE_RANGE = (0.25, 0.55)
 """The true base accuracies of the contexts are drawn uniformly from this range."""
@@ -168,6 +169,7 @@ class Drawn:
     trials: np.ndarray
     signal: list  # the signal's name or None
     rise: np.ndarray  # the update at which the signal steps up (0: never)
+    base_trials: np.ndarray  # of each cell's base evaluation
 
 
 def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=None) -> Drawn:
@@ -179,9 +181,9 @@ def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=Non
     side = np.tile(np.repeat([1, 0], seeds), contexts)  # POLICIES order: shared, isolated
     seed = np.tile(np.arange(seeds), 2 * contexts)
     trials = np.array([shape.trials[task] for _, task, _ in shape.contexts])[context]
+    base_trials = np.array([shape.base_trials(task) for _, task, _ in shape.contexts])
     true_base = rng.uniform(*BASE_RANGE, size=contexts)
-    base = rng.binomial(np.array([shape.trials[task] for _, task, _ in shape.contexts]), true_base) / np.array(
-        [shape.trials[task] for _, task, _ in shape.contexts])  # fmt: skip
+    base = rng.binomial(base_trials, true_base) / base_trials
     if context_effects is not None:
         effect = np.asarray(context_effects, dtype=float)
     else:
@@ -235,12 +237,12 @@ def draw_study(shape, scenario, rng, analysis, signals=True, context_effects=Non
         preceding = np.maximum(after_window, steps[peak].astype(int) - lead)
         rise = np.where((kind == 2) & (a < precedes_p), preceding, np.where(b < rise_p, anywhere, 0))
         rise = np.where([name is not None for name in names], rise, 0)
-    return Drawn(context, side, seed, accuracy, trials, names, rise)
+    return Drawn(context, side, seed, accuracy, trials, names, rise, base_trials[context])
 
 
 def study_records(shape: GridShape, drawn: Drawn, analysis: Analysis) -> PerCell:
     """The per-cell records of ``drawn`` as the claims read them."""
-    summary = summarize_curves(shape.steps, drawn.accuracy, drawn.trials, analysis)
+    summary = summarize_curves(shape.steps, drawn.accuracy, drawn.trials, analysis, drawn.base_trials)
     mechanism = signal_records(drawn.signal, drawn.rise, summary, list(shape.steps), analysis)
     names = list(summary)
     columns = [value if isinstance(value := summary[name], list) else value.tolist() for name in names]
@@ -393,9 +395,11 @@ LABELLED = {
 """The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
 
 
-def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, height: float = CLIFF_MIN_HEIGHT) -> np.ndarray:
+def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, height: float = CLIFF_MIN_HEIGHT,
+                  base_times: int = BASE_SAMPLES_TIMES) -> np.ndarray:  # fmt: skip
     """``runs`` drawn curves of ``kind`` (:data:`LABELLED`) on ``steps`` (runs × checkpoints), each
-    evaluation a binomial draw of ``trials`` around a base drawn from :data:`BASE_RANGE`. A ``rise``
+    evaluation a binomial draw of ``trials`` (the base's of ``base_times`` as many, drawn last: the other
+    readings are the same whatever it is) around a base drawn from :data:`BASE_RANGE`. A ``rise``
     climbs linearly to ``height`` above the base at a checkpoint in the middle of the run (as a planted
     cliff's) and is back at the base from the next one on; a ``dip`` spends the first tenth of the run
     (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it."""
@@ -416,13 +420,18 @@ def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed:
     else:
         peak = np.minimum(rng.integers(max(1, k // 4), max(2, 3 * k // 4), size=runs), k - 2)
         true = base + height * np.where(index <= peak[:, None], step / step[peak][:, None], 0.0)
-    return rng.binomial(trials, np.clip(true, 0.01, 0.99)) / trials
+    true = np.clip(true, 0.01, 0.99)
+    accuracy = rng.binomial(trials, true) / trials
+    if base_times != 1:
+        accuracy[:, 0] = rng.binomial(trials * base_times, true[:, 0]) / (trials * base_times)
+    return accuracy
 
 
 def cliff_label_rate(steps: Sequence[int], trials: int, kind: str, runs: int, seed: int, analysis: Analysis | None = None,
-                     height: float = CLIFF_MIN_HEIGHT) -> float:  # fmt: skip
+                     height: float = CLIFF_MIN_HEIGHT, base_times: int = BASE_SAMPLES_TIMES) -> float:  # fmt: skip
     """The share of :func:`labelled_runs` that the cliff rule labels ``cliff``."""
-    accuracy = labelled_runs(steps, trials, kind, runs, seed, height)
-    return float(summarize_curves(steps, accuracy, np.full(runs, trials), analysis or Analysis())["cliff"].mean())
+    accuracy = labelled_runs(steps, trials, kind, runs, seed, height, base_times)
+    summary = summarize_curves(steps, accuracy, np.full(runs, trials), analysis or Analysis(), np.full(runs, trials * base_times))
+    return float(summary["cliff"].mean())
 
 

@@ -119,13 +119,13 @@ def line_omega2(shape: GridShape, confidence: float) -> float:
     """The ω² claim 2's design line states 80% power at for this shape (``analysis.design``: cells, contexts,
     the residual's degrees of freedom)."""
     contexts, cells = len(shape.contexts), len(shape.contexts) * 2 * shape.seeds
-    return context_omega2_needed(contexts, cells / contexts, cells - contexts - 1, confidence)
+    return context_omega2_needed(contexts, cells / contexts, cells - contexts - 1, confidence, base_ratio=1 / shape.base_times)
 
 
 def line_power(shape: GridShape, omega2: float, confidence: float) -> float:
     """The closed form's power at ``omega2`` for this shape (what the design line is computed from)."""
     contexts, cells = len(shape.contexts), len(shape.contexts) * 2 * shape.seeds
-    return context_power(contexts, cells / contexts, cells - contexts - 1, omega2, confidence)
+    return context_power(contexts, cells / contexts, cells - contexts - 1, omega2, confidence, base_ratio=1 / shape.base_times)
 
 
 SHOWN = re.compile(r"ω² context (-?\d+\.\d+)")
@@ -165,7 +165,8 @@ def planted_sd(shape: GridShape, omega2: float) -> float:
     """The contexts' SD whose effects explain ``omega2`` of a cell's gain variance in these synthetic studies,
     exactly: ω² = σ²/(σ² + s̄_b² + s̄_f²), the design line's (and the claims' ω²'s, as its denominator has
     it), with σ the contexts' SD (:func:`planted_effects`, exact in every study) and s̄_b², s̄_f² the
-    expected binomial variances of a base and a final evaluation over the contexts: E[p(1 − p)]/T, the
+    expected binomial variances of a base and a final evaluation over the contexts: E[p(1 − p)]/T (the base's
+    T ``base_times`` a final's), the
     base p uniform on BASE_RANGE and the final NULL.gain and the context's effect above it, which takes
     σ² off E[p(1 − p)]."""
     lo, hi = BASE_RANGE
@@ -175,7 +176,8 @@ def planted_sd(shape: GridShape, omega2: float) -> float:
         return mean * (1 - mean) - (hi - lo) ** 2 / 12
 
     per_trial = float(np.mean([1 / shape.trials[task] for _, task, _ in shape.contexts]))
-    variance = omega2 * per_trial * (p_q(0.0) + p_q(NULL.gain)) / (1 - omega2 + omega2 * per_trial)
+    base = p_q(0.0) / shape.base_times  # the base evaluation's trials are base_times a checkpoint's
+    variance = omega2 * per_trial * (base + p_q(NULL.gain)) / (1 - omega2 + omega2 * per_trial)
     return math.sqrt(variance)
 
 

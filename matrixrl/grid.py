@@ -325,7 +325,7 @@ def eval_science(spec: CellSpec) -> dict:
     """
     from matrixrl.models.hf import needs_gpu
 
-    own = spec.science["eval"]
+    own = {name: value for name, value in spec.science["eval"].items() if name != "base_samples"}  # the base's alone
     if needs_gpu(spec.scale) and spec.eval.batch_size != Evaluate.model_fields["batch_size"].default:
         return {**own, "batch_size": spec.eval.batch_size}
     return own
@@ -335,7 +335,7 @@ def base_eval_science(spec: CellSpec) -> dict:
     """What the evaluation of a cell's step 0, its base model, is computed from: not the
     cell's seed, policy mode or training settings (docs/design.md, "The base model's evaluation").
     """
-    own = {**spec.science, "eval": eval_science(spec)}
+    own = {**spec.science, "eval": {**eval_science(spec), "samples": spec.eval.base_samples_in_effect}}
     names = {"workflow_name": spec.cell.workflow, "task_name": spec.cell.task}
     keys = ("base", "scale", "task", "workflow", "policies", "prompts", "eval", "plugin_code")
     return {**names, **{key: own[key] for key in keys if key in own}}  # plugin_code: a plugin's cells only
@@ -353,10 +353,11 @@ def base_eval_key(config: Config, spec: CellSpec, base: str | None = None) -> tu
 
 
 def base_eval_spec(spec: CellSpec) -> CellSpec:
-    """The spec a base evaluation runs under: ``spec`` as its seed-0 shared cell."""
+    """The spec a base evaluation runs under: ``spec`` as its seed-0 shared cell, sampled ``base_samples`` times."""
     cell = Cell(spec.cell.workflow, spec.cell.task, spec.cell.scale, "shared", 0)
+    evaluate = spec.eval.model_copy(update={"samples": spec.eval.base_samples_in_effect, "base_samples": None})
     # A new spec, not model_copy: that would carry over the cached science of the original.
-    return CellSpec(cell=cell, **{name: getattr(spec, name) for name in CellSpec.model_fields if name != "cell"})
+    return CellSpec(cell=cell, eval=evaluate, **{name: getattr(spec, name) for name in CellSpec.model_fields if name not in ("cell", "eval")})
 
 
 def _without_train(scale):

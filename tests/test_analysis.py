@@ -95,16 +95,40 @@ def test_rise_threshold_is_the_quantile_of_the_best_of_flat_noise() -> None:
     E_u[1 - Phi(u + c sqrt 2)^M]: the simulated quantile matches it (to its Monte-Carlo error)."""
     from scipy import integrate, optimize, stats
 
-    for m in (1, 2, 4, 9):
-        def level(c: float, m: int = m) -> float:
-            inner = lambda u: stats.norm.pdf(u) * (1 - stats.norm.cdf(u + c * math.sqrt(2)) ** m)  # noqa: E731
+    for m, r in ((1, 1.0), (2, 1.0), (4, 1.0), (9, 1.0), (4, 0.25), (47, 0.25), (4, 0.0)):
+        # The base's variance r times a reading's: max of M readings - base > c sqrt(1 + r) SDs of a reading.
+        def level(c: float, m: int = m, r: float = r) -> float:
+            inner = lambda u: stats.norm.pdf(u) * (1 - stats.norm.cdf(math.sqrt(r) * u + c * math.sqrt(1 + r)) ** m)  # noqa: E731
             return integrate.quad(inner, -10, 10)[0] - stats.norm.cdf(-2)
 
-        assert rise_threshold(m, 1, 2.0) == approx(optimize.brentq(level, 0, 5), abs=0.015)
+        assert rise_threshold(m, 1, 2.0, r) == approx(optimize.brentq(level, 0, 6), abs=0.015)
     assert rise_threshold(47, 4, 0.0) == 0.0 and rise_threshold(0, 4, 2.0) == math.inf
     # More windows to pick from, a higher bar; longer windows, less noise to pick.
     assert rise_threshold(4, 1, 2.0) < rise_threshold(47, 1, 2.0)
     assert rise_threshold(47, 4, 2.0) < rise_threshold(47, 1, 2.0)
+    # A more precise base leaves the best window's own noise to pick: a higher bar in SEs of the difference.
+    assert rise_threshold(47, 4, 2.0, 1.0) < rise_threshold(47, 4, 2.0, 0.25) < rise_threshold(47, 4, 2.0, 0.0)
+
+
+def test_the_base_ratio_is_rounded_down_to_a_twentieth_and_at_most_two() -> None:
+    """Rounded down: the threshold rises as the ratio falls, so the rounding never lowers the bar."""
+    from matrixrl.analysis.curves import base_ratio
+
+    var = np.array([[1.0, 1.0, 1.0], [0.26, 1.0, 1.0], [0.0, 1.0, 1.0], [9.0, 1.0, 1.0], [0.5, 1.0, 3.0]])
+    assert base_ratio(var).tolist() == [1.0, 0.25, 0.0, 2.0, 0.25]
+
+
+def test_a_base_read_four_times_as_precisely_finds_a_rise_one_reading_of_it_does_not() -> None:
+    """The paper's schedule, every checkpoint's SE 0.044 (128 trials at 0.5): four readings 0.13 over the
+    base are 2.64 SEs over a base of the same SE (under the 2.78 bar), and 4.2 SEs over a base read with
+    four times the samples (SE 0.022, over its bar of 3.08): with the fall that follows, a decline from a
+    peak the rule cannot tell from noise, then a cliff."""
+    steps = list(range(0, 510, 10))
+    acc = [0.5] * 20 + [0.63] * 4 + [0.5] * 17 + [0.38] * 10
+    plain = summarize_curve(steps, acc, 1000, RULE, [0.044] * 51)
+    precise = summarize_curve(steps, acc, 1000, RULE, [0.022] + [0.044] * 50)
+    assert (plain.cliff, plain.signature) == (False, "decline")
+    assert (precise.cliff, precise.cliff_onset, precise.signature) == (True, 240, "cliff")
 
 
 def test_a_peak_picked_from_many_readings_must_rise_further() -> None:

@@ -684,6 +684,27 @@ def test_greedy_evaluation_takes_one_sample_unless_told_otherwise(raw: dict) -> 
     )
 
 
+def test_the_base_is_read_with_four_times_the_samples_unless_told_otherwise(raw: dict) -> None:
+    """And the base evaluation alone reads them: its digest moves with the samples it takes, a checkpoint's does not."""
+    from matrixrl import grid as G
+
+    raw["eval"] = {"temperature": 0}
+    assert validate(raw, "E.yaml").eval.base_samples_in_effect == 1
+    specs = {}
+    for base_samples in (None, 12, 5):
+        raw["eval"] = {"temperature": 0.7, "samples": 3, "base_samples": base_samples}
+        config = validate(raw, "E.yaml")
+        specs[base_samples] = G.cell_spec(config, G.cells(config)[0])
+    assert [G.base_eval_spec(spec).eval.samples for spec in specs.values()] == [12, 12, 5]
+    assert G.base_eval_digest(specs[None]) == G.base_eval_digest(specs[12]) != G.base_eval_digest(specs[5])
+    assert len({spec.eval_digest() for spec in specs.values()}) == 1
+    raw["eval"] = {"temperature": 0, "base_samples": 4}
+    assert error_of(raw) == (
+        "E.yaml: eval: base_samples 4 with temperature 0: greedy decoding gives identical completions; "
+        "use base_samples: 1, or a temperature above 0"
+    )
+
+
 def test_a_scales_own_training_settings_are_checked_like_train(raw: dict) -> None:
     raw["scales"]["tiny-m"]["train"] = {"lr": -1}
     assert error_of(raw) == "E.yaml: scales.tiny-m.train.lr: must be greater than 0 (got -1)"

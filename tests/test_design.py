@@ -87,7 +87,7 @@ def test_rate_needed_is_the_sign_tests_power_over_configurations() -> None:
 DEFAULT = [
     "claim 1: 12 workflow-task-scales, one unit each (seeds and modes share its base): supported if 10 or more "
     "of 12 gain, contradicted if 2 or fewer; 80% power if each gains with probability 0.87 or more",
-    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.60 "
+    "claim 2: 24 cells in 12 contexts, 11 residual degrees of freedom: 80% power if the context explains ω² 0.62 "
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 3.2 points at 512 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
@@ -111,7 +111,7 @@ DEFAULT = [
 LONG_STUDY = [
     "claim 1: 6 workflow-task-scales, one unit each (seeds and modes share its base): supported only if all 6 "
     "gain, contradicted only if none does; 80% power if each gains with probability 0.96 or more",
-    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.62 "
+    "claim 2: 24 cells in 6 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.53 "
     "or more of the gains' variance (evaluation noise alone; Holm); its policy test (within contexts), 80% power "
     "at a mean gain difference between the modes of 2.1 points at 1024 trials (evaluation noise alone, accuracy "
     "0.5; Holm)",
@@ -139,7 +139,7 @@ PAPER = [
     "of 18 gain, contradicted if 4 or fewer; 80% power if each gains with probability 0.82 or more",
     "claim 2: 36 cells in 18 contexts, 17 residual degrees of freedom: 80% power if the context explains ω² 0.53 "
     "or more of the gains' variance (evaluation noise alone; Holm); its tasks' evaluations differ (128 and 1000 "
-    "trials), which this takes alike: an upper bound (docs/report.md); its policy test (within contexts), 80% "
+    "trials), which this takes alike: approximate (docs/report.md); its policy test (within contexts), 80% "
     "power at a mean gain difference between the modes of 4.9 points at 128 trials and 1.8 points at 1000 trials "
     "(evaluation noise alone, accuracy 0.5; Holm)",
     "claim 3: 18 configurations with both modes × 1 seed (Student-t and sign-flip over 18 configurations): 80% power at a mean "

@@ -23,7 +23,8 @@ class GridShape:
     ``single`` baseline is left out: no claim reads it); ``seeds`` per mode; ``steps``: the
     evaluated checkpoints, 0 first; ``trials``: per task, the trials of one evaluation
     (``n_eval × samples``); ``parallel``: the workflows whose isolated cells carry an
-    amplification signal (parallel agents of one role)."""
+    amplification signal (parallel agents of one role); ``base_times``: the base evaluation's
+    samples over a checkpoint's (``base_samples / samples``)."""
 
     name: str
     contexts: tuple[tuple[str, str, str], ...]
@@ -31,6 +32,11 @@ class GridShape:
     steps: tuple[int, ...]
     trials: Mapping[str, int]
     parallel: frozenset[str]
+    base_times: float = 1.0
+
+    def base_trials(self, task: str) -> int:
+        """The trials of ``task``'s base evaluation."""
+        return round(self.trials[task] * self.base_times)
 
     @classmethod
     def of(cls, config: Config, name: str, seeds: int | None = None) -> GridShape:
@@ -55,27 +61,29 @@ class GridShape:
             trials[task] = n_eval * config.eval.samples
         parallel = frozenset(w for w in config.grid.workflow if WORKFLOWS[w].parallel_roles)
         steps = tuple(G.checkpoint_steps(config.train))
-        return cls(name, contexts, seeds or len(config.grid.seed), steps, trials, parallel)
+        base_times = config.eval.base_samples_in_effect / config.eval.samples
+        return cls(name, contexts, seeds or len(config.grid.seed), steps, trials, parallel, base_times)
 
     def describe(self) -> str:
-        """E.g. ``12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation``."""
+        """E.g. ``12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation, the base's 4×``."""
         trials = sorted(set(self.trials.values()))
         each = "/".join(map(str, trials))
         seeds = f"{self.seeds} seed{'s' if self.seeds > 1 else ''}"
         contexts = f"{len(self.contexts)} context{'s' if len(self.contexts) > 1 else ''}"
-        return f"{contexts} × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation"
+        base = f", the base's {self.base_times:g}×" if self.base_times != 1 else ""
+        return f"{contexts} × 2 modes × {seeds}, {len(self.steps)} checkpoints, {each} trials an evaluation{base}"
 
 
 
 FAMILY_RATES = {
-    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation": (0.093, 0.009, 0.027, 0.005),
-    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation": (0.028, 0.005, 0.000, 0.000),
-    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation": (0.091, 0.009, 0.020, 0.004),
-    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation": (0.130, 0.011, 0.025, 0.005),
+    "12 contexts × 2 modes × 1 seed, 5 checkpoints, 512 trials an evaluation, the base's 4×": (0.101, 0.010, 0.033, 0.006),
+    "1 context × 2 modes × 6 seeds, 5 checkpoints, 512 trials an evaluation, the base's 4×": (0.023, 0.005, 0.000, 0.000),
+    "18 contexts × 2 modes × 1 seed, 51 checkpoints, 128/1000 trials an evaluation, the base's 4×": (0.103, 0.010, 0.028, 0.005),
+    "18 contexts × 2 modes × 3 seeds, 51 checkpoints, 128/1000 trials an evaluation, the base's 4×": (0.133, 0.011, 0.020, 0.004),
 }
 """Per grid shape (``GridShape.describe``): how often at least one of claims 2-7 was decided under the joint
 null, ``(rate, SE, rate under Holm, SE)``, from ``python bench/claims_calibration.py`` (1000 studies a shape,
-seed 0, at 1db492c; docs/report.md, "How often the rules err")."""
+seed 0, at a2d04f1; docs/report.md, "How often the rules err")."""
 
 
 def family_caption(config: Config) -> str:

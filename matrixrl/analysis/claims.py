@@ -257,7 +257,7 @@ def claim_context(rows: Sequence[dict], confidence: float, brief: bool = False) 
     if below:
         why += f"; ω² below 0, shown as 0: {', '.join(below)}"
     if decided == "inconclusive":
-        why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence)
+        why += _context_note(raw["context"], contexts, len(cells) / contexts, confidence, anova["base_ratio"])
     return {**_result(omega_c - omega_p, math.nan, math.nan, math.nan, cells, evidence, why, decided, p=family_p,
                       fragility=fragility), "test": test}  # fmt: skip
 
@@ -278,11 +278,12 @@ def _context_fragility(frame: pd.DataFrame, terms: str, keys: list, decided: str
     return f"{changed} of {len(distinct)}"
 
 
-def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float) -> str:
-    """What would decide claim 2, inconclusive, at the context's ω² it found (analysis.power.context_power)."""
+def _context_note(omega2: float, contexts: int, cells_per_context: float, confidence: float, base_ratio: float) -> str:
+    """What would decide claim 2, inconclusive, at the context's ω² it found (analysis.power.context_power;
+    ``base_ratio``: the bases' variance against a cell's own, as the test estimated them)."""
     if omega2 <= 0:
         return "; no context effect found: more seeds would not decide it"
-    times = context_seeds_needed(contexts, cells_per_context, omega2, confidence)
+    times = context_seeds_needed(contexts, cells_per_context, omega2, confidence, base_ratio=base_ratio)
     if times is None:
         return (f"; at ω² {omega2:.2f}, more seeds alone do not reach 80% power (a context's one base evaluation "
                 "does not shrink with them): more workflow-task-scales might")  # fmt: skip
@@ -344,6 +345,7 @@ def context_anova(frame: pd.DataFrame, terms: str, describe: bool = True) -> dic
     out["p_context"] = known_share_p(statistic, df_context, df_resid, known)
     # n̄·V_h·W is the context's sum of squares as the test weighs the contexts (see the docstring).
     out["omega2_context"] = df_context * cells_per_context * harmonic_variance * (statistic - 1) / (total + error)
+    out["base_ratio"] = float(base_var.mean()) / mse  # a base evaluation's variance against a cell's own, for power
     if describe:
         import statsmodels.formula.api as smf
         from statsmodels.stats.anova import anova_lm

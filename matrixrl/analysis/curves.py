@@ -8,7 +8,7 @@ taken as 1/n, the resolution of n problems, so every z is finite).
   ``final_tail_k``); ``gain`` = final - base, ``peak_gain`` = peak - base, and both in SEs of the
   difference (``gain_z``, ``peak_gain_z``; the latter biased up: the peak is a best of several);
 - ``cliff``: a real rise over the base read over windows of :func:`rise_window` readings at
-  :func:`rise_threshold`, then a fall of ``cliff_delta`` and ``cliff_noise_se`` SEs from it that
+  :func:`rise_threshold` (for the base's variance against the readings'), then a fall of ``cliff_delta`` and ``cliff_noise_se`` SEs from it that
   holds the last :data:`FALL_READINGS` checkpoints; ``cliff_onset`` starts that final run below
   the threshold, ``pre_onset`` is the checkpoint before it;
 - ``signature``: how the run ended, the first that applies of :data:`SIGNATURES`: ``cliff``;
@@ -72,13 +72,14 @@ def _as_int(value: object, what: str) -> int:
     return int(as_float)
 
 
-@lru_cache(maxsize=64)
-def rise_threshold(windows: int, w: int, noise_se: float) -> float:
+@lru_cache(maxsize=256)
+def rise_threshold(windows: int, w: int, noise_se: float, base_ratio: float = 1.0) -> float:
     """The z over the base reading that the best of ``windows`` windows of ``w`` readings must reach to be a
     real rise: the quantile of the best window's z in runs that stay flat at their base, at the one-sided level
     of ``noise_se`` standard normal SEs (2.3% for 2), so that such runs pass it as often as one reading passes
     ``noise_se``. The windows share the base reading and overlap, so the quantile is taken from 100,000 seeded
-    draws of flat noise (equal SEs at every reading), not from a bound; ``noise_se`` 0 asks for no margin."""
+    draws of flat noise (the base's variance ``base_ratio`` times a reading's), not from a bound; ``noise_se``
+    0 asks for no margin."""
     if noise_se <= 0:
         return 0.0
     if windows < 1:
@@ -88,9 +89,22 @@ def rise_threshold(windows: int, w: int, noise_se: float) -> float:
     for _ in range(10):  # 10 chunks of 10,000 runs: memory stays small on long schedules
         readings = rng.standard_normal((10_000, windows + w - 1))
         sums = np.cumsum(np.pad(readings, ((0, 0), (1, 0))), axis=1)
-        best.append((sums[:, w:] - sums[:, :-w]).max(axis=1) / w - rng.standard_normal(10_000))
-    z = np.concatenate(best) / math.sqrt(1 + 1 / w)
+        best.append((sums[:, w:] - sums[:, :-w]).max(axis=1) / w - math.sqrt(base_ratio) * rng.standard_normal(10_000))
+    z = np.concatenate(best) / math.sqrt(base_ratio + 1 / w)
     return float(np.quantile(z, NormalDist().cdf(noise_se)))
+
+
+def base_ratio(var: np.ndarray) -> np.ndarray:
+    """Per row of squared SEs ``var`` (base first): the base's variance over the mean of the readings
+    after it, rounded down to a twentieth and at most 2 (down: a higher threshold, never a laxer one)."""
+    ratio = var[:, 0] / var[:, 1:].mean(axis=1) if var.shape[1] > 1 else np.ones(len(var))
+    return np.clip(np.floor(ratio * 20) / 20, 0.0, 2.0)
+
+
+def rise_thresholds(windows: int, w: int, noise_se: float, ratios: np.ndarray) -> np.ndarray:
+    """:func:`rise_threshold` for each of ``ratios`` (from :func:`base_ratio`)."""
+    found = {float(r): rise_threshold(windows, w, noise_se, float(r)) for r in np.unique(ratios)}
+    return np.array([found[float(r)] for r in ratios])
 
 
 FALL_READINGS = 2
@@ -197,7 +211,7 @@ def summarize_curve(
     rises, falls, windows = _rise_and_fall(np.array([acc]), np.array([ses * ses]), w)
     rise_z, fall_z = float(rises[0]), float(falls[0])
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and rise_z >= rise_threshold(windows, w, noise)
+    real_peak = peak_i > 0 and rise_z >= rise_thresholds(windows, w, noise, base_ratio(np.array([ses * ses])))[0]
     held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
     cliff = real_peak and held > 0 and fall_z > noise and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
@@ -230,15 +244,19 @@ def summarize_curve(
     )
 
 
-def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndarray, analysis: Analysis) -> dict[str, np.ndarray | list]:
+def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndarray, analysis: Analysis,
+                     base_n_eval: np.ndarray | None = None) -> dict[str, np.ndarray | list]:  # fmt: skip
     """:func:`summarize_curve` over many curves at once (numpy): ``accuracy`` is cells × checkpoints on the
-    shared ``steps`` (0 first), ``n_eval`` the trials of each cell's evaluations, every SE the binomial
-    one (0 taken as 1/n). Returns each :class:`CurveSummary` field as an array over the cells (``cliff_onset``
-    and ``pre_onset`` as lists, None without a cliff; ``signature`` a list). The calibration's simulations
-    read it; tests/test_calibration.py checks it against :func:`summarize_curve` curve by curve."""
+    shared ``steps`` (0 first), ``n_eval`` the trials of each cell's evaluations (``base_n_eval``: of its base
+    evaluation, if other), every SE the binomial one (0 taken as 1/n). Returns each :class:`CurveSummary` field
+    as an array over the cells (``cliff_onset`` and ``pre_onset`` as lists, None without a cliff; ``signature``
+    a list). The calibration's simulations read it; tests/test_calibration.py checks it against
+    :func:`summarize_curve` curve by curve."""
     acc = np.asarray(accuracy, dtype=float)
     cells, k = acc.shape
     n = np.asarray(n_eval, dtype=float).reshape(-1, 1) * np.ones((1, k))
+    if base_n_eval is not None:
+        n[:, 0] = np.asarray(base_n_eval, dtype=float)
     step = np.asarray(steps)
     rows = np.arange(cells)
     last = k - 1
@@ -257,7 +275,7 @@ def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndar
     peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
     w = rise_window(last)
     rise_z, fall_z, windows = _rise_and_fall(acc, se * se, w)
-    real_peak = (peak_i > 0) & (rise_z >= rise_threshold(windows, w, noise))
+    real_peak = (peak_i > 0) & (rise_z >= rise_thresholds(windows, w, noise, base_ratio(se * se)))
     held = np.minimum(FALL_READINGS, last - peak_i)
     cliff = real_peak & (held > 0) & (fall_z > noise) & (onset_i <= last - held + 1)
     drop_z = drop / se_drop

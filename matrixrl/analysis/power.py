@@ -334,29 +334,34 @@ def peak_units_needed(effect: float, confidence: float, power: float = POWER) ->
 # --- claim 2's context test --------------------------------------------------------------------
 
 
-def context_power(contexts: int, cells_per_context: float, residual_dof: int, omega2: float, confidence: float) -> float:
+def context_power(contexts: int, cells_per_context: float, residual_dof: int, omega2: float, confidence: float,
+                  base_ratio: float = 1.0) -> float:  # fmt: skip
     """The chance that claim 2's context test rejects at Holm's first step (α/2) when the context
-    explains ``omega2`` of a cell's gain variance, with evaluation noise alone: its statistic a
-    noncentral χ² over a denominator whose bases' share is known, at that statistic's own critical
-    value (docs/report.md, "What a grid can decide", derives it and checks it by simulation)."""
+    explains ``omega2`` of a cell's gain variance, with evaluation noise alone (a base evaluation's
+    variance ``base_ratio`` times a checkpoint's): its statistic a noncentral χ² over a denominator
+    whose bases' share is known, at that statistic's own critical value (docs/report.md, "What a
+    grid can decide", derives it and checks it by simulation)."""
     if contexts < 2 or residual_dof < 1 or not 0 <= omega2 < 1:
         return 0.0
-    n = cells_per_context
+    n, b = cells_per_context, base_ratio
     dfn, dfd = contexts - 1, residual_dof
-    noncentrality = 2 * n * contexts * omega2 / ((1 + n) * (1 - omega2))
-    known = n / (1 + n)
+    noncentrality = (1 + b) * n * contexts * omega2 / ((1 + b * n) * (1 - omega2))
+    known = b * n / (1 + b * n)
     critical = known_share_critical(dfn, float(dfd), known, known_share_level(dfn, float(dfd), _alpha(confidence) / 2))
     return known_share_sf(critical, dfn, float(dfd), known, noncentrality)
 
 
-def context_omega2_needed(contexts: int, cells_per_context: float, residual_dof: int, confidence: float, power: float = POWER) -> float | None:
+def context_omega2_needed(contexts: int, cells_per_context: float, residual_dof: int, confidence: float, power: float = POWER,
+                          base_ratio: float = 1.0) -> float | None:  # fmt: skip
     """The smallest ω² of the context at which its test reaches ``power`` (:func:`context_power`)."""
     if contexts < 2 or residual_dof < 1:
         return None
-    return _bisect(lambda omega2: context_power(contexts, cells_per_context, residual_dof, omega2, confidence) >= power, 0.0, 0.999, 12)
+    return _bisect(lambda omega2: context_power(contexts, cells_per_context, residual_dof, omega2, confidence, base_ratio) >= power,
+                   0.0, 0.999, 12)  # fmt: skip
 
 
-def context_seeds_needed(contexts: int, cells_per_context: float, omega2: float, confidence: float, power: float = POWER) -> int | None:
+def context_seeds_needed(contexts: int, cells_per_context: float, omega2: float, confidence: float, power: float = POWER,
+                         base_ratio: float = 1.0) -> int | None:  # fmt: skip
     """How many times the grid's seeds claim 2's context test needs to reach ``power`` at ``omega2``
     (1: as it is); None when 100 times cannot (the shared bases' error does not shrink with seeds:
     only more contexts lower it)."""
@@ -366,7 +371,7 @@ def context_seeds_needed(contexts: int, cells_per_context: float, omega2: float,
     def reaches(times: int) -> bool:
         cells = cells_per_context * times
         dof = round(contexts * cells) - contexts - 1
-        return dof >= 1 and context_power(contexts, cells, dof, omega2, confidence) >= power
+        return dof >= 1 and context_power(contexts, cells, dof, omega2, confidence, base_ratio) >= power
 
     return _fewest(reaches, 1, 100)
 

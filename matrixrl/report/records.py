@@ -16,7 +16,7 @@ from matrixrl.analysis.cell_record import ROLE_METRICS, TRAINING_METRICS, record
 from matrixrl.config import Config
 from matrixrl.store import Store
 
-RECORD_VERSION = "11"
+RECORD_VERSION = "12"
 """Part of every record's cache key: bump it when a record's computation changes, so caches refresh."""
 
 DIAGNOSTIC_KINDS = ("role_share", "amplification", "role_norm")
