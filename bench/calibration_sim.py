@@ -70,6 +70,8 @@ POLICIES = ("shared", "isolated")
 DECIDED = ("supported", "contradicted")
 FALL_DEPTH = 0.20
 """A flat-then-fall run stays at its base for the first half of its checkpoints, then this far below it."""
+CRASH_TO = 0.05
+"""A crashing run stays at its base for the first half of its checkpoints, then at this accuracy."""
 CLIFF_MIN_HEIGHT = 0.15
 """A planted cliff's peak rises at least this far above the base (and 5 SEs of the difference)."""
 
@@ -390,6 +392,7 @@ LABELLED = {
     "flat (noise alone)": "flat",
     "a dip of 0.20, back to the base, then a fall of 0.20": "dip-fall",
     "a dip of 0.20, then back to the base": "dip",
+    "flat, then a crash to 0.05": "crash",
     "a rise of 0.15, then back to the base": "rise",
 }
 """The runs whose ``cliff`` label :func:`cliff_label_rate` measures: what each does, and its kind."""
@@ -402,7 +405,8 @@ def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed:
     readings are the same whatever it is) around a base drawn from :data:`BASE_RANGE`. A ``rise``
     climbs linearly to ``height`` above the base at a checkpoint in the middle of the run (as a planted
     cliff's) and is back at the base from the next one on; a ``dip`` spends the first tenth of the run
-    (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it."""
+    (one reading at least) :data:`FALL_DEPTH` below the base, then is back at it; a ``crash`` stays at the
+    base for half the run, then at :data:`CRASH_TO`."""
     rng = np.random.default_rng(seed)
     step = np.asarray(steps, dtype=float)
     k, last = len(step), step[-1]
@@ -414,6 +418,8 @@ def labelled_runs(steps: Sequence[int], trials: int, kind: str, runs: int, seed:
         true = base - FALL_DEPTH * step / last
     elif kind == "flat":
         true = np.repeat(base, k, axis=1)
+    elif kind == "crash":  # readings near 0 have a small variance: the base's ratio to the readings' reads high
+        true = np.where(index >= k // 2, CRASH_TO, np.repeat(base, k, axis=1))
     elif kind in ("dip", "dip-fall"):
         true = base - FALL_DEPTH * ((index >= 1) & (index <= max(1, k // 10)))
         true = true - FALL_DEPTH * (index >= k // 2) * (kind == "dip-fall")
