@@ -8,8 +8,9 @@ taken as 1/n, the resolution of n problems, so every z is finite).
   ``final_tail_k``); ``gain`` = final - base, ``peak_gain`` = peak - base, and both in SEs of the
   difference (``gain_z``, ``peak_gain_z``; the latter biased up: the peak is a best of several);
 - ``cliff``: a real rise over the base read over windows of :func:`rise_window` readings at
-  :func:`rise_threshold` (for the base's variance against the readings'), then a fall of ``cliff_delta`` and ``cliff_noise_se`` SEs from it that
-  holds the last :data:`FALL_READINGS` checkpoints; ``cliff_onset`` starts that final run below
+  :func:`rise_threshold` (for the base's variance against the readings'), then a fall of
+  ``cliff_delta`` and ``cliff_noise_se`` SEs from it that holds the last :data:`FALL_READINGS`
+  checkpoints; ``cliff_onset`` starts that final run below
   the threshold, ``pre_onset`` is the checkpoint before it;
 - ``signature``: how the run ended, the first that applies of :data:`SIGNATURES`: ``cliff``;
   ``collapse`` (ends ``cliff_delta`` and ``cliff_noise_se`` SEs below its base without a cliff);
@@ -119,14 +120,15 @@ def rise_window(readings: int) -> int:
     return max(1, (math.isqrt(max(readings, 0)) + 1) // 2)
 
 
-def _rise_and_fall(acc: np.ndarray, var: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _rise_and_fall(acc: np.ndarray, var: np.ndarray, w: int, noise_se: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row of ``acc`` (cells × checkpoints, base first) and its squared SEs ``var``: the z of the
     best window of ``w`` readings after the base over the base reading, the z of that window over the
-    last ``w`` readings, and the number of windows it was picked from (z = -inf for both where the run
-    is shorter than two windows). The one implementation both summaries use."""
+    last ``w`` readings, and the rise's :func:`rise_threshold` for the windows it was picked from and
+    the row's :func:`base_ratio` (z = -inf for both where the run is shorter than two windows). The
+    one implementation both summaries use."""
     cells, k = acc.shape
     if k < 2 * w:
-        return np.full(cells, -np.inf), np.full(cells, -np.inf), 0
+        return np.full(cells, -np.inf), np.full(cells, -np.inf), np.full(cells, math.inf)
     view = np.lib.stride_tricks.sliding_window_view
     means = view(acc[:, 1:], w, axis=1).sum(axis=2) / w
     variances = view(var[:, 1:], w, axis=1).sum(axis=2) / (w * w)
@@ -135,7 +137,8 @@ def _rise_and_fall(acc: np.ndarray, var: np.ndarray, w: int) -> tuple[np.ndarray
     mean, variance = means[rows, best], variances[rows, best]
     tail, tail_var = acc[:, k - w :].sum(axis=1) / w, var[:, k - w :].sum(axis=1) / (w * w)
     rise = (mean - acc[:, 0]) / np.sqrt(variance + var[:, 0])
-    return rise, (mean - tail) / np.sqrt(variance + tail_var), means.shape[1]
+    threshold = rise_thresholds(means.shape[1], w, noise_se, base_ratio(var))
+    return rise, (mean - tail) / np.sqrt(variance + tail_var), threshold
 
 
 def _z(difference: float, se: float) -> float:
@@ -208,10 +211,10 @@ def summarize_curve(
     peak_gain_z = _z(peak - base, math.hypot(error(peak_i), error(0)))
     ses = np.array([error(i) for i in range(len(acc))])
     w = rise_window(last)
-    rises, falls, windows = _rise_and_fall(np.array([acc]), np.array([ses * ses]), w)
+    rises, falls, thresholds = _rise_and_fall(np.array([acc]), np.array([ses * ses]), w, noise)
     rise_z, fall_z = float(rises[0]), float(falls[0])
     # A peak at the base is no peak: a run that only fell is the optimizer failing, not a cliff.
-    real_peak = peak_i > 0 and rise_z >= rise_thresholds(windows, w, noise, base_ratio(np.array([ses * ses])))[0]
+    real_peak = peak_i > 0 and rise_z >= float(thresholds[0])
     held = min(FALL_READINGS, last - peak_i)  # the last readings the fall must hold
     cliff = real_peak and held > 0 and fall_z > noise and onset_i <= last - held + 1
     drop_z = _z(drop, se_drop)
@@ -274,8 +277,8 @@ def summarize_curves(steps: Sequence[int], accuracy: np.ndarray, n_eval: np.ndar
     se_drop = np.hypot(se[rows, peak_i], se[:, last])
     peak_gain_z = (peak - base) / np.hypot(se[rows, peak_i], se[:, 0])
     w = rise_window(last)
-    rise_z, fall_z, windows = _rise_and_fall(acc, se * se, w)
-    real_peak = (peak_i > 0) & (rise_z >= rise_thresholds(windows, w, noise, base_ratio(se * se)))
+    rise_z, fall_z, threshold = _rise_and_fall(acc, se * se, w, noise)
+    real_peak = (peak_i > 0) & (rise_z >= threshold)
     held = np.minimum(FALL_READINGS, last - peak_i)
     cliff = real_peak & (held > 0) & (fall_z > noise) & (onset_i <= last - held + 1)
     drop_z = drop / se_drop
